@@ -1,0 +1,65 @@
+// trainset.h: the HDF5 training set of SPEC §7, read and written.
+//
+//   /tokens    int32 [N]    all samples' token ids, concatenated
+//   /offsets   int64 [n+1]  sample i is tokens[offsets[i]:offsets[i+1]]
+//   /loss_mask uint8 [N]    1 = a token the drafter is trained on (assistant turns)
+//   attributes on the root: vocab_size (int64), format_version (int64, = 1), tokenizer (string)
+//
+// Datasets are chunked (readable by h5py and by partial reads). Opening reads the offsets, then
+// streams through tokens and mask once to validate every sample; a sample is rejected (counted,
+// one warning line with the counts) when its offsets do not increase, an id is outside
+// [0, vocab_size), or it has fewer than min_loss_tokens tokens with loss_mask = 1. A file that is
+// not HDF5, lacks a dataset, has a dataset of the wrong type or rank, or whose offsets run outside
+// /tokens is an error naming the dataset.
+#pragma once
+#include <stdint.h>
+
+#define TRAINSET_FORMAT_VERSION 1
+
+typedef struct {
+    char *path;
+    int64_t file, d_tokens, d_mask;     // HDF5 handles (hid_t)
+    int64_t n_tokens;                   // N
+    int64_t n_raw;                      // samples in the file
+    int64_t *offsets;                   // [n_raw + 1]
+    int64_t n;                          // usable samples
+    int64_t *index;                     // [n]: usable sample -> raw sample
+    int64_t vocab_size;
+    int64_t format_version;
+    char tokenizer[256];
+    int64_t rejected_offsets, rejected_ids, rejected_short; // counts of rejected samples by reason
+    int64_t loss_tokens;                // tokens with loss_mask = 1 over the usable samples
+} trainset;
+
+// trainset_open: -1 with error_set when the file is unusable (see above). Zero usable samples is
+// not an error here (the caller decides).
+int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens);
+// trainset_len: length of usable sample i (0 <= i < ts->n).
+int64_t trainset_len(const trainset *ts, int64_t i);
+// trainset_read: usable sample i into tokens[len] and mask[len] (either may be NULL); -1 on I/O error.
+int trainset_read(trainset *ts, int64_t i, int32_t *tokens, uint8_t *mask);
+void trainset_close(trainset *ts);
+
+// Writer: streams samples to "<path>.tmp.<pid>" (extensible chunked datasets, bounded memory),
+// renamed over path by trainset_writer_close. trainset_writer_abort (or any failed call) removes
+// the temporary file, so a half-written training set never appears under path.
+typedef struct {
+    char *path, *tmp_path;
+    int64_t file, d_tokens, d_mask, d_offsets; // hid_t
+    int64_t n_tokens, n_samples;
+    int64_t vocab_size;
+    char tokenizer[256];
+    // buffered appends (flushed in chunks)
+    int32_t *buf_tokens;
+    uint8_t *buf_mask;
+    int64_t *buf_offsets;
+    int64_t buf_n, buf_cap, buf_noff, buf_cap_off;
+} trainset_writer;
+
+// vocab_size <= 0: not known yet; it becomes (largest id + 1) at close.
+int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_size, const char *tokenizer);
+// trainset_writer_append: one sample of n tokens (mask values 0/1); ids outside [0, vocab_size) are
+// an error (-1, error_set naming the sample index and the id).
+int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n);
+int trainset_writer_close(trainset_writer *w);
+void trainset_writer_abort(trainset_writer *w);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tests/run.sh: install dependencies, build, and run every test.
+#
+#   1. build/        the normal build (CUDA when nvcc is found), warnings as errors, all tests
+#   2. build-asan/   CPU only, nvcc hidden from PATH, AddressSanitizer + UBSan, all tests again
+#
+# GPU tests are skipped (ctest "Not Run", exit 77) when no GPU is present; tests/gpu/ has the GPU check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+./scripts/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+echo "== build (warnings as errors)"
+cmake -S . -B build -DDFLASH_WERROR=ON >build.cmake.log 2>&1 || { cat build.cmake.log; exit 1; }
+grep -E "CUDA backend" build.cmake.log || true
+cmake --build build -j "$jobs"
+echo "== tests (build/)"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+
+echo "== build with AddressSanitizer + UBSan, CPU only, nvcc not on PATH"
+nocuda_path=$(echo "$PATH" | tr ':' '\n' | grep -v -i cuda | paste -sd: -)
+PATH="$nocuda_path" cmake -S . -B build-asan -DDFLASH_WERROR=ON -DDFLASH_SANITIZE=ON \
+  -DCMAKE_BUILD_TYPE=Debug >build-asan.cmake.log 2>&1 || { cat build-asan.cmake.log; exit 1; }
+grep -E "CUDA backend" build-asan.cmake.log || true
+PATH="$nocuda_path" cmake --build build-asan -j "$jobs"
+# Open MPI's own start-up allocations are not ours: leak reports from its libraries are suppressed.
+export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+echo "== tests (build-asan/)"
+PATH="$nocuda_path" ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900

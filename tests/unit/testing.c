@@ -1,0 +1,71 @@
+// testing.c: see testing.h.
+#include "testing.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int test_passed = 0, test_failed = 0;
+static char tmpdir[512];
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+    test_failed++;
+    const char *base = strrchr(file, '/');
+    fprintf(stderr, "FAIL %s:%d: ", base ? base + 1 : file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmpdir, sizeof tmpdir, "%s/dflash_test_XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+    return tmpdir;
+}
+
+const char *test_path(const char *name) {
+    static char bufs[8][1024];
+    static int next = 0;
+    char *b = bufs[next++ % 8];
+    snprintf(b, 1024, "%s/%s", test_tmpdir(), name);
+    return b;
+}
+
+const char *test_src_path(const char *rel) {
+    static char bufs[4][1024];
+    static int next = 0;
+    char *b = bufs[next++ % 4];
+    const char *src = getenv("DFLASH_SRC");
+    snprintf(b, 1024, "%s/%s", src && *src ? src : ".", rel);
+    return b;
+}
+
+int test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+int test_finish(const char *name) {
+    if (test_passed + test_failed == 0) {
+        fprintf(stderr, "%s: no check ran\n", name);
+        return 1;
+    }
+    printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);
+    if (test_failed == 0 && tmpdir[0]) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", name, tmpdir);
+    }
+    return test_failed ? 1 : 0;
+}

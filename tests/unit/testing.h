@@ -1,0 +1,56 @@
+// testing.h: the tiny harness every tests/unit/test_*.c uses.
+//
+//   CHECK(cond)                       counts a failure (with file:line) when cond is false
+//   CHECK_MSG(cond, fmt, ...)         same, with a message
+//   CHECK_CLOSE(a, b, tol)            |a - b| <= tol
+//   CHECK_ERR(expr, "substring")      expr returns < 0 (or NULL) and error_msg() contains substring
+//   return test_finish("name");       prints "name: N passed, M failed" and the exit code
+//
+// Nothing here can make a test pass that did not run its checks: test_finish fails when no CHECK ran.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/error.h"
+
+extern int test_passed, test_failed;
+
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int test_finish(const char *name);
+// test_tmpdir: a fresh directory under $TMPDIR (or /tmp) for this test process; removed by
+// test_finish when every check passed.
+const char *test_tmpdir(void);
+// test_path: test_tmpdir()/name, in a static rotating buffer (valid for a few calls).
+const char *test_path(const char *name);
+// test_src_path: $DFLASH_SRC/rel (the repository), for committed fixtures.
+const char *test_src_path(const char *rel);
+// test_write_file: write bytes to path; returns 0 on success.
+int test_write_file(const char *path, const void *data, size_t n);
+
+#define CHECK(cond)                                                                           \
+    do {                                                                                      \
+        if (cond) test_passed++;                                                              \
+        else test_fail(__FILE__, __LINE__, "%s", #cond);                                      \
+    } while (0)
+#define CHECK_MSG(cond, ...)                                                                  \
+    do {                                                                                      \
+        if (cond) test_passed++;                                                              \
+        else test_fail(__FILE__, __LINE__, __VA_ARGS__);                                      \
+    } while (0)
+#define CHECK_CLOSE(a, b, tol)                                                                \
+    do {                                                                                      \
+        double a_ = (double)(a), b_ = (double)(b);                                            \
+        if (a_ - b_ <= (tol) && b_ - a_ <= (tol)) test_passed++;                              \
+        else test_fail(__FILE__, __LINE__, "%s = %.9g vs %s = %.9g (tol %g)", #a, a_, #b, b_, \
+                       (double)(tol));                                                        \
+    } while (0)
+// CHECK_ERR(expr, "substring"): expr (an int) must be < 0 with error_msg() containing substring.
+#define CHECK_ERR(expr, substr)                                                               \
+    do {                                                                                      \
+        error_clear();                                                                        \
+        int r_ = (expr);                                                                      \
+        if (r_ < 0 && strstr(error_msg(), (substr))) test_passed++;                           \
+        else test_fail(__FILE__, __LINE__, "%s returned %d with message '%s', wanted < 0 and '%s'", \
+                       #expr, r_, error_msg(), (substr));                                     \
+    } while (0)

@@ -1,0 +1,43 @@
+// dflash_tool: helper programs around the trainer, as subcommands.
+//
+//   dflash_tool inspect FILE                    safetensors or HDF5: names, shapes, dtypes, samples
+//   dflash_tool convert-jsonl IN.jsonl OUT.h5   {"input_ids": [...], "loss_mask": [...]} lines -> training set
+#include <stdio.h>
+#include <string.h>
+
+#include "common/version.h"
+#include "tools/tools.h"
+
+typedef struct {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *usage;
+} tool_command;
+
+static const tool_command tool_commands[] = {
+    {"inspect", tool_inspect_main, "inspect FILE                  list tensors (safetensors) or datasets and samples (HDF5)"},
+    {"convert-jsonl", tool_convert_jsonl_main, "convert-jsonl IN.jsonl OUT.h5  JSON lines with input_ids/loss_mask -> HDF5 training set"},
+};
+#define TOOL_NCOMMANDS (sizeof tool_commands / sizeof tool_commands[0])
+
+static void tool_usage(FILE *f) {
+    fprintf(f, "dflash_tool %s: helpers for dflash_rank\n\nusage: dflash_tool COMMAND [ARGS]\n\ncommands:\n",
+            DFLASH_VERSION);
+    for (size_t i = 0; i < TOOL_NCOMMANDS; i++) fprintf(f, "  %s\n", tool_commands[i].usage);
+    fprintf(f, "\n'dflash_tool COMMAND --help' shows the options of one command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        tool_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dflash_tool %s (backends: %s)\n", DFLASH_VERSION, DFLASH_BACKENDS);
+        return 0;
+    }
+    for (size_t i = 0; i < TOOL_NCOMMANDS; i++)
+        if (strcmp(argv[1], tool_commands[i].name) == 0) return tool_commands[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s' (dflash_tool --help lists them)\n", argv[1]);
+    return 2;
+}
