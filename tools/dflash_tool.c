@@ -2,6 +2,8 @@
 //
 //   dflash_tool inspect FILE                    safetensors or HDF5: names, shapes, dtypes, samples
 //   dflash_tool convert-jsonl IN.jsonl OUT.h5   {"input_ids": [...], "loss_mask": [...]} lines -> training set
+//   dflash_tool teacher-dump MODEL TOKENS OUT   the target's features, top-k and LSE for given sequences
+//   dflash_tool compare REF OUT                 tensor-by-tensor comparison with a stated tolerance
 #include <stdio.h>
 #include <string.h>
 
@@ -17,6 +19,8 @@ typedef struct {
 static const tool_command tool_commands[] = {
     {"inspect", tool_inspect_main, "inspect FILE                  list tensors (safetensors) or datasets and samples (HDF5)"},
     {"convert-jsonl", tool_convert_jsonl_main, "convert-jsonl IN.jsonl OUT.h5  JSON lines with input_ids/loss_mask -> HDF5 training set"},
+    {"teacher-dump", tool_teacher_dump_main, "teacher-dump MODEL_DIR TOKENS.json OUT.safetensors  run the target on sequences, write features/top-k/LSE"},
+    {"compare", tool_compare_main, "compare REF.safetensors OUT.safetensors  tensor-by-tensor errors against a reference"},
 };
 #define TOOL_NCOMMANDS (sizeof tool_commands / sizeof tool_commands[0])
 

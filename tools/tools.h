@@ -6,3 +6,5 @@
 
 int tool_inspect_main(int argc, char **argv);
 int tool_convert_jsonl_main(int argc, char **argv);
+int tool_teacher_dump_main(int argc, char **argv);
+int tool_compare_main(int argc, char **argv);

@@ -1,0 +1,321 @@
+// config.c: the key table, JSON loading, command-line overrides (see config.h).
+#include "common/config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/arena.h"
+#include "common/check.h"
+#include "common/error.h"
+
+#define F(field) offsetof(config, field), sizeof(((config *)0)->field)
+#define NOLIM -1e18, 1e18
+
+// The table. Adding a key: a field in config.h, a row here, a row in docs/config.md.
+const config_key config_keys[] = {
+    {"run.dir", CFG_STRING, F(run_dir), "runs/dflash", "run directory: metrics.jsonl, checkpoints, the effective config", NULL, NOLIM},
+    {"run.seed", CFG_INT, F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
+    {"run.device", CFG_STRING, F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", NOLIM},
+    {"run.log_level", CFG_STRING, F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", NOLIM},
+    {"run.mode", CFG_STRING, F(mode), "check", "what the job does; check: start every rank, take roles and backends, open the inputs, report, exit", "check", NOLIM},
+    {"world.teachers", CFG_INT, F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
+    {"world.students", CFG_INT, F(students), "1", "student ranks (the last ranks of the world)", NULL, 1, 1e6},
+    {"target.path", CFG_STRING, F(target_path), "", "Hugging Face model directory of the target (config.json + safetensors)", NULL, NOLIM},
+    {"target.layer_ids", CFG_INT_LIST, F(target_layer_ids), "", "target layers whose hidden states feed the drafter; empty = SPEC §2 default", NULL, 0, 1e6},
+    {"drafter.block_size", CFG_INT, F(block_size), "16", "block size B: slots per anchor (16 or 32 in the public drafters)", NULL, 2, 1024},
+    {"data.path", CFG_STRING, F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, NOLIM},
+};
+const int config_nkeys = (int)(sizeof config_keys / sizeof config_keys[0]);
+
+static const char *config_type_name(config_type t) {
+    switch (t) {
+    case CFG_INT: return "integer";
+    case CFG_FLOAT: return "number";
+    case CFG_STRING: return "string";
+    case CFG_BOOL: return "boolean";
+    case CFG_INT_LIST: return "list of integers";
+    case CFG_BYTES: return "size in bytes";
+    }
+    return "?";
+}
+
+static const config_key *config_find(const char *key) {
+    for (int i = 0; i < config_nkeys; i++)
+        if (strcmp(config_keys[i].key, key) == 0) return &config_keys[i];
+    return NULL;
+}
+
+// An unknown key gets a suggestion when another section has the same leaf name, or the key is
+// a known one with a typo of one character.
+static int config_unknown(const char *key, const char *source) {
+    const char *leaf = strrchr(key, '.');
+    leaf = leaf ? leaf + 1 : key;
+    for (int i = 0; i < config_nkeys; i++) {
+        const char *l = strrchr(config_keys[i].key, '.');
+        if (l && strcmp(l + 1, leaf) == 0)
+            return error_set("%s: unknown key '%s' (did you mean '%s'?)", source, key, config_keys[i].key);
+    }
+    return error_set("%s: unknown key '%s' (dflash_rank --config-keys lists them)", source, key);
+}
+
+static int config_check_range(const config_key *k, double v, const char *source) {
+    if (v < k->min || v > k->max)
+        return error_set("%s: key '%s' = %g is outside [%g, %g]", source, k->key, v, k->min, k->max);
+    return 0;
+}
+
+static int config_check_choice(const config_key *k, const char *v, const char *source) {
+    if (!k->choices) return 0;
+    size_t n = strlen(v);
+    for (const char *c = k->choices; *c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0) return 0;
+        if (!bar) break;
+        c = bar + 1;
+    }
+    return error_set("%s: key '%s' = \"%s\" is not one of %s", source, k->key, v, k->choices);
+}
+
+// Parsers from text (command line, defaults). Each returns -1 with error_set on a bad value.
+static int parse_int(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int config_set_text(config *c, const config_key *k, const char *val, const char *source) {
+    char *field = (char *)c + k->offset;
+    switch (k->type) {
+    case CFG_INT: {
+        int64_t v;
+        if (parse_int(val, &v)) return error_set("%s: key '%s' wants an integer, got \"%s\"", source, k->key, val);
+        if (config_check_range(k, (double)v, source)) return -1;
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case CFG_FLOAT: {
+        char *end;
+        double v = strtod(val, &end);
+        if (end == val || *end || !isfinite(v))
+            return error_set("%s: key '%s' wants a number, got \"%s\"", source, k->key, val);
+        if (config_check_range(k, v, source)) return -1;
+        *(double *)field = v;
+        return 0;
+    }
+    case CFG_BOOL:
+        if (strcmp(val, "true") == 0 || strcmp(val, "1") == 0) *(int *)field = 1;
+        else if (strcmp(val, "false") == 0 || strcmp(val, "0") == 0) *(int *)field = 0;
+        else return error_set("%s: key '%s' wants true or false, got \"%s\"", source, k->key, val);
+        return 0;
+    case CFG_STRING:
+        if (strlen(val) >= k->size)
+            return error_set("%s: key '%s' is longer than %zu characters", source, k->key, k->size - 1);
+        if (config_check_choice(k, val, source)) return -1;
+        snprintf(field, k->size, "%s", val);
+        return 0;
+    case CFG_BYTES: {
+        size_t v;
+        if (bytes_parse(val, &v)) return error_set("%s: key '%s' wants a size like 80GiB, got \"%s\"", source, k->key, val);
+        *(int64_t *)field = (int64_t)v;
+        return 0;
+    }
+    case CFG_INT_LIST: {
+        // "1,9,17" (or "" for the empty list)
+        config_int_list *list = (config_int_list *)field;
+        int64_t n = 0;
+        char buf[CONFIG_STR];
+        snprintf(buf, sizeof buf, "%s", val);
+        for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+            int64_t v;
+            if (parse_int(tok, &v)) return error_set("%s: key '%s' wants integers separated by commas, got \"%s\"", source, k->key, val);
+            if (n >= CONFIG_MAX_IDS) return error_set("%s: key '%s' has more than %d values", source, k->key, CONFIG_MAX_IDS);
+            if (config_check_range(k, (double)v, source)) return -1;
+            list->v[n++] = v;
+        }
+        list->n = n;
+        return 0;
+    }
+    }
+    return error_set("%s: key '%s' has an unhandled type", source, k->key);
+}
+
+void config_defaults(config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < config_nkeys; i++)
+        if (config_set_text(c, &config_keys[i], config_keys[i].def, "defaults"))
+            fatal("bad default in the config table: %s", error_msg()); // a programming error
+}
+
+// A JSON leaf, checked against the key's type.
+static int config_set_json(config *c, const config_key *k, const cJSON *v, const char *source) {
+    char text[CONFIG_STR];
+    switch (k->type) {
+    case CFG_INT:
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+            return error_set("%s: key '%s' wants an integer", source, k->key);
+        snprintf(text, sizeof text, "%.0f", v->valuedouble);
+        return config_set_text(c, k, text, source);
+    case CFG_FLOAT:
+        if (!cJSON_IsNumber(v)) return error_set("%s: key '%s' wants a number", source, k->key);
+        snprintf(text, sizeof text, "%.17g", v->valuedouble);
+        return config_set_text(c, k, text, source);
+    case CFG_BOOL:
+        if (!cJSON_IsBool(v)) return error_set("%s: key '%s' wants true or false", source, k->key);
+        return config_set_text(c, k, cJSON_IsTrue(v) ? "true" : "false", source);
+    case CFG_STRING:
+        if (!cJSON_IsString(v)) return error_set("%s: key '%s' wants a string", source, k->key);
+        return config_set_text(c, k, v->valuestring, source);
+    case CFG_BYTES:
+        if (cJSON_IsString(v)) return config_set_text(c, k, v->valuestring, source);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+            return error_set("%s: key '%s' wants a size (bytes, or a string like \"80GiB\")", source, k->key);
+        snprintf(text, sizeof text, "%.0f", v->valuedouble);
+        return config_set_text(c, k, text, source);
+    case CFG_INT_LIST: {
+        if (!cJSON_IsArray(v)) return error_set("%s: key '%s' wants a list of integers", source, k->key);
+        size_t n = 0;
+        text[0] = '\0';
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+                return error_set("%s: key '%s' wants a list of integers", source, k->key);
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%.0f", n ? "," : "", e->valuedouble);
+            if (n >= sizeof text) return error_set("%s: key '%s' has too many values", source, k->key);
+        }
+        return config_set_text(c, k, text, source);
+    }
+    }
+    return error_set("%s: key '%s' has an unhandled type", source, k->key);
+}
+
+static int config_walk(config *c, const cJSON *obj, const char *prefix, const char *source) {
+    const cJSON *v;
+    cJSON_ArrayForEach(v, obj) {
+        char key[256];
+        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", v->string);
+        const config_key *k = config_find(key);
+        if (k) {
+            if (config_set_json(c, k, v, source)) return -1;
+        } else if (cJSON_IsObject(v)) {
+            if (config_walk(c, v, key, source)) return -1;
+        } else {
+            return config_unknown(key, source);
+        }
+    }
+    return 0;
+}
+
+int config_load_json(config *c, const char *json, const char *source) {
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1;
+        for (const char *p = json; at && p < at; p++) line += *p == '\n';
+        return error_set("%s: not valid JSON (near line %d)", source, line);
+    }
+    int rc = cJSON_IsObject(root) ? config_walk(c, root, "", source)
+                                  : error_set("%s: the configuration must be a JSON object", source);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load_file(config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return error_set("config %s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0 || n > (64 << 20)) {
+        fclose(f);
+        return error_set("config %s: not a readable file of at most 64 MiB", path);
+    }
+    char *buf = xmalloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = '\0';
+    int rc = config_load_json(c, buf, path);
+    free(buf);
+    return rc;
+}
+
+int config_set(config *c, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq) return error_set("override '--%s': expected --key=value", assignment);
+    char key[256];
+    size_t n = (size_t)(eq - assignment);
+    if (n >= sizeof key) n = sizeof key - 1;
+    memcpy(key, assignment, n);
+    key[n] = '\0';
+    const config_key *k = config_find(key);
+    if (!k) return config_unknown(key, "command line");
+    return config_set_text(c, k, eq + 1, "command line");
+}
+
+// Find (or make) the section object of a dotted key in root; returns the leaf name.
+static cJSON *config_section(cJSON *root, const char *key, const char **leaf) {
+    char part[256];
+    cJSON *obj = root;
+    const char *p = key, *dot;
+    while ((dot = strchr(p, '.'))) {
+        snprintf(part, sizeof part, "%.*s", (int)(dot - p), p);
+        cJSON *next = cJSON_GetObjectItemCaseSensitive(obj, part);
+        if (!next) next = cJSON_AddObjectToObject(obj, part);
+        obj = next;
+        p = dot + 1;
+    }
+    *leaf = p;
+    return obj;
+}
+
+char *config_to_json(const config *c) {
+    cJSON *root = cJSON_CreateObject();
+    for (int i = 0; i < config_nkeys; i++) {
+        const config_key *k = &config_keys[i];
+        const char *leaf;
+        cJSON *sec = config_section(root, k->key, &leaf);
+        const char *field = (const char *)c + k->offset;
+        switch (k->type) {
+        case CFG_INT:
+        case CFG_BYTES: cJSON_AddNumberToObject(sec, leaf, (double)*(const int64_t *)field); break;
+        case CFG_FLOAT: cJSON_AddNumberToObject(sec, leaf, *(const double *)field); break;
+        case CFG_BOOL: cJSON_AddBoolToObject(sec, leaf, *(const int *)field); break;
+        case CFG_STRING: cJSON_AddStringToObject(sec, leaf, field); break;
+        case CFG_INT_LIST: {
+            const config_int_list *list = (const config_int_list *)field;
+            cJSON *arr = cJSON_AddArrayToObject(sec, leaf);
+            for (int64_t j = 0; j < list->n; j++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)list->v[j]));
+            break;
+        }
+        }
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+void config_print_keys(FILE *f) {
+    for (int i = 0; i < config_nkeys; i++) {
+        const config_key *k = &config_keys[i];
+        fprintf(f, "| `%s` | %s | `%s` | %s", k->key, config_type_name(k->type), k->def[0] ? k->def : "\"\"", k->doc);
+        if (k->choices) { // "a|b" would split a markdown cell: escape the bars
+            fputs("; one of ", f);
+            for (const char *c = k->choices; *c; c++) fputs(*c == '|' ? "\\|" : (char[]){*c, 0}, f);
+        }
+        fputs(" |\n", f);
+    }
+}
+
+uint64_t config_hash(const config *c) {
+    char *s = config_to_json(c);
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = s; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    cJSON_free(s);
+    return h;
+}

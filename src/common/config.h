@@ -1,0 +1,71 @@
+// config.h: the run configuration: JSON file + command-line overrides, checked against one table.
+//
+// Every key has a type, a default and a line of documentation in config_keys (config.c); the same
+// table is printed by `dflash_rank --config-keys` and must match docs/config.md (a test checks).
+// In the JSON file keys nest by section ({"train": {"lr": 3e-4}}); on the command line they are
+// dotted (--train.lr=3e-4). An unknown key or a value of the wrong type is an error that names the
+// key, the expected type and what was found.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CONFIG_MAX_IDS 64
+#define CONFIG_STR 512
+
+typedef struct {
+    int64_t n;
+    int64_t v[CONFIG_MAX_IDS];
+} config_int_list;
+
+typedef struct {
+    // run
+    char run_dir[CONFIG_STR];
+    int64_t seed;
+    char device[16];      // auto | cpu | cuda
+    char log_level[16];   // debug | info | warn | error
+    char mode[32];        // check (for now)
+    // world
+    int64_t teachers;     // -1: world size - students
+    int64_t students;
+    // target
+    char target_path[CONFIG_STR];
+    config_int_list target_layer_ids;
+    // drafter
+    int64_t block_size;
+    // data
+    char data_path[CONFIG_STR];
+} config;
+
+typedef enum { CFG_INT, CFG_FLOAT, CFG_STRING, CFG_BOOL, CFG_INT_LIST, CFG_BYTES } config_type;
+
+typedef struct {
+    const char *key;        // dotted: "train.lr"
+    config_type type;
+    size_t offset;          // into config
+    size_t size;            // string capacity / list capacity
+    const char *def;        // default, as it would be written on the command line
+    const char *doc;        // one line
+    const char *choices;    // "auto|cpu|cuda" for enumerated strings, else NULL
+    double min, max;        // bounds for numbers (inclusive)
+} config_key;
+
+extern const config_key config_keys[];
+extern const int config_nkeys;
+
+// config_defaults: every key at its default.
+void config_defaults(config *c);
+// config_load_file: apply a JSON file (nested sections) on top of c. -1 with error_set naming the
+// file and the key on any problem.
+int config_load_file(config *c, const char *path);
+// config_load_json: the same from a string (source names it in messages).
+int config_load_json(config *c, const char *json, const char *source);
+// config_set: one override "key=value" (the leading "--" already stripped). -1 on an unknown key
+// or a value that does not parse as the key's type or lies outside its bounds.
+int config_set(config *c, const char *assignment);
+// config_print_json: the effective configuration as nested JSON (for the run directory and logs).
+char *config_to_json(const config *c); // caller frees
+// config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
+void config_print_keys(FILE *f);
+// config_hash: FNV-1a of the effective JSON, for checkpoints.
+uint64_t config_hash(const config *c);

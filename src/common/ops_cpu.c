@@ -1,0 +1,148 @@
+// ops_cpu.c: the fp32 reference implementation of the model ops (see ops.h), threaded with OpenMP.
+// Plain loops, written to be read: each function is the formula in its header comment.
+#include "common/ops_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H) {
+#pragma omp parallel for
+    for (int t = 0; t < T; t++) memcpy(out + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
+}
+
+void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps) {
+#pragma omp parallel for
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * D;
+        float *y = out + (size_t)r * D;
+        double ss = 0; // double: the mean of squares over thousands of values
+        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+        float inv = (float)(1.0 / sqrt(ss / D + eps));
+        for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
+    }
+}
+
+void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            // the angle in float, as transformers forms it: (inv_freq @ position) in fp32
+            float angle = (float)pos[t] * inv_freq[i];
+            float c = cosf(angle), s = sinf(angle);
+            for (int h = 0; h < nh; h++) {
+                float *v = x + ((size_t)t * nh + h) * hd;
+                float a = v[i], b = v[i + half];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+// One query row against keys [k0, k_end) of its sequence, online softmax (running max m and sum l).
+void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
+                          int n_seq, int T, int nq, int nkv, int hd, float scale) {
+    int group = nq / nkv;
+    for (int s = 0; s < n_seq; s++) {
+        int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+        for (int t = start; t < end; t++) {
+            for (int h = 0; h < nq; h++) {
+                const float *qv = q + ((size_t)t * nq + h) * hd;
+                float *o = out + ((size_t)t * nq + h) * hd;
+                int kh = h / group;
+                float m = -INFINITY, l = 0;
+                for (int i = 0; i < hd; i++) o[i] = 0;
+                for (int j = start; j <= t; j++) {
+                    const float *kv = k + ((size_t)j * nkv + kh) * hd;
+                    const float *vv = v + ((size_t)j * nkv + kh) * hd;
+                    float dot = 0;
+                    for (int i = 0; i < hd; i++) dot += qv[i] * kv[i];
+                    float sc = dot * scale;
+                    if (sc > m) { // rescale what has been summed so far to the new maximum
+                        float r = expf(m - sc);
+                        l *= r;
+                        for (int i = 0; i < hd; i++) o[i] *= r;
+                        m = sc;
+                    }
+                    float p = expf(sc - m);
+                    l += p;
+                    for (int i = 0; i < hd; i++) o[i] += p * vv[i];
+                }
+                for (int i = 0; i < hd; i++) o[i] /= l;
+            }
+        }
+    }
+    (void)T;
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu_add(float *x, const float *y, int64_t n) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void cpu_copy_2d(float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows, int64_t cols) {
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, (size_t)cols * sizeof(float));
+}
+
+void cpu_topk_lse_init(float *val, int32_t *idx, float *m, float *s, int R, int k) {
+    for (int64_t i = 0; i < (int64_t)R * k; i++) {
+        val[i] = -INFINITY;
+        idx[i] = -1;
+    }
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY;
+        s[r] = 0;
+    }
+}
+
+// a before b in the top-k order: larger value, then smaller id
+static int topk_before(float va, int32_t ia, float vb, int32_t ib) {
+    return va > vb || (va == vb && ia >= 0 && (ib < 0 || ia < ib));
+}
+
+void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
+                         float *m, float *s) {
+#pragma omp parallel for
+    for (int r = 0; r < R; r++) {
+        const float *x = logits + (size_t)r * ld;
+        float *tv = val + (size_t)r * k;
+        int32_t *ti = idx + (size_t)r * k;
+        // LSE: rescale the running sum to the tile's maximum when it is larger
+        float tmax = -INFINITY;
+        for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
+        float nm = tmax > m[r] ? tmax : m[r];
+        double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
+        for (int j = 0; j < Vc; j++) sum += exp((double)x[j] - nm);
+        m[r] = nm;
+        s[r] = (float)sum;
+        // top-k: insertion into the sorted list (k is small; the tile is scanned once)
+        for (int j = 0; j < Vc; j++) {
+            float xv = x[j];
+            int32_t id = v0 + j;
+            if (!topk_before(xv, id, tv[k - 1], ti[k - 1])) continue;
+            int p = k - 1;
+            while (p > 0 && topk_before(xv, id, tv[p - 1], ti[p - 1])) {
+                tv[p] = tv[p - 1];
+                ti[p] = ti[p - 1];
+                p--;
+            }
+            tv[p] = xv;
+            ti[p] = id;
+        }
+    }
+}
+
+void cpu_topk_lse_finish(float *lse, const float *m, const float *s, int R) {
+    for (int r = 0; r < R; r++) lse[r] = m[r] + logf(s[r]);
+}

@@ -1,0 +1,17 @@
+// ops_cpu.h: the CPU (fp32, OpenMP) twins of the ops in ops.h; the reference implementation.
+// Same arguments as the ops_* functions without the backend; all act buffers are float.
+#pragma once
+#include <stdint.h>
+
+void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H);
+void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps);
+void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd);
+void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
+                          int n_seq, int T, int nq, int nkv, int hd, float scale);
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
+void cpu_add(float *x, const float *y, int64_t n);
+void cpu_copy_2d(float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows, int64_t cols);
+void cpu_topk_lse_init(float *val, int32_t *idx, float *m, float *s, int R, int k);
+void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
+                         float *m, float *s);
+void cpu_topk_lse_finish(float *lse, const float *m, const float *s, int R);

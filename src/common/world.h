@@ -1,0 +1,27 @@
+// world.h: the MPI world and each rank's role in it (SPEC §8).
+//
+// Ranks 0 .. T-1 are teachers, ranks T .. T+S-1 are students (by default one student, the last
+// rank). The local rank (rank among the processes on the same host, from
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)) picks the GPU.
+#pragma once
+
+typedef enum { ROLE_TEACHER = 0, ROLE_STUDENT = 1 } rank_role;
+
+typedef struct {
+    int rank, size;             // in MPI_COMM_WORLD
+    int local_rank, local_size; // on this host
+    int teachers, students;     // T + S = size
+    rank_role role;
+    int role_index;             // index among the ranks of the same role
+} world;
+
+// world_roles: assign roles for a world of `size` ranks from the configured counts (teachers = -1:
+// size - students). -1 with error_set naming both numbers when T + S != size or either is invalid.
+int world_roles(world *w, int rank, int size, long long teachers, long long students);
+// world_init: MPI_Init (MPI_THREAD_FUNNELED), rank, size, local rank. Works without mpirun (one rank).
+void world_init(world *w, int *argc, char ***argv);
+void world_finalize(void);
+// world_agree: 0 when every rank's status is 0, else the largest status: lets every rank exit
+// with the same code after a check that may fail on one rank only.
+int world_agree(int status);
+const char *role_name(rank_role r);

@@ -1,0 +1,176 @@
+// dflash_rank: one binary for every rank of a DFlash drafter training job.
+//
+//   mpirun -np N dflash_rank --config run.json [--key=value ...]
+//
+// Each rank reads the same configuration, takes its role from its rank (teachers first, students
+// last; SPEC §8), opens its backend (GPU = local rank modulo visible devices) and runs the mode.
+// Modes so far: "check" — every rank starts, takes its role and backend, opens the inputs it would
+// use (teachers: the target directory; students: the training set), and rank 0 prints one line per
+// rank. The teacher and student loops arrive with their issues (docs/STATUS.md).
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/arena.h"
+#include "common/backend.h"
+#include "common/check.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "common/trainset.h"
+#include "common/version.h"
+#include "common/world.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "dflash_rank %s: trains a DFlash speculative-decoding drafter from a frozen target LLM\n"
+            "\n"
+            "usage: mpirun -np N dflash_rank [--config FILE] [--KEY=VALUE ...] [options]\n"
+            "\n"
+            "options:\n"
+            "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
+            "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
+            "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
+            "  --mode M             same as --run.mode=M (check)\n"
+            "  --print-config       print the effective configuration as JSON and exit\n"
+            "  --config-keys        print every configuration key (markdown table) and exit\n"
+            "  --version            print the version and the compiled backends\n"
+            "  --help               this text\n"
+            "\n"
+            "docs/config.md documents every key; README.md shows a first run.\n",
+            DFLASH_VERSION);
+}
+
+// Arguments are read before MPI starts so --help and --version work without mpirun.
+// Returns -1 (message printed) on a bad argument, 1 when the program should exit 0 now.
+static int args_parse(int argc, char **argv, config *cfg) {
+    const char *config_path = NULL;
+    int print_config = 0;
+    // The config file first, so overrides apply on top of it whatever their order.
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) { fprintf(stderr, "error: --config needs a file\n"); return -1; }
+            config_path = argv[++i];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            config_path = argv[i] + 9;
+        }
+    }
+    config_defaults(cfg);
+    if (config_path && config_load_file(cfg, config_path)) {
+        fprintf(stderr, "error: %s\n", error_msg());
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char buf[CONFIG_STR + 32];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 1; }
+        if (strcmp(a, "--version") == 0) {
+            printf("dflash_rank %s\nbackends: %s\n", DFLASH_VERSION, DFLASH_BACKENDS);
+            return 1;
+        }
+        if (strcmp(a, "--config-keys") == 0) {
+            printf("| key | type | default | meaning |\n|---|---|---|---|\n");
+            config_print_keys(stdout);
+            return 1;
+        }
+        if (strcmp(a, "--print-config") == 0) { print_config = 1; continue; }
+        if (strcmp(a, "--config") == 0) { i++; continue; }
+        if (strncmp(a, "--config=", 9) == 0) continue;
+        if ((strcmp(a, "--device") == 0 || strcmp(a, "--mode") == 0) && i + 1 < argc) {
+            snprintf(buf, sizeof buf, "run.%s=%s", a + 2, argv[++i]);
+            a = buf;
+        } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=')) {
+            a += 2;
+        } else {
+            fprintf(stderr, "error: unknown argument '%s' (dflash_rank --help lists the options)\n", a);
+            return -1;
+        }
+        if (config_set(cfg, a)) {
+            fprintf(stderr, "error: %s\n", error_msg());
+            return -1;
+        }
+    }
+    if (print_config) {
+        char *s = config_to_json(cfg);
+        printf("%s\n", s);
+        free(s);
+        return 1;
+    }
+    return 0;
+}
+
+// check mode: what this rank would open, as one line for rank 0's table. Returns 0 or 1.
+static int mode_check(const world *w, const config *cfg, backend *be, char *line, size_t n) {
+    int used = snprintf(line, n, "rank %d  %-7s %d/%d  local %d  backend %s", w->rank, role_name(w->role),
+                        w->role_index, w->role == ROLE_TEACHER ? w->teachers : w->students, w->local_rank,
+                        be->name);
+    if (w->role == ROLE_TEACHER && cfg->target_path[0]) {
+        st_dir d;
+        if (safetensors_dir_open(&d, cfg->target_path)) {
+            snprintf(line + used, n - (size_t)used, "  target: %s", error_msg());
+            return 1;
+        }
+        size_t bytes = 0;
+        for (int i = 0; i < d.n; i++) bytes += d.entries[i]->nbytes;
+        char b[32];
+        snprintf(line + used, n - (size_t)used, "  target: %d tensors, %s in %d file(s)", d.n,
+                 bytes_format(bytes, b, sizeof b), d.n_files);
+        safetensors_dir_close(&d);
+    }
+    if (w->role == ROLE_STUDENT && cfg->data_path[0]) {
+        trainset ts;
+        if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) {
+            snprintf(line + used, n - (size_t)used, "  data: %s", error_msg());
+            return 1;
+        }
+        snprintf(line + used, n - (size_t)used, "  data: %lld usable samples of %lld, %lld tokens, %lld loss tokens",
+                 (long long)ts.n, (long long)ts.n_raw, (long long)ts.n_tokens, (long long)ts.loss_tokens);
+        trainset_close(&ts);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    config cfg;
+    int a = args_parse(argc, argv, &cfg);
+    if (a != 0) return a < 0 ? 2 : 0;
+
+    world w;
+    world_init(&w, &argc, &argv);
+    log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));
+    if (world_roles(&w, w.rank, w.size, cfg.teachers, cfg.students)) {
+        if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
+        world_finalize();
+        return 1;
+    }
+    if (w.rank == 0) log_info("dflash_rank %s: %d rank(s): %d teacher(s), %d student(s); mode %s", DFLASH_VERSION, w.size, w.teachers, w.students, cfg.mode);
+
+    backend be;
+    int status = 0;
+    if (backend_open(&be, cfg.device, w.local_rank)) {
+        log_error("%s", error_msg());
+        status = 1;
+    }
+    if (world_agree(status)) {
+        world_finalize();
+        return 1;
+    }
+
+    // mode "check": every rank reports one line to rank 0, which prints them in rank order.
+    char line[1024] = {0};
+    status = mode_check(&w, &cfg, &be, line, sizeof line);
+    char *all = w.rank == 0 ? xmalloc(sizeof line * (size_t)w.size) : NULL;
+    mpi_check(MPI_Gather(line, sizeof line, MPI_CHAR, all, sizeof line, MPI_CHAR, 0, MPI_COMM_WORLD));
+    status = world_agree(status);
+    if (w.rank == 0) {
+        for (int r = 0; r < w.size; r++) printf("%s\n", all + (size_t)r * sizeof line);
+        printf(status ? "check: FAILED (see the lines above)\n" : "check: every rank is ready\n");
+        fflush(stdout);
+        free(all);
+    }
+    backend_close(&be);
+    world_finalize();
+    return status ? 1 : 0;
+}

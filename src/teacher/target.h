@@ -1,0 +1,79 @@
+// target.h: the frozen target LLM on one teacher rank: weights resident on the backend's device,
+// and the forward over a packed batch that yields what the drafter learns from (SPEC §2):
+//   features [T, n_feat*H]  hidden states after the layers in layer_ids (before the final norm)
+//   topk_idx/val [T, k]     the k largest logits of lm_head(norm(h)), sorted descending
+//   lse [T]                 log-sum-exp of the full-vocabulary logits
+// The lm_head runs over vocabulary tiles with a running top-k and LSE: [T, V] never exists.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "common/backend.h"
+#include "teacher/target_config.h"
+
+#define TARGET_MAX_FEAT 64
+
+typedef struct {
+    void *input_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm; // q_norm/k_norm: Qwen3 only
+    void *post_norm, *w_gate, *w_up, *w_down;
+} target_layer;
+
+typedef struct {
+    target_config cfg;
+    backend *be;
+    arena weights;           // every weight, in ops_act_dtype, on the device
+    target_layer *layers;    // [n_layers]
+    void *embed;             // [V, H]
+    void *final_norm;        // [H]
+    void *lm_head;           // [V, H] (== embed when tied)
+    float *inv_freq;         // [head_dim/2] f32, device
+} target_model;
+
+// target_load: config.json + safetensors (single or sharded) from dir onto be. Every tensor's
+// presence, dtype (BF16, F16 or F32) and shape is checked first; -1 with error_set naming the tensor.
+int target_load(target_model *m, const char *dir, backend *be);
+void target_free(target_model *m);
+size_t target_weight_bytes(const target_config *c, dtype dt);
+
+// What a forward produces.
+typedef struct {
+    int n_feat;
+    int64_t layer_ids[TARGET_MAX_FEAT]; // after which decoder layers (0-based) features are taken
+    int topk;                           // k (<= OPS_TOPK_MAX)
+    int vocab_tile;                     // lm_head vocabulary tile (0 = choose)
+} target_outputs;
+
+// target_outputs_check: layer ids inside [0, n_layers) (repeats allowed: the SPEC formula repeats ids
+// for targets under 8 layers, as DFlash does); 1 <= k <= min(V, OPS_TOPK_MAX).
+int target_outputs_check(const target_model *m, const target_outputs *o);
+
+// Work buffers for batches of up to max_tokens tokens, carved from an arena on the device.
+typedef struct {
+    int max_tokens, max_seqs, vocab_tile;
+    void *x, *xn, *q, *k, *v, *att, *gate, *up; // activations
+    float *logits;                              // [max_tokens, vocab_tile] f32
+    int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
+    float *m, *s;                               // running LSE state [max_tokens]
+    // outputs (device)
+    void *features;     // [max_tokens, n_feat*H] act
+    int32_t *topk_idx;  // [max_tokens, k]
+    float *topk_val;    // [max_tokens, k]
+    float *lse;         // [max_tokens]
+} target_work;
+
+// target_work_bytes: bytes target_work_carve takes for these sizes (dry arena).
+size_t target_work_bytes(const target_model *m, const target_outputs *o, int max_tokens, int max_seqs, int vocab_tile);
+void target_work_carve(target_work *w, arena *a, const target_model *m, const target_outputs *o,
+                       int max_tokens, int max_seqs, int vocab_tile);
+// target_plan_tokens: the largest packed batch (tokens) whose weights + work fit in budget bytes;
+// 0 when even one token does not fit. Also sets *vocab_tile.
+int target_plan_tokens(const target_model *m, const target_outputs *o, size_t budget, int max_seqs, int *vocab_tile);
+
+// target_forward: run the packed batch tokens[T] (host) with boundaries cu_seqlens[n_seq+1] (host).
+// Results are in w->features/topk_idx/topk_val/lse (device). When logits_rows is not NULL, the full
+// fp32 logits of the n_logits rows listed (host indices) are copied to logits_out [n_logits, V] (host)
+// as tiles pass by (for checking only). -1 with error_set on a bad batch.
+int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,
+                   const int32_t *cu_seqlens, int n_seq, int T, const int *logits_rows, int n_logits,
+                   float *logits_out);

@@ -1,0 +1,55 @@
+# lib.sh: shared helpers for the tests/cli/test_*.sh scripts (sourced, not a test itself).
+#   expect_ok NAME CMD...            command exits 0
+#   expect_fail NAME PATTERN CMD...  command exits non-zero, prints exactly one stderr line matching
+#                                    PATTERN, and does not crash (no signal exit codes >= 128)
+#   finish                           prints "N passed, M failed" and exits 1 on any failure
+set -u
+BUILD=${DFLASH_BUILD:?run through ctest (DFLASH_BUILD unset)}
+SRC=${DFLASH_SRC:?run through ctest (DFLASH_SRC unset)}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Open MPI wants a writable TMPDIR for its session directory; keep each test's files apart.
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dflash_cli_XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+
+expect_ok() {
+  local name=$1; shift
+  if "$@" >"$TMP/out" 2>"$TMP/err"; then ok; else bad "$name: exit $? from: $*"; cat "$TMP/err" >&2; fi
+}
+
+expect_fail() {
+  local name=$1 pattern=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  local lines
+  lines=$(grep -c . "$TMP/err")
+  if [ "$rc" -eq 0 ]; then bad "$name: exit 0, wanted an error"; return; fi
+  if [ "$rc" -ge 128 ]; then bad "$name: crashed (exit $rc)"; cat "$TMP/err" >&2; return; fi
+  if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern':"; cat "$TMP/err" >&2; return; fi
+  if [ "$lines" -ne 1 ]; then bad "$name: $lines stderr lines, wanted one:"; cat "$TMP/err" >&2; return; fi
+  ok
+}
+
+# expect_fail_mpi NAME PATTERN CMD...: like expect_fail for a job under mpirun, which adds its own
+# banner about the non-zero exit: our error line must appear exactly once among its lines.
+expect_fail_mpi() {
+  local name=$1 pattern=$2; shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -eq 0 ]; then bad "$name: exit 0, wanted an error"; return; fi
+  local n
+  n=$(grep -c -- "$pattern" "$TMP/err")
+  if [ "$n" -ne 1 ]; then bad "$name: '$pattern' appears $n times in stderr:"; cat "$TMP/err" >&2; return; fi
+  if grep -qiE "segmentation|core dumped|signal" "$TMP/err"; then bad "$name: a rank crashed:"; cat "$TMP/err" >&2; return; fi
+  ok
+}
+
+finish() {
+  echo "$(basename "$0" .sh): $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit $?
+}
