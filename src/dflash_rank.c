@@ -4,10 +4,15 @@
 //
 // Each rank reads the same configuration, takes its role from its rank (teachers first, students
 // last; SPEC §8), opens its backend (GPU = local rank modulo visible devices) and runs the mode.
-// Modes so far: "check" — every rank starts, takes its role and backend, opens the inputs it would
-// use (teachers: the target directory; students: the training set), and rank 0 prints one line per
-// rank. The teacher and student loops arrive with their issues (docs/STATUS.md).
+// Modes so far:
+//   check          every rank starts, takes its role and backend, opens the inputs it would use
+//                  (teachers: the target directory; students: the training set); rank 0 prints
+//                  one line per rank
+//   dump-features  every rank is a teacher: the offline feature file of data.path, sharded over
+//                  the ranks, into features.dir (resumable)
+// The training loop arrives with its issues (docs/STATUS.md).
 #include <mpi.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +27,7 @@
 #include "common/trainset.h"
 #include "common/version.h"
 #include "common/world.h"
+#include "teacher/dump_features.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -33,7 +39,7 @@ static void usage(FILE *f) {
             "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
-            "  --mode M             same as --run.mode=M (check)\n"
+            "  --mode M             same as --run.mode=M (check | dump-features)\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
             "  --version            print the version and the compiled backends\n"
@@ -140,7 +146,13 @@ int main(int argc, char **argv) {
     world w;
     world_init(&w, &argc, &argv);
     log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));
-    if (world_roles(&w, w.rank, w.size, cfg.teachers, cfg.students)) {
+    // Ranks on one host share its cores unless the user says otherwise (OMP_NUM_THREADS).
+    if (!getenv("OMP_NUM_THREADS")) {
+        int threads = omp_get_num_procs() / (w.local_size > 0 ? w.local_size : 1);
+        omp_set_num_threads(threads > 0 ? threads : 1);
+    }
+    int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
+    if (world_roles(&w, w.rank, w.size, dump ? w.size : cfg.teachers, dump ? 0 : cfg.students)) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
         world_finalize();
         return 1;
@@ -156,6 +168,13 @@ int main(int argc, char **argv) {
     if (world_agree(status)) {
         world_finalize();
         return 1;
+    }
+
+    if (dump) {
+        status = teacher_dump_features(&w, &cfg, &be) ? 1 : 0;
+        backend_close(&be);
+        world_finalize();
+        return status;
     }
 
     // mode "check": every rank reports one line to rank 0, which prints them in rank order.

@@ -31,6 +31,15 @@ typedef struct {
     // target
     char target_path[CONFIG_STR];
     config_int_list target_layer_ids;
+    int64_t n_features;   // used when target_layer_ids is empty
+    // teacher
+    int64_t teacher_topk;
+    int64_t teacher_max_tokens;
+    int64_t teacher_mem_budget; // bytes, 0 = no limit
+    int64_t teacher_vocab_tile;
+    // features (offline feature files)
+    char features_dir[CONFIG_STR];
+    int64_t features_shard_samples;
     // drafter
     int64_t block_size;
     // data

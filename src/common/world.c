@@ -7,7 +7,7 @@
 #include "common/error.h"
 
 int world_roles(world *w, int rank, int size, long long teachers, long long students) {
-    if (students < 1) return error_set("world.students = %lld: need at least one student rank", students);
+    if (students < 0) return error_set("world.students = %lld: cannot be negative", students);
     long long t = teachers < 0 ? size - students : teachers;
     if (t < 0 || t + students != size)
         return error_set("roles do not fit the world: %lld teacher(s) + %lld student(s) = %lld rank(s), but the job "

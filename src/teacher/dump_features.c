@@ -1,0 +1,262 @@
+// dump_features.c: the teacher-only offline mode (see dump_features.h).
+#include "teacher/dump_features.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/arena.h"
+#include "common/check.h"
+#include "common/error.h"
+#include "common/featfile.h"
+#include "common/half.h"
+#include "common/log.h"
+#include "common/ops.h"
+#include "common/trainset.h"
+#include "teacher/target.h"
+
+static void shard_path(char *buf, size_t n, const char *dir, int64_t s, int64_t n_shards) {
+    snprintf(buf, n, "%s/features-%05lld-of-%05lld.h5", dir, (long long)s, (long long)n_shards);
+}
+
+// One packed batch of samples [first, last) of the training set through the target; each sample's
+// outputs are appended to the shard in order.
+typedef struct {
+    target_model *m;
+    target_outputs *o;
+    target_work *w;
+    trainset *ts;
+    featfile_writer *fw;
+    int32_t *tokens;   // [max_tokens] host
+    uint8_t *mask;     // [max_tokens]
+    int32_t *cu;       // [max_seqs + 1]
+    void *feat_raw;    // [max_tokens, n_feat*H] act dtype (host copy)
+    uint16_t *feat_bf16;
+    int32_t *topk_idx; // [max_tokens, k]
+    float *topk_val;
+    float *lse;
+} dump_ctx;
+
+static int dump_batch(dump_ctx *c, int64_t first, int64_t last) {
+    int n_seq = 0, T = 0;
+    c->cu[0] = 0;
+    for (int64_t i = first; i < last; i++) {
+        int64_t len = trainset_len(c->ts, i);
+        if (trainset_read(c->ts, i, c->tokens + T, c->mask + T)) return -1;
+        T += (int)len;
+        c->cu[++n_seq] = T;
+    }
+    if (target_forward(c->m, c->o, c->w, c->tokens, c->cu, n_seq, T, NULL, 0, NULL)) return -1;
+    backend *be = c->m->be;
+    dtype act = ops_act_dtype(be);
+    int64_t D = (int64_t)c->o->n_feat * c->m->cfg.hidden, k = c->o->topk;
+    backend_copy_to_host(be, c->feat_raw, c->w->features, (size_t)T * (size_t)D * dtype_size(act));
+    backend_copy_to_host(be, c->topk_idx, c->w->topk_idx, (size_t)T * (size_t)k * sizeof(int32_t));
+    backend_copy_to_host(be, c->topk_val, c->w->topk_val, (size_t)T * (size_t)k * sizeof(float));
+    backend_copy_to_host(be, c->lse, c->w->lse, (size_t)T * sizeof(float));
+    const uint16_t *feat = c->feat_raw; // bf16 already on CUDA
+    if (act == DT_F32) {
+        const float *f = c->feat_raw;
+        for (int64_t i = 0; i < (int64_t)T * D; i++) c->feat_bf16[i] = bf16_from_f32(f[i]);
+        feat = c->feat_bf16;
+    }
+    for (int s = 0; s < n_seq; s++) {
+        int64_t t0 = c->cu[s], n = c->cu[s + 1] - c->cu[s];
+        if (featfile_writer_append(c->fw, c->tokens + t0, c->mask + t0, n, feat + t0 * D, c->topk_idx + t0 * k,
+                                   c->topk_val + t0 * k, c->lse + t0))
+            return -1;
+    }
+    return 0;
+}
+
+// Write the index of the shards (rank 0, after every shard is done).
+static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples) {
+    char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
+    snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return error_set("%s: %s", tmp, strerror(errno));
+    fprintf(f, "{\n  \"format_version\": 1,\n  \"data\": \"%s\",\n  \"target\": \"%s\",\n  \"target_architecture\": \"%s\",\n",
+            cfg->data_path, info->target, info->target_arch);
+    fprintf(f, "  \"target_layer_ids\": [");
+    for (int i = 0; i < info->n_feat; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)info->layer_ids[i]);
+    fprintf(f, "],\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"shards\": [\n",
+            (long long)info->hidden, info->topk, (long long)n_samples);
+    for (int64_t s = 0; s < n_shards; s++) {
+        char p[CONFIG_STR + 64];
+        shard_path(p, sizeof p, ".", s, n_shards);
+        fprintf(f, "    \"%s\"%s\n", p + 2, s + 1 < n_shards ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return error_set("%s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+// What the index needs from a rank's run.
+typedef struct {
+    featfile_info info;
+    int64_t n_shards, n_samples;
+} dump_result;
+
+// This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
+static int dump_run(const world *w, const config *cfg, backend *be, dump_result *res) {
+    if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
+    if (!cfg->data_path[0]) return error_set("dump-features needs data.path (the training set)");
+    if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
+    if (mkdir(cfg->features_dir, 0755) != 0 && errno != EEXIST)
+        return error_set("features.dir %s: %s", cfg->features_dir, strerror(errno));
+
+    target_model m;
+    if (target_load(&m, cfg->target_path, be)) return -1;
+    target_outputs o = {.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    if (cfg->target_layer_ids.n > 0) {
+        o.n_feat = (int)cfg->target_layer_ids.n;
+        for (int i = 0; i < o.n_feat; i++) o.layer_ids[i] = cfg->target_layer_ids.v[i];
+    } else {
+        o.n_feat = (int)cfg->n_features;
+        target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
+    }
+    int rc = target_outputs_check(&m, &o);
+    trainset ts;
+    if (rc == 0 && trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) rc = -1;
+    if (rc) {
+        target_free(&m);
+        return -1;
+    }
+    if (ts.vocab_size > m.cfg.vocab) {
+        rc = error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)", cfg->data_path,
+                       (long long)ts.vocab_size, (long long)m.cfg.vocab, cfg->target_path);
+        trainset_close(&ts);
+        target_free(&m);
+        return rc;
+    }
+
+    // Batch size: teacher.max_tokens, which must fit the memory budget when one is given.
+    int max_tokens = (int)cfg->teacher_max_tokens, max_seqs = max_tokens, tile = o.vocab_tile;
+    int64_t longest = 0;
+    for (int64_t i = 0; i < ts.n; i++) longest = trainset_len(&ts, i) > longest ? trainset_len(&ts, i) : longest;
+    if (longest > max_tokens) rc = error_set("training set %s has a sample of %lld tokens, more than teacher.max_tokens = %d",
+                                             cfg->data_path, (long long)longest, max_tokens);
+    if (rc == 0 && cfg->teacher_mem_budget > 0) {
+        int fit = target_plan_tokens(&m, &o, (size_t)cfg->teacher_mem_budget, max_seqs, &tile);
+        if (fit < max_tokens) {
+            char b1[32], b2[32];
+            rc = error_set("teacher.mem_budget %s holds batches of %d tokens, less than teacher.max_tokens = %d "
+                           "(weights alone take %s)", bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1), fit,
+                           max_tokens, bytes_format(target_weight_bytes(&m.cfg, ops_act_dtype(be)), b2, sizeof b2));
+        }
+    }
+    if (rc) {
+        trainset_close(&ts);
+        target_free(&m);
+        return -1;
+    }
+    arena work;
+    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, max_tokens, max_seqs, tile))) {
+        trainset_close(&ts);
+        target_free(&m);
+        return -1;
+    }
+    target_work tw;
+    target_work_carve(&tw, &work, &m, &o, max_tokens, max_seqs, tile);
+
+    featfile_info info = {.vocab_size = ts.vocab_size, .n_feat = o.n_feat, .hidden = m.cfg.hidden, .topk = o.topk};
+    snprintf(info.tokenizer, sizeof info.tokenizer, "%s", ts.tokenizer);
+    snprintf(info.target, sizeof info.target, "%s", cfg->target_path);
+    snprintf(info.target_arch, sizeof info.target_arch, "%s", m.cfg.arch_name);
+    for (int i = 0; i < o.n_feat; i++) info.layer_ids[i] = o.layer_ids[i];
+
+    int64_t D = (int64_t)o.n_feat * m.cfg.hidden;
+    dump_ctx c = {.m = &m, .o = &o, .w = &tw, .ts = &ts};
+    c.tokens = xmalloc((size_t)max_tokens * sizeof(int32_t));
+    c.mask = xmalloc((size_t)max_tokens);
+    c.cu = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
+    c.feat_raw = xmalloc((size_t)max_tokens * (size_t)D * dtype_size(ops_act_dtype(be)));
+    c.feat_bf16 = xmalloc((size_t)max_tokens * (size_t)D * sizeof(uint16_t));
+    c.topk_idx = xmalloc((size_t)max_tokens * (size_t)o.topk * sizeof(int32_t));
+    c.topk_val = xmalloc((size_t)max_tokens * (size_t)o.topk * sizeof(float));
+    c.lse = xmalloc((size_t)max_tokens * sizeof(float));
+
+    int64_t per = cfg->features_shard_samples, n_shards = (ts.n + per - 1) / per;
+    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0;
+    for (int64_t s = w->rank; s < n_shards; s += w->size) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
+    progress p;
+    progress_start(&p, "dump-features (samples)", my_samples);
+    for (int64_t s = w->rank; s < n_shards && rc == 0; s += w->size) {
+        int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
+        char path[CONFIG_STR + 64];
+        shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
+        int have = featfile_check(path, &info, last - first);
+        if (have < 0) {
+            rc = -1;
+            break;
+        }
+        mine++;
+        if (have == 1) { // finished by an earlier run
+            skipped++;
+            done_samples += last - first;
+            progress_update(&p, done_samples);
+            continue;
+        }
+        c.fw = &(featfile_writer){0};
+        if (featfile_writer_open(c.fw, path, &info)) {
+            rc = -1;
+            break;
+        }
+        int64_t i = first;
+        while (i < last && rc == 0) {
+            int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
+            while (j < last && T + trainset_len(&ts, j) <= max_tokens) T += trainset_len(&ts, j++);
+            rc = dump_batch(&c, i, j);
+            done_samples += j - i;
+            progress_update(&p, done_samples);
+            i = j;
+        }
+        if (rc == 0) rc = featfile_writer_close(c.fw);
+        else featfile_writer_abort(c.fw);
+    }
+    if (rc == 0) progress_end(&p);
+    if (rc == 0 && mine)
+        log_info("dump-features: %lld shard(s) of %lld on this rank, %lld already done", (long long)mine,
+                 (long long)n_shards, (long long)skipped);
+
+    res->info = info;
+    res->n_shards = n_shards;
+    res->n_samples = ts.n;
+
+    free(c.tokens);
+    free(c.mask);
+    free(c.cu);
+    free(c.feat_raw);
+    free(c.feat_bf16);
+    free(c.topk_idx);
+    free(c.topk_val);
+    free(c.lse);
+    arena_free(&work);
+    trainset_close(&ts);
+    target_free(&m);
+    return rc;
+}
+
+int teacher_dump_features(const world *w, const config *cfg, backend *be) {
+    dump_result res;
+    memset(&res, 0, sizeof res);
+    int rc = dump_run(w, cfg, be, &res);
+    if (rc) log_error("%s", error_msg());
+    // Every rank finished or failed: rank 0 writes the index only when all of them succeeded.
+    int status = rc ? 1 : 0, any_failed = 0;
+    mpi_check(MPI_Allreduce(&status, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
+    if (w->rank == 0) {
+        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples)) return -1;
+        log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
+                 (long long)res.n_shards, cfg->features_dir);
+    }
+    return 0;
+}

@@ -1,0 +1,18 @@
+// dump_features.h: `dflash_rank --mode dump-features`: every rank is a teacher; together they write
+// the offline feature file (featfile.h) of the training set data.path into features.dir.
+//
+// The usable samples are cut into shards of features.shard_samples consecutive samples, shard s
+// going to rank s mod world size. Each shard is one file, features-SSSSS-of-NNNNN.h5, written under a
+// temporary name and renamed when complete; a rerun skips every shard already there (after checking
+// it was made with the same settings), so an interrupted dump resumes where it stopped. Rank 0 then
+// writes features.json, the index of the shards. Samples are packed into batches of up to
+// teacher.max_tokens tokens (attention never crosses a sample), each batch one target forward.
+#pragma once
+
+#include "common/backend.h"
+#include "common/config.h"
+#include "common/world.h"
+
+// teacher_dump_features: a collective call (every rank); 0 on success, -1 when any rank failed
+// (a rank's own failure is logged by that rank).
+int teacher_dump_features(const world *w, const config *cfg, backend *be);
