@@ -31,7 +31,8 @@ static void teacher_dump_usage(FILE *f) {
                "  TOKENS.json: {\"sequences\": [[id, ...], ...]}, packed in order\n"
                "  --layers: target layers (0-based) whose outputs form the features; default: SPEC section 2's\n"
                "            formula for 5 features\n"
-               "  --topk:   k of the top-k logits (default 32)\n");
+               "  --topk:   k of the top-k logits (default 32)\n"
+               "  --repeat N: run the forward N more times and print its median time and tokens/s (benchmarks)\n");
 }
 
 // Read {"sequences": [[...], ...]} into tokens[T] and cu_seqlens[n+1] (malloc'd).
@@ -102,16 +103,17 @@ static int teacher_dump_parse_ids(const char *s, target_outputs *o) {
 
 int tool_teacher_dump_main(int argc, char **argv) {
     const char *pos[3] = {0}, *device = "auto", *layers = NULL;
-    int npos = 0, topk = 32, tile = 0;
+    int npos = 0, topk = 32, tile = 0, repeat = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { teacher_dump_usage(stdout); return 0; }
         if ((strcmp(a, "--device") == 0 || strcmp(a, "--layers") == 0 || strcmp(a, "--topk") == 0 ||
-             strcmp(a, "--vocab-tile") == 0) && i + 1 < argc) {
+             strcmp(a, "--vocab-tile") == 0 || strcmp(a, "--repeat") == 0) && i + 1 < argc) {
             const char *v = argv[++i];
             if (strcmp(a, "--device") == 0) device = v;
             else if (strcmp(a, "--layers") == 0) layers = v;
             else if (strcmp(a, "--topk") == 0) topk = atoi(v);
+            else if (strcmp(a, "--repeat") == 0) repeat = atoi(v);
             else tile = atoi(v);
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "error: teacher-dump: unknown or incomplete option '%s'\n", a);
@@ -174,6 +176,25 @@ int tool_teacher_dump_main(int argc, char **argv) {
     if (target_forward(&m, &o, &w, tokens, cu, n_seq, T, last, n_seq, logits_last)) {
         fprintf(stderr, "error: %s\n", error_msg());
         return 1;
+    }
+
+    if (repeat > 0) { // timing: the forward alone (no logits rows), median of N runs
+        double *ms = xmalloc((size_t)repeat * sizeof(double));
+        for (int r = 0; r < repeat; r++) {
+            double t0 = time_now();
+            target_forward(&m, &o, &w, tokens, cu, n_seq, T, NULL, 0, NULL);
+            ms[r] = 1e3 * (time_now() - t0);
+        }
+        for (int i = 1; i < repeat; i++) // insertion sort: a handful of values
+            for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+                double x = ms[j];
+                ms[j] = ms[j - 1];
+                ms[j - 1] = x;
+            }
+        double med = ms[repeat / 2];
+        printf("teacher-forward: %d tokens, median %.2f ms over %d runs, %.1f tokens/s (%s)\n", T, med, repeat,
+               1e3 * T / med, be.name);
+        free(ms);
     }
 
     // Outputs to the host, features converted to fp32.

@@ -45,7 +45,8 @@ void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 
 // backend_gemm: row-major C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C, op = transpose when
 // the flag is set (A stored [k,m], B stored [n,k]). lda/ldb/ldc are row strides in elements.
-// Accumulation is fp32. CPU: A, B, C all F32. CUDA: A and B both F32 or both BF16; C F32 or BF16.
+// Accumulation is fp32. CPU: A, B, C all F32. CUDA: A, B, C all F32 (true fp32, no TF32), or A and B
+// BF16 with C BF16 or F32 (cuBLAS has no fp32-input, bf16-output GEMM). beta = 0: C is not read.
 // A dtype combination the backend does not support is fatal (a programming error).
 // The usual linear layer y[t,o] = x[t,i] W[o,i]^T is backend_gemm(be, 0, 1, T, O, I, ...).
 void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,

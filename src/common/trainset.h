@@ -10,7 +10,8 @@
 // one warning line with the counts) when its offsets do not increase, an id is outside
 // [0, vocab_size), or it has fewer than min_loss_tokens tokens with loss_mask = 1. A file that is
 // not HDF5, lacks a dataset, has a dataset of the wrong type or rank, or whose offsets run outside
-// /tokens is an error naming the dataset.
+// /tokens is an error naming the dataset; so is a missing vocab_size or format_version attribute or
+// a format_version other than 1 (tokenizer is optional: "" when absent).
 #pragma once
 #include <stdint.h>
 
@@ -37,6 +38,7 @@ int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens);
 // trainset_len: length of usable sample i (0 <= i < ts->n).
 int64_t trainset_len(const trainset *ts, int64_t i);
 // trainset_read: usable sample i into tokens[len] and mask[len] (either may be NULL); -1 on I/O error.
+// Mask values are returned as 0/1 (any nonzero value in the file counts as 1, as in the validation).
 int trainset_read(trainset *ts, int64_t i, int32_t *tokens, uint8_t *mask);
 void trainset_close(trainset *ts);
 
@@ -47,7 +49,8 @@ typedef struct {
     char *path, *tmp_path;
     int64_t file, d_tokens, d_mask, d_offsets; // hid_t
     int64_t n_tokens, n_samples;
-    int64_t vocab_size;
+    int64_t vocab_size;                // as given at open (<= 0: not known yet)
+    int64_t max_id;                    // largest id appended so far (-1: none)
     char tokenizer[256];
     // buffered appends (flushed in chunks)
     int32_t *buf_tokens;
@@ -58,8 +61,12 @@ typedef struct {
 
 // vocab_size <= 0: not known yet; it becomes (largest id + 1) at close.
 int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_size, const char *tokenizer);
-// trainset_writer_append: one sample of n tokens (mask values 0/1); ids outside [0, vocab_size) are
-// an error (-1, error_set naming the sample index and the id).
+// trainset_writer_append: one sample of n >= 1 tokens (mask values 0/1; mask NULL = all ones); ids
+// outside [0, vocab_size), an empty sample or a mask value > 1 are an error (-1, error_set naming
+// the sample index and the value), and like any failed call they abort the writer.
 int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n);
+// trainset_writer_close: flush, write the attributes, fsync, rename over path. Afterwards (success
+// or not) the handles and buffers are released; on success n_samples, n_tokens and vocab_size (the
+// final value) stay readable for a summary.
 int trainset_writer_close(trainset_writer *w);
 void trainset_writer_abort(trainset_writer *w);

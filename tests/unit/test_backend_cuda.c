@@ -1,0 +1,190 @@
+// test_backend_cuda.c: the CUDA backend against the CPU one (skipped, exit 77, without a GPU).
+//
+// GEMM: the same inputs go to both backends. For BF16 the inputs are rounded to bf16 first and the
+// CPU gets those exact values as fp32, so both sides multiply the same numbers: a product of two
+// bf16 values (8-bit significands) is exact in fp32, and both accumulate in fp32 — only the
+// summation order differs. Tolerances, with S = |alpha| sum_p |a_ip b_pj| + |beta c_ij|:
+//   C F32:  2 (k + 4) 2^-23 S   (the fp32 dot-product bound, once per side; see test_backend.c)
+//   C BF16: that plus 2^-8 |c|  (the GPU rounds the fp32 result to bf16 once: relative error
+//                                <= 2^-9, doubled for slack); C's input is bf16 on both sides too.
+// F32 GEMMs run with CUBLAS_COMPUTE_32F in the default math mode, i.e. without TF32, so the fp32
+// bound applies (with TF32 it would be ~2^-11 relative and this test would flag it).
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend.h"
+#include "common/half.h"
+#include "testing.h"
+
+static uint64_t lcg = 987654321;
+static float rand_pm1(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+static void *to_gpu(backend *gpu, const void *host, size_t bytes) {
+    void *d = backend_alloc(gpu, bytes);
+    if (!d) {
+        fprintf(stderr, "%s\n", error_msg());
+        exit(1);
+    }
+    backend_copy_to_device(gpu, d, host, bytes);
+    return d;
+}
+
+// One case: A/B in ab_dt, C in c_dt, padded strides; returns the number of wrong elements.
+static int gemm_compare(backend *gpu, backend *cpu, int ta, int tb, int m, int n, int k, float alpha,
+                        float beta, int pad, dtype ab_dt, dtype c_dt) {
+    int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+    int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+    size_t na = (size_t)a_rows * lda, nb = (size_t)b_rows * ldb, nc = (size_t)m * ldc;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *c_in = malloc(nc * 4);
+    float *c_gpu = malloc(nc * 4);
+    uint16_t *h = malloc((na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc)) * 2);
+    for (size_t i = 0; i < na; i++) a[i] = rand_pm1();
+    for (size_t i = 0; i < nb; i++) b[i] = rand_pm1();
+    for (size_t i = 0; i < nc; i++) c[i] = rand_pm1();
+    // round everything that will be bf16 on the GPU, so the CPU sees the same values
+    if (ab_dt == DT_BF16) {
+        for (size_t i = 0; i < na; i++) a[i] = f32_from_bf16(bf16_from_f32(a[i]));
+        for (size_t i = 0; i < nb; i++) b[i] = f32_from_bf16(bf16_from_f32(b[i]));
+    }
+    if (c_dt == DT_BF16)
+        for (size_t i = 0; i < nc; i++) c[i] = f32_from_bf16(bf16_from_f32(c[i]));
+    memcpy(c_in, c, nc * 4);
+
+    size_t ab_size = ab_dt == DT_BF16 ? 2 : 4, c_size = c_dt == DT_BF16 ? 2 : 4;
+    void *da, *db, *dc;
+    if (ab_dt == DT_BF16) {
+        convert_from_f32(h, DT_BF16, a, (int64_t)na);
+        da = to_gpu(gpu, h, na * 2);
+        convert_from_f32(h, DT_BF16, b, (int64_t)nb);
+        db = to_gpu(gpu, h, nb * 2);
+    } else {
+        da = to_gpu(gpu, a, na * ab_size);
+        db = to_gpu(gpu, b, nb * ab_size);
+    }
+    if (c_dt == DT_BF16) {
+        convert_from_f32(h, DT_BF16, c, (int64_t)nc);
+        dc = to_gpu(gpu, h, nc * 2);
+    } else {
+        dc = to_gpu(gpu, c, nc * c_size);
+    }
+    backend_gemm(gpu, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc, ab_dt, c_dt);
+    if (c_dt == DT_BF16) {
+        backend_copy_to_host(gpu, h, dc, nc * 2);
+        convert_to_f32(c_gpu, h, DT_BF16, (int64_t)nc);
+    } else {
+        backend_copy_to_host(gpu, c_gpu, dc, nc * 4);
+    }
+    backend_gemm(cpu, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, DT_F32, DT_F32);
+
+    int bad = 0;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                float av = ta ? a[p * lda + i] : a[i * lda + p];
+                float bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                s += fabs((double)av * bv);
+            }
+            s = fabs(alpha) * s + fabs(beta * c_in[i * ldc + j]);
+            double tol = 2.0 * (k + 4) * 0x1p-23 * s + 1e-30;
+            if (c_dt == DT_BF16) tol += 0x1p-8 * fabs((double)c[i * ldc + j]);
+            double err = fabs((double)c_gpu[i * ldc + j] - c[i * ldc + j]);
+            if (!(err <= tol) && bad++ < 3)
+                test_fail(__FILE__, __LINE__,
+                          "%s->%s ta=%d tb=%d m=%d n=%d k=%d C[%d,%d]: gpu %.8g cpu %.8g",
+                          dtype_name(ab_dt), dtype_name(c_dt), ta, tb, m, n, k, i, j,
+                          c_gpu[i * ldc + j], c[i * ldc + j]);
+        }
+    }
+    // the padding of C is not written
+    if (pad && m > 0 && c_gpu[ldc - 1] != c_in[ldc - 1]) bad++;
+    backend_free(gpu, da);
+    backend_free(gpu, db);
+    backend_free(gpu, dc);
+    free(a);
+    free(b);
+    free(c);
+    free(c_in);
+    free(c_gpu);
+    free(h);
+    return bad;
+}
+
+static void test_gemm(backend *gpu, backend *cpu) {
+    static const int sizes[] = {1, 3, 17, 65};
+    static const dtype combos[3][2] = {{DT_F32, DT_F32}, {DT_BF16, DT_F32}, {DT_BF16, DT_BF16}};
+    for (int cb = 0; cb < 3; cb++) {
+        dtype ab = combos[cb][0], c = combos[cb][1];
+        int bad = 0, cases = 0;
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                for (int i = 0; i < 64; i++) { // every (m, n, k) from sizes
+                    int m = sizes[i / 16], n = sizes[i / 4 % 4], k = sizes[i % 4];
+                    int pad = (i / 16 + i / 4 % 4 + i % 4) % 3 * 5; // strides wider than a row
+                    bad += gemm_compare(gpu, cpu, ta, tb, m, n, k, 1.0f, 0.0f, pad, ab, c) != 0;
+                    bad += gemm_compare(gpu, cpu, ta, tb, m, n, k, -0.75f, 1.5f, pad + 1, ab, c) != 0;
+                    cases += 2;
+                }
+            }
+        }
+        CHECK_MSG(bad == 0, "%s->%s: %d of %d GEMM cases differ from the CPU", dtype_name(ab),
+                  dtype_name(c), bad, cases);
+        // a linear-layer shape, y[t, o] = x[t, i] W[o, i]^T, and a weight-gradient-like one
+        CHECK(gemm_compare(gpu, cpu, 0, 1, 200, 384, 1024, 1.0f, 0.0f, 0, ab, c) == 0);
+        CHECK(gemm_compare(gpu, cpu, 1, 0, 96, 130, 777, 0.5f, 1.0f, 8, ab, c) == 0);
+    }
+}
+
+static void test_memory(backend *gpu) {
+    enum { N = 100000 };
+    unsigned char *host = malloc(N), *back = malloc(N);
+    for (int i = 0; i < N; i++) host[i] = (unsigned char)(i * 13 + 5);
+    unsigned char *d = backend_alloc(gpu, N);
+    CHECK(d != NULL && (uintptr_t)d % 256 == 0);
+    backend_copy_to_device(gpu, d, host, N);
+    backend_copy_to_host(gpu, back, d, N);
+    CHECK(memcmp(host, back, N) == 0);
+    backend_memset_zero(gpu, d + 1000, 777);
+    backend_sync(gpu);
+    backend_copy_to_host(gpu, back, d, N);
+    int ok = 1;
+    for (int i = 0; i < N; i++) ok &= back[i] == ((i >= 1000 && i < 1777) ? 0 : host[i]);
+    CHECK(ok);
+    backend_free(gpu, d);
+    size_t free_b = 0, total_b = 0;
+    backend_mem_info(gpu, &free_b, &total_b);
+    CHECK(total_b > ((size_t)1 << 30) && free_b > 0 && free_b <= total_b);
+    // an impossible allocation is an error, not a crash, and the backend stays usable
+    error_clear();
+    CHECK(backend_alloc(gpu, total_b * 4) == NULL && strstr(error_msg(), "out of GPU memory"));
+    d = backend_alloc(gpu, 1024);
+    CHECK(d != NULL);
+    backend_free(gpu, d);
+    free(host);
+    free(back);
+}
+
+int main(void) {
+    if (backend_cuda_devices() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    backend gpu, cpu;
+    CHECK(backend_open(&gpu, "cuda", 0) == 0);
+    CHECK(gpu.kind == BACKEND_CUDA && gpu.device == DEVICE_CUDA && strncmp(gpu.name, "cuda:", 5) == 0);
+    printf("%s\n", gpu.name);
+    CHECK(backend_open(&cpu, "cpu", 0) == 0);
+    backend auto_be;
+    CHECK(backend_open(&auto_be, "auto", 0) == 0 && auto_be.kind == BACKEND_CUDA);
+    backend_close(&auto_be);
+    test_memory(&gpu);
+    test_gemm(&gpu, &cpu);
+    backend_close(&gpu);
+    backend_close(&cpu);
+    return test_finish("test_backend_cuda");
+}

@@ -1,0 +1,366 @@
+// test_trainset.c: the HDF5 training set (src/common/trainset.c): writer -> reader round trips, the
+// validation (rejected samples counted by reason), and files broken on purpose through the HDF5
+// API, each expecting the error or the rejection it should cause.
+#include <hdf5.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/trainset.h"
+#include "testing.h"
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+// No "<path>.tmp.<pid>" left behind.
+static int tmp_exists(const char *path) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    return file_exists(tmp);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) { // xorshift64*
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+// Round trip: samples of many lengths, including length 1 and one longer than the writer's buffer
+// (2^18 tokens) and the HDF5 chunk (2^16), so appends are split across flushes.
+static void test_round_trip(void) {
+    const char *path = test_path("round.h5");
+    enum { NS = 40 };
+    int64_t lens[NS];
+    int32_t *ids[NS];
+    uint8_t *masks[NS];
+    const int64_t V = 5000;
+    int64_t total_loss = 0, total = 0;
+    for (int i = 0; i < NS; i++) {
+        lens[i] = i == 0 ? 1 : i == 7 ? 300001 : i == 8 ? 65536 : 1 + rnd() % 700;
+        ids[i] = malloc((size_t)lens[i] * sizeof(int32_t));
+        masks[i] = malloc((size_t)lens[i]);
+        for (int64_t k = 0; k < lens[i]; k++) {
+            ids[i][k] = (int32_t)(rnd() % V);
+            masks[i][k] = (uint8_t)(k == 0 ? 1 : rnd() % 2); // at least one loss token per sample
+            total_loss += masks[i][k];
+        }
+        ids[i][0] = i == 3 ? (int32_t)(V - 1) : ids[i][0]; // the largest id appears
+        total += lens[i];
+    }
+    trainset_writer w;
+    CHECK(trainset_writer_open(&w, path, V, "test-tokenizer/v1") == 0);
+    for (int i = 0; i < NS; i++) CHECK(trainset_writer_append(&w, ids[i], masks[i], lens[i]) == 0);
+    CHECK(!file_exists(path)); // only the temporary until close
+    CHECK(tmp_exists(path));
+    CHECK(trainset_writer_close(&w) == 0);
+    CHECK(file_exists(path));
+    CHECK(!tmp_exists(path));
+    CHECK(w.n_samples == NS && w.n_tokens == total && w.vocab_size == V);
+
+    trainset ts;
+    CHECK(trainset_open(&ts, path, 1) == 0);
+    CHECK(ts.n_raw == NS && ts.n == NS && ts.n_tokens == total);
+    CHECK(ts.vocab_size == V && ts.format_version == TRAINSET_FORMAT_VERSION);
+    CHECK(strcmp(ts.tokenizer, "test-tokenizer/v1") == 0);
+    CHECK(ts.loss_tokens == total_loss);
+    CHECK(ts.rejected_offsets == 0 && ts.rejected_ids == 0 && ts.rejected_short == 0);
+    int32_t *tok = malloc(300001 * sizeof(int32_t));
+    uint8_t *msk = malloc(300001);
+    int same = 1;
+    for (int i = 0; i < NS; i++) {
+        CHECK(trainset_len(&ts, i) == lens[i]);
+        CHECK(trainset_read(&ts, i, tok, msk) == 0);
+        same &= memcmp(tok, ids[i], (size_t)lens[i] * sizeof(int32_t)) == 0;
+        same &= memcmp(msk, masks[i], (size_t)lens[i]) == 0;
+    }
+    CHECK_MSG(same, "samples read back differ from those written");
+    CHECK(trainset_read(&ts, 7, tok, NULL) == 0); // either buffer may be NULL
+    CHECK(trainset_read(&ts, 7, NULL, msk) == 0);
+    CHECK_ERR(trainset_read(&ts, NS, tok, msk), "out of range");
+    trainset_close(&ts);
+    free(tok);
+    free(msk);
+    for (int i = 0; i < NS; i++) {
+        free(ids[i]);
+        free(masks[i]);
+    }
+}
+
+// More samples than the writer buffers offsets for (2^16), vocab_size found at close, mask NULL.
+static void test_many_samples(void) {
+    const char *path = test_path("many.h5");
+    const int NS = 70000;
+    trainset_writer w;
+    CHECK(trainset_writer_open(&w, path, 0, NULL) == 0);
+    int ok = 1;
+    int64_t total = 0;
+    for (int i = 0; i < NS; i++) {
+        int32_t t[3] = {i % 100, (i * 7) % 100, i == 12344 ? 4321 : 5};
+        int64_t n = 1 + i % 3;
+        ok &= trainset_writer_append(&w, t, NULL, n) == 0;
+        total += n;
+    }
+    CHECK(ok);
+    CHECK(trainset_writer_close(&w) == 0);
+    CHECK(w.vocab_size == 4322);
+    trainset ts;
+    CHECK(trainset_open(&ts, path, 0) == 0);
+    CHECK(ts.n == NS && ts.n_tokens == total && ts.vocab_size == 4322 && ts.loss_tokens == total);
+    CHECK(strcmp(ts.tokenizer, "") == 0);
+    int32_t t[3];
+    uint8_t m[3];
+    CHECK(trainset_len(&ts, 12344) == 3);
+    CHECK(trainset_read(&ts, 12344, t, m) == 0);
+    CHECK(t[0] == 44 && t[1] == (12344 * 7) % 100 && t[2] == 4321 && m[0] == 1 && m[2] == 1);
+    CHECK(trainset_len(&ts, NS - 1) == 1 + (NS - 1) % 3);
+    trainset_close(&ts);
+}
+
+// Samples with fewer than min_loss_tokens loss tokens are rejected and counted.
+static void test_min_loss_tokens(void) {
+    const char *path = test_path("short.h5");
+    trainset_writer w;
+    CHECK(trainset_writer_open(&w, path, 10, "t") == 0);
+    int32_t t[4] = {1, 2, 3, 4};
+    uint8_t m0[4] = {0, 0, 0, 0}, m1[4] = {0, 1, 0, 0}, m2[4] = {1, 0, 0, 1}, m3[4] = {1, 1, 1, 0};
+    CHECK(trainset_writer_append(&w, t, m0, 4) == 0);
+    CHECK(trainset_writer_append(&w, t, m2, 4) == 0);
+    CHECK(trainset_writer_append(&w, t, m1, 4) == 0);
+    CHECK(trainset_writer_append(&w, t, m3, 3) == 0);
+    CHECK(trainset_writer_close(&w) == 0);
+    trainset ts;
+    CHECK(trainset_open(&ts, path, 2) == 0);
+    CHECK(ts.n_raw == 4 && ts.n == 2 && ts.rejected_short == 2 && ts.rejected_ids == 0);
+    CHECK(ts.index[0] == 1 && ts.index[1] == 3);
+    CHECK(ts.loss_tokens == 5);
+    CHECK(trainset_len(&ts, 1) == 3);
+    trainset_close(&ts);
+    CHECK(trainset_open(&ts, path, 0) == 0);
+    CHECK(ts.n == 4 && ts.rejected_short == 0 && ts.loss_tokens == 6);
+    trainset_close(&ts);
+}
+
+// Bad input at write time: the error names the sample and the value, and the writer is aborted.
+static void test_writer_errors(void) {
+    const char *path = test_path("bad_write.h5");
+    trainset_writer w;
+    int32_t good[3] = {1, 2, 3}, big[3] = {1, 1000, 3}, neg[2] = {5, -7};
+    uint8_t bad_mask[3] = {1, 2, 0};
+
+    CHECK(trainset_writer_open(&w, path, 1000, "t") == 0);
+    CHECK(trainset_writer_append(&w, good, NULL, 3) == 0);
+    CHECK_ERR(trainset_writer_append(&w, big, NULL, 3), "sample 1: token 1 has id 1000, outside [0, 1000)");
+    CHECK(!file_exists(path) && !tmp_exists(path));
+    CHECK_ERR(trainset_writer_append(&w, good, NULL, 3), "failed call");
+    CHECK_ERR(trainset_writer_close(&w), "failed call");
+    trainset_writer_abort(&w); // harmless after a failure
+
+    CHECK(trainset_writer_open(&w, path, 0, "t") == 0);
+    CHECK_ERR(trainset_writer_append(&w, neg, NULL, 2), "negative id -7");
+    CHECK(!file_exists(path) && !tmp_exists(path));
+
+    CHECK(trainset_writer_open(&w, path, 0, "t") == 0);
+    CHECK_ERR(trainset_writer_append(&w, good, bad_mask, 3), "loss mask 1 is 2");
+    CHECK(!file_exists(path) && !tmp_exists(path));
+
+    CHECK(trainset_writer_open(&w, path, 0, "t") == 0);
+    CHECK_ERR(trainset_writer_append(&w, good, NULL, 0), "sample 0 is empty");
+    CHECK(!file_exists(path) && !tmp_exists(path));
+
+    CHECK_ERR(trainset_writer_open(&w, test_path("no/such/dir/x.h5"), 0, "t"), "cannot create");
+}
+
+// Abort removes the temporary and leaves an existing file at path as it was.
+static void test_abort(void) {
+    const char *path = test_path("abort.h5");
+    trainset_writer w;
+    int32_t t[2] = {3, 4};
+    CHECK(trainset_writer_open(&w, path, 10, "t") == 0);
+    CHECK(trainset_writer_append(&w, t, NULL, 2) == 0);
+    trainset_writer_abort(&w);
+    CHECK(!file_exists(path) && !tmp_exists(path));
+    trainset_writer_abort(&w); // twice is harmless
+
+    CHECK(trainset_writer_open(&w, path, 10, "t") == 0);
+    CHECK(trainset_writer_append(&w, t, NULL, 2) == 0);
+    CHECK(trainset_writer_close(&w) == 0);
+    CHECK(trainset_writer_open(&w, path, 10, "t") == 0);
+    CHECK(trainset_writer_append(&w, t, NULL, 1) == 0);
+    trainset_writer_abort(&w);
+    trainset ts;
+    CHECK(trainset_open(&ts, path, 0) == 0);
+    CHECK(ts.n == 1 && ts.n_tokens == 2); // the old file, untouched
+    trainset_close(&ts);
+}
+
+// ---------------------------------------------------------------- files broken on purpose
+
+typedef struct {
+    const char *skip;       // dataset not written ("/offsets", ...)
+    hid_t tokens_type;      // file type of /tokens (0: int32)
+    int tokens_rank2;       // /tokens as [N, 1]
+    int64_t mask_len;       // -1: N
+    int no_vocab;           // no vocab_size attribute
+    int64_t format_version; // 0: 1
+} raw_opts;
+
+static void write_ds(hid_t f, const char *name, hid_t ftype, hid_t mtype, int rank, const hsize_t *dims,
+                     const void *data) {
+    hid_t s = H5Screate_simple(rank, dims, NULL);
+    hid_t d = H5Dcreate2(f, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(d);
+    H5Sclose(s);
+}
+
+static void write_int_attr(hid_t f, const char *name, int64_t v) {
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Sclose(s);
+}
+
+// A training set written directly with the HDF5 API (contiguous datasets, as h5py writes by
+// default), vocab_size 100, with the defects asked for in o.
+static void write_raw(const char *path, const int32_t *tok, const uint8_t *mask, int64_t N, const int64_t *off,
+                      int64_t noff, raw_opts o) {
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t dn[2] = {(hsize_t)N, 1}, dm = (hsize_t)(o.mask_len >= 0 ? o.mask_len : N), doff = (hsize_t)noff;
+    if (!o.skip || strcmp(o.skip, "/tokens") != 0)
+        write_ds(f, "/tokens", o.tokens_type ? o.tokens_type : H5T_STD_I32LE, H5T_NATIVE_INT32,
+                 o.tokens_rank2 ? 2 : 1, dn, tok);
+    if (!o.skip || strcmp(o.skip, "/loss_mask") != 0)
+        write_ds(f, "/loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, &dm, mask);
+    if (!o.skip || strcmp(o.skip, "/offsets") != 0)
+        write_ds(f, "/offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &doff, off);
+    if (!o.no_vocab) write_int_attr(f, "vocab_size", 100);
+    write_int_attr(f, "format_version", o.format_version ? o.format_version : 1);
+    H5Fclose(f);
+}
+
+static void test_broken_files(void) {
+    //                 sample 0    | sample 1 | sample 2        | sample 3
+    int32_t tok[12] = {1, 2, 3,     4, 5,      6, 7, 8, 9,       10, 11, 12};
+    uint8_t mask[12] = {1, 1, 0,    1, 1,      0, 5, 1, 1,       1, 1, 1};
+    int64_t off[5] = {0, 3, 5, 9, 12};
+    raw_opts o0 = {NULL, 0, 0, -1, 0, 0};
+    trainset ts;
+    const char *p = test_path("raw.h5");
+
+    // the well-formed file reads (mask value 5 counts as a loss token and reads back as 1)
+    write_raw(p, tok, mask, 12, off, 5, o0);
+    CHECK(trainset_open(&ts, p, 0) == 0);
+    CHECK(ts.n == 4 && ts.loss_tokens == 10 && ts.tokenizer[0] == '\0');
+    uint8_t m[4];
+    CHECK(trainset_read(&ts, 2, NULL, m) == 0);
+    CHECK(m[0] == 0 && m[1] == 1 && m[2] == 1);
+    trainset_close(&ts);
+
+    raw_opts o = o0;
+    o.skip = "/offsets";
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "missing dataset /offsets");
+    o.skip = "/loss_mask";
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "missing dataset /loss_mask");
+
+    o = o0;
+    o.tokens_type = H5T_IEEE_F32LE;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "dataset /tokens has type float32, expected int32");
+    o.tokens_type = H5T_STD_I64LE;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "dataset /tokens has type int64, expected int32");
+    o = o0;
+    o.tokens_rank2 = 1;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "dataset /tokens has rank 2, expected 1");
+    o = o0;
+    o.mask_len = 11;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "/loss_mask has 11 elements, /tokens has 12");
+    o = o0;
+    o.no_vocab = 1;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "missing root attribute vocab_size");
+    o = o0;
+    o.format_version = 2;
+    write_raw(p, tok, mask, 12, off, 5, o);
+    CHECK_ERR(trainset_open(&ts, p, 0), "format_version = 2");
+
+    // offsets that decrease: that sample is rejected and counted, the others stay
+    int64_t off_dec[5] = {0, 3, 2, 9, 12};
+    write_raw(p, tok, mask, 12, off_dec, 5, o0);
+    CHECK(trainset_open(&ts, p, 0) == 0);
+    CHECK(ts.n_raw == 4 && ts.n == 3 && ts.rejected_offsets == 1);
+    CHECK(ts.index[0] == 0 && ts.index[1] == 2 && ts.index[2] == 3 && trainset_len(&ts, 1) == 7);
+    int32_t t[7];
+    CHECK(trainset_read(&ts, 1, t, NULL) == 0 && t[0] == 3 && t[6] == 9);
+    trainset_close(&ts);
+    // an empty sample (equal offsets) counts the same way
+    int64_t off_eq[5] = {0, 3, 3, 9, 12};
+    write_raw(p, tok, mask, 12, off_eq, 5, o0);
+    CHECK(trainset_open(&ts, p, 0) == 0);
+    CHECK(ts.n == 3 && ts.rejected_offsets == 1);
+    trainset_close(&ts);
+
+    // offsets past the end of /tokens: an error naming /offsets and the value
+    int64_t off_past[5] = {0, 3, 5, 9, 13};
+    write_raw(p, tok, mask, 12, off_past, 5, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "/offsets: offsets[4] = 13 is outside [0, 12]");
+    int64_t off_neg[5] = {-1, 3, 5, 9, 12};
+    write_raw(p, tok, mask, 12, off_neg, 5, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "offsets[0] = -1");
+    write_raw(p, tok, mask, 12, off, 0, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "/offsets is empty");
+
+    // ids outside [0, vocab_size) in the file: those samples are rejected and counted
+    int32_t tok_bad[12] = {1, 2, 3, 4, 100, 6, 7, 8, 9, 10, 11, -1};
+    write_raw(p, tok_bad, mask, 12, off, 5, o0);
+    CHECK(trainset_open(&ts, p, 2) == 0);
+    CHECK(ts.n == 2 && ts.rejected_ids == 2 && ts.rejected_short == 0 && ts.index[1] == 2);
+    CHECK(ts.loss_tokens == 2 + 3);
+    trainset_close(&ts);
+
+    // reasons counted once each, in order offsets > ids > short
+    write_raw(p, tok_bad, mask, 12, off_dec, 5, o0);
+    CHECK(trainset_open(&ts, p, 4) == 0);
+    CHECK(ts.n == 0 && ts.rejected_offsets == 1 && ts.rejected_ids == 2 && ts.rejected_short == 1);
+    trainset_close(&ts);
+
+    // not an HDF5 file, a missing file, a truncated HDF5 file
+    const char *txt = test_path("text.h5");
+    CHECK(test_write_file(txt, "just some text, not HDF5\n", 25) == 0);
+    CHECK_ERR(trainset_open(&ts, txt, 0), "not an HDF5 file");
+    CHECK_ERR(trainset_open(&ts, test_path("absent.h5"), 0), "absent.h5: cannot open");
+    write_raw(p, tok, mask, 12, off, 5, o0);
+    FILE *f = fopen(p, "rb");
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    const char *cut = test_path("truncated.h5");
+    CHECK(n > 1000 && test_write_file(cut, buf, n / 2) == 0);
+    CHECK_ERR(trainset_open(&ts, cut, 0), "truncated");
+    CHECK(test_write_file(cut, buf, 100) == 0); // only the superblock's start
+    CHECK_ERR(trainset_open(&ts, cut, 0), "cannot open as HDF5");
+
+    // zero samples is not an error
+    int64_t off0[1] = {0};
+    write_raw(p, tok, mask, 12, off0, 1, o0);
+    CHECK(trainset_open(&ts, p, 0) == 0);
+    CHECK(ts.n_raw == 0 && ts.n == 0);
+    trainset_close(&ts);
+}
+
+int main(void) {
+    test_round_trip();
+    test_many_samples();
+    test_min_loss_tokens();
+    test_writer_errors();
+    test_abort();
+    test_broken_files();
+    return test_finish("test_trainset");
+}

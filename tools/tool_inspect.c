@@ -1,0 +1,316 @@
+// tool_inspect.c: `dflash_tool inspect FILE`: what is in a safetensors or HDF5 file, on stdout.
+//
+// The format is told by content: a file starting with the HDF5 signature is HDF5, anything else is
+// read as safetensors. For HDF5, every dataset (name, type, shape) and the root attributes are
+// listed; when /tokens and /offsets are there the file is a training set (SPEC §7, or a feature
+// file built on one) and it is opened and validated like the trainer does, followed by the sample,
+// token and loss-token counts and the sample lengths. For safetensors: every tensor (name, dtype,
+// shape, bytes), the metadata and the totals.
+#include <errno.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "common/trainset.h"
+#include "tools/tools.h"
+
+static void inspect_usage(FILE *f) {
+    fprintf(f,
+            "usage: dflash_tool inspect [--min-loss-tokens N] FILE\n"
+            "\n"
+            "List what FILE holds. safetensors: tensors (name, dtype, shape, bytes), metadata, totals.\n"
+            "HDF5: datasets (type, shape) and attributes; for a training set also the samples\n"
+            "(usable and rejected, by reason), tokens, loss tokens and sample lengths.\n"
+            "\n"
+            "  --min-loss-tokens N   reject samples with fewer than N loss tokens, as the trainer\n"
+            "                        does with 2*block_size (default 0)\n");
+}
+
+// ---------------------------------------------------------------- HDF5
+
+static const char *h5_type_str(hid_t type, char *buf, size_t n) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    switch (cls) {
+    case H5T_INTEGER:
+        snprintf(buf, n, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
+        break;
+    case H5T_FLOAT: snprintf(buf, n, "float%zu", 8 * size); break;
+    case H5T_STRING:
+        if (H5Tis_variable_str(type) > 0) snprintf(buf, n, "string");
+        else snprintf(buf, n, "string%zu", size);
+        break;
+    case H5T_ENUM: snprintf(buf, n, "enum%zu", 8 * size); break;
+    case H5T_COMPOUND: snprintf(buf, n, "compound(%zu bytes)", size); break;
+    case H5T_ARRAY: snprintf(buf, n, "array(%zu bytes)", size); break;
+    case H5T_OPAQUE: snprintf(buf, n, "opaque(%zu bytes)", size); break;
+    case H5T_BITFIELD: snprintf(buf, n, "bitfield%zu", 8 * size); break;
+    case H5T_VLEN: snprintf(buf, n, "vlen"); break;
+    case H5T_REFERENCE: snprintf(buf, n, "reference"); break;
+    default: snprintf(buf, n, "unknown"); break;
+    }
+    return buf;
+}
+
+// "[3, 4]" for a simple dataspace, "scalar" or "null" otherwise.
+static const char *h5_space_str(hid_t space, char *buf, size_t n) {
+    H5S_class_t cls = H5Sget_simple_extent_type(space);
+    if (cls == H5S_SCALAR) return snprintf(buf, n, "scalar"), buf;
+    if (cls != H5S_SIMPLE) return snprintf(buf, n, "null"), buf;
+    hsize_t dims[H5S_MAX_RANK];
+    int nd = H5Sget_simple_extent_dims(space, dims, NULL);
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, n - at, "[");
+    for (int i = 0; i < nd && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+    return buf;
+}
+
+// Print an attribute's value: numbers (up to 16), strings quoted, anything else by its type.
+static void print_attr_value(hid_t a) {
+    char tn[64];
+    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    hssize_t np = H5Sget_simple_extent_npoints(space);
+    H5T_class_t cls = H5Tget_class(type);
+    int list = H5Sget_simple_extent_type(space) == H5S_SIMPLE;
+    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && np >= 1 && np <= 16) {
+        int64_t iv[16];
+        double fv[16];
+        herr_t rc = cls == H5T_INTEGER ? H5Aread(a, H5T_NATIVE_INT64, iv) : H5Aread(a, H5T_NATIVE_DOUBLE, fv);
+        if (rc < 0) {
+            printf("<unreadable %s>", h5_type_str(type, tn, sizeof tn));
+        } else {
+            if (list) printf("[");
+            for (hssize_t i = 0; i < np; i++) {
+                if (i) printf(", ");
+                if (cls == H5T_INTEGER) printf("%" PRId64, iv[i]);
+                else printf("%.9g", fv[i]);
+            }
+            if (list) printf("]");
+        }
+    } else if (cls == H5T_STRING && np == 1) {
+        if (H5Tis_variable_str(type) > 0) {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(type));
+            char *s = NULL;
+            if (H5Aread(a, mt, &s) >= 0) printf("\"%s\"", s ? s : "");
+            else printf("<unreadable string>");
+            if (s) H5free_memory(s);
+            H5Tclose(mt);
+        } else {
+            size_t size = H5Tget_size(type);
+            char *buf = calloc(size + 1, 1);
+            hid_t mt = H5Tcopy(type);
+            if (buf && H5Aread(a, mt, buf) >= 0) printf("\"%s\"", buf);
+            else printf("<unreadable string>");
+            H5Tclose(mt);
+            free(buf);
+        }
+    } else {
+        char sp[128];
+        printf("<%s %s>", h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
+    }
+    H5Sclose(space);
+    H5Tclose(type);
+}
+
+static herr_t print_attr(hid_t loc, const char *name, const H5A_info_t *info, void *indent) {
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a < 0) return 0;
+    printf("%s%s = ", (const char *)indent, name);
+    print_attr_value(a);
+    printf("\n");
+    H5Aclose(a);
+    return 0;
+}
+
+// One line per dataset ("  /name  type  [shape]"), its attributes below it; groups as "/name/".
+static herr_t print_link(hid_t g, const char *name, const H5L_info_t *info, void *data) {
+    char tn[64], sp[256];
+    if (info->type != H5L_TYPE_HARD) {
+        printf("  /%s  (link)\n", name);
+        return 0;
+    }
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    if (o < 0) return 0;
+    H5I_type_t t = H5Iget_type(o);
+    if (t == H5I_DATASET) {
+        hid_t type = H5Dget_type(o), space = H5Dget_space(o);
+        printf("  /%s  %s  %s", name, h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
+        hid_t dcpl = H5Dget_create_plist(o);
+        if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+            hsize_t chunk[H5S_MAX_RANK];
+            int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
+            printf("  chunks [");
+            for (int i = 0; i < nd; i++) printf("%s%llu", i ? ", " : "", (unsigned long long)chunk[i]);
+            printf("]");
+        }
+        if (dcpl >= 0) H5Pclose(dcpl);
+        printf("\n");
+        H5Sclose(space);
+        H5Tclose(type);
+        H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, NULL, print_attr, "      @");
+    } else if (t == H5I_GROUP) {
+        printf("  /%s/\n", name);
+    }
+    H5Oclose(o);
+    return 0;
+}
+
+static void print_trainset(const trainset *ts, int64_t min_loss_tokens) {
+    int64_t lmin = 0, lmax = 0, usable_tokens = 0;
+    for (int64_t i = 0; i < ts->n; i++) {
+        int64_t l = trainset_len(ts, i);
+        if (i == 0 || l < lmin) lmin = l;
+        if (i == 0 || l > lmax) lmax = l;
+        usable_tokens += l;
+    }
+    int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
+    printf("training set:\n");
+    printf("  samples: %" PRId64 "\n", ts->n_raw);
+    printf("  usable samples: %" PRId64 "\n", ts->n);
+    printf("  rejected samples: %" PRId64 " (offsets not increasing %" PRId64 ", ids out of range %" PRId64
+           ", fewer than %" PRId64 " loss tokens %" PRId64 ")\n",
+           rejected, ts->rejected_offsets, ts->rejected_ids, min_loss_tokens, ts->rejected_short);
+    printf("  tokens: %" PRId64 "\n", ts->n_tokens);
+    printf("  usable tokens: %" PRId64 "\n", usable_tokens);
+    printf("  loss tokens: %" PRId64 "\n", ts->loss_tokens);
+    if (ts->n > 0)
+        printf("  sample length: min %" PRId64 ", mean %.2f, max %" PRId64 "\n", lmin,
+               (double)usable_tokens / (double)ts->n, lmax);
+    else printf("  sample length: no usable samples\n");
+}
+
+// The innermost (most specific) description on the HDF5 error stack.
+static herr_t h5_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
+    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
+    return 0;
+}
+
+// A training set is opened (and validated) before anything is printed, so a bad one gives only
+// the error line.
+static int inspect_hdf5(const char *path, int64_t min_loss_tokens) {
+    H5E_auto2_t efunc;
+    void *edata;
+    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        char desc[256] = "unknown HDF5 error";
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_error_walk, desc);
+        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+        return error_set("%s: cannot open as HDF5: %s", path, desc);
+    }
+    int is_trainset = H5Lexists(f, "/tokens", H5P_DEFAULT) > 0 && H5Lexists(f, "/offsets", H5P_DEFAULT) > 0;
+    trainset ts;
+    if (is_trainset && trainset_open(&ts, path, min_loss_tokens) < 0) {
+        H5Fclose(f);
+        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+        return -1;
+    }
+    printf("file: %s\nformat: HDF5\ndatasets:\n", path);
+    H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, print_link, NULL);
+    printf("attributes:\n");
+    hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
+    if (root >= 0) {
+        H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_INC, NULL, print_attr, "  ");
+        H5Gclose(root);
+    }
+    H5Fclose(f);
+    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+    if (is_trainset) {
+        print_trainset(&ts, min_loss_tokens);
+        trainset_close(&ts);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- safetensors
+
+static int inspect_safetensors(const char *path) {
+    st_file f;
+    if (safetensors_open(&f, path) < 0) return error_prefix("no HDF5 signature, so read as safetensors");
+    int width = 4;
+    for (int i = 0; i < f.n; i++)
+        if ((int)strlen(f.entries[i].name) > width) width = (int)strlen(f.entries[i].name);
+    printf("file: %s\nformat: safetensors\ntensors: %d\n", path, f.n);
+    int64_t elements = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < f.n; i++) {
+        const st_entry *e = &f.entries[i];
+        char sh[256];
+        int64_t numel = 1;
+        for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
+        printf("  %-*s  %-4s  %-20s  %zu bytes\n", width, e->name, dtype_name(e->dt),
+               shape_str(e->ndim, e->shape, sh, sizeof sh), e->nbytes);
+        elements += numel;
+        bytes += e->nbytes;
+    }
+    printf("metadata: %d\n", f.n_meta);
+    for (int i = 0; i < f.n_meta; i++) printf("  %s = %s\n", f.meta_keys[i], f.meta_values[i]);
+    printf("total: %d tensors, %" PRId64 " elements, %zu bytes of data, %zu bytes of file\n", f.n, elements,
+           bytes, f.size);
+    safetensors_close(&f);
+    return 0;
+}
+
+// ---------------------------------------------------------------- main
+
+int tool_inspect_main(int argc, char **argv) {
+    const char *path = NULL;
+    int64_t min_loss_tokens = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            inspect_usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--min-loss-tokens") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (errno || *end || end == argv[i] || v < 0) {
+                fprintf(stderr, "error: --min-loss-tokens: '%s' is not a count\n", argv[i]);
+                inspect_usage(stderr);
+                return 2;
+            }
+            min_loss_tokens = v;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "error: unknown or incomplete option '%s'\n", argv[i]);
+            inspect_usage(stderr);
+            return 2;
+        } else if (path) {
+            fprintf(stderr, "error: one FILE only ('%s' and '%s')\n", path, argv[i]);
+            inspect_usage(stderr);
+            return 2;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        inspect_usage(stderr);
+        return 2;
+    }
+
+    unsigned char sig[8] = {0};
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        log_error("%s: cannot open: %s", path, strerror(errno));
+        return 1;
+    }
+    size_t got = fread(sig, 1, sizeof sig, fp);
+    fclose(fp);
+    int hdf5 = got == 8 && memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+    int rc = hdf5 ? inspect_hdf5(path, min_loss_tokens) : inspect_safetensors(path);
+    fflush(stdout);
+    if (rc < 0) {
+        log_error("%s", error_msg());
+        return 1;
+    }
+    return 0;
+}
