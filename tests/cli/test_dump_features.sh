@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_dump_features.sh: `dflash_rank --mode dump-features` under mpirun with 2 teacher ranks:
+# the feature file has the documented datasets and attributes (read back with h5py), matches
+# teacher-dump on the same sequences, resumes without redoing finished shards, and refuses shards
+# made with other settings.
+source "$DFLASH_SRC/tests/cli/lib.sh"
+T=$BUILD/dflash_tool
+R=$BUILD/dflash_rank
+PY=/usr/bin/python3
+"$PY" -c "import h5py, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks h5py/numpy (scripts/install-deps.sh installs them)"; exit 1; }
+
+"$T" make-target "$TMP/target" --arch llama --layers 3 --hidden 48 --heads 4 --kv-heads 2 --intermediate 80 \
+  --vocab 211 --seed 9 >/dev/null 2>&1 || bad "make-target failed"
+# 7 samples of 20..45 tokens, ids < 211, the first 3 tokens masked out
+"$PY" - "$TMP" <<'PYEOF'
+import json, random, sys
+tmp = sys.argv[1]
+r = random.Random(3)
+seqs = []
+with open(f"{tmp}/train.jsonl", "w") as f:
+    for i in range(7):
+        n = r.randint(20, 45)
+        ids = [r.randrange(211) for _ in range(n)]
+        seqs.append(ids)
+        f.write(json.dumps({"input_ids": ids, "loss_mask": [0, 0, 0] + [1] * (n - 3)}) + "\n")
+json.dump({"sequences": seqs}, open(f"{tmp}/seqs.json", "w"))
+PYEOF
+expect_ok convert "$T" convert-jsonl "$TMP/train.jsonl" "$TMP/train.h5" --vocab-size 211
+
+args=(--mode dump-features --device cpu --target.path="$TMP/target" --data.path="$TMP/train.h5"
+      --features.dir="$TMP/feat" --target.layer_ids=0,2 --teacher.topk=5 --features.shard_samples=3
+      --teacher.max_tokens=100 --drafter.block_size=4)
+expect_ok dump mpirun -np 2 "$R" "${args[@]}"
+[ -f "$TMP/feat/features.json" ] && ok || bad "no features.json"
+ls "$TMP"/feat/features-0000{0,1,2}-of-00003.h5 >/dev/null 2>&1 && ok || bad "shards missing: $(ls "$TMP/feat")"
+
+# The reference: teacher-dump on the same sequences, packed in one batch.
+expect_ok teacher-dump "$T" teacher-dump "$TMP/target" "$TMP/seqs.json" "$TMP/ref.safetensors" --layers 0,2 --topk 5 --device cpu
+if "$PY" - "$TMP" <<'PYEOF'
+import json, struct, sys
+import h5py, numpy as np
+tmp = sys.argv[1]
+raw = open(f"{tmp}/ref.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+def st(name, dt):
+    e = hdr[name]; b, end = e["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + end], dtype=dt).reshape(e["shape"])
+idx = json.load(open(f"{tmp}/feat/features.json"))
+assert idx["target_layer_ids"] == [0, 2] and idx["topk"] == 5 and idx["hidden_size"] == 48 and idx["samples"] == 7, idx
+feats, tops, vals, lses, toks = [], [], [], [], []
+for shard in idx["shards"]:
+    with h5py.File(f"{tmp}/feat/{shard}", "r") as f:
+        assert f["features"].dtype == np.uint16 and f["features"].shape[1] == 96, f["features"]
+        assert f["topk_idx"].dtype == np.int32 and f["topk_val"].dtype == np.float32 and f["lse"].dtype == np.float32
+        assert list(f.attrs["target_layer_ids"]) == [0, 2] and f.attrs["feature_dtype"] in (b"bfloat16", "bfloat16")
+        assert f["tokens"].shape[0] == f["features"].shape[0] == f["lse"].shape[0] == f["loss_mask"].shape[0]
+        feats.append(f["features"][:]); tops.append(f["topk_idx"][:]); vals.append(f["topk_val"][:])
+        lses.append(f["lse"][:]); toks.append(f["tokens"][:])
+F = (np.concatenate(feats).astype(np.uint32) << 16).view(np.float32)   # bf16 bits -> fp32
+ref_f = st("features", np.float32)
+assert np.array_equal(np.concatenate(toks), st("tokens", np.int32)), "token order differs"
+# bf16 storage: relative rounding 2^-8 of each value; packing differences are ~1e-6
+err = np.abs(F - ref_f).max() / np.abs(ref_f).max()
+assert err <= 2 ** -8, f"features differ by {err}"
+for a, b, name in ((np.concatenate(vals), st("topk_val", np.float32), "topk_val"), (np.concatenate(lses), st("lse", np.float32), "lse")):
+    e = np.abs(a - b).max() / np.abs(b).max()
+    assert e <= 1e-5, f"{name} differs by {e}"
+assert (np.concatenate(tops) == st("topk_idx", np.int32)).mean() > 0.99, "top-k ids differ"
+print("feature file matches teacher-dump")
+PYEOF
+then ok; else bad "feature file does not match teacher-dump"; fi
+
+# Resume: a second run redoes nothing; a removed shard is redone alone.
+before=$(stat -c %Y "$TMP/feat/features-00000-of-00003.h5")
+sleep 1
+rm "$TMP/feat/features-00002-of-00003.h5"
+expect_ok resume mpirun -np 2 "$R" "${args[@]}"
+grep -q "already done" "$TMP/err" && ok || bad "resume does not report finished shards: $(cat "$TMP/err")"
+[ "$(stat -c %Y "$TMP/feat/features-00000-of-00003.h5")" = "$before" ] && ok || bad "a finished shard was rewritten"
+[ -f "$TMP/feat/features-00002-of-00003.h5" ] && ok || bad "the removed shard was not redone"
+ls "$TMP"/feat/*.tmp* >/dev/null 2>&1 && bad "temporary files left in features.dir" || ok
+
+# A shard made with other settings is refused, naming it.
+expect_fail_mpi other-settings "features-00000-of-00003.h5 was made with other layer ids, hidden size or top-k" \
+  mpirun -np 2 "$R" "${args[@]}" --teacher.topk=6
+# Missing inputs are named.
+expect_fail no-target "dump-features needs target.path" "$R" --mode dump-features --data.path="$TMP/train.h5" --features.dir="$TMP/f2"
+finish
