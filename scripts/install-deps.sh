@@ -10,7 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin           # MPI (ranks, host transport)
   libhdf5-dev                          # training sets and feature files
   libcjson-dev                         # configs, HF config.json, safetensors headers
-  libopenblas-dev                      # CPU GEMM
+  libopenblas-openmp-dev               # CPU GEMM (the OpenMP build: one thread pool with our loops)
   python3 python3-numpy python3-h5py   # test drivers read files back with h5py (no PyPI needed)
 )
 

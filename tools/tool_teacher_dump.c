@@ -144,10 +144,11 @@ int tool_teacher_dump_main(int argc, char **argv) {
     }
     target_outputs o = {.topk = topk, .vocab_tile = tile};
     int rc = 0;
-    if (layers) rc = teacher_dump_parse_ids(layers, &o);
-    else {
+    if (layers) {
+        rc = teacher_dump_parse_ids(layers, &o);
+    } else {
         o.n_feat = 5;
-        target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
+        rc = target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
     }
     if (rc == 0) rc = target_outputs_check(&m, &o);
     int32_t *tokens = NULL, *cu = NULL;

@@ -25,6 +25,8 @@ typedef struct {
 
 static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
 
+extern "C" void *cuda_stream(backend *be) { return cuda_state_of(be)->stream; }
+
 extern "C" int cuda_device_count(const char **why) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

@@ -30,6 +30,8 @@ void cuda_sync(backend *be);
 void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha, const void *a,
                int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt);
+// cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
+void *cuda_stream(backend *be);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,11 @@
 #include "common/ops_cpu.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "common/check.h"
 
 void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H) {
 #pragma omp parallel for
@@ -40,39 +44,51 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
     }
 }
 
-// One query row against keys [k0, k_end) of its sequence, online softmax (running max m and sum l).
+// Per (query, head): the scores against the keys of its own sequence up to itself go to a per-thread
+// row of at most one sequence's length (O(T) memory per thread, never [T, T]), then an exact
+// softmax in fp32 and the weighted sum of the values. The simd pragmas let the compiler vectorise
+// the reductions (a different summation order than a scalar loop: fine at fp32 tolerance).
 void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
                           int n_seq, int T, int nq, int nkv, int hd, float scale) {
-    int group = nq / nkv;
-    for (int s = 0; s < n_seq; s++) {
-        int start = cu_seqlens[s], end = cu_seqlens[s + 1];
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
-        for (int t = start; t < end; t++) {
-            for (int h = 0; h < nq; h++) {
-                const float *qv = q + ((size_t)t * nq + h) * hd;
-                float *o = out + ((size_t)t * nq + h) * hd;
-                int kh = h / group;
-                float m = -INFINITY, l = 0;
-                for (int i = 0; i < hd; i++) o[i] = 0;
-                for (int j = start; j <= t; j++) {
-                    const float *kv = k + ((size_t)j * nkv + kh) * hd;
-                    const float *vv = v + ((size_t)j * nkv + kh) * hd;
-                    float dot = 0;
-                    for (int i = 0; i < hd; i++) dot += qv[i] * kv[i];
-                    float sc = dot * scale;
-                    if (sc > m) { // rescale what has been summed so far to the new maximum
-                        float r = expf(m - sc);
-                        l *= r;
-                        for (int i = 0; i < hd; i++) o[i] *= r;
-                        m = sc;
+    int group = nq / nkv, longest = 0;
+    for (int s = 0; s < n_seq; s++)
+        if (cu_seqlens[s + 1] - cu_seqlens[s] > longest) longest = cu_seqlens[s + 1] - cu_seqlens[s];
+#pragma omp parallel
+    {
+        float *p = xmalloc((size_t)longest * sizeof(float));
+        for (int s = 0; s < n_seq; s++) {
+            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+#pragma omp for collapse(2) schedule(dynamic, 8)
+            for (int t = start; t < end; t++) {
+                for (int h = 0; h < nq; h++) {
+                    const float *qv = q + ((size_t)t * nq + h) * hd;
+                    float *o = out + ((size_t)t * nq + h) * hd;
+                    int kh = h / group, n = t - start + 1;
+                    float m = -INFINITY;
+                    for (int j = 0; j < n; j++) {
+                        const float *kv = k + ((size_t)(start + j) * nkv + kh) * hd;
+                        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+                        for (int i = 0; i < hd; i++) dot += qv[i] * kv[i];
+                        p[j] = dot * scale;
+                        m = p[j] > m ? p[j] : m;
                     }
-                    float p = expf(sc - m);
-                    l += p;
-                    for (int i = 0; i < hd; i++) o[i] += p * vv[i];
+                    float l = 0;
+                    for (int j = 0; j < n; j++) {
+                        p[j] = expf(p[j] - m);
+                        l += p[j];
+                    }
+                    for (int i = 0; i < hd; i++) o[i] = 0;
+                    for (int j = 0; j < n; j++) {
+                        const float *vv = v + ((size_t)(start + j) * nkv + kh) * hd;
+                        float pj = p[j] / l;
+#pragma omp simd
+                        for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
+                    }
                 }
-                for (int i = 0; i < hd; i++) o[i] /= l;
             }
         }
+        free(p);
     }
     (void)T;
 }
@@ -123,7 +139,13 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
         float nm = tmax > m[r] ? tmax : m[r];
         double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
-        for (int j = 0; j < Vc; j++) sum += exp((double)x[j] - nm);
+        float part = 0; // each term <= 1: fp32 partial sums over a tile, accumulated in double
+        // nm = -inf: every value so far is -inf, the sum stays 0 (lse = -inf), not expf(-inf - -inf) = NaN
+        if (nm != -INFINITY) {
+#pragma omp simd reduction(+ : part)
+            for (int j = 0; j < Vc; j++) part += expf(x[j] - nm);
+        }
+        sum += part;
         m[r] = nm;
         s[r] = (float)sum;
         // top-k: insertion into the sorted list (k is small; the tile is scanned once)

@@ -115,14 +115,15 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     target_model m;
     if (target_load(&m, cfg->target_path, be)) return -1;
     target_outputs o = {.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    int rc = 0;
     if (cfg->target_layer_ids.n > 0) {
         o.n_feat = (int)cfg->target_layer_ids.n;
         for (int i = 0; i < o.n_feat; i++) o.layer_ids[i] = cfg->target_layer_ids.v[i];
     } else {
         o.n_feat = (int)cfg->n_features;
-        target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
+        rc = target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
     }
-    int rc = target_outputs_check(&m, &o);
+    if (rc == 0) rc = target_outputs_check(&m, &o);
     trainset ts;
     if (rc == 0 && trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) rc = -1;
     if (rc) {

@@ -39,5 +39,7 @@ int target_config_parse(target_config *c, const char *json, const char *source);
 char *target_config_to_json(const target_config *c);
 // target_rope_inv_freq: inv_freq[head_dim/2] as transformers computes it, llama3 scaling included.
 void target_rope_inv_freq(const target_config *c, float *inv_freq);
-// target_default_layer_ids: SPEC §2 default: round(1 + i*(L-4)/(n-1)), i < n (n = 1: L/2).
-void target_default_layer_ids(int64_t n_layers, int n, int64_t *ids);
+// target_default_layer_ids: SPEC §2 default: round(1 + i*(L-4)/(n-1)), i < n (n = 1: L/2), Python's
+// round-half-even. -1 (error_set) when n < 1 or the rule leaves [0, L) (targets of 1-2 layers); a
+// short target (L < n + 3) may get repeated ids, as z-lab's build_target_layer_ids gives them.
+int target_default_layer_ids(int64_t n_layers, int n, int64_t *ids);

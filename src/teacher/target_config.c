@@ -1,0 +1,523 @@
+// target_config.c: read a Hugging Face config.json into target_config, write one back, and the
+// two pieces of arithmetic that must match the Python side exactly: RoPE inverse frequencies
+// (transformers' modeling_rope_utils) and the default feature layers (z-lab dflash).
+//
+// Field names and defaults follow transformers' Qwen3Config and LlamaConfig (checked against
+// transformers 5.x; the legacy 4.x spellings are accepted too):
+//   num_key_value_heads  null/absent -> num_attention_heads
+//   head_dim             Qwen3: 128; Llama: hidden_size / num_attention_heads
+//   max_position_embeddings  Qwen3: 32768; Llama: 2048
+//   rms_norm_eps 1e-6, tie_word_embeddings false, hidden_act "silu", rope_theta 10000
+//   RoPE: "rope_scaling" (4.x) or "rope_parameters" (5.x); a non-empty rope_scaling wins, as in
+//   transformers' convert_rope_params_to_dict. rope_theta inside the dict wins over the top-level
+//   one. The type is "rope_type", or the legacy "type", default "default".
+// A JSON null counts as absent everywhere (transformers writes "sliding_window": null etc.).
+#include "teacher/target_config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "common/error.h"
+
+// ---------------------------------------------------------------- typed field access
+
+// tc_value_str: a short printable form of a JSON value for error messages.
+static void tc_value_str(const cJSON *v, char *buf, size_t n) {
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s) {
+        snprintf(buf, n, "?");
+        return;
+    }
+    if (strlen(s) + 1 > n && n > 4) {
+        memcpy(buf, s, n - 4);
+        memcpy(buf + n - 4, "...", 4);
+    } else {
+        snprintf(buf, n, "%s", s);
+    }
+    free(s);
+}
+
+// tc_field: obj[key], or NULL when absent or null.
+static const cJSON *tc_field(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+// tc_int: an integer field. *found = 1 when present; absent leaves *out unchanged.
+// `name` is what the message calls the field (e.g. "rope_scaling.factor").
+static int tc_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out,
+                  int *found) {
+    const cJSON *v = tc_field(obj, key);
+    if (found) *found = v != NULL;
+    if (!v) return 0;
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) {
+        char s[64];
+        tc_value_str(v, s, sizeof s);
+        return error_set("%s: '%s' wants an integer, got %s", src, name, s);
+    }
+    *out = (int64_t)d;
+    return 0;
+}
+
+static int tc_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out,
+                     int *found) {
+    const cJSON *v = tc_field(obj, key);
+    if (found) *found = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) {
+        char s[64];
+        tc_value_str(v, s, sizeof s);
+        return error_set("%s: '%s' wants a number, got %s", src, name, s);
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int tc_bool(const cJSON *obj, const char *key, const char *src, int *out) {
+    const cJSON *v = tc_field(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) {
+        char s[64];
+        tc_value_str(v, s, sizeof s);
+        return error_set("%s: '%s' wants true or false, got %s", src, key, s);
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+// tc_string: a string field; absent leaves *out as it is (a pointer into the JSON tree).
+static int tc_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out) {
+    const cJSON *v = tc_field(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) {
+        char s[64];
+        tc_value_str(v, s, sizeof s);
+        return error_set("%s: '%s' wants a string, got %s", src, name, s);
+    }
+    *out = v->valuestring;
+    return 0;
+}
+
+// tc_required: a positive integer field that must be present.
+static int tc_required(const cJSON *obj, const char *key, const char *src, int64_t *out) {
+    int found = 0;
+    if (tc_int(obj, key, key, src, out, &found)) return -1;
+    if (!found) return error_set("%s: missing '%s'", src, key);
+    if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
+    return 0;
+}
+
+// tc_refuse_true: a boolean feature we do not implement must be false (or absent).
+static int tc_refuse_true(const cJSON *obj, const char *key, const char *src, const char *why) {
+    int on = 0;
+    if (tc_bool(obj, key, src, &on)) return -1;
+    if (on) return error_set("%s: '%s' is true: %s", src, key, why);
+    return 0;
+}
+
+// ---------------------------------------------------------------- architecture
+
+typedef struct {
+    const char *arch_name;
+    const char *model_type;
+    target_arch arch;
+} tc_arch_row;
+
+static const tc_arch_row tc_archs[] = {
+    {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
+    {"LlamaForCausalLM", "llama", ARCH_LLAMA},
+};
+#define TC_NARCHS (int)(sizeof tc_archs / sizeof tc_archs[0])
+
+// tc_parse_arch: "architectures" (a list of one supported name), else "model_type".
+static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
+    const char *name = NULL, *model_type = NULL;
+    if (tc_string(root, "model_type", "model_type", src, &model_type)) return -1;
+    const cJSON *archs = tc_field(root, "architectures");
+    if (archs) {
+        char s[160];
+        tc_value_str(archs, s, sizeof s);
+        if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) < 1)
+            return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
+        if (cJSON_GetArraySize(archs) > 1)
+            return error_set("%s: 'architectures' is %s: expected exactly one architecture", src, s);
+        const cJSON *a = cJSON_GetArrayItem(archs, 0);
+        if (!cJSON_IsString(a)) return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
+        name = a->valuestring;
+    } else if (model_type) {
+        for (int i = 0; i < TC_NARCHS; i++)
+            if (strcmp(model_type, tc_archs[i].model_type) == 0) name = tc_archs[i].arch_name;
+        if (!name)
+            return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are qwen3, llama",
+                             src, model_type);
+    } else {
+        return error_set("%s: missing 'architectures' (and 'model_type')", src);
+    }
+    for (int i = 0; i < TC_NARCHS; i++) {
+        if (strcmp(name, tc_archs[i].arch_name) != 0) continue;
+        if (model_type && strcmp(model_type, tc_archs[i].model_type) != 0)
+            return error_set("%s: 'model_type' is \"%s\" but 'architectures' is [\"%s\"] (expected model_type \"%s\")",
+                             src, model_type, name, tc_archs[i].model_type);
+        c->arch = tc_archs[i].arch;
+        snprintf(c->arch_name, sizeof c->arch_name, "%s", name);
+        return 0;
+    }
+    return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: Qwen3ForCausalLM, LlamaForCausalLM)",
+                     src, name);
+}
+
+// ---------------------------------------------------------------- RoPE
+
+// tc_parse_rope: rope_theta and llama3 scaling from rope_scaling / rope_parameters / rope_theta.
+static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
+    const cJSON *scaling = tc_field(root, "rope_scaling");
+    const cJSON *params = tc_field(root, "rope_parameters");
+    const cJSON *rope = NULL;
+    const char *field = NULL;
+    char s[160];
+    if (scaling && !(cJSON_IsObject(scaling) && scaling->child == NULL)) { // {} counts as absent
+        rope = scaling;
+        field = "rope_scaling";
+    } else if (params) {
+        rope = params;
+        field = "rope_parameters";
+    }
+    if (rope && !cJSON_IsObject(rope)) {
+        tc_value_str(rope, s, sizeof s);
+        return error_set("%s: '%s' wants an object, got %s", src, field, s);
+    }
+    // transformers 5 may nest the parameters per layer type: {"full_attention": {...}}.
+    if (rope && tc_field(rope, "full_attention") && cJSON_IsObject(tc_field(rope, "full_attention"))) {
+        for (const cJSON *k = rope->child; k; k = k->next)
+            if (strcmp(k->string, "full_attention") != 0)
+                return error_set("%s: '%s' has an entry for layer type '%s': only full_attention is supported",
+                                 src, field, k->string);
+        rope = tc_field(rope, "full_attention");
+        field = strcmp(field, "rope_scaling") == 0 ? "rope_scaling.full_attention" : "rope_parameters.full_attention";
+    }
+
+    char name[96];
+    c->rope_theta = 10000.0;
+    if (tc_double(root, "rope_theta", "rope_theta", src, &c->rope_theta, NULL)) return -1;
+    if (rope) {
+        snprintf(name, sizeof name, "%s.rope_theta", field);
+        if (tc_double(rope, "rope_theta", name, src, &c->rope_theta, NULL)) return -1;
+    }
+    if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
+        return error_set("%s: 'rope_theta' must be a finite number > 1, got %g", src, c->rope_theta);
+
+    // partial_rotary_factor: only 1 (the whole head rotates).
+    double partial = 1.0;
+    if (tc_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
+    if (rope) {
+        snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
+        if (tc_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
+    }
+    if (partial != 1.0)
+        return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported",
+                         src, partial);
+
+    c->rope_llama3 = 0;
+    c->rope_factor = 1.0;
+    c->rope_low_freq_factor = 1.0;
+    c->rope_high_freq_factor = 4.0;
+    c->rope_original_max_positions = c->max_positions;
+    if (!rope) return 0;
+
+    const char *type = "default";
+    const char *type_field = "rope_type";
+    snprintf(name, sizeof name, "%s.type", field);
+    if (tc_string(rope, "type", name, src, &type)) return -1;
+    if (tc_field(rope, "type")) type_field = "type";
+    snprintf(name, sizeof name, "%s.rope_type", field);
+    if (tc_string(rope, "rope_type", name, src, &type)) return -1;
+    if (tc_field(rope, "rope_type")) type_field = "rope_type";
+    if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "llama3") != 0)
+        return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default and llama3", src, field,
+                         type_field, type);
+
+    c->rope_llama3 = 1;
+    static const char *const keys[3] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *vals[3] = {&c->rope_factor, &c->rope_low_freq_factor, &c->rope_high_freq_factor};
+    for (int i = 0; i < 3; i++) {
+        int found = 0;
+        snprintf(name, sizeof name, "%s.%s", field, keys[i]);
+        if (tc_double(rope, keys[i], name, src, vals[i], &found)) return -1;
+        if (!found) return error_set("%s: missing '%s' (required by rope type llama3)", src, name);
+    }
+    snprintf(name, sizeof name, "%s.original_max_position_embeddings", field);
+    if (tc_int(rope, "original_max_position_embeddings", name, src, &c->rope_original_max_positions, NULL))
+        return -1;
+    if (!(c->rope_factor >= 1.0))
+        return error_set("%s: '%s.factor' must be >= 1, got %g", src, field, c->rope_factor);
+    if (!(c->rope_low_freq_factor > 0.0) || !(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return error_set("%s: '%s': need 0 < low_freq_factor < high_freq_factor, got %g and %g", src, field,
+                         c->rope_low_freq_factor, c->rope_high_freq_factor);
+    if (c->rope_original_max_positions <= 0)
+        return error_set("%s: '%s' must be positive, got %lld", src, name, (long long)c->rope_original_max_positions);
+    return 0;
+}
+
+// ---------------------------------------------------------------- parse
+
+static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
+    if (tc_parse_arch(c, root, src)) return -1;
+    int qwen3 = c->arch == ARCH_QWEN3;
+
+    if (tc_required(root, "num_hidden_layers", src, &c->n_layers)) return -1;
+    if (tc_required(root, "hidden_size", src, &c->hidden)) return -1;
+    if (tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
+    if (tc_required(root, "num_attention_heads", src, &c->n_heads)) return -1;
+    if (tc_required(root, "vocab_size", src, &c->vocab)) return -1;
+
+    c->n_kv_heads = c->n_heads;
+    if (tc_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
+    if (c->n_kv_heads <= 0)
+        return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return error_set("%s: 'num_key_value_heads' %lld does not divide 'num_attention_heads' %lld", src,
+                         (long long)c->n_kv_heads, (long long)c->n_heads);
+
+    int have_head_dim = 0;
+    if (tc_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
+    if (!have_head_dim) {
+        if (qwen3) {
+            c->head_dim = 128; // Qwen3Config's default, whatever hidden_size is
+        } else {
+            if (c->hidden % c->n_heads != 0)
+                return error_set("%s: 'hidden_size' %lld is not a multiple of 'num_attention_heads' %lld"
+                                 " (and there is no 'head_dim')",
+                                 src, (long long)c->hidden, (long long)c->n_heads);
+            c->head_dim = c->hidden / c->n_heads;
+        }
+    }
+    if (c->head_dim <= 0 || c->head_dim % 2 != 0)
+        return error_set("%s: 'head_dim' must be positive and even (RoPE rotates pairs), got %lld", src,
+                         (long long)c->head_dim);
+
+    c->max_positions = qwen3 ? 32768 : 2048;
+    if (tc_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
+    if (c->max_positions <= 0)
+        return error_set("%s: 'max_position_embeddings' must be positive, got %lld", src, (long long)c->max_positions);
+
+    c->rms_eps = 1e-6;
+    if (tc_double(root, "rms_norm_eps", "rms_norm_eps", src, &c->rms_eps, NULL)) return -1;
+    if (!(c->rms_eps > 0.0) || !(c->rms_eps < 1.0))
+        return error_set("%s: 'rms_norm_eps' must be in (0, 1), got %g", src, c->rms_eps);
+
+    c->tie_embeddings = 0;
+    if (tc_bool(root, "tie_word_embeddings", src, &c->tie_embeddings)) return -1;
+
+    const char *act = "silu";
+    if (tc_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
+    if (strcmp(act, "silu") != 0)
+        return error_set("%s: 'hidden_act' is \"%s\": only silu is supported", src, act);
+
+    if (tc_refuse_true(root, "attention_bias", src, "biases in q/k/v/o_proj are not supported")) return -1;
+    if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
+    if (tc_refuse_true(root, "use_sliding_window", src, "sliding-window attention is not supported for the target"))
+        return -1;
+    const cJSON *types = tc_field(root, "layer_types");
+    if (types) {
+        char s[160];
+        tc_value_str(types, s, sizeof s);
+        if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
+        int i = 0;
+        for (const cJSON *t = types->child; t; t = t->next, i++)
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
+                tc_value_str(t, s, sizeof s);
+                return error_set("%s: 'layer_types[%d]' is %s: only full_attention is supported", src, i, s);
+            }
+    }
+
+    if (tc_parse_rope(c, root, src)) return -1;
+
+    // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
+    const char *dt = "";
+    if (tc_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
+    if (tc_string(root, "dtype", "dtype", src, &dt)) return -1;
+    snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
+    return 0;
+}
+
+int target_config_parse(target_config *c, const char *json, const char *source) {
+    memset(c, 0, sizeof *c);
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1;
+        for (const char *p = json; at && p < at; p++) line += *p == '\n';
+        return error_set("%s: not valid JSON (near line %d)", source, line);
+    }
+    int rc = cJSON_IsObject(root) ? tc_parse_root(c, root, source)
+                                  : error_set("%s: config.json must be a JSON object", source);
+    cJSON_Delete(root);
+    if (rc) memset(c, 0, sizeof *c);
+    return rc;
+}
+
+int target_config_load(target_config *c, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return error_set("%s: %s (is '%s' a Hugging Face model directory?)", path, strerror(errno), dir);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            buf = xrealloc(buf, cap);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+        if (n > (16u << 20)) {
+            fclose(f);
+            free(buf);
+            return error_set("%s: larger than 16 MiB, not a config.json", path);
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return error_set("%s: read error", path);
+    }
+    buf[n] = '\0';
+    int rc = target_config_parse(c, buf, path);
+    free(buf);
+    return rc;
+}
+
+// ---------------------------------------------------------------- write
+
+// tc_add_float: a float field written the way Python's json writes a float: the shortest text
+// that reads back exactly, with ".0" on integral values (1000000.0, 8.0, 1e-06), so the Python
+// side sees a float where transformers' config classes declare one.
+static void tc_add_float(cJSON *o, const char *key, double v) {
+    char buf[64];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    cJSON_AddRawToObject(o, key, buf);
+}
+
+char *target_config_to_json(const target_config *c) {
+    int qwen3 = c->arch == ARCH_QWEN3;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(c->arch_name[0] ? c->arch_name
+                                                                    : (qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM")));
+    cJSON_AddStringToObject(o, "model_type", qwen3 ? "qwen3" : "llama");
+    cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
+    tc_add_float(o, "rms_norm_eps", c->rms_eps);
+    // The legacy spelling (rope_theta + rope_scaling) is read by transformers 4.x and 5.x alike.
+    tc_add_float(o, "rope_theta", c->rope_theta);
+    if (c->rope_llama3) {
+        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        tc_add_float(r, "factor", c->rope_factor);
+        tc_add_float(r, "low_freq_factor", c->rope_low_freq_factor);
+        tc_add_float(r, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
+    } else {
+        cJSON_AddNullToObject(o, "rope_scaling");
+    }
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    tc_add_float(o, "attention_dropout", 0.0);
+    if (qwen3) {
+        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+        cJSON_AddNullToObject(o, "sliding_window");
+        cJSON_AddNumberToObject(o, "max_window_layers", (double)c->n_layers);
+    } else {
+        cJSON_AddBoolToObject(o, "mlp_bias", 0);
+        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+    }
+    tc_add_float(o, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(o, "use_cache", 1);
+    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) fatal("target_config_to_json: out of memory");
+    // cJSON's allocation is plain malloc (the default hooks), so the caller's free() is right.
+    return text;
+}
+
+// ---------------------------------------------------------------- RoPE frequencies
+
+// Every step is float32, in the order transformers evaluates it (modeling_rope_utils.py,
+// _compute_default_rope_parameters / Qwen3RotaryEmbedding.compute_default_rope_parameters and
+// _compute_llama3_parameters):
+//   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))
+// then for llama3, with the Python-float scalars rounded to float32 like torch does:
+//   wavelen = 2*pi / inv_freq
+//   inv_llama = where(wavelen > low_wl, inv_freq / factor, inv_freq)
+//   smooth = (old_ctx / wavelen - low) / (high - low)
+//   smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+//   inv_llama = where(!(wavelen < high_wl) & !(wavelen > low_wl), smoothed, inv_llama)
+// (torch evaluates `scalar / tensor` as reciprocal(tensor) * scalar.)
+void target_rope_inv_freq(const target_config *c, float *inv_freq) {
+    int64_t dim = c->head_dim;
+    float base = (float)c->rope_theta;
+    for (int64_t i = 0; i < dim / 2; i++) {
+        float e = (float)(2 * i) / (float)dim;
+        inv_freq[i] = 1.0f / powf(base, e);
+    }
+    if (!c->rope_llama3) return;
+    float factor = (float)c->rope_factor;
+    double old_ctx = (double)c->rope_original_max_positions;
+    float low_wl = (float)(old_ctx / c->rope_low_freq_factor);
+    float high_wl = (float)(old_ctx / c->rope_high_freq_factor);
+    float two_pi = (float)(2.0 * M_PI);
+    float low = (float)c->rope_low_freq_factor;
+    float span = (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
+    for (int64_t i = 0; i < dim / 2; i++) {
+        float f = inv_freq[i];
+        float wavelen = (1.0f / f) * two_pi;
+        float scaled = wavelen > low_wl ? f / factor : f;
+        float smooth = ((1.0f / wavelen) * (float)old_ctx - low) / span;
+        float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        int medium = !(wavelen < high_wl) && !(wavelen > low_wl);
+        inv_freq[i] = medium ? smoothed : scaled;
+    }
+}
+
+// ---------------------------------------------------------------- default feature layers
+
+// z-lab dflash model/utils.py build_target_layer_ids:
+//   n == 1: [L // 2]; else int(round(1 + i * (L - 4) / (n - 1))) for i < n
+// Python's round is half-to-even, as is rint() in the default rounding mode; the division is a
+// double division in both languages, so the results agree bit for bit.
+int target_default_layer_ids(int64_t n_layers, int n, int64_t *ids) {
+    if (n < 1) return error_set("target layer ids: need at least one feature layer, got %d", n);
+    if (n == 1) {
+        ids[0] = n_layers / 2;
+    } else {
+        int64_t span = n_layers - 4;
+        for (int i = 0; i < n; i++) ids[i] = (int64_t)rint(1.0 + (double)(i * span) / (double)(n - 1));
+    }
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_layers)
+            return error_set("target layer ids: the default rule gives layer %lld for a %lld-layer target"
+                             " with %d features; set target.layer_ids explicitly",
+                             (long long)ids[i], (long long)n_layers, n);
+    return 0;
+}
