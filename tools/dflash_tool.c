@@ -20,6 +20,7 @@ static const tool_command tool_commands[] = {
     {"inspect", tool_inspect_main, "inspect FILE                  list tensors (safetensors) or datasets and samples (HDF5)"},
     {"convert-jsonl", tool_convert_jsonl_main, "convert-jsonl IN.jsonl OUT.h5  JSON lines with input_ids/loss_mask -> HDF5 training set"},
     {"teacher-dump", tool_teacher_dump_main, "teacher-dump MODEL_DIR TOKENS.json OUT.safetensors  run the target on sequences, write features/top-k/LSE"},
+    {"step-dump", tool_step_dump_main, "step-dump IN.safetensors CONFIG.json OUT.safetensors  one student step: loss and gradients"},
     {"compare", tool_compare_main, "compare REF.safetensors OUT.safetensors  tensor-by-tensor errors against a reference"},
     {"make-target", tool_make_target_main, "make-target OUT_DIR --arch qwen3|llama ...  random-weight Hugging Face target model directory"},
 };

@@ -1,0 +1,41 @@
+// plan.h: the student's memory planner (SPEC §5).
+//
+// Given a budget in bytes, the planner picks the anchors per chunk C (largest first: fewer chunks
+// are faster), then the loss mode: ROWS with all the chunk's rows, ROWS one anchor's rows at a
+// time, then TILES (vocabulary tiles, two passes). Every byte it counts comes from the same carving
+// code the run uses (dry arenas), so the plan is the allocation. An infeasible budget is refused
+// before anything large is allocated, with the smallest budget that works.
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+#include "common/backend.h"
+#include "student/drafter_config.h"
+#include "student/step.h"
+
+typedef struct {
+    size_t budget;            // bytes for the student's device memory (0 = no limit: C = max_anchors)
+    int max_tokens, max_seqs; // the largest packed batch
+    int max_anchors;          // anchors per micro-batch
+    int k;                    // teacher top-k
+    int adam;                 // count AdamW moments (training), 0 for step-dump
+    int ema;                  // count an EMA copy on the device
+    int tied;                 // the target ties lm_head to the embedding
+    int force_chunk;          // > 0: use this C (tests), still checked against the budget
+    int force_mode;           // -1 planner's choice, else LOSS_MODE_ROWS / LOSS_MODE_TILES
+    int force_row_chunk;      // > 0: rows per loss chunk (a multiple of B-1)
+    int force_vocab_tile;     // > 0: vocabulary tile in mode TILES
+} plan_request;
+
+typedef struct {
+    size_t weights_master, grads, weights_compute, adam, ema, frozen; // drafter state
+    size_t receive, context, chunk, loss;                             // step work (student_work_parts)
+    size_t library;                                                   // cuBLAS workspace (CUDA)
+    size_t total;
+} plan_breakdown;
+
+// plan_make: -1 with error_set ("needs at least N bytes") when the budget cannot hold C = 1 with
+// the smallest loss workspace.
+int plan_make(const drafter_config *c, const backend *be, const plan_request *r, student_plan *out, plan_breakdown *bd);
+// plan_print: the per-rank breakdown, one line per part, then the chosen C and loss mode.
+void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t budget);
