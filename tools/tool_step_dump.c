@@ -34,7 +34,8 @@ static void step_dump_usage(FILE *f) {
                "        [--vocab-tile N] [--plan]\n"
                "  --mem-budget: let the planner choose the chunking for this budget (e.g. 64MiB)\n"
                "  --chunk-anchors, --loss-mode, --row-chunk, --vocab-tile: force the chunking\n"
-               "  --plan: print the memory plan and exit\n");
+               "  --plan: print the memory plan and exit\n"
+               "  --export DIR: also export the drafter of IN (config.json + model.safetensors, the dflash format)\n");
 }
 
 static char *step_dump_read(const char *path) {
@@ -66,20 +67,22 @@ static const st_entry *step_dump_need(const st_file *f, const char *name, dtype 
 }
 
 int tool_step_dump_main(int argc, char **argv) {
-    const char *pos[3] = {0}, *device = "auto", *budget_s = NULL, *mode_s = NULL;
+    const char *pos[3] = {0}, *device = "auto", *budget_s = NULL, *mode_s = NULL, *export_dir = NULL;
     int npos = 0, chunk = 0, row_chunk = 0, vocab_tile = 0, plan_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { step_dump_usage(stdout); return 0; }
         if (strcmp(a, "--plan") == 0) { plan_only = 1; continue; }
         if (i + 1 < argc && (strcmp(a, "--device") == 0 || strcmp(a, "--mem-budget") == 0 || strcmp(a, "--chunk-anchors") == 0 ||
-                             strcmp(a, "--loss-mode") == 0 || strcmp(a, "--row-chunk") == 0 || strcmp(a, "--vocab-tile") == 0)) {
+                             strcmp(a, "--loss-mode") == 0 || strcmp(a, "--row-chunk") == 0 || strcmp(a, "--vocab-tile") == 0 ||
+                             strcmp(a, "--export") == 0)) {
             const char *v = argv[++i];
             if (strcmp(a, "--device") == 0) device = v;
             else if (strcmp(a, "--mem-budget") == 0) budget_s = v;
             else if (strcmp(a, "--chunk-anchors") == 0) chunk = atoi(v);
             else if (strcmp(a, "--loss-mode") == 0) mode_s = v;
             else if (strcmp(a, "--row-chunk") == 0) row_chunk = atoi(v);
+            else if (strcmp(a, "--export") == 0) export_dir = v;
             else vocab_tile = atoi(v);
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "error: step-dump: unknown or incomplete option '%s'\n", a);
@@ -175,6 +178,7 @@ int tool_step_dump_main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", error_msg());
         return 1;
     }
+    if (export_dir && drafter_export(&d, export_dir, 0)) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
     arena work;
     if (arena_init(&work, "student work", &be, student_work_bytes(&d, &plan))) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
     student_work *w = student_work_create(&d, &plan, &work);

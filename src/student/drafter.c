@@ -15,6 +15,7 @@
 #include "common/ops.h"
 #include "common/ops_train.h"
 #include "common/rng.h"
+#include "teacher/target_config.h"
 
 #define DRAFTER_ALIGN 64 // elements: every tensor starts 256-byte aligned in f32, 128 in bf16
 
@@ -194,11 +195,11 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
         drafter_free(d);
         return -1;
     }
-    // RoPE frequencies as transformers' default rope computes them (fp32): theta^(-2i/hd)
+    // RoPE frequencies exactly as the target's default rope computes them (transformers' fp32 steps)
     int64_t half = c->head_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof(float));
-    for (int64_t i = 0; i < half; i++)
-        inv[i] = (float)(1.0 / pow(c->rope_theta, (double)(float)((float)(2 * i) / (float)c->head_dim)));
+    target_config rope = {.head_dim = c->head_dim, .rope_theta = c->rope_theta};
+    target_rope_inv_freq(&rope, inv);
     backend_copy_to_device(be, d->inv_freq, inv, (size_t)half * sizeof(float));
     free(inv);
     return 0;
@@ -270,7 +271,9 @@ int drafter_export(const drafter *d, const char *dir, int bf16) {
     free(host);
     free(half);
     if (rc == 0) {
-        char *json = drafter_config_to_json(&d->cfg);
+        drafter_config out = d->cfg; // the dtype of what is written, not of what was read
+        snprintf(out.torch_dtype, sizeof out.torch_dtype, "%s", bf16 ? "bfloat16" : "float32");
+        char *json = drafter_config_to_json(&out);
         snprintf(path, sizeof path, "%s/config.json", tmp);
         FILE *f = fopen(path, "w");
         if (!f || fputs(json, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) {

@@ -1,0 +1,349 @@
+// test_drafter_config.c: reading the drafter's config.json the way the z-lab dflash package does
+// (a real Qwen3-8B drafter config, a 27B-style one with sliding layers, Qwen3Config's defaults,
+// both DFlash key spellings, layer types and is_causal), writing it back (round trip), loading
+// from a file, and every refusal naming its field.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "student/drafter_config.h"
+#include "testing.h"
+
+// z-lab/Qwen3-8B-DFlash-b16's config.json. The key set and layout are those of the z-lab
+// Qwen3-*-DFlash-b16 drafter configs as copied verbatim into public training scripts (e.g. the
+// Qwen3-4B-DFlash-b16 one in a tree_flash SLURM script found by the code search); the Qwen3-8B
+// values (hidden 4096, MLP 12288, 32/8 heads, 5 layers, num_target_layers 36, target_layer_ids
+// [1, 9, 17, 25, 33], mask_token_id 151669, block_size 16) are those of vllm-project/speculators'
+// tests/unit/convert/dflash test of the z-lab source config, and agree with SPEC §3.
+static const char *qwen3_8b_json =
+    "{\n"
+    "  \"architectures\": [\n    \"DFlashDraftModel\"\n  ],\n"
+    "  \"attention_bias\": false,\n"
+    "  \"attention_dropout\": 0.0,\n"
+    "  \"auto_map\": {\n    \"AutoModel\": \"dflash.DFlashDraftModel\"\n  },\n"
+    "  \"block_size\": 16,\n"
+    "  \"bos_token_id\": 151643,\n"
+    "  \"dflash_config\": {\n"
+    "    \"mask_token_id\": 151669,\n"
+    "    \"target_layer_ids\": [\n      1,\n      9,\n      17,\n      25,\n      33\n    ]\n"
+    "  },\n"
+    "  \"dtype\": \"bfloat16\",\n"
+    "  \"eos_token_id\": 151645,\n"
+    "  \"head_dim\": 128,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 4096,\n"
+    "  \"initializer_range\": 0.02,\n"
+    "  \"intermediate_size\": 12288,\n"
+    "  \"layer_types\": [\n    \"full_attention\",\n    \"full_attention\",\n    \"full_attention\",\n"
+    "    \"full_attention\",\n    \"full_attention\"\n  ],\n"
+    "  \"max_position_embeddings\": 40960,\n"
+    "  \"max_window_layers\": 5,\n"
+    "  \"model_type\": \"qwen3\",\n"
+    "  \"num_attention_heads\": 32,\n"
+    "  \"num_hidden_layers\": 5,\n"
+    "  \"num_key_value_heads\": 8,\n"
+    "  \"num_target_layers\": 36,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_scaling\": null,\n"
+    "  \"rope_theta\": 1000000,\n"
+    "  \"sliding_window\": null,\n"
+    "  \"tie_word_embeddings\": false,\n"
+    "  \"transformers_version\": \"4.57.1\",\n"
+    "  \"use_cache\": true,\n"
+    "  \"use_sliding_window\": false,\n"
+    "  \"vocab_size\": 151936\n"
+    "}\n";
+
+// A Qwen3.6-27B-style drafter (SPEC §3: 5 layers at H 5120, MLP 17408, [sliding x4, full], window
+// 2048), in the transformers 5 spelling (rope_parameters, block_size inside dflash_config) that
+// z-lab's newer drafters use (cf. z-lab/dflash tests/fixtures/dflash2-config.json). The values
+// (target 64 layers, ids [1, 16, 31, 46, 61], mask 248070, vocab 248320, theta 1e7) are those of
+// the public Qwen3.5/3.6-27B DFlash drafters.
+static const char *qwen36_27b_json =
+    "{\n"
+    "  \"architectures\": [\"DFlashDraftModel\"],\n"
+    "  \"attention_bias\": false,\n"
+    "  \"dflash_config\": {\n"
+    "    \"block_size\": 16,\n"
+    "    \"mask_token_id\": 248070,\n"
+    "    \"target_layer_ids\": [1, 16, 31, 46, 61]\n"
+    "  },\n"
+    "  \"dtype\": \"bfloat16\",\n"
+    "  \"head_dim\": 128,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 5120,\n"
+    "  \"intermediate_size\": 17408,\n"
+    "  \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\",\n"
+    "                  \"sliding_attention\", \"full_attention\"],\n"
+    "  \"max_position_embeddings\": 262144,\n"
+    "  \"max_window_layers\": 5,\n"
+    "  \"model_type\": \"qwen3\",\n"
+    "  \"num_attention_heads\": 32,\n"
+    "  \"num_hidden_layers\": 5,\n"
+    "  \"num_key_value_heads\": 8,\n"
+    "  \"num_target_layers\": 64,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_parameters\": {\"rope_theta\": 10000000, \"rope_type\": \"default\"},\n"
+    "  \"sliding_window\": 2048,\n"
+    "  \"tie_word_embeddings\": false,\n"
+    "  \"use_sliding_window\": true,\n"
+    "  \"vocab_size\": 248320\n"
+    "}\n";
+
+// A small config to vary in the refusal tests.
+static const char *small_json =
+    "{\"architectures\": [\"DFlashDraftModel\"], \"model_type\": \"qwen3\", \"hidden_size\": 32,"
+    " \"intermediate_size\": 48, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 8, \"vocab_size\": 211, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0,"
+    " \"layer_types\": [\"sliding_attention\", \"full_attention\"], \"use_sliding_window\": true,"
+    " \"sliding_window\": 12, \"num_target_layers\": 8, \"block_size\": 4,"
+    " \"dflash_config\": {\"target_layer_ids\": [1, 2], \"mask_token_id\": 210}}";
+
+// with: json with the first `from` replaced by `to` (4 rotating buffers, so calls can nest).
+static const char *with(const char *json, const char *from, const char *to) {
+    static char bufs[4][8192];
+    static int next;
+    char *buf = bufs[next++ % 4];
+    const char *at = strstr(json, from);
+    if (!at) {
+        fprintf(stderr, "test bug: '%s' not in the config\n", from);
+        exit(1);
+    }
+    snprintf(buf, sizeof bufs[0], "%.*s%s%s", (int)(at - json), json, to, at + strlen(from));
+    return buf;
+}
+
+static int parse(drafter_config *c, const char *json) { return drafter_config_parse(c, json, "d/config.json"); }
+
+static void test_real_configs(void) {
+    drafter_config c;
+    CHECK(parse(&c, qwen3_8b_json) == 0);
+    CHECK(c.n_layers == 5 && c.hidden == 4096 && c.intermediate == 12288);
+    CHECK(c.n_heads == 32 && c.n_kv_heads == 8 && c.head_dim == 128 && c.vocab == 151936);
+    CHECK(c.max_positions == 40960);
+    CHECK_CLOSE(c.rms_eps, 1e-6, 0);
+    CHECK_CLOSE(c.rope_theta, 1e6, 0);
+    CHECK(c.block_size == 16 && c.mask_token_id == 151669 && c.num_target_layers == 36);
+    CHECK(c.n_feat == 5 && c.target_layer_ids[0] == 1 && c.target_layer_ids[1] == 9 && c.target_layer_ids[4] == 33);
+    int sliding = 0;
+    for (int i = 0; i < 5; i++) sliding += c.layer_sliding[i];
+    CHECK(sliding == 0 && c.sliding_window == 0 && c.sliding_causal == 1);
+    CHECK(strcmp(c.torch_dtype, "bfloat16") == 0);
+
+    CHECK(parse(&c, qwen36_27b_json) == 0);
+    CHECK(c.n_layers == 5 && c.hidden == 5120 && c.intermediate == 17408 && c.vocab == 248320);
+    CHECK(c.layer_sliding[0] == 1 && c.layer_sliding[3] == 1 && c.layer_sliding[4] == 0);
+    CHECK(c.sliding_window == 2048 && c.sliding_causal == 1);
+    CHECK_CLOSE(c.rope_theta, 1e7, 0);
+    CHECK(c.block_size == 16 && c.mask_token_id == 248070 && c.num_target_layers == 64);
+    CHECK(c.n_feat == 5 && c.target_layer_ids[4] == 61);
+}
+
+static void test_defaults_and_spellings(void) {
+    drafter_config c;
+    // Everything from Qwen3Config's defaults; only the mask token is required.
+    CHECK(parse(&c, "{\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}") == 0);
+    CHECK(c.vocab == 151936 && c.hidden == 4096 && c.intermediate == 22016 && c.n_layers == 32);
+    CHECK(c.n_heads == 32 && c.n_kv_heads == 32 && c.head_dim == 128 && c.max_positions == 32768);
+    CHECK_CLOSE(c.rope_theta, 10000.0, 0);
+    CHECK_CLOSE(c.rms_eps, 1e-6, 0);
+    CHECK(c.block_size == 16 && c.n_feat == 1 && c.target_layer_ids[0] == 3 && c.num_target_layers == 0);
+    CHECK(c.layer_sliding[0] == 0 && c.layer_sliding[31] == 0 && c.sliding_window == 0 && c.sliding_causal == 1);
+    CHECK(c.torch_dtype[0] == '\0');
+    // num_key_value_heads null = num_attention_heads
+    CHECK(parse(&c, with(small_json, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": null")) == 0);
+    CHECK(c.n_kv_heads == 4);
+    // DFlash keys at the top level (the package's _draft_value falls back to them)
+    CHECK(parse(&c, with(small_json, "\"dflash_config\": {\"target_layer_ids\": [1, 2], \"mask_token_id\": 210}",
+                         "\"target_layer_ids\": [4], \"mask_token_id\": 7")) == 0);
+    CHECK(c.mask_token_id == 7 && c.n_feat == 1 && c.target_layer_ids[0] == 4 && c.block_size == 4);
+    // block_size inside dflash_config only, or in both places agreeing
+    CHECK(parse(&c, with(small_json, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"block_size\": 4}")) == 0);
+    CHECK(c.block_size == 4);
+    const char *inner_only = with(small_json, "\"block_size\": 4,", "");
+    CHECK(parse(&c, with(inner_only, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"block_size\": 8}")) == 0);
+    CHECK(c.block_size == 8);
+    CHECK(parse(&c, with(inner_only, "\"sliding_window\": 12", "\"sliding_window\": 16")) == 0);
+    CHECK(c.block_size == 16); // the package's default
+    // target_layer_ids derived as build_target_layer_ids(num_target_layers, num_hidden_layers)
+    CHECK(parse(&c, with(qwen3_8b_json, "\"target_layer_ids\": [\n      1,\n      9,\n      17,\n      25,\n      33\n    ]\n",
+                         "\"block_size\": 16\n")) == 0);
+    CHECK(c.n_feat == 5 && c.target_layer_ids[0] == 1 && c.target_layer_ids[1] == 9 && c.target_layer_ids[2] == 17 &&
+          c.target_layer_ids[3] == 25 && c.target_layer_ids[4] == 33);
+    // rope_parameters / rope_scaling spellings; a theta inside wins
+    CHECK(parse(&c, with(small_json, "\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5e5}")) == 0);
+    CHECK_CLOSE(c.rope_theta, 5e5, 0);
+    CHECK(parse(&c, with(small_json, "\"rope_theta\": 10000.0", "\"rope_theta\": 3e4, \"rope_scaling\": {\"type\": \"default\", \"rope_theta\": 7e4}")) == 0);
+    CHECK_CLOSE(c.rope_theta, 7e4, 0);
+    // "torch_dtype" (4.x) or "dtype" (5.x)
+    CHECK(parse(&c, with(small_json, "\"rms_norm_eps\"", "\"torch_dtype\": \"float16\", \"rms_norm_eps\"")) == 0);
+    CHECK(strcmp(c.torch_dtype, "float16") == 0);
+}
+
+static void test_layer_types(void) {
+    drafter_config c;
+    CHECK(parse(&c, small_json) == 0);
+    CHECK(c.layer_sliding[0] == 1 && c.layer_sliding[1] == 0 && c.sliding_window == 12 && c.sliding_causal == 1);
+    // is_causal false: every layer bidirectional (sliding_causal 0); true with only sliding layers: causal
+    CHECK(parse(&c, with(small_json, "\"block_size\"", "\"is_causal\": false, \"block_size\"")) == 0);
+    CHECK(c.sliding_causal == 0 && c.sliding_window == 12);
+    CHECK(parse(&c, with(small_json, "\"full_attention\"]", "\"sliding_attention\"], \"is_causal\": true")) == 0);
+    CHECK(c.layer_sliding[1] == 1 && c.sliding_causal == 1);
+    CHECK(parse(&c, with(small_json, "\"block_size\"", "\"is_causal\": null, \"block_size\"")) == 0);
+    CHECK(c.sliding_causal == 1);
+    // sliding layers with no window: sliding_window null, or use_sliding_window false and no window named
+    CHECK(parse(&c, with(small_json, "\"sliding_window\": 12", "\"sliding_window\": null")) == 0);
+    CHECK(c.layer_sliding[0] == 1 && c.sliding_window == 0 && c.sliding_causal == 1);
+    CHECK(parse(&c, with(small_json, "\"use_sliding_window\": true, \"sliding_window\": 12,", "")) == 0);
+    CHECK(c.layer_sliding[0] == 1 && c.sliding_window == 0);
+    // no layer_types: Qwen3Config's rule, sliding for i >= max_window_layers when the window is in use
+    const char *no_types = with(qwen36_27b_json, "\"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"sliding_attention\",\n"
+                                                 "                  \"sliding_attention\", \"full_attention\"],\n", "");
+    char buf[8192];
+    snprintf(buf, sizeof buf, "%s", no_types);
+    CHECK(parse(&c, with(buf, "\"max_window_layers\": 5", "\"max_window_layers\": 3")) == 0);
+    CHECK(c.layer_sliding[2] == 0 && c.layer_sliding[3] == 1 && c.layer_sliding[4] == 1 && c.sliding_window == 2048);
+    CHECK(parse(&c, buf) == 0); // max_window_layers 5 = no layer slides
+    CHECK(c.layer_sliding[4] == 0 && c.sliding_window == 0);
+    // ... and the window defaults to Qwen3Config's 4096 when the key is absent
+    snprintf(buf, sizeof buf, "%s", with(no_types, "\"sliding_window\": 2048,\n", ""));
+    CHECK(parse(&c, with(buf, "\"max_window_layers\": 5", "\"max_window_layers\": 0")) == 0);
+    CHECK(c.layer_sliding[0] == 1 && c.sliding_window == 4096);
+}
+
+// parse(to_json(c)) == c, and the JSON has what the dflash package reads.
+static void roundtrip(const char *name, const char *json) {
+    drafter_config a, b;
+    CHECK_MSG(parse(&a, json) == 0, "%s: %s", name, error_msg());
+    char *out = drafter_config_to_json(&a);
+    CHECK_MSG(drafter_config_parse(&b, out, "out/config.json") == 0, "%s: %s", name, error_msg());
+    if (!a.torch_dtype[0]) snprintf(a.torch_dtype, sizeof a.torch_dtype, "float32"); // written when unknown
+    CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "%s: the round trip changed the config:\n%s", name, out);
+    CHECK(strstr(out, "\"architectures\":\t[\"DFlashDraftModel\"]") != NULL);
+    CHECK(strstr(out, "\"model_type\":\t\"qwen3\"") != NULL);
+    CHECK(strstr(out, "\"dflash_config\":\t{") != NULL);
+    CHECK(strstr(out, "\"torch_dtype\":") != NULL);
+    free(out);
+}
+
+static void test_roundtrip_and_load(void) {
+    roundtrip("qwen3-8b", qwen3_8b_json);
+    roundtrip("27b-style", qwen36_27b_json);
+    roundtrip("small", small_json);
+    roundtrip("bidirectional sliding", with(small_json, "\"block_size\"", "\"is_causal\": false, \"block_size\""));
+    roundtrip("sliding, no window", with(small_json, "\"sliding_window\": 12", "\"sliding_window\": null"));
+    roundtrip("defaults", "{\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}");
+
+    drafter_config c;
+    CHECK(parse(&c, qwen36_27b_json) == 0);
+    char *out = drafter_config_to_json(&c);
+    CHECK(strstr(out, "\"use_sliding_window\":\ttrue") && strstr(out, "\"sliding_window\":\t2048"));
+    CHECK(strstr(out, "\"is_causal\"") == NULL); // the package's default needs no key
+    CHECK(strstr(out, "\"rope_theta\":\t10000000.0") != NULL);
+    CHECK(strstr(out, "\"torch_dtype\":\t\"bfloat16\"") != NULL);
+    CHECK(test_write_file(test_path("config.json"), out, strlen(out)) == 0);
+    free(out);
+    drafter_config d;
+    CHECK(drafter_config_load(&d, test_path("config.json")) == 0);
+    CHECK(memcmp(&c, &d, sizeof c) == 0);
+    CHECK_ERR(drafter_config_load(&d, test_path("absent.json")), "absent.json: No such file");
+    CHECK(test_write_file(test_path("bad.json"), "{\n\"a\": 1,\n}", 11) == 0);
+    CHECK_ERR(drafter_config_load(&d, test_path("bad.json")), "bad.json: not valid JSON");
+
+    // An empty torch_dtype is written as float32; the bidirectional flag survives.
+    CHECK(parse(&c, with(small_json, "\"block_size\"", "\"is_causal\": false, \"block_size\"")) == 0);
+    out = drafter_config_to_json(&c);
+    CHECK(strstr(out, "\"torch_dtype\":\t\"float32\"") && strstr(out, "\"is_causal\":\tfalse"));
+    free(out);
+}
+
+static void test_refusals(void) {
+    drafter_config c;
+    const char *s = small_json;
+    CHECK_ERR(parse(&c, "{\"a\": "), "d/config.json: not valid JSON");
+    CHECK_ERR(parse(&c, "[1]"), "must be a JSON object");
+    // identity and unsupported package features
+    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "[\"DFlash2DraftModel\"]")),
+              "d/config.json: 'architectures' is [\"DFlash2DraftModel\"]: only [\"DFlashDraftModel\"]");
+    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "\"DFlashDraftModel\"")), "'architectures' wants a list");
+    CHECK_ERR(parse(&c, with(s, "\"model_type\": \"qwen3\"", "\"model_type\": \"llama\"")), "'model_type' is \"llama\"");
+    CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"hidden_act\": \"gelu\", \"rms_norm_eps\"")), "'hidden_act' is \"gelu\"");
+    CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"attention_bias\": true, \"rms_norm_eps\"")), "'attention_bias' is true");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"input_embedding_scale\": 2.0}")),
+              "'dflash_config.input_embedding_scale' is 2");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"output_multiplier\": 0.5}")),
+              "'dflash_config.output_multiplier' is 0.5");
+    CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"final_logit_softcapping\": 20.0, \"rms_norm_eps\"")),
+              "'final_logit_softcapping' is 20: logit soft-capping");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"output_multiplier\": \"x\"}")),
+              "'dflash_config.output_multiplier' wants a number, got \"x\"");
+    // shape
+    CHECK_ERR(parse(&c, with(s, "\"hidden_size\": 32", "\"hidden_size\": 0")), "'hidden_size' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(s, "\"hidden_size\": 32", "\"hidden_size\": \"32\"")), "'hidden_size' wants an integer, got \"32\"");
+    CHECK_ERR(parse(&c, with(s, "\"intermediate_size\": 48", "\"intermediate_size\": 4.5")), "'intermediate_size' wants an integer, got 4.5");
+    CHECK_ERR(parse(&c, with(s, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 65")), "'num_hidden_layers' is 65: at most 64");
+    CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3")),
+              "'num_key_value_heads' 3 does not divide 'num_attention_heads' 4");
+    CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 0")), "'num_key_value_heads' must be positive");
+    CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2,", "")), "(num_key_value_heads is absent: Qwen3Config's default is 32)");
+    CHECK_ERR(parse(&c, with(s, "\"head_dim\": 8", "\"head_dim\": 7")), "'head_dim' must be even");
+    CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 0")), "'rms_norm_eps' must be in (0, 1), got 0");
+    CHECK_ERR(parse(&c, with(s, "\"vocab_size\": 211", "\"vocab_size\": -1")), "'vocab_size' must be positive, got -1");
+    // RoPE
+    CHECK_ERR(parse(&c, with(s, "\"rope_theta\": 10000.0", "\"rope_theta\": 0.5")), "'rope_theta' must be a finite number > 1, got 0.5");
+    CHECK_ERR(parse(&c, with(s, "\"rope_theta\": 10000.0", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}")),
+              "'rope_scaling.rope_type' is \"yarn\": the drafter supports only the default RoPE");
+    CHECK_ERR(parse(&c, with(s, "\"rope_theta\": 10000.0", "\"rope_parameters\": 5")), "'rope_parameters' wants an object, got 5");
+    CHECK_ERR(parse(&c, with(s, "\"rope_theta\": 10000.0", "\"partial_rotary_factor\": 0.5")), "'partial_rotary_factor' is 0.5");
+    // DFlash keys
+    CHECK_ERR(parse(&c, with(s, "\"dflash_config\": {", "\"dflash_config\": 3, \"x\": {")), "'dflash_config' wants an object, got 3");
+    CHECK_ERR(parse(&c, with(s, "\"block_size\": 4", "\"block_size\": 1")), "'block_size' must be at least 2");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"block_size\": 8}")),
+              "'dflash_config.block_size' 8 and 'block_size' 4 disagree");
+    CHECK_ERR(parse(&c, with(s, ", \"mask_token_id\": 210", "")), "d/config.json: missing 'dflash_config.mask_token_id'");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210", "\"mask_token_id\": 211")),
+              "'dflash_config.mask_token_id' 211 is outside the vocabulary [0, 211)");
+    CHECK_ERR(parse(&c, with(s, "\"mask_token_id\": 210", "\"mask_token_id\": -1")), "'dflash_config.mask_token_id' -1 is outside");
+    CHECK_ERR(parse(&c, with(s, "\"num_target_layers\": 8", "\"num_target_layers\": 0")), "'num_target_layers' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(with(s, "\"num_target_layers\": 8,", ""), "\"target_layer_ids\": [1, 2], ", "")),
+              "missing 'dflash_config.target_layer_ids' (and no 'num_target_layers'");
+    CHECK_ERR(parse(&c, with(s, "[1, 2]", "[]")), "'dflash_config.target_layer_ids' wants a non-empty list of layer ids, got []");
+    CHECK_ERR(parse(&c, with(s, "[1, 2]", "[1, 8]")), "'dflash_config.target_layer_ids[1]' is 8: outside the target's layers [0, 8)");
+    CHECK_ERR(parse(&c, with(s, "[1, 2]", "[1, \"2\"]")), "'dflash_config.target_layer_ids[1]' wants an integer");
+    CHECK_ERR(parse(&c, with(s, "[1, 2]", "[0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,"
+                                          "0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,0,1,2,3,4,5,6,7,0]")),
+              "'dflash_config.target_layer_ids' has 65 ids: at most 64");
+    CHECK_ERR(parse(&c, with(with(s, "\"target_layer_ids\": [1, 2], ", ""), "\"num_target_layers\": 8", "\"num_target_layers\": 2")),
+              "no 'dflash_config.target_layer_ids': target layer ids:");
+    // layer types, window, is_causal
+    CHECK_ERR(parse(&c, with(s, "\"sliding_attention\", \"full_attention\"]", "\"full_attention\"]")),
+              "'layer_types' has 1 entries but 'num_hidden_layers' is 2");
+    CHECK_ERR(parse(&c, with(s, "\"sliding_attention\", \"full_attention\"]", "\"sliding_attention\", \"linear_attention\"]")),
+              "'layer_types[1]' is \"linear_attention\": expected");
+    CHECK_ERR(parse(&c, with(s, "[\"sliding_attention\", \"full_attention\"]", "\"full_attention\"")), "'layer_types' wants a list");
+    CHECK_ERR(parse(&c, with(s, "\"use_sliding_window\": true", "\"use_sliding_window\": false")),
+              "'sliding_window' is 12 but 'use_sliding_window' is not true");
+    CHECK_ERR(parse(&c, with(s, "\"use_sliding_window\": true, ", "")), "'sliding_window' is 12 but 'use_sliding_window' is not true");
+    CHECK_ERR(parse(&c, with(s, "\"use_sliding_window\": true", "\"use_sliding_window\": \"yes\"")),
+              "'use_sliding_window' wants true or false, got \"yes\"");
+    CHECK_ERR(parse(&c, with(s, "\"sliding_window\": 12", "\"sliding_window\": 0")), "'sliding_window' must be positive or null, got 0");
+    CHECK_ERR(parse(&c, with(s, "\"sliding_window\": 12", "\"sliding_window\": 3")),
+              "'sliding_window' 3 is smaller than the block size 4");
+    CHECK_ERR(parse(&c, with(s, "\"block_size\"", "\"is_causal\": true, \"block_size\"")),
+              "'is_causal' is true: the dflash package then makes the full_attention layers causal");
+    CHECK_ERR(parse(&c, with(s, "\"block_size\"", "\"is_causal\": 0, \"block_size\"")), "'is_causal' wants true or false, got 0");
+    CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"dtype\": 16, \"rms_norm_eps\"")), "'dtype' wants a string, got 16");
+    // every failure leaves the config zeroed
+    drafter_config zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK(parse(&c, with(s, "\"head_dim\": 8", "\"head_dim\": 7")) < 0 && memcmp(&c, &zero, sizeof c) == 0);
+}
+
+int main(void) {
+    test_real_configs();
+    test_defaults_and_spellings();
+    test_layer_types();
+    test_roundtrip_and_load();
+    test_refusals();
+    return test_finish("test_drafter_config");
+}
