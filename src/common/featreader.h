@@ -1,0 +1,24 @@
+// featreader.h: reading the offline feature files (featfile.h) for student-only training.
+//
+// Opens the index (features.json) written by dump-features and its shards; sample i of the feature
+// set is sample i of the training set it was dumped from (the usable samples, in order), so a batch
+// plan built on one applies to the other. Reading a sample gives its tokens, loss mask, features
+// (bf16 bits), teacher top-k and LSE.
+#pragma once
+#include <stdint.h>
+
+typedef struct featreader featreader;
+
+// featreader_open: dir/features.json and every shard; -1 with error_set naming the file and the
+// problem (missing shard, shard of another size, datasets missing or of the wrong shape).
+int featreader_open(featreader **r, const char *dir);
+void featreader_close(featreader *r);
+int64_t featreader_samples(const featreader *r);
+int64_t featreader_len(const featreader *r, int64_t i);
+int featreader_topk(const featreader *r);       // k
+int featreader_feat_dim(const featreader *r);   // n_feat * H
+int featreader_vocab(const featreader *r);      // vocab_size attribute
+// featreader_read: sample i into the caller's arrays (each sized for featreader_len(i) rows; any
+// may be NULL): tokens [n], mask [n], features [n, D] bf16 bits, topk_idx/val [n, k], lse [n].
+int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,
+                    float *topk_val, float *lse);

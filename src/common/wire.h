@@ -1,0 +1,40 @@
+// wire.h: the payload a teacher sends a student for one packed batch (SPEC §8), and the requests.
+//
+// One contiguous buffer, so one MPI message (or one NCCL transfer) carries a batch:
+//   header   int64[WIRE_HEADER]: kind, index, S, n_seq, k, D, teacher peak bytes, reserved
+//   tokens   int32[S]
+//   cu       int32[n_seq + 1]
+//   mask     uint8[S]            (padded to 8 bytes)
+//   features uint16[S, D]        bf16 bits ("BF16 on the wire")
+//   topk_idx int32[S, k]
+//   topk_val f32[S, k]
+//   lse      f32[S]
+// Every section starts 8-byte aligned.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_HEADER 8
+enum { WIRE_TRAIN = 1, WIRE_HELDOUT = 2, WIRE_STOP = 3 };
+
+typedef struct {
+    int64_t kind, index, S, n_seq, k, D, peak_bytes;
+    int32_t *tokens, *cu;
+    uint8_t *mask;
+    uint16_t *features;
+    int32_t *topk_idx;
+    float *topk_val, *lse;
+} wire_batch;
+
+// wire_bytes: the size of a payload for these dimensions.
+size_t wire_bytes(int64_t S, int64_t n_seq, int64_t k, int64_t D);
+// wire_layout: fill the section pointers of a payload in buf (header values from w->S etc. when
+// writing: call wire_write_header first; when reading: wire_read parses the header).
+void wire_write_header(void *buf, const wire_batch *w);
+// wire_read: point w's sections into buf after checking the header against the received size;
+// -1 with error_set on a malformed payload.
+int wire_read(void *buf, size_t bytes, wire_batch *w);
+void wire_layout(void *buf, wire_batch *w);
+
+// A request from a student to a teacher: int64[3] = kind, index, requesting student's world rank.
+#define WIRE_REQUEST 3
