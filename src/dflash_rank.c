@@ -10,7 +10,8 @@
 //                  one line per rank
 //   dump-features  every rank is a teacher: the offline feature file of data.path, sharded over
 //                  the ranks, into features.dir (resumable)
-// The training loop arrives with its issues (docs/STATUS.md).
+//   train          teachers serve batches, students train the drafter (with data.features set:
+//                  every rank a student, reading the offline features)
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,7 +28,9 @@
 #include "common/trainset.h"
 #include "common/version.h"
 #include "common/world.h"
+#include "student/train.h"
 #include "teacher/dump_features.h"
+#include "teacher/teacher_loop.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -39,7 +42,7 @@ static void usage(FILE *f) {
             "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
-            "  --mode M             same as --run.mode=M (check | dump-features)\n"
+            "  --mode M             same as --run.mode=M (train | check | dump-features)\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
             "  --version            print the version and the compiled backends\n"
@@ -152,7 +155,9 @@ int main(int argc, char **argv) {
         omp_set_num_threads(threads > 0 ? threads : 1);
     }
     int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
-    if (world_roles(&w, w.rank, w.size, dump ? w.size : cfg.teachers, dump ? 0 : cfg.students)) {
+    int offline = strcmp(cfg.mode, "train") == 0 && cfg.data_features[0]; // every rank a student
+    long long want_t = dump ? w.size : offline ? 0 : cfg.teachers, want_s = dump ? 0 : offline ? w.size : cfg.students;
+    if (world_roles(&w, w.rank, w.size, want_t, want_s)) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
         world_finalize();
         return 1;
@@ -170,6 +175,16 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    if (strcmp(cfg.mode, "train") == 0) {
+        MPI_Comm role_comm; // the students' all-reduce runs among students only
+        mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
+        int rc = w.role == ROLE_TEACHER ? teacher_serve(&w, &cfg, &be) : student_train(&w, &cfg, &be, role_comm);
+        if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
+        mpi_check(MPI_Comm_free(&role_comm));
+        backend_close(&be);
+        world_finalize();
+        return 0;
+    }
     if (dump) {
         status = teacher_dump_features(&w, &cfg, &be) ? 1 : 0;
         backend_close(&be);

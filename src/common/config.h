@@ -40,10 +40,30 @@ typedef struct {
     // features (offline feature files)
     char features_dir[CONFIG_STR];
     int64_t features_shard_samples;
-    // drafter
+    // drafter (shape defaults come from the target)
     int64_t block_size;
+    int64_t drafter_layers;
+    int64_t drafter_intermediate;   // 0 = the target's
+    int64_t drafter_heads, drafter_kv_heads, drafter_head_dim; // 0 = the target's
+    int64_t mask_token_id;          // -1 = vocab - 1
+    int64_t sliding_window;         // > 0: every layer but the last slides with this window
+    // training
+    int64_t steps;
+    int64_t batches_per_step;       // packed batches per optimizer step, over all students
+    int64_t max_anchors;            // per batch
+    double lr, warmup_frac, weight_decay, grad_clip, ema_decay;
+    int64_t train_mem_budget;       // bytes, 0 = no limit
+    int64_t log_interval, eval_interval, eval_batches;
+    // loss
+    double loss_alpha, loss_lambda, loss_gamma; // gamma 0 = from the block size
+    char loss_weighting[16], loss_label[16];
+    // transport
+    int64_t slots;                  // in-flight batches per teacher and student
+    int64_t test_slow_teacher, test_slow_ms;
     // data
     char data_path[CONFIG_STR];
+    char data_features[CONFIG_STR];   // offline feature directory: student-only training
+    int64_t max_tokens_per_batch, heldout_samples, bucket_size;
 } config;
 
 typedef enum { CFG_INT, CFG_FLOAT, CFG_STRING, CFG_BOOL, CFG_INT_LIST, CFG_BYTES } config_type;

@@ -1,0 +1,521 @@
+// train.c: the student's training loop (see train.h).
+#include "student/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/arena.h"
+#include "common/batchplan.h"
+#include "common/check.h"
+#include "common/error.h"
+#include "common/featreader.h"
+#include "common/half.h"
+#include "common/log.h"
+#include "common/safetensors.h"
+#include "common/trainset.h"
+#include "common/wire.h"
+#include "student/anchors.h"
+#include "student/drafter.h"
+#include "student/loss_config.h"
+#include "student/optim.h"
+#include "student/plan.h"
+#include "student/step.h"
+#include "teacher/target_config.h"
+#include "teacher/teacher_loop.h"
+
+// One batch this student consumes, in order.
+typedef struct {
+    int64_t kind, index; // WIRE_TRAIN / WIRE_HELDOUT and the batch's index in its plan
+} train_item;
+
+// Where batches come from: teachers (live) or a feature directory (offline).
+typedef struct {
+    int live;
+    int T, slots, my_rank;
+    size_t max_bytes;
+    // live
+    int *outstanding;            // [T]
+    int64_t *served;             // [T] batches each teacher sent us
+    int n_buf;
+    char **bufs;
+    int *buf_of;                 // item -> buffer
+    int *teacher_of;             // item -> teacher
+    MPI_Request *recv;           // item -> request
+    int *buf_free;               // [n_buf]
+    int64_t next_request;
+    double wait_s;               // time spent waiting for data
+    int64_t last_peak[1024];     // teachers' reported peak bytes
+    // offline
+    featreader *fr;
+    batchplan *bp;
+    char *offline_buf;
+} source;
+
+static int source_free_buf(source *s) {
+    for (int i = 0; i < s->n_buf; i++)
+        if (s->buf_free[i]) {
+            s->buf_free[i] = 0;
+            return i;
+        }
+    fatal("no free receive buffer (credit accounting is broken)");
+}
+
+// Send requests while credits allow: the next item goes to the teacher with the fewest outstanding
+// requests (never more than `slots`), so slow teachers simply get less work.
+static void source_pump(source *s, const train_item *items, int64_t n_items) {
+    while (s->live && s->next_request < n_items) {
+        int best = -1;
+        for (int t = 0; t < s->T; t++)
+            if (s->outstanding[t] < s->slots && (best < 0 || s->outstanding[t] < s->outstanding[best])) best = t;
+        if (best < 0) return;
+        int64_t n = s->next_request++;
+        int b = source_free_buf(s);
+        s->buf_of[n] = b;
+        s->teacher_of[n] = best;
+        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, best, TAG_DATA, MPI_COMM_WORLD, &s->recv[n]));
+        int64_t req[WIRE_REQUEST] = {items[n].kind, items[n].index, s->my_rank};
+        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, best, TAG_REQUEST, MPI_COMM_WORLD));
+        s->outstanding[best]++;
+    }
+}
+
+// Item n as a wire batch (live: wait for its payload; offline: read it).
+static int source_get(source *s, const train_item *items, int64_t n_items, int64_t n, wire_batch *wb) {
+    if (s->live) {
+        source_pump(s, items, n_items);
+        MPI_Status st;
+        double t0 = time_now();
+        mpi_check(MPI_Wait(&s->recv[n], &st));
+        s->wait_s += time_now() - t0;
+        int bytes = 0;
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        int t = s->teacher_of[n];
+        s->outstanding[t]--;
+        s->served[t]++;
+        if (wire_read(s->bufs[s->buf_of[n]], (size_t)bytes, wb)) return error_prefix("batch from teacher %d", t);
+        if (wb->kind != items[n].kind || wb->index != items[n].index)
+            return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
+                             (long long)wb->index, (long long)items[n].kind, (long long)items[n].index);
+        if (t < 1024) s->last_peak[t] = wb->peak_bytes;
+        source_pump(s, items, n_items); // keep the teachers busy while this batch is computed
+        return 0;
+    }
+    // offline: pack the batch's samples from the feature files into the same layout
+    const batch_ref *b = items[n].kind == WIRE_TRAIN ? batchplan_train_batch(s->bp, items[n].index, NULL)
+                                                     : batchplan_heldout_batch(s->bp, items[n].index);
+    int64_t S = b->tokens, D = featreader_feat_dim(s->fr), k = featreader_topk(s->fr);
+    *wb = (wire_batch){.kind = items[n].kind, .index = items[n].index, .S = S, .n_seq = b->n, .k = k, .D = D};
+    wire_layout(s->offline_buf, wb);
+    int64_t t = 0;
+    wb->cu[0] = 0;
+    double t0 = time_now();
+    for (int64_t i = 0; i < b->n; i++) {
+        int64_t len = featreader_len(s->fr, b->samples[i]);
+        if (featreader_read(s->fr, b->samples[i], wb->tokens + t, wb->mask + t, wb->features + t * D, wb->topk_idx + t * k,
+                            wb->topk_val + t * k, wb->lse + t))
+            return -1;
+        t += len;
+        wb->cu[i + 1] = (int32_t)t;
+    }
+    s->wait_s += time_now() - t0;
+    return 0;
+}
+
+static void source_release(source *s, int64_t n) {
+    if (s->live) s->buf_free[s->buf_of[n]] = 1;
+}
+
+// ----------------------------------------------------------------------------- logging
+
+typedef struct {
+    FILE *jsonl;
+    double t_last;
+    double wait_last;
+} train_log;
+
+static void stats_add(step_stats *a, const step_stats *b) {
+    double *x = (double *)a;
+    (void)x;
+    a->sum_w += b->sum_w;
+    a->sum_w_ce += b->sum_w_ce;
+    a->sum_w_kl += b->sum_w_kl;
+    a->sum_w_cap += b->sum_w_cap;
+    a->anchors += b->anchors;
+    for (int j = 0; j < STEP_MAX_SLOTS; j++) {
+        a->slot_scored[j] += b->slot_scored[j];
+        a->slot_correct[j] += b->slot_correct[j];
+    }
+    a->tau_chain_sum += b->tau_chain_sum;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) a->tau_tree_sum[t] += b->tau_tree_sum[t];
+    a->ctx_tokens += b->ctx_tokens;
+    a->block_tokens += b->block_tokens;
+}
+
+// Sum stats over the students (all fields are sums).
+static void stats_allreduce(step_stats *s, MPI_Comm comm) {
+    double d[5 + STEP_TREE_BUDGETS];
+    int64_t i[3 + 2 * STEP_MAX_SLOTS];
+    d[0] = s->sum_w, d[1] = s->sum_w_ce, d[2] = s->sum_w_kl, d[3] = s->sum_w_cap, d[4] = s->tau_chain_sum;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) d[5 + t] = s->tau_tree_sum[t];
+    i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens;
+    memcpy(i + 3, s->slot_scored, sizeof s->slot_scored);
+    memcpy(i + 3 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm));
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, i, 3 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm));
+    s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
+    s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2];
+    memcpy(s->slot_scored, i + 3, sizeof s->slot_scored);
+    memcpy(s->slot_correct, i + 3 + STEP_MAX_SLOTS, sizeof s->slot_correct);
+}
+
+// One JSON line of metrics (and a short terminal line). split = NULL for training lines.
+static void log_line(train_log *lg, const char *split, int64_t step, const step_stats *s, const loss_config *lc, int B,
+                     double lr, double grad_norm, double seconds, double wait_frac, const int64_t *peaks, int n_peaks) {
+    double W = s->sum_w > 0 ? s->sum_w : 1, ce = s->sum_w_ce / W, kl = s->sum_w_kl / W, cap = s->sum_w_cap / W;
+    double loss = (1 - lc->alpha) * ce + lc->alpha * kl + lc->lambda * cap;
+    double tau = s->anchors ? s->tau_chain_sum / (double)s->anchors : 0;
+    FILE *f = lg->jsonl;
+    fprintf(f, "{\"step\": %lld, ", (long long)step);
+    if (split) fprintf(f, "\"split\": \"%s\", ", split);
+    fprintf(f, "\"loss\": %.6f, \"ce\": %.6f, \"kl\": %.6f, \"cap\": %.6f, \"acc\": [", loss, ce, kl, cap);
+    for (int j = 1; j < B; j++)
+        fprintf(f, "%s%.4f", j > 1 ? ", " : "", s->slot_scored[j] ? (double)s->slot_correct[j] / (double)s->slot_scored[j] : 0.0);
+    fprintf(f, "], \"tau_chain\": %.4f, \"tau_tree\": {", tau);
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++)
+        fprintf(f, "%s\"%d\": %.4f", t ? ", " : "", step_tree_budgets[t], s->anchors ? s->tau_tree_sum[t] / (double)s->anchors : 0);
+    fprintf(f, "}, \"anchors\": %lld", (long long)s->anchors);
+    if (!split) {
+        fprintf(f, ", \"lr\": %.6g, \"grad_norm\": %.6f, \"block_tokens_per_s\": %.1f, \"ctx_tokens_per_s\": %.1f, "
+                   "\"teacher_wait_frac\": %.4f, \"peak_bytes\": [",
+                lr, grad_norm, seconds > 0 ? (double)s->block_tokens / seconds : 0, seconds > 0 ? (double)s->ctx_tokens / seconds : 0,
+                wait_frac);
+        for (int r = 0; r < n_peaks; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+    if (split)
+        log_info("eval  step %5lld  loss %.4f  ce %.4f  kl %.4f  acc@1 %.3f  tau_chain %.3f  tau_tree@%d %.3f", (long long)step,
+                 loss, ce, kl, s->slot_scored[1] ? (double)s->slot_correct[1] / (double)s->slot_scored[1] : 0.0, tau,
+                 step_tree_budgets[STEP_TREE_BUDGETS - 1],
+                 s->anchors ? s->tau_tree_sum[STEP_TREE_BUDGETS - 1] / (double)s->anchors : 0);
+    else
+        log_info("step %5lld  loss %.4f  ce %.4f  kl %.4f  cap %.4f  tau %.3f  lr %.2e  |g| %.3f  %.0f block tok/s  wait %.0f%%",
+                 (long long)step, loss, ce, kl, cap, tau, lr, grad_norm, seconds > 0 ? (double)s->block_tokens / seconds : 0,
+                 100 * wait_frac);
+}
+
+// ----------------------------------------------------------------------------- set-up
+
+// The drafter's shape from the target's config and the drafter.* keys.
+static int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
+    memset(dc, 0, sizeof *dc);
+    dc->n_layers = cfg->drafter_layers;
+    dc->hidden = tc->hidden;
+    dc->intermediate = cfg->drafter_intermediate > 0 ? cfg->drafter_intermediate : tc->intermediate;
+    dc->n_heads = cfg->drafter_heads > 0 ? cfg->drafter_heads : tc->n_heads;
+    dc->n_kv_heads = cfg->drafter_kv_heads > 0 ? cfg->drafter_kv_heads : tc->n_kv_heads;
+    dc->head_dim = cfg->drafter_head_dim > 0 ? cfg->drafter_head_dim : tc->head_dim;
+    dc->vocab = tc->vocab;
+    dc->rms_eps = tc->rms_eps;
+    dc->rope_theta = tc->rope_theta;
+    dc->max_positions = tc->max_positions;
+    dc->block_size = cfg->block_size;
+    dc->mask_token_id = cfg->mask_token_id >= 0 ? cfg->mask_token_id : tc->vocab - 1;
+    dc->sliding_window = cfg->sliding_window;
+    dc->sliding_causal = 1;
+    for (int64_t l = 0; l < dc->n_layers; l++) dc->layer_sliding[l] = cfg->sliding_window > 0 && l + 1 < dc->n_layers;
+    dc->n_feat = ct->n_feat;
+    for (int i = 0; i < ct->n_feat; i++) dc->target_layer_ids[i] = ct->layer_ids[i];
+    dc->num_target_layers = tc->n_layers;
+    snprintf(dc->torch_dtype, sizeof dc->torch_dtype, "float32");
+    if (dc->n_heads % dc->n_kv_heads || dc->head_dim % 2)
+        return error_set("drafter: %lld query heads do not group over %lld kv heads, or head_dim %lld is odd",
+                         (long long)dc->n_heads, (long long)dc->n_kv_heads, (long long)dc->head_dim);
+    if (dc->mask_token_id >= dc->vocab) return error_set("drafter.mask_token_id %lld is outside the vocabulary of %lld",
+                                                         (long long)dc->mask_token_id, (long long)dc->vocab);
+    return 0;
+}
+
+// Items of this student, in consumption order, in groups that are the same on every student (an
+// evaluation, or one optimizer step), so the students' collective calls line up even when a group
+// holds no batch of this student: an evaluation first, then each step, with evaluations after
+// every eval_interval steps and after the last.
+typedef struct {
+    int64_t kind;          // WIRE_HELDOUT or WIRE_TRAIN
+    int64_t first, count;  // items of this student
+} train_group;
+
+static train_item *train_items(const config *cfg, int s, int S, int64_t n_heldout_batches, int64_t *n_out,
+                               train_group **groups, int64_t *n_groups) {
+    int64_t G = cfg->batches_per_step, ev = cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
+    int64_t n_evals = ev > 0 ? 2 + cfg->steps / cfg->eval_interval : 0;
+    int64_t cap = (cfg->steps * G) / S + G + n_evals * (ev / S + 1) + 1;
+    train_item *it = xmalloc((size_t)cap * sizeof *it);
+    train_group *g = xmalloc((size_t)(cfg->steps + n_evals + 1) * sizeof *g);
+    int64_t n = 0, ng = 0;
+#define EVAL()                                                                     \
+    if (ev > 0) {                                                                  \
+        g[ng] = (train_group){WIRE_HELDOUT, n, 0};                                 \
+        for (int64_t h = s; h < ev; h += S) it[n++] = (train_item){WIRE_HELDOUT, h}; \
+        g[ng].count = n - g[ng].first;                                             \
+        ng++;                                                                      \
+    }
+    EVAL();
+    for (int64_t t = 0; t < cfg->steps; t++) {
+        g[ng] = (train_group){WIRE_TRAIN, n, 0};
+        for (int64_t j = s; j < G; j += S) it[n++] = (train_item){WIRE_TRAIN, t * G + j};
+        g[ng].count = n - g[ng].first;
+        ng++;
+        if ((t + 1) % cfg->eval_interval == 0 || t + 1 == cfg->steps) EVAL();
+    }
+#undef EVAL
+    *n_out = n;
+    *groups = g;
+    *n_groups = ng;
+    return it;
+}
+
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm) {
+    int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
+    if (cfg->batches_per_step % S)
+        return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)", (long long)cfg->batches_per_step, S);
+    if (live && T == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+
+    // The target: its shape, and only its embedding and lm_head (SPEC §3).
+    target_config tc;
+    if (target_config_load(&tc, cfg->target_path)) return -1;
+    teacher_contract ct;
+    if (teacher_contract_make(cfg, tc.n_layers, &ct)) return -1;
+    drafter_config dc;
+    if (train_drafter_config(cfg, &tc, &ct, &dc)) return -1;
+    st_dir td;
+    if (safetensors_dir_open(&td, cfg->target_path)) return -1;
+    const st_entry *e_emb = safetensors_dir_find(&td, "model.embed_tokens.weight");
+    const st_entry *e_head = tc.tie_embeddings ? NULL : safetensors_dir_find(&td, "lm_head.weight");
+    if (!e_emb || (!tc.tie_embeddings && !e_head))
+        return error_set("target %s: missing %s", cfg->target_path, e_emb ? "lm_head.weight" : "model.embed_tokens.weight");
+
+    // Data: the batch plan over the usable samples (the same on every rank).
+    batchplan bp;
+    featreader *fr = NULL;
+    int64_t n_samples;
+    int64_t *lengths;
+    if (live) {
+        trainset ts;
+        if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) return -1;
+        n_samples = ts.n;
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = trainset_len(&ts, i);
+        trainset_close(&ts);
+    } else {
+        if (featreader_open(&fr, cfg->data_features)) return -1;
+        if (featreader_topk(fr) != ct.topk || featreader_feat_dim(fr) != ct.n_feat * tc.hidden)
+            return error_set("data.features %s has top-%d and %d feature columns, the run expects top-%d and %lld",
+                             cfg->data_features, featreader_topk(fr), featreader_feat_dim(fr), ct.topk,
+                             (long long)(ct.n_feat * tc.hidden));
+        n_samples = featreader_samples(fr);
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(fr, i);
+    }
+    int rc = batchplan_build(&bp, lengths, n_samples, cfg->heldout_samples, cfg->max_tokens_per_batch, cfg->bucket_size,
+                             (uint64_t)cfg->seed);
+    free(lengths);
+    if (rc) return -1;
+
+    // Memory: the plan, then every allocation up front.
+    plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
+                       .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
+                       .adam = 1, .ema = cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+    student_plan plan;
+    plan_breakdown bd;
+    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1;
+    if (s == 0) plan_print(stderr, &bd, &plan, (size_t)cfg->train_mem_budget);
+    drafter d;
+    tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
+    if (drafter_init(&d, &dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
+    safetensors_dir_close(&td);
+    arena work, opt_mem;
+    if (arena_init(&work, "student work", be, student_work_bytes(&d, &plan))) return -1;
+    if (arena_init(&opt_mem, "optimizer", be, optim_bytes(d.numel, cfg->ema_decay > 0))) return -1;
+    student_work *sw = student_work_create(&d, &plan, &work);
+    optim_config oc;
+    optim_config_default(&oc);
+    oc.lr = cfg->lr, oc.warmup_frac = cfg->warmup_frac, oc.weight_decay = cfg->weight_decay, oc.clip = cfg->grad_clip;
+    oc.total_steps = cfg->steps, oc.ema_decay = cfg->ema_decay;
+    optim opt;
+    optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
+    loss_config lc;
+    loss_config_default(&lc, (int)dc.block_size);
+    lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda;
+    if (cfg->loss_gamma > 0) lc.gamma = cfg->loss_gamma;
+    lc.weighting = strcmp(cfg->loss_weighting, "dpace") == 0 ? LOSS_WEIGHT_DPACE : LOSS_WEIGHT_DECAY;
+    lc.label_teacher = strcmp(cfg->loss_label, "teacher") == 0;
+
+    // The source of batches.
+    int64_t n_items, n_groups;
+    train_group *groups;
+    train_item *items = train_items(cfg, s, S, bp.n_heldout_batches, &n_items, &groups, &n_groups);
+    source src;
+    memset(&src, 0, sizeof src);
+    src.live = live, src.T = T, src.slots = (int)cfg->slots, src.my_rank = w->rank;
+    int64_t D = (int64_t)ct.n_feat * tc.hidden;
+    src.max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
+    if (live) {
+        src.outstanding = xcalloc((size_t)T, sizeof(int));
+        src.served = xcalloc((size_t)T, sizeof(int64_t));
+        src.n_buf = src.slots * T + 1;
+        src.bufs = xmalloc((size_t)src.n_buf * sizeof(char *));
+        src.buf_free = xmalloc((size_t)src.n_buf * sizeof(int));
+        for (int i = 0; i < src.n_buf; i++) src.bufs[i] = xmalloc(src.max_bytes), src.buf_free[i] = 1;
+        src.buf_of = xmalloc((size_t)n_items * sizeof(int));
+        src.teacher_of = xmalloc((size_t)n_items * sizeof(int));
+        src.recv = xmalloc((size_t)n_items * sizeof(MPI_Request));
+    } else {
+        src.fr = fr;
+        src.bp = &bp;
+        src.offline_buf = xmalloc(src.max_bytes);
+    }
+
+    // Run directory and metrics (first student).
+    train_log lg = {0};
+    if (s == 0) {
+        if (mkdir(cfg->run_dir, 0755) != 0 && errno != EEXIST) return error_set("run.dir %s: %s", cfg->run_dir, strerror(errno));
+        char path[CONFIG_STR + 32];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
+        lg.jsonl = fopen(path, "w");
+        if (!lg.jsonl) return error_set("%s: %s", path, strerror(errno));
+        snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
+        FILE *f = fopen(path, "w");
+        char *json = config_to_json(cfg);
+        if (f) fprintf(f, "%s\n", json), fclose(f);
+        free(json);
+    }
+    int n_ranks = w->size;
+    int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
+    int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
+    int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
+    uint16_t *feat_dummy = NULL;
+    (void)feat_dummy;
+
+    double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
+    step_stats interval, cur, first_eval, last_eval;
+    memset(&interval, 0, sizeof interval);
+    memset(&first_eval, 0, sizeof first_eval);
+    memset(&last_eval, 0, sizeof last_eval);
+    int64_t step = 0, evals = 0, total_block = 0, total_ctx = 0;
+    for (int64_t gi = 0; gi < n_groups; gi++) {
+        int64_t kind = groups[gi].kind;
+        memset(&cur, 0, sizeof cur);
+        for (int64_t n = groups[gi].first; n < groups[gi].first + groups[gi].count && rc == 0; n++) {
+            wire_batch wb;
+            if ((rc = source_get(&src, items, n_items, n, &wb))) break;
+            student_batch b = {.S = (int)wb.S, .n_seq = (int)wb.n_seq, .k = (int)wb.k, .tokens = wb.tokens,
+                               .loss_mask = wb.mask, .cu_seqlens = wb.cu, .topk_idx = wb.topk_idx, .topk_val = wb.topk_val,
+                               .lse = wb.lse};
+            int64_t shape[2] = {wb.S, wb.D};
+            b.features = tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
+            int nv = anchors_valid(wb.mask, wb.cu, (int)wb.n_seq, valid);
+            uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
+            int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
+            if (na > 0) rc = student_step(&d, &lc, &plan, sw, &b, anchors, na, &cur);
+            source_release(&src, n);
+        }
+        // A failure on one student must not leave the others waiting in a collective: agree first.
+        int bad = rc ? 1 : 0;
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+        if (bad) {
+            if (!rc) rc = error_set("another student failed (see its message)");
+            break;
+        }
+        stats_allreduce(&cur, comm);
+        if (kind == WIRE_HELDOUT) { // evaluation: the gradients it left are discarded
+            backend_memset_zero(be, d.grad, (size_t)d.numel * sizeof(float));
+            if (evals == 0) first_eval = cur;
+            last_eval = cur;
+            evals++;
+            if (s == 0) log_line(&lg, "heldout", step, &cur, &lc, (int)dc.block_size, 0, 0, 0, 0, NULL, 0);
+            continue;
+        }
+        // An optimizer step: all-reduce the un-normalised gradients, then one update.
+        if (S > 1) mpi_check(MPI_Allreduce(MPI_IN_PLACE, d.grad, (int)d.numel, MPI_FLOAT, MPI_SUM, comm));
+        double lr = optim_lr(&oc, opt.step);
+        last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
+        drafter_sync_compute(&d);
+        stats_add(&interval, &cur);
+        total_block += cur.block_tokens;
+        total_ctx += cur.ctx_tokens;
+        step++;
+        if (step % cfg->log_interval == 0 || step == cfg->steps) {
+            double now = time_now(), el = now - t_int;
+            double wait = src.wait_s - wait_int;
+            double wait_all = wait;
+            mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wait_all, 1, MPI_DOUBLE, MPI_MAX, comm));
+            int64_t mine = (int64_t)(d.mem.used + work.used + opt_mem.used);
+            int64_t *student_peaks = xcalloc((size_t)S, sizeof(int64_t));
+            mpi_check(MPI_Allgather(&mine, 1, MPI_INT64_T, student_peaks, 1, MPI_INT64_T, comm));
+            for (int t = 0; t < T && t < 1024; t++) peaks[t] = src.last_peak[t];
+            for (int i = 0; i < S; i++) peaks[T + i] = student_peaks[i];
+            free(student_peaks);
+            if (s == 0) log_line(&lg, NULL, step, &interval, &lc, (int)dc.block_size, lr, last_norm, el, el > 0 ? wait_all / el : 0, peaks, n_ranks);
+            memset(&interval, 0, sizeof interval);
+            t_int = now;
+            wait_int = src.wait_s;
+        }
+    }
+    // Tell every teacher this student is done (also after an error, so they can stop).
+    if (live)
+        for (int t = 0; t < T; t++) {
+            int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, w->rank};
+            mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, t, TAG_REQUEST, MPI_COMM_WORLD));
+        }
+    if (rc == 0 && live) {
+        char served[256];
+        int m = 0;
+        for (int t = 0; t < T && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)src.served[t]);
+        log_info("student %d: batches received per teacher: [%s]", s, served);
+    }
+    double wall = time_now() - t_run;
+    if (rc == 0 && s == 0) {
+        char dir[CONFIG_STR + 16];
+        snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
+        if (drafter_export(&d, dir, 0)) rc = -1;
+        double tau0 = first_eval.anchors ? first_eval.tau_chain_sum / (double)first_eval.anchors : 0;
+        double tau1 = last_eval.anchors ? last_eval.tau_chain_sum / (double)last_eval.anchors : 0;
+        fprintf(lg.jsonl, "{\"summary\": true, \"steps\": %lld, \"wall_s\": %.2f, \"block_tokens_per_s\": %.1f, "
+                          "\"ctx_tokens_per_s\": %.1f, \"peak_bytes\": [", (long long)step, wall,
+                wall > 0 ? (double)total_block * S / wall : 0, wall > 0 ? (double)total_ctx * S / wall : 0);
+        for (int r = 0; r < n_ranks; r++) fprintf(lg.jsonl, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+        fprintf(lg.jsonl, "], \"tau_first\": %.4f, \"tau_last\": %.4f}\n", tau0, tau1);
+        log_info("summary: %lld steps in %.1fs, %.0f block tokens/s, held-out tau_chain %.3f -> %.3f, drafter in %s",
+                 (long long)step, wall, wall > 0 ? (double)total_block * S / wall : 0, tau0, tau1, dir);
+        char pb[32];
+        for (int r = 0; r < n_ranks; r++) log_info("  peak memory rank %d (%s): %s", r, r < T ? "teacher" : "student",
+                                                   bytes_format((size_t)peaks[r], pb, sizeof pb));
+    }
+    if (lg.jsonl) fclose(lg.jsonl);
+    free(items);
+    free(groups);
+    free(peaks);
+    free(valid);
+    free(anchors);
+    if (live) {
+        for (int i = 0; i < src.n_buf; i++) free(src.bufs[i]);
+        free(src.bufs); free(src.buf_free); free(src.buf_of); free(src.teacher_of); free(src.recv);
+        free(src.outstanding); free(src.served);
+    } else {
+        free(src.offline_buf);
+        featreader_close(fr);
+    }
+    student_work_destroy(sw);
+    arena_free(&work);
+    arena_free(&opt_mem);
+    drafter_free(&d);
+    batchplan_free(&bp);
+    return rc;
+}

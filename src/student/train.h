@@ -1,0 +1,18 @@
+// train.h: a student rank in a training job (SPEC §6, §8).
+//
+// Batches come from the teachers (live: requests with credits, consumed in order) or from an
+// offline feature directory (data.features). Optimizer step t consumes the global batches
+// t*G .. t*G+G-1 (G = train.batches_per_step); student s of S takes those with (id mod S) = s, and
+// draws each batch's anchors from (seed, batch id), so the run does not depend on S beyond
+// summation order. Gradients are all-reduced over the students before clipping; the first student
+// writes metrics.jsonl, evaluates on the held-out batches at the start, every eval_interval steps
+// and at the end, and exports the drafter to run.dir/drafter.
+#pragma once
+#include <mpi.h>
+
+#include "common/backend.h"
+#include "common/config.h"
+#include "common/world.h"
+
+// student_train: students_comm holds the student ranks only. 0 on success, -1 with error_set.
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm);

@@ -1,0 +1,149 @@
+// teacher_loop.c: serve batches to students (see teacher_loop.h).
+#include "teacher/teacher_loop.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/arena.h"
+#include "common/batchplan.h"
+#include "common/check.h"
+#include "common/error.h"
+#include "common/half.h"
+#include "common/log.h"
+#include "common/ops.h"
+#include "common/trainset.h"
+#include "common/wire.h"
+#include "teacher/target.h"
+
+int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c) {
+    memset(c, 0, sizeof *c);
+    c->topk = (int)cfg->teacher_topk;
+    c->max_tokens = (int)cfg->max_tokens_per_batch;
+    if (cfg->target_layer_ids.n > 0) {
+        c->n_feat = (int)cfg->target_layer_ids.n;
+        for (int i = 0; i < c->n_feat; i++) c->layer_ids[i] = cfg->target_layer_ids.v[i];
+        return 0;
+    }
+    c->n_feat = (int)cfg->n_features;
+    int64_t ids[64];
+    if (target_default_layer_ids(n_target_layers, c->n_feat, ids)) return -1;
+    for (int i = 0; i < c->n_feat; i++) c->layer_ids[i] = ids[i];
+    return 0;
+}
+
+// The batch plan over the training set's usable samples (shared with the students).
+static int teacher_plan(const config *cfg, trainset *ts, batchplan *bp) {
+    int64_t *len = xmalloc((size_t)(ts->n > 0 ? ts->n : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < ts->n; i++) len[i] = trainset_len(ts, i);
+    int rc = batchplan_build(bp, len, ts->n, cfg->heldout_samples, cfg->max_tokens_per_batch, cfg->bucket_size,
+                             (uint64_t)cfg->seed);
+    free(len);
+    return rc;
+}
+
+int teacher_serve(const world *w, const config *cfg, backend *be) {
+    target_model m;
+    if (target_load(&m, cfg->target_path, be)) return -1;
+    teacher_contract tc;
+    target_outputs o = {.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    if (teacher_contract_make(cfg, m.cfg.n_layers, &tc)) return -1;
+    o.n_feat = tc.n_feat;
+    for (int i = 0; i < tc.n_feat; i++) o.layer_ids[i] = tc.layer_ids[i];
+    if (target_outputs_check(&m, &o)) return -1;
+    trainset ts;
+    if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) return -1;
+    if (ts.vocab_size > m.cfg.vocab)
+        return error_set("training set %s has vocab_size %lld, larger than the target's %lld", cfg->data_path,
+                         (long long)ts.vocab_size, (long long)m.cfg.vocab);
+    batchplan bp;
+    if (teacher_plan(cfg, &ts, &bp)) return -1;
+
+    int T = tc.max_tokens;
+    arena work;
+    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, T, T, o.vocab_tile))) return -1;
+    target_work tw;
+    target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
+    int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
+    size_t max_bytes = wire_bytes(T, T, k, D);
+    int n_buf = (int)cfg->slots * w->students + 1;
+    char **bufs = xmalloc((size_t)n_buf * sizeof(char *));
+    MPI_Request *sends = xmalloc((size_t)n_buf * sizeof(MPI_Request));
+    for (int i = 0; i < n_buf; i++) {
+        bufs[i] = xmalloc(max_bytes);
+        sends[i] = MPI_REQUEST_NULL;
+    }
+    int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)T);
+    dtype act = ops_act_dtype(be);
+    void *feat_raw = xmalloc((size_t)T * (size_t)D * dtype_size(act));
+    size_t peak = m.weights.used + work.used;
+
+    int stops = 0, next = 0;
+    int64_t served = 0;
+    double busy = 0, t_start = time_now();
+    while (stops < w->students) {
+        int64_t req[WIRE_REQUEST];
+        MPI_Status st;
+        mpi_check(MPI_Recv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st));
+        if (req[0] == WIRE_STOP) {
+            stops++;
+            continue;
+        }
+        double t0 = time_now();
+        const batch_ref *b = req[0] == WIRE_TRAIN ? batchplan_train_batch(&bp, req[1], NULL)
+                                                  : batchplan_heldout_batch(&bp, req[1]);
+        int n_seq = (int)b->n, S = 0;
+        cu[0] = 0;
+        for (int i = 0; i < n_seq; i++) {
+            int64_t len = trainset_len(&ts, b->samples[i]);
+            if (trainset_read(&ts, b->samples[i], tokens + S, mask + S)) fatal("teacher: %s", error_msg());
+            S += (int)len;
+            cu[i + 1] = S;
+        }
+        if (target_forward(&m, &o, &tw, tokens, cu, n_seq, S, NULL, 0, NULL)) fatal("teacher: %s", error_msg());
+        // the next buffer of the ring, once its previous send is done
+        int slot = next++ % n_buf;
+        mpi_check(MPI_Wait(&sends[slot], MPI_STATUS_IGNORE));
+        wire_batch wb = {.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = (int64_t)peak};
+        wire_write_header(bufs[slot], &wb);
+        wire_layout(bufs[slot], &wb);
+        memcpy(wb.tokens, tokens, (size_t)S * sizeof(int32_t));
+        memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
+        memcpy(wb.mask, mask, (size_t)S);
+        if (act == DT_BF16) {
+            backend_copy_to_host(be, wb.features, tw.features, (size_t)S * (size_t)D * 2);
+        } else { // fp32 on the CPU: bf16 on the wire
+            backend_copy_to_host(be, feat_raw, tw.features, (size_t)S * (size_t)D * sizeof(float));
+            convert_from_f32(wb.features, DT_BF16, feat_raw, (int64_t)S * D);
+        }
+        backend_copy_to_host(be, wb.topk_idx, tw.topk_idx, (size_t)S * (size_t)k * sizeof(int32_t));
+        backend_copy_to_host(be, wb.topk_val, tw.topk_val, (size_t)S * (size_t)k * sizeof(float));
+        backend_copy_to_host(be, wb.lse, tw.lse, (size_t)S * sizeof(float));
+        if (cfg->test_slow_teacher == w->rank && cfg->test_slow_ms > 0) { // test-only: a slow teacher
+            struct timespec ts_sleep = {cfg->test_slow_ms / 1000, (cfg->test_slow_ms % 1000) * 1000000L};
+            nanosleep(&ts_sleep, NULL);
+        }
+        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, D), MPI_BYTE, st.MPI_SOURCE, TAG_DATA, MPI_COMM_WORLD,
+                            &sends[slot]));
+        served++;
+        busy += time_now() - t0;
+    }
+    mpi_check(MPI_Waitall(n_buf, sends, MPI_STATUSES_IGNORE));
+    double el = time_now() - t_start;
+    log_info("teacher %d: served %lld batches, busy %.0f%% of %.1fs", w->rank, (long long)served,
+             el > 0 ? 100 * busy / el : 0, el);
+    for (int i = 0; i < n_buf; i++) free(bufs[i]);
+    free(bufs);
+    free(sends);
+    free(tokens);
+    free(cu);
+    free(mask);
+    free(feat_raw);
+    arena_free(&work);
+    batchplan_free(&bp);
+    trainset_close(&ts);
+    target_free(&m);
+    return 0;
+}

@@ -1,0 +1,29 @@
+// teacher_loop.h: a teacher rank in a training job (SPEC §8).
+//
+// The teacher waits for requests from the students ({kind, index, student rank}, MPI tag
+// TAG_REQUEST), builds the named batch from the batch plan that every rank derives from the seed,
+// runs the target forward and sends the payload (wire.h) back with MPI_Isend from a ring of
+// buffers, so it computes the next batch while the last one is in flight. It stops when every
+// student has sent WIRE_STOP, and logs how many batches it served.
+#pragma once
+
+#include "common/backend.h"
+#include "common/config.h"
+#include "common/world.h"
+
+#define TAG_REQUEST 101
+#define TAG_DATA 102
+
+// The settings teachers and students must agree on, derived the same way on both sides.
+typedef struct {
+    int n_feat;
+    long long layer_ids[64];
+    int topk;
+    int max_tokens;
+} teacher_contract;
+
+// teacher_contract_make: layer ids (configured or SPEC §2 default for the target's depth), top-k
+// and batch size. -1 with error_set.
+int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c);
+
+int teacher_serve(const world *w, const config *cfg, backend *be);
