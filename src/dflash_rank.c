@@ -146,6 +146,12 @@ int main(int argc, char **argv) {
     int a = args_parse(argc, argv, &cfg);
     if (a != 0) return a < 0 ? 2 : 0;
 
+    // What a training job cannot start without, said before any rank starts working.
+    if (strcmp(cfg.mode, "train") == 0 && (!cfg.target_path[0] || (!cfg.data_path[0] && !cfg.data_features[0]))) {
+        fprintf(stderr, "error: train needs target.path (the target model directory) and data.path (a training set) or "
+                        "data.features (an offline feature directory)\n");
+        return 2;
+    }
     world w;
     world_init(&w, &argc, &argv);
     log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));

@@ -33,19 +33,21 @@ expect_fail bad-override "wants an integer" "$R" --run.seed=x
 expect_fail unknown-arg "unknown argument '--frobnicate'" "$R" --frobnicate
 expect_fail bad-device "not one of auto|cpu|cuda" "$R" --device tpu
 
+# Training without a target is refused with one line.
+expect_fail train-no-target "train needs target.path" "$R" --device cpu
 # One process without mpirun: one student rank, CPU.
-expect_ok single "$R" --device cpu
+expect_ok single "$R" --device cpu --mode check
 grep -q "student" "$TMP/out" && ok || bad "single-rank check has no student line"
 
 # Three ranks: two teachers and one student, each reporting its role and backend.
 if command -v mpirun >/dev/null; then
-  expect_ok mpirun-3 mpirun -np 3 "$R" --device auto
+  expect_ok mpirun-3 mpirun -np 3 "$R" --device auto --mode check
   [ "$(grep -c ' teacher ' "$TMP/out")" -eq 2 ] && ok || bad "wanted 2 teacher lines: $(cat "$TMP/out")"
   [ "$(grep -c ' student ' "$TMP/out")" -eq 1 ] && ok || bad "wanted 1 student line"
   grep -q "every rank is ready" "$TMP/out" && ok || bad "no ready line"
   # Roles that do not fit the world: the error names both numbers.
   expect_fail_mpi world-mismatch "3 teacher(s) + 1 student(s) = 4 rank(s), but the job has 3" \
-    mpirun -np 3 "$R" --world.teachers=3
+    mpirun -np 3 "$R" --world.teachers=3 --mode check
 else
   bad "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"
 fi
