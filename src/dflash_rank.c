@@ -10,6 +10,7 @@
 //                  one line per rank
 //   dump-features  every rank is a teacher: the offline feature file of data.path, sharded over
 //                  the ranks, into features.dir (resumable)
+//   transport-test deterministic payloads teacher -> student, checked element by element
 //   train          teachers serve batches, students train the drafter (with data.features set:
 //                  every rank a student, reading the offline features)
 #include <mpi.h>
@@ -26,6 +27,7 @@
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "common/trainset.h"
+#include "common/transport_test.h"
 #include "common/version.h"
 #include "common/world.h"
 #include "student/train.h"
@@ -42,7 +44,7 @@ static void usage(FILE *f) {
             "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
-            "  --mode M             same as --run.mode=M (train | check | dump-features)\n"
+            "  --mode M             same as --run.mode=M (train | check | dump-features | transport-test)\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
             "  --version            print the version and the compiled backends\n"
@@ -181,6 +183,13 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    if (strcmp(cfg.mode, "transport-test") == 0) {
+        if (w.teachers < 1 || w.students < 1) fatal("transport-test needs at least one teacher and one student rank");
+        long long wrong = transport_test_run(&w, 5, 64ll << 20);
+        backend_close(&be);
+        world_finalize();
+        return wrong ? 1 : 0;
+    }
     if (strcmp(cfg.mode, "train") == 0) {
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));

@@ -20,7 +20,7 @@ const config_key config_keys[] = {
     {"run.seed", CFG_INT, F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
     {"run.device", CFG_STRING, F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", NOLIM},
     {"run.log_level", CFG_STRING, F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", NOLIM},
-    {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) or dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir)", "check|dump-features|train", NOLIM},
+    {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir) or transport-test (payloads teacher -> student checked element by element, bandwidth printed)", "check|dump-features|train|transport-test", NOLIM},
     {"world.teachers", CFG_INT, F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
     {"world.students", CFG_INT, F(students), "1", "student ranks (the last ranks of the world)", NULL, 1, 1e6},
     {"target.path", CFG_STRING, F(target_path), "", "Hugging Face model directory of the target (config.json + safetensors)", NULL, NOLIM},
