@@ -4,7 +4,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
@@ -139,13 +138,19 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
         float nm = tmax > m[r] ? tmax : m[r];
         double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
-        float part = 0; // each term <= 1: fp32 partial sums over a tile, accumulated in double
+        // Each term <= 1: fp32 partial sums over chunks of 256 (vectorised), accumulated in double.
+        // One fp32 sum over a whole tile would err by up to ~Vc 2^-24 relative (1e-4 in lse for a
+        // 32000-wide tile of tied logits, measured); per 256 it stays near 1e-6.
         // nm = -inf: every value so far is -inf, the sum stays 0 (lse = -inf), not expf(-inf - -inf) = NaN
         if (nm != -INFINITY) {
+            for (int j0 = 0; j0 < Vc; j0 += 256) {
+                int j1 = Vc - j0 < 256 ? Vc : j0 + 256;
+                float part = 0;
 #pragma omp simd reduction(+ : part)
-            for (int j = 0; j < Vc; j++) part += expf(x[j] - nm);
+                for (int j = j0; j < j1; j++) part += expf(x[j] - nm);
+                sum += part;
+            }
         }
-        sum += part;
         m[r] = nm;
         s[r] = (float)sum;
         // top-k: insertion into the sorted list (k is small; the tile is scanned once)
