@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test_teacher_student_cuda.sh: the CUDA path against the references, on a machine with a GPU
+# (skipped, exit 77, without one):
+#   teacher-dump --device cuda on every teacher fixture vs transformers (fp32): bf16 weights and
+#   activations through a few layers -> 3e-2 relative to each tensor's scale;
+#   step-dump --device cuda on every student fixture vs PyTorch float64: bf16 compute with fp32
+#   master weights, softmax and loss -> loss terms 2e-2, gradients 5e-2 relative to their scale.
+source "$DFLASH_SRC/tests/cli/lib.sh"
+T=$BUILD/dflash_tool
+D=$SRC/tests/reference/data
+if ! "$BUILD/dflash_rank" --mode check --device cuda >/dev/null 2>&1; then
+  echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
+  exit 77
+fi
+for args in "$D"/teacher_*.args; do
+  name=$(basename "$args" .args)
+  unset make_target layer_ids topk tokens reference
+  source "$args"
+  # shellcheck disable=SC2086
+  "$T" make-target "$TMP/$name" $make_target >/dev/null 2>&1 || { bad "$name: make-target"; continue; }
+  expect_ok "$name cuda teacher-dump" "$T" teacher-dump "$TMP/$name" "$D/$tokens" "$TMP/$name.safetensors" --layers "$layer_ids" --topk "$topk" --device cuda
+  "$T" compare "$D/$reference" "$TMP/$name.safetensors" --tol 3e-2 >"$TMP/cmp.log" 2>&1 && ok || { bad "$name (cuda) differs:"; cat "$TMP/cmp.log" >&2; }
+  sed "s/^/  $name cuda: /" "$TMP/cmp.log"
+done
+for in in "$D"/student_*.in.safetensors; do
+  name=$(basename "$in" .in.safetensors)
+  expect_ok "$name cuda step-dump" "$T" step-dump "$in" "$D/$name.config.json" "$TMP/$name.out.safetensors" --device cuda
+  "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 2e-2 --only loss,ce,kl,cap >"$TMP/c1.log" 2>&1 && ok || { bad "$name (cuda) loss differs:"; cat "$TMP/c1.log" >&2; }
+  "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 5e-2 >"$TMP/c2.log" 2>&1 && ok || { bad "$name (cuda) gradients differ:"; cat "$TMP/c2.log" >&2; }
+  sed "s/^/  $name cuda: /" "$TMP/c1.log"
+done
+finish
