@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common/arena.h"
 #include "common/batchplan.h"
@@ -46,7 +47,9 @@ typedef struct {
     int *teacher_of;             // item -> teacher
     MPI_Request *recv;           // item -> request
     int *buf_free;               // [n_buf]
-    int64_t next_request;
+    int *arrived;                // item -> its payload is here (its teacher's credit is back)
+    int *bytes_of;               // item -> payload bytes
+    int64_t next_request, next_consume;
     double wait_s;               // time spent waiting for data
     int64_t last_peak[1024];     // teachers' reported peak bytes
     // offline
@@ -61,19 +64,38 @@ static int source_free_buf(source *s) {
             s->buf_free[i] = 0;
             return i;
         }
-    fatal("no free receive buffer (credit accounting is broken)");
+    return -1;
+}
+
+// A payload has arrived: its teacher gets the credit back (the buffer stays taken until the batch
+// is consumed, in order).
+static void source_arrived(source *s, int64_t n, const MPI_Status *st) {
+    MPI_Get_count(st, MPI_BYTE, &s->bytes_of[n]);
+    s->arrived[n] = 1;
+    s->outstanding[s->teacher_of[n]]--;
 }
 
 // Send requests while credits allow: the next item goes to the teacher with the fewest outstanding
-// requests (never more than `slots`), so slow teachers simply get less work.
+// requests (never more than `slots`), so a slow teacher simply gets less work. Credits come back
+// when a payload arrives, not when it is consumed, so a fast teacher keeps working while the
+// student waits for an earlier batch from a slow one.
 static void source_pump(source *s, const train_item *items, int64_t n_items) {
-    while (s->live && s->next_request < n_items) {
+    if (!s->live) return;
+    for (int64_t n = s->next_consume; n < s->next_request; n++)
+        if (!s->arrived[n]) {
+            int done = 0;
+            MPI_Status st;
+            mpi_check(MPI_Test(&s->recv[n], &done, &st));
+            if (done) source_arrived(s, n, &st);
+        }
+    while (s->next_request < n_items) {
         int best = -1;
         for (int t = 0; t < s->T; t++)
             if (s->outstanding[t] < s->slots && (best < 0 || s->outstanding[t] < s->outstanding[best])) best = t;
         if (best < 0) return;
-        int64_t n = s->next_request++;
         int b = source_free_buf(s);
+        if (b < 0) return; // every buffer holds a batch not yet consumed
+        int64_t n = s->next_request++;
         s->buf_of[n] = b;
         s->teacher_of[n] = best;
         mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, best, TAG_DATA, MPI_COMM_WORLD, &s->recv[n]));
@@ -86,17 +108,24 @@ static void source_pump(source *s, const train_item *items, int64_t n_items) {
 // Item n as a wire batch (live: wait for its payload; offline: read it).
 static int source_get(source *s, const train_item *items, int64_t n_items, int64_t n, wire_batch *wb) {
     if (s->live) {
+        s->next_consume = n;
         source_pump(s, items, n_items);
-        MPI_Status st;
         double t0 = time_now();
-        mpi_check(MPI_Wait(&s->recv[n], &st));
+        while (!s->arrived[n]) { // keep handing out work while this batch is on its way
+            int done = 0;
+            MPI_Status st;
+            mpi_check(MPI_Test(&s->recv[n], &done, &st));
+            if (done) source_arrived(s, n, &st);
+            else {
+                source_pump(s, items, n_items);
+                struct timespec pause = {0, 100000}; // 0.1 ms
+                nanosleep(&pause, NULL);
+            }
+        }
         s->wait_s += time_now() - t0;
-        int bytes = 0;
-        MPI_Get_count(&st, MPI_BYTE, &bytes);
         int t = s->teacher_of[n];
-        s->outstanding[t]--;
         s->served[t]++;
-        if (wire_read(s->bufs[s->buf_of[n]], (size_t)bytes, wb)) return error_prefix("batch from teacher %d", t);
+        if (wire_read(s->bufs[s->buf_of[n]], (size_t)s->bytes_of[n], wb)) return error_prefix("batch from teacher %d", t);
         if (wb->kind != items[n].kind || wb->index != items[n].index)
             return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
                              (long long)wb->index, (long long)items[n].kind, (long long)items[n].index);
@@ -369,13 +398,15 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     if (live) {
         src.outstanding = xcalloc((size_t)T, sizeof(int));
         src.served = xcalloc((size_t)T, sizeof(int64_t));
-        src.n_buf = src.slots * T + 1;
+        src.n_buf = 2 * src.slots * T + 1; // in flight (slots per teacher) + arrived, not yet consumed
         src.bufs = xmalloc((size_t)src.n_buf * sizeof(char *));
         src.buf_free = xmalloc((size_t)src.n_buf * sizeof(int));
         for (int i = 0; i < src.n_buf; i++) src.bufs[i] = xmalloc(src.max_bytes), src.buf_free[i] = 1;
         src.buf_of = xmalloc((size_t)n_items * sizeof(int));
         src.teacher_of = xmalloc((size_t)n_items * sizeof(int));
         src.recv = xmalloc((size_t)n_items * sizeof(MPI_Request));
+        src.arrived = xcalloc((size_t)n_items, sizeof(int));
+        src.bytes_of = xcalloc((size_t)n_items, sizeof(int));
     } else {
         src.fr = fr;
         src.bp = &bp;
@@ -507,6 +538,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     if (live) {
         for (int i = 0; i < src.n_buf; i++) free(src.bufs[i]);
         free(src.bufs); free(src.buf_free); free(src.buf_of); free(src.teacher_of); free(src.recv);
+        free(src.arrived); free(src.bytes_of);
         free(src.outstanding); free(src.served);
     } else {
         free(src.offline_buf);
