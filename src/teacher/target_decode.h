@@ -1,0 +1,67 @@
+// target_decode.h: greedy decoding with a KV cache over a loaded target_model (the teacher's
+// weights), for making self-distilled data (dflash_tool make-data).
+//
+// A decoder holds up to max_seqs sequences decoded in lockstep. Each sequence is prefilled with its
+// prompt (the packed forward's layer code over the prompt's tokens, one sequence at a time, keys and
+// values after RoPE stored in the cache), then every step feeds one token per sequence: only the new
+// token's layer outputs are computed, its query attends to the cached keys/values of its own
+// sequence, and RoPE positions continue from the prompt (a sequence's positions are 0, 1, 2, ...).
+// Sequences may have prompts of different lengths; each keeps its own position.
+//
+// The greedy token is the argmax of the lm_head logits (lowest id on ties), computed over vocabulary
+// tiles by the teacher's running top-k (k = 1): the same rule as topk_idx[t][0] of target_forward.
+//
+// Memory: one arena on the backend, sized up front for max_seqs x max_len cached positions and the
+// work buffers of a max_len-token prefill; nothing is allocated while decoding.
+//
+// Backend: CPU (fp32) only for now. Everything but the single-query attention over the cache runs
+// through the backend ops (ops.h, backend_gemm); that attention is a CPU loop here (no CUDA kernel
+// yet), so target_decoder_init refuses a CUDA backend with an error.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/arena.h"
+#include "teacher/target.h"
+
+typedef struct {
+    target_model *m;
+    int max_seqs;             // sequences decoded in lockstep
+    int max_len;              // cached positions per sequence (prompt + generated - 1)
+    int rows;                 // rows of the work buffers: max(max_len, max_seqs)
+    int vocab_tile;           // lm_head tile
+    arena mem;                // everything below, on the backend
+    void *k_cache, *v_cache;  // [n_layers, max_seqs, max_len, nkv*hd] act (keys after RoPE)
+    void *x, *xn, *q, *k, *v, *att, *gate, *up; // [rows, ...] act
+    void *last;               // [max_seqs, H] act: each sequence's newest hidden state
+    float *scores;            // [max_seqs * n_heads, max_len] f32: attention scores of a step
+    float *logits;            // [max_seqs, vocab_tile] f32
+    int32_t *tokens, *pos;    // [rows] i32 (device copies)
+    int32_t *cu;              // [2] i32: {0, prompt length} for a prefill
+    float *top_val, *run_m, *run_s, *lse; // [max_seqs] f32: running argmax / LSE state
+    int32_t *top_idx;         // [max_seqs] i32
+    int n_seq;                // sequences of the current batch (0 before a prefill)
+    int *len;                 // host [max_seqs]: positions cached per sequence
+    int32_t *pos_host;        // host [rows]
+} target_decoder;
+
+// target_decoder_bytes: the arena size target_decoder_init allocates for these sizes.
+size_t target_decoder_bytes(const target_model *m, int max_seqs, int max_len, int vocab_tile);
+// target_decoder_init: -1 with error_set on a CUDA backend (not implemented), on sizes < 1, or
+// when the arena cannot be allocated. vocab_tile 0 = min(V, 8192).
+int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int max_len, int vocab_tile);
+void target_decoder_free(target_decoder *d);
+
+// target_decoder_prefill: start n_seq sequences (1..max_seqs) with prompts[s][0:plen[s]] (host),
+// 1 <= plen[s] <= max_len, ids in [0, V). next[s] (host) = each sequence's greedy next token.
+// Replaces whatever was cached. -1 with error_set on bad input.
+int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
+                           int32_t *next);
+// target_decoder_step: append tokens[s] (host, one per sequence) to every sequence and compute
+// next[s], the greedy token after it. -1 with error_set when a sequence's cache is full (max_len
+// positions) or a token is outside the vocabulary.
+int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next);
+// target_decoder_generate: prefill, then gen_len greedy tokens per sequence into
+// out[s * gen_len + j] (host). Needs plen[s] + gen_len - 1 <= max_len.
+int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
+                            int gen_len, int32_t *out);

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Reference greedy continuations for `dflash_tool make-data`, computed with transformers' generate.
+
+For each configuration below this script
+  1. makes a random-weight model directory with `dflash_tool make-target` (the C tool),
+  2. loads it with AutoModelForCausalLM.from_pretrained(dir, dtype=float32, eager attention) and
+     checks that transformers sees the named architecture with no missing or unexpected weights,
+  3. runs model.generate(prompt, do_sample=False, max_new_tokens=G) (KV cache, greedy) on three
+     fixed prompts of different lengths, each on its own (no padding), with eos disabled so every
+     continuation has exactly G tokens,
+  4. checks the continuation against a plain argmax chain of one full forward without cache over
+     prompt + continuation (transformers agreeing with itself), and
+  5. writes tests/reference/data/decode_<name>.json:
+       {"name", "make_target": "<arguments after OUT_DIR, --seed included>", "gen_len": G,
+        "prompts": [[ids...] x 3], "continuations": [[G ids] x 3],
+        "min_top2_gap": smallest logit gap between the best and second-best token over every
+                        generated step of every prompt,
+        "made_by", "torch", "transformers"}
+     and the console output into data/decode_fixtures.log.
+
+The C side (tests/cli/test_make_data.sh) rebuilds the identical model from "make_target" (weights are
+a pure function of the arguments) and runs `dflash_tool make-data OUT.h5 --target MODEL --prompts
+decode_<name>.json --gen-len G`; every generated token must equal transformers' exactly.
+
+Near ties: a random-weight model can have two logits within rounding of each other, and then fp32
+implementations that differ only in summation order may pick different tokens (and the chains
+diverge from there). Each model's seed is the first one, counting from 1, for which the top-2 gap at
+every generated step is at least MIN_GAP = 1e-3 (fp32 errors of the forward are ~1e-5 of the
+logits' scale); the log and the JSON give the smallest gap.
+
+Not part of CI: it needs torch + transformers. Run it from the repository root:
+    python3 tests/reference/make_decode_fixture.py [--tool build/dflash_tool] [--out DIR]
+(--tool defaults to $DFLASH_TOOL, else build/dflash_tool.)
+"""
+import argparse
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+MIN_GAP = 1e-3
+GEN_LEN = 40
+PROMPT_LENS = (5, 11, 17)
+
+# name, make-target arguments (without OUT_DIR and --seed)
+FIXTURES = [
+    # Qwen3: q_norm/k_norm, GQA 4/2, head_dim 24 != 64/4, untied, bf16 weights, rope_theta 1e6
+    ("qwen3_gqa",
+     "--arch qwen3 --layers 3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --intermediate 96"
+     " --vocab 307 --dtype bf16 --rope-theta 1000000"),
+    # Llama: tied embeddings, one kv head, llama3 RoPE scaling with an original context of 16 (so the
+    # three frequency branches all act at the positions reached), f32 weights
+    ("llama3_tied_mqa",
+     "--arch llama --layers 3 --hidden 48 --heads 4 --kv-heads 1 --intermediate 112"
+     " --vocab 389 --dtype f32 --tie --rope-llama3 8 --rope-original-max 16"),
+]
+
+ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+
+
+def log(lines, msg=""):
+    print(msg, flush=True)
+    lines.append(msg)
+
+
+def greedy(model, prompt, gen_len):
+    """generate() greedily; returns (continuation ids, per-step top-2 gaps)."""
+    ids = torch.tensor([prompt], dtype=torch.long)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                             max_new_tokens=gen_len, min_new_tokens=gen_len, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+    seq = out.sequences[0].tolist()
+    assert seq[:len(prompt)] == prompt and len(seq) == len(prompt) + gen_len, "generate changed the prompt or length"
+    cont = seq[len(prompt):]
+    gaps = []
+    for step, lg in enumerate(out.logits):
+        top = torch.topk(lg[0].float(), 2)
+        assert top.indices[0].item() == cont[step], "generate did not take the argmax"
+        gaps.append((top.values[0] - top.values[1]).item())
+    # transformers against itself: one full forward without a cache over prompt + continuation
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0]
+    chain = full.argmax(dim=-1).tolist()[len(prompt) - 1:-1]
+    assert chain == cont, "the cached generate and the full forward's argmax chain differ"
+    return cont, gaps
+
+
+def make_fixture(tool, out_dir, tmp, lines, name, margs):
+    from transformers import AutoModelForCausalLM
+    import transformers
+
+    argv = shlex.split(margs)
+    arch, vocab = argv[argv.index("--arch") + 1], int(argv[argv.index("--vocab") + 1])
+    rng = random.Random("decode-" + name)
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in PROMPT_LENS]
+    for seed in range(1, 51):
+        model_dir = os.path.join(tmp, f"{name}_seed{seed}")
+        cmd = [tool, "make-target", model_dir] + argv + ["--seed", str(seed)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                           attn_implementation="eager",
+                                                           output_loading_info=True)
+        model.eval()
+        cls = type(model).__name__
+        assert cls == ARCH_CLASS[arch], f"{name}: transformers made a {cls}"
+        for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            assert not info.get(key), f"{name}: {key} {info.get(key)}"
+        model.generation_config.eos_token_id = None
+        results = [greedy(model, p, GEN_LEN) for p in prompts]
+        gap = min(min(g) for _, g in results)
+        if gap >= MIN_GAP:
+            break
+        log(lines, f"  {name}: seed {seed}: min top-2 gap {gap:.3g} < {MIN_GAP:g}, next seed")
+    else:
+        raise SystemExit(f"{name}: no seed with top-2 gaps >= {MIN_GAP}")
+
+    full_args = f"{margs} --seed {seed}"
+    doc = {
+        "name": name,
+        "make_target": full_args,
+        "gen_len": GEN_LEN,
+        "prompts": prompts,
+        "continuations": [c for c, _ in results],
+        "min_top2_gap": gap,
+        "made_by": "tests/reference/make_decode_fixture.py",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    path = os.path.join(out_dir, f"decode_{name}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+        f.write("\n")
+    log(lines, f"{name}: {cls}, L={model.config.num_hidden_layers}, H={model.config.hidden_size}, heads "
+               f"{model.config.num_attention_heads}/{model.config.num_key_value_heads}, V={model.config.vocab_size}, "
+               f"tied={model.config.tie_word_embeddings}, rope={dict(model.config.rope_parameters)}")
+    log(lines, f"  make-target {full_args}")
+    log(lines, f"  prompts of {list(PROMPT_LENS)} tokens, {GEN_LEN} generated each; generate == full-forward argmax chain")
+    log(lines, f"  min top-2 logit gap over the generated steps: {gap:.4g} (>= {MIN_GAP:g}); "
+               f"per prompt: {', '.join(f'{min(g):.4g}' for _, g in results)}")
+    log(lines, f"  {os.path.relpath(path, out_dir)}: {os.path.getsize(path)} bytes")
+    assert os.path.getsize(path) < 20_000, f"{path} is too big for a committed fixture"
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tool", default=os.environ.get("DFLASH_TOOL", os.path.join(root, "build", "dflash_tool")),
+                    help="dflash_tool binary (default $DFLASH_TOOL, else build/dflash_tool)")
+    ap.add_argument("--out", default=os.path.join(here, "data"), help="output folder (default tests/reference/data)")
+    a = ap.parse_args()
+    if not os.access(a.tool, os.X_OK):
+        sys.exit(f"error: {a.tool} is not an executable dflash_tool (build it, or pass --tool / DFLASH_TOOL)")
+    os.makedirs(a.out, exist_ok=True)
+
+    import transformers
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # deterministic reductions
+    lines = []
+    log(lines, "make_decode_fixture.py: transformers generate (greedy, KV cache) for make-data's decode")
+    log(lines, f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}")
+    with tempfile.TemporaryDirectory(prefix="dflash_decode_fixture_") as tmp:
+        for name, margs in FIXTURES:
+            make_fixture(a.tool, a.out, tmp, lines, name, margs)
+    with open(os.path.join(a.out, "decode_fixtures.log"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
