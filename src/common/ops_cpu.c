@@ -8,13 +8,17 @@
 
 #include "common/check.h"
 
+// Threads only pay off past a few thousand elements: below that, starting an OpenMP team costs
+// more than the loop (and on a busy machine much more). Every parallel loop here uses this test.
+#define OPS_PAR_MIN 16384
+
 void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)T * H >= OPS_PAR_MIN)
     for (int t = 0; t < T; t++) memcpy(out + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
 }
 
 void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)R * D >= OPS_PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = in + (size_t)r * D;
         float *y = out + (size_t)r * D;
@@ -27,7 +31,7 @@ void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, floa
 
 void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd) {
     int half = hd / 2;
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)T * nh * hd >= OPS_PAR_MIN)
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
             // the angle in float, as transformers forms it: (inv_freq @ position) in fp32
@@ -93,7 +97,7 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
 }
 
 void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -101,12 +105,12 @@ void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
 }
 
 void cpu_add(float *x, const float *y, int64_t n) {
-#pragma omp parallel for
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
 void cpu_copy_2d(float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows, int64_t cols) {
-#pragma omp parallel for
+#pragma omp parallel for if (rows * cols >= OPS_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, (size_t)cols * sizeof(float));
 }
 
@@ -128,7 +132,7 @@ static int topk_before(float va, int32_t ia, float vb, int32_t ib) {
 
 void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
                          float *m, float *s) {
-#pragma omp parallel for
+#pragma omp parallel for if ((int64_t)R * Vc >= OPS_PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *x = logits + (size_t)r * ld;
         float *tv = val + (size_t)r * k;
