@@ -66,6 +66,14 @@ static const st_entry *step_dump_need(const st_file *f, const char *name, dtype 
     return e;
 }
 
+// A copy of a tensor's bytes in malloc'd (aligned) memory: files from other writers need not align
+// their data to the element size, and the step reads these arrays as int32/float.
+static void *step_dump_copy(const st_entry *e) {
+    void *p = xmalloc(e->nbytes);
+    memcpy(p, e->data, e->nbytes);
+    return p;
+}
+
 int tool_step_dump_main(int argc, char **argv) {
     const char *pos[3] = {0}, *device = "auto", *budget_s = NULL, *mode_s = NULL, *export_dir = NULL;
     int npos = 0, chunk = 0, row_chunk = 0, vocab_tile = 0, plan_only = 0;
@@ -147,14 +155,12 @@ int tool_step_dump_main(int argc, char **argv) {
         safetensors_close(&in);
         return 1;
     }
-    student_batch b = {.S = S, .n_seq = (int)e_cu->shape[0] - 1, .k = (int)e_ti->shape[1], .tokens = e_tok->data,
-                       .loss_mask = e_mask->data, .cu_seqlens = e_cu->data, .features = st_entry_tensor(e_feat),
-                       .topk_idx = e_ti->data, .topk_val = e_tv->data, .lse = e_lse->data};
+    int n_seq = (int)e_cu->shape[0] - 1, k = (int)e_ti->shape[1];
     int A = (int)e_anc->shape[0];
 
     backend be;
     if (backend_open(&be, device, 0)) { fprintf(stderr, "error: %s\n", error_msg()); safetensors_close(&in); return 1; }
-    plan_request pr = {.budget = budget, .max_tokens = S, .max_seqs = b.n_seq, .max_anchors = A, .k = b.k,
+    plan_request pr = {.budget = budget, .max_tokens = S, .max_seqs = n_seq, .max_anchors = A, .k = k,
                        .tied = e_head == NULL, .force_chunk = chunk, .force_mode = force_mode,
                        .force_row_chunk = row_chunk, .force_vocab_tile = vocab_tile};
     student_plan plan;
@@ -172,6 +178,14 @@ int tool_step_dump_main(int argc, char **argv) {
         return 0;
     }
 
+    void *copies[8] = {step_dump_copy(e_tok), step_dump_copy(e_mask), step_dump_copy(e_cu), step_dump_copy(e_feat),
+                       step_dump_copy(e_ti), step_dump_copy(e_tv), step_dump_copy(e_lse), step_dump_copy(e_anc)};
+    tensor feat = st_entry_tensor(e_feat);
+    feat.data = copies[3];
+    student_batch b = {.S = S, .n_seq = n_seq, .k = k, .tokens = copies[0],
+                       .loss_mask = copies[1], .cu_seqlens = copies[2], .features = feat,
+                       .topk_idx = copies[4], .topk_val = copies[5], .lse = copies[6]};
+    const int32_t *anchor_list = copies[7];
     drafter d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
     if (drafter_init(&d, &dc, &be, 0, st_entry_tensor(e_emb), e_head ? &head : NULL) || drafter_load_weights(&d, &in)) {
@@ -184,7 +198,7 @@ int tool_step_dump_main(int argc, char **argv) {
     student_work *w = student_work_create(&d, &plan, &work);
     step_stats st;
     memset(&st, 0, sizeof st);
-    if (student_step(&d, &lc, &plan, w, &b, e_anc->data, A, &st)) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
+    if (student_step(&d, &lc, &plan, w, &b, anchor_list, A, &st)) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
     if (!(st.sum_w > 0)) { fprintf(stderr, "error: %s: no anchor has a scored slot (sum of weights is 0)\n", pos[0]); return 1; }
 
     // Normalise by the sum of weights and write OUT.
@@ -218,6 +232,7 @@ int tool_step_dump_main(int argc, char **argv) {
                "peak %s (peak_bytes %zu), %s\n", A, plan.chunk_anchors, plan.loss.mode == LOSS_MODE_ROWS ? "rows" : "tiles",
                loss[0], ce[0], kl[0], cap[0], bytes_format(hw, peak, sizeof peak), hw, be.name);
     safetensors_writer_free(&sw);
+    for (int i = 0; i < 8; i++) free(copies[i]);
     free(names);
     free(grads);
     student_work_destroy(w);

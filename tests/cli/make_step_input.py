@@ -72,7 +72,9 @@ t["anchors"] = np.sort(pick).astype(np.int32)
 
 codes = {np.float32: "F32", np.int32: "I32", np.uint8: "U8"}
 header, blobs, off = {}, [], 0
-for name, arr in t.items():
+# 4-byte types first, the bytes last: every tensor starts aligned to its element size, as the
+# safetensors package writes them
+for name, arr in sorted(t.items(), key=lambda kv: -kv[1].dtype.itemsize):
     arr = np.ascontiguousarray(arr)
     b = arr.tobytes()
     header[name] = {"dtype": codes[arr.dtype.type], "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}

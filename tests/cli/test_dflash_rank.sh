@@ -2,6 +2,7 @@
 # test_dflash_rank.sh: the dflash_rank command line: --help, --version, the config key table vs
 # docs/config.md, bad configurations refused with one line, and a 3-rank "check" job under mpirun.
 source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
 R=$BUILD/dflash_rank
 
 expect_ok help "$R" --help

@@ -4,6 +4,7 @@
 # teacher-dump on the same sequences, resumes without redoing finished shards, and refuses shards
 # made with other settings.
 source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
 R=$BUILD/dflash_rank
 PY=/usr/bin/python3

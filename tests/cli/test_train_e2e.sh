@@ -6,6 +6,7 @@
 #   S = 1 and S = 2 with the same global batch agree to fp tolerance;
 #   training from an offline feature file gives the live run's losses (bf16 features either way).
 source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
 R=$BUILD/dflash_rank
 PY=/usr/bin/python3

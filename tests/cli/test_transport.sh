@@ -3,6 +3,7 @@
 # deterministic payloads from 1 KiB to 64 MiB, each element checked on arrival; every size must
 # arrive with 0 wrong elements (the bandwidth column is printed, never asserted).
 source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
 R=$BUILD/dflash_rank
 for cfg in "3 --world.students=1" "3 --world.students=2"; do
   set -- $cfg
