@@ -12,6 +12,7 @@
 // Options pick the device and force the chunking (for the invariance tests): the result must not
 // depend on them beyond summation order.
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "common/backend.h"
 #include "common/check.h"
 #include "common/error.h"
+#include "common/json_util.h"
 #include "common/log.h"
 #include "common/safetensors.h"
 #include "student/drafter.h"
@@ -36,19 +38,6 @@ static void step_dump_usage(FILE *f) {
                "  --chunk-anchors, --loss-mode, --row-chunk, --vocab-tile: force the chunking\n"
                "  --plan: print the memory plan and exit\n"
                "  --export DIR: also export the drafter of IN (config.json + model.safetensors, the dflash format)\n");
-}
-
-static char *step_dump_read(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = xmalloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
 }
 
 // A tensor of IN that must exist with this dtype and rank; shape checked by the caller.
@@ -116,8 +105,8 @@ int tool_step_dump_main(int argc, char **argv) {
     // CONFIG: the drafter's config.json + "loss"
     drafter_config dc;
     loss_config lc;
-    char *json = step_dump_read(pos[1]);
-    if (!json) { fprintf(stderr, "error: %s: cannot read\n", pos[1]); return 1; }
+    char *json = file_read_text(pos[1], SIZE_MAX);
+    if (!json) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
     int rc = drafter_config_parse(&dc, json, pos[1]);
     if (rc == 0) {
         loss_config_default(&lc, (int)dc.block_size);

@@ -10,6 +10,7 @@
 //   tokens i32 [T], cu_seqlens i32 [n_seq+1], layer_ids i32 [n_feat]  (the inputs, for the record)
 // It is the hook for checking the teacher against other implementations (tests/reference/).
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "common/check.h"
 #include "common/error.h"
 #include "common/half.h"
+#include "common/json_util.h"
 #include "common/log.h"
 #include "common/ops.h"
 #include "common/safetensors.h"
@@ -37,15 +39,8 @@ static void teacher_dump_usage(FILE *f) {
 
 // Read {"sequences": [[...], ...]} into tokens[T] and cu_seqlens[n+1] (malloc'd).
 static int teacher_dump_read_tokens(const char *path, int32_t **tokens, int32_t **cu, int *n_seq, int *T) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set("%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = xmalloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = fread(buf, 1, (size_t)(n > 0 ? n : 0), f);
-    fclose(f);
-    buf[got] = '\0';
+    char *buf = file_read_text(path, SIZE_MAX);
+    if (!buf) return -1;
     cJSON *root = cJSON_Parse(buf);
     free(buf);
     if (!root) return error_set("%s: not valid JSON", path);

@@ -10,6 +10,7 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "common/error.h"
+#include "common/json_util.h"
 
 #define F(field) offsetof(config, field), sizeof(((config *)0)->field)
 #define NOLIM -1e18, 1e18
@@ -251,13 +252,8 @@ static int config_walk(config *c, const cJSON *obj, const char *prefix, const ch
 }
 
 int config_load_json(config *c, const char *json, const char *source) {
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1;
-        for (const char *p = json; at && p < at; p++) line += *p == '\n';
-        return error_set("%s: not valid JSON (near line %d)", source, line);
-    }
+    cJSON *root = json_parse_text(json, source);
+    if (!root) return -1;
     int rc = cJSON_IsObject(root) ? config_walk(c, root, "", source)
                                   : error_set("%s: the configuration must be a JSON object", source);
     cJSON_Delete(root);
@@ -265,19 +261,12 @@ int config_load_json(config *c, const char *json, const char *source) {
 }
 
 int config_load_file(config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set("config %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0 || n > (64 << 20)) {
-        fclose(f);
-        return error_set("config %s: not a readable file of at most 64 MiB", path);
+    char *buf = file_read_text(path, 64u << 20);
+    if (!buf) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", error_msg());
+        return error_set("config %s", why);  // "config <path>: <reason>"
     }
-    char *buf = xmalloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = '\0';
     int rc = config_load_json(c, buf, path);
     free(buf);
     return rc;

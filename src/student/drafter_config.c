@@ -42,39 +42,17 @@
 
 #include "common/check.h"
 #include "common/error.h"
+#include "common/json_util.h"
 #include "teacher/target_config.h"
 
 // ---------------------------------------------------------------- typed field access
-
-// dc_value_str: a short printable form of a JSON value for error messages.
-static void dc_value_str(const cJSON *v, char *buf, size_t n) {
-    char *s = cJSON_PrintUnformatted(v);
-    if (!s) {
-        snprintf(buf, n, "?");
-        return;
-    }
-    if (strlen(s) + 1 > n && n > 4) {
-        memcpy(buf, s, n - 4);
-        memcpy(buf + n - 4, "...", 4);
-    } else {
-        snprintf(buf, n, "%s", s);
-    }
-    free(s);
-}
-
-// dc_field: obj[key], or NULL when obj is NULL, or the key is absent or null.
-static const cJSON *dc_field(const cJSON *obj, const char *key) {
-    if (!obj) return NULL;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return (v && !cJSON_IsNull(v)) ? v : NULL;
-}
 
 // dc_int_value: v as an integer; `name` is what the message calls the field.
 static int dc_int_value(const cJSON *v, const char *name, const char *src, int64_t *out) {
     double d = v->valuedouble;
     if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) {
         char s[64];
-        dc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants an integer, got %s", src, name, s);
     }
     *out = (int64_t)d;
@@ -83,7 +61,7 @@ static int dc_int_value(const cJSON *v, const char *name, const char *src, int64
 
 // dc_int: an integer field; absent leaves *out unchanged. *found = 1 when present.
 static int dc_int(const cJSON *obj, const char *key, const char *src, int64_t *out, int *found) {
-    const cJSON *v = dc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (found) *found = v != NULL;
     return v ? dc_int_value(v, key, src, out) : 0;
 }
@@ -96,11 +74,11 @@ static int dc_positive(const cJSON *obj, const char *key, const char *src, int64
 }
 
 static int dc_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out) {
-    const cJSON *v = dc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (!v) return 0;
     if (!cJSON_IsNumber(v)) {
         char s[64];
-        dc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants a number, got %s", src, name, s);
     }
     *out = v->valuedouble;
@@ -109,40 +87,28 @@ static int dc_double(const cJSON *obj, const char *key, const char *name, const 
 
 // dc_bool: absent leaves *out unchanged; *found = 1 when present.
 static int dc_bool(const cJSON *obj, const char *key, const char *src, int *out, int *found) {
-    const cJSON *v = dc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (found) *found = v != NULL;
     if (!v) return 0;
     if (!cJSON_IsBool(v)) {
         char s[64];
-        dc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants true or false, got %s", src, key, s);
     }
     *out = cJSON_IsTrue(v);
     return 0;
 }
 
-static int dc_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out) {
-    const cJSON *v = dc_field(obj, key);
-    if (!v) return 0;
-    if (!cJSON_IsString(v)) {
-        char s[64];
-        dc_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants a string, got %s", src, name, s);
-    }
-    *out = v->valuestring;
-    return 0;
-}
-
 // dc_draft_value: the package's _draft_value: dflash_config[key], else root[key] (NULL: neither).
 // *name gets the spelling found, for messages.
 static const cJSON *dc_draft_value(const cJSON *root, const cJSON *dflash, const char *key, char *name, size_t n) {
-    const cJSON *v = dc_field(dflash, key);
+    const cJSON *v = json_field(dflash, key);
     if (v) {
         snprintf(name, n, "dflash_config.%s", key);
         return v;
     }
     snprintf(name, n, "%s", key);
-    return dc_field(root, key);
+    return json_field(root, key);
 }
 
 // dc_draft_double: a number looked up like dc_draft_value; absent leaves *out unchanged.
@@ -152,7 +118,7 @@ static int dc_draft_double(const cJSON *root, const cJSON *dflash, const char *k
     if (!v) return 0;
     if (!cJSON_IsNumber(v)) {
         char s[64];
-        dc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants a number, got %s", src, name, s);
     }
     *out = v->valuedouble;
@@ -164,9 +130,9 @@ static int dc_draft_double(const cJSON *root, const cJSON *dflash, const char *k
 // dc_parse_identity: architectures, model_type, and the package features we do not implement.
 static int dc_parse_identity(const cJSON *root, const cJSON *dflash, const char *src) {
     char s[160];
-    const cJSON *archs = dc_field(root, "architectures");
+    const cJSON *archs = json_field(root, "architectures");
     if (archs) {
-        dc_value_str(archs, s, sizeof s);
+        json_value_str(archs, s, sizeof s);
         const cJSON *a = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
         if (!a || !cJSON_IsString(a))
             return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
@@ -175,12 +141,12 @@ static int dc_parse_identity(const cJSON *root, const cJSON *dflash, const char 
                              " (DFlash2DraftModel adds conv and selector modules)", src, s);
     }
     const char *model_type = "qwen3";
-    if (dc_string(root, "model_type", "model_type", src, &model_type)) return -1;
+    if (json_get_string(root, "model_type", "model_type", src, &model_type)) return -1;
     if (strcmp(model_type, "qwen3") != 0)
         return error_set("%s: 'model_type' is \"%s\": the DFlash drafter is a qwen3 model", src, model_type);
 
     const char *act = "silu";
-    if (dc_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
+    if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
     if (strcmp(act, "silu") != 0) return error_set("%s: 'hidden_act' is \"%s\": only silu is supported", src, act);
     int bias = 0;
     if (dc_bool(root, "attention_bias", src, &bias, NULL)) return -1;
@@ -243,19 +209,19 @@ static int dc_parse_shape(drafter_config *c, const cJSON *root, const char *src)
 // a non-empty rope_scaling wins over rope_parameters, a theta inside the dict over the top-level
 // one); only the default rope type, on the whole head.
 static int dc_parse_rope(drafter_config *c, const cJSON *root, const char *src) {
-    const cJSON *scaling = dc_field(root, "rope_scaling");
+    const cJSON *scaling = json_field(root, "rope_scaling");
     const cJSON *rope = NULL;
     const char *field = NULL;
     if (scaling && !(cJSON_IsObject(scaling) && scaling->child == NULL)) {
         rope = scaling;
         field = "rope_scaling";
-    } else if (dc_field(root, "rope_parameters")) {
-        rope = dc_field(root, "rope_parameters");
+    } else if (json_field(root, "rope_parameters")) {
+        rope = json_field(root, "rope_parameters");
         field = "rope_parameters";
     }
     char s[160], name[96];
     if (rope && !cJSON_IsObject(rope)) {
-        dc_value_str(rope, s, sizeof s);
+        json_value_str(rope, s, sizeof s);
         return error_set("%s: '%s' wants an object, got %s", src, field, s);
     }
     c->rope_theta = 10000.0;
@@ -269,9 +235,9 @@ static int dc_parse_rope(drafter_config *c, const cJSON *root, const char *src) 
         if (dc_double(rope, "partial_rotary_factor", name, src, &partial)) return -1;
         const char *type = "default";
         snprintf(name, sizeof name, "%s.type", field);
-        if (dc_string(rope, "type", name, src, &type)) return -1;
+        if (json_get_string(rope, "type", name, src, &type)) return -1;
         snprintf(name, sizeof name, "%s.rope_type", field);
-        if (dc_string(rope, "rope_type", name, src, &type)) return -1;
+        if (json_get_string(rope, "rope_type", name, src, &type)) return -1;
         if (strcmp(type, "default") != 0)
             return error_set("%s: '%s.rope_type' is \"%s\": the drafter supports only the default RoPE", src, field,
                              type);
@@ -332,7 +298,7 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
             return error_prefix("%s: no 'dflash_config.target_layer_ids'", src);
         return 0;
     }
-    dc_value_str(v, s, sizeof s);
+    json_value_str(v, s, sizeof s);
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1)
         return error_set("%s: '%s' wants a non-empty list of layer ids, got %s", src, name, s);
     if (cJSON_GetArraySize(v) > DRAFTER_MAX_FEAT)
@@ -366,10 +332,10 @@ static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *
         return error_set("%s: 'sliding_window' must be positive or null, got %lld", src, (long long)window);
     int64_t effective = use_window ? window : 0;
 
-    const cJSON *types = dc_field(root, "layer_types");
+    const cJSON *types = json_field(root, "layer_types");
     int any_sliding = 0, any_full = 0;
     if (types) {
-        dc_value_str(types, s, sizeof s);
+        json_value_str(types, s, sizeof s);
         if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
         if (cJSON_GetArraySize(types) != c->n_layers)
             return error_set("%s: 'layer_types' has %d entries but 'num_hidden_layers' is %lld", src,
@@ -381,7 +347,7 @@ static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *
             } else if (cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0) {
                 c->layer_sliding[i] = 0;
             } else {
-                dc_value_str(t, s, sizeof s);
+                json_value_str(t, s, sizeof s);
                 return error_set("%s: 'layer_types[%d]' is %s: expected \"full_attention\" or \"sliding_attention\"",
                                  src, i, s);
             }
@@ -422,10 +388,10 @@ static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *
 }
 
 static int dc_parse_root(drafter_config *c, const cJSON *root, const char *src) {
-    const cJSON *dflash = dc_field(root, "dflash_config");
+    const cJSON *dflash = json_field(root, "dflash_config");
     if (dflash && !cJSON_IsObject(dflash)) {
         char s[160];
-        dc_value_str(dflash, s, sizeof s);
+        json_value_str(dflash, s, sizeof s);
         return error_set("%s: 'dflash_config' wants an object, got %s", src, s);
     }
     if (dc_parse_identity(root, dflash, src)) return -1;
@@ -435,21 +401,16 @@ static int dc_parse_root(drafter_config *c, const cJSON *root, const char *src) 
     if (dc_parse_attention(c, root, src)) return -1;
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";
-    if (dc_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
-    if (dc_string(root, "dtype", "dtype", src, &dt)) return -1;
+    if (json_get_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
+    if (json_get_string(root, "dtype", "dtype", src, &dt)) return -1;
     snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
     return 0;
 }
 
 int drafter_config_parse(drafter_config *c, const char *json, const char *source) {
     memset(c, 0, sizeof *c);
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1;
-        for (const char *p = json; at && p < at; p++) line += *p == '\n';
-        return error_set("%s: not valid JSON (near line %d)", source, line);
-    }
+    cJSON *root = json_parse_text(json, source);
+    if (!root) return -1;
     int rc = cJSON_IsObject(root) ? dc_parse_root(c, root, source)
                                   : error_set("%s: config.json must be a JSON object", source);
     cJSON_Delete(root);
@@ -458,49 +419,14 @@ int drafter_config_parse(drafter_config *c, const char *json, const char *source
 }
 
 int drafter_config_load(drafter_config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set("%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            buf = xrealloc(buf, cap);
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-        if (n > (16u << 20)) {
-            fclose(f);
-            free(buf);
-            return error_set("%s: larger than 16 MiB, not a config.json", path);
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return error_set("%s: read error", path);
-    }
-    buf[n] = '\0';
+    char *buf = file_read_text(path, 16u << 20);
+    if (!buf) return errno == EFBIG ? error_set("%s: larger than 16 MiB, not a config.json", path) : -1;
     int rc = drafter_config_parse(c, buf, path);
     free(buf);
     return rc;
 }
 
 // ---------------------------------------------------------------- write
-
-// dc_add_float: a float written as Python's json writes one (shortest exact text, ".0" on integral
-// values), so transformers sees a float where its config declares one.
-static void dc_add_float(cJSON *o, const char *key, double v) {
-    char buf[64];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
-    cJSON_AddRawToObject(o, key, buf);
-}
 
 char *drafter_config_to_json(const drafter_config *c) {
     int any_sliding = 0;
@@ -517,12 +443,12 @@ char *drafter_config_to_json(const drafter_config *c) {
     cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
-    dc_add_float(o, "rms_norm_eps", c->rms_eps);
+    json_add_float_py(o, "rms_norm_eps", c->rms_eps);
     // The legacy spelling, read by transformers 4.x and 5.x alike (5.x folds it into rope_parameters).
-    dc_add_float(o, "rope_theta", c->rope_theta);
+    json_add_float_py(o, "rope_theta", c->rope_theta);
     cJSON_AddNullToObject(o, "rope_scaling");
     cJSON_AddBoolToObject(o, "attention_bias", 0);
-    dc_add_float(o, "attention_dropout", 0.0);
+    json_add_float_py(o, "attention_dropout", 0.0);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 0);
     cJSON *types = cJSON_AddArrayToObject(o, "layer_types");
     for (int64_t i = 0; i < c->n_layers; i++)

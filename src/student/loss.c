@@ -344,6 +344,9 @@ void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan 
         fatal("loss: the CUDA backend is not compiled in");
 #endif
     }
+    // (on CUDA the ids are device memory and go unchecked: an id outside the vocabulary is never
+    // found in a tile and drops out of the terms, CE 0 for a bad label, KL 0 for a bad teacher id,
+    // as for the mask-0 rows that may carry such ids here)
     cpu_check_ids(cfg, b);
     cpu_forward_backward(be, cfg, plan, workspace, b, rows, dx);
 }

@@ -61,6 +61,15 @@ struct student_work {
     size_t parts[STEP_WORK_PARTS]; // bytes carved per part (see step.h)
 };
 
+// The loss plan a chunk of R scored rows runs with: row_chunk 0 means all of them, and the student's
+// top-K for the tree metric. The workspace is sized from the same function, so they cannot differ.
+static loss_plan step_loss_plan(const student_plan *p, int R) {
+    loss_plan lp = p->loss;
+    if (lp.row_chunk <= 0 || lp.row_chunk > R) lp.row_chunk = R;
+    lp.topk_student = STEP_TREE_TOPK;
+    return lp;
+}
+
 // Carve every device buffer from a (possibly dry) arena; host staging only when not dry.
 static void student_work_carve(student_work *w, arena *a, const drafter *d, const student_plan *p) {
     const drafter_config *c = &d->cfg;
@@ -143,7 +152,8 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
     w->parts[2] = a->used - mark;
     mark = a->used;
-    w->loss_ws = arena_alloc(a, loss_workspace_bytes(&p->loss, c->hidden, c->vocab, p->k));
+    loss_plan lp = step_loss_plan(p, (int)R);
+    w->loss_ws = arena_alloc(a, loss_workspace_bytes(&lp, c->hidden, c->vocab, p->k));
     w->parts[3] = a->used - mark;
 }
 
@@ -518,9 +528,7 @@ int student_step(drafter *d, const loss_config *lc, const student_plan *p, stude
         loss_batch lb = {.n = R, .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
                          .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
                          .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
-        loss_plan lp = p->loss;
-        lp.row_chunk = lp.row_chunk > 0 ? lp.row_chunk : R;
-        lp.topk_student = STEP_TREE_TOPK;
+        loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
         loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, w->dxs);
         // dx of the block rows: 0 for slot 0 (never scored), the loss gradient elsewhere
         backend_memset_zero(be, w->du, (size_t)N * H * e);

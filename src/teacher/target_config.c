@@ -23,42 +23,21 @@
 
 #include "common/check.h"
 #include "common/error.h"
+#include "common/json_util.h"
 
 // ---------------------------------------------------------------- typed field access
-
-// tc_value_str: a short printable form of a JSON value for error messages.
-static void tc_value_str(const cJSON *v, char *buf, size_t n) {
-    char *s = cJSON_PrintUnformatted(v);
-    if (!s) {
-        snprintf(buf, n, "?");
-        return;
-    }
-    if (strlen(s) + 1 > n && n > 4) {
-        memcpy(buf, s, n - 4);
-        memcpy(buf + n - 4, "...", 4);
-    } else {
-        snprintf(buf, n, "%s", s);
-    }
-    free(s);
-}
-
-// tc_field: obj[key], or NULL when absent or null.
-static const cJSON *tc_field(const cJSON *obj, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return (v && !cJSON_IsNull(v)) ? v : NULL;
-}
 
 // tc_int: an integer field. *found = 1 when present; absent leaves *out unchanged.
 // `name` is what the message calls the field (e.g. "rope_scaling.factor").
 static int tc_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out,
                   int *found) {
-    const cJSON *v = tc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (found) *found = v != NULL;
     if (!v) return 0;
     double d = v->valuedouble;
     if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) {
         char s[64];
-        tc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants an integer, got %s", src, name, s);
     }
     *out = (int64_t)d;
@@ -67,12 +46,12 @@ static int tc_int(const cJSON *obj, const char *key, const char *name, const cha
 
 static int tc_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out,
                      int *found) {
-    const cJSON *v = tc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (found) *found = v != NULL;
     if (!v) return 0;
     if (!cJSON_IsNumber(v)) {
         char s[64];
-        tc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants a number, got %s", src, name, s);
     }
     *out = v->valuedouble;
@@ -80,27 +59,14 @@ static int tc_double(const cJSON *obj, const char *key, const char *name, const 
 }
 
 static int tc_bool(const cJSON *obj, const char *key, const char *src, int *out) {
-    const cJSON *v = tc_field(obj, key);
+    const cJSON *v = json_field(obj, key);
     if (!v) return 0;
     if (!cJSON_IsBool(v)) {
         char s[64];
-        tc_value_str(v, s, sizeof s);
+        json_value_str(v, s, sizeof s);
         return error_set("%s: '%s' wants true or false, got %s", src, key, s);
     }
     *out = cJSON_IsTrue(v);
-    return 0;
-}
-
-// tc_string: a string field; absent leaves *out as it is (a pointer into the JSON tree).
-static int tc_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out) {
-    const cJSON *v = tc_field(obj, key);
-    if (!v) return 0;
-    if (!cJSON_IsString(v)) {
-        char s[64];
-        tc_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants a string, got %s", src, name, s);
-    }
-    *out = v->valuestring;
     return 0;
 }
 
@@ -138,11 +104,11 @@ static const tc_arch_row tc_archs[] = {
 // tc_parse_arch: "architectures" (a list of one supported name), else "model_type".
 static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
     const char *name = NULL, *model_type = NULL;
-    if (tc_string(root, "model_type", "model_type", src, &model_type)) return -1;
-    const cJSON *archs = tc_field(root, "architectures");
+    if (json_get_string(root, "model_type", "model_type", src, &model_type)) return -1;
+    const cJSON *archs = json_field(root, "architectures");
     if (archs) {
         char s[160];
-        tc_value_str(archs, s, sizeof s);
+        json_value_str(archs, s, sizeof s);
         if (!cJSON_IsArray(archs) || cJSON_GetArraySize(archs) < 1)
             return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
         if (cJSON_GetArraySize(archs) > 1)
@@ -176,8 +142,8 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
 
 // tc_parse_rope: rope_theta and llama3 scaling from rope_scaling / rope_parameters / rope_theta.
 static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
-    const cJSON *scaling = tc_field(root, "rope_scaling");
-    const cJSON *params = tc_field(root, "rope_parameters");
+    const cJSON *scaling = json_field(root, "rope_scaling");
+    const cJSON *params = json_field(root, "rope_parameters");
     const cJSON *rope = NULL;
     const char *field = NULL;
     char s[160];
@@ -189,16 +155,16 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
         field = "rope_parameters";
     }
     if (rope && !cJSON_IsObject(rope)) {
-        tc_value_str(rope, s, sizeof s);
+        json_value_str(rope, s, sizeof s);
         return error_set("%s: '%s' wants an object, got %s", src, field, s);
     }
     // transformers 5 may nest the parameters per layer type: {"full_attention": {...}}.
-    if (rope && tc_field(rope, "full_attention") && cJSON_IsObject(tc_field(rope, "full_attention"))) {
+    if (rope && json_field(rope, "full_attention") && cJSON_IsObject(json_field(rope, "full_attention"))) {
         for (const cJSON *k = rope->child; k; k = k->next)
             if (strcmp(k->string, "full_attention") != 0)
                 return error_set("%s: '%s' has an entry for layer type '%s': only full_attention is supported",
                                  src, field, k->string);
-        rope = tc_field(rope, "full_attention");
+        rope = json_field(rope, "full_attention");
         field = strcmp(field, "rope_scaling") == 0 ? "rope_scaling.full_attention" : "rope_parameters.full_attention";
     }
 
@@ -233,11 +199,11 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     const char *type = "default";
     const char *type_field = "rope_type";
     snprintf(name, sizeof name, "%s.type", field);
-    if (tc_string(rope, "type", name, src, &type)) return -1;
-    if (tc_field(rope, "type")) type_field = "type";
+    if (json_get_string(rope, "type", name, src, &type)) return -1;
+    if (json_field(rope, "type")) type_field = "type";
     snprintf(name, sizeof name, "%s.rope_type", field);
-    if (tc_string(rope, "rope_type", name, src, &type)) return -1;
-    if (tc_field(rope, "rope_type")) type_field = "rope_type";
+    if (json_get_string(rope, "rope_type", name, src, &type)) return -1;
+    if (json_field(rope, "rope_type")) type_field = "rope_type";
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "llama3") != 0)
         return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default and llama3", src, field,
@@ -316,7 +282,7 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     if (tc_bool(root, "tie_word_embeddings", src, &c->tie_embeddings)) return -1;
 
     const char *act = "silu";
-    if (tc_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
+    if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
     if (strcmp(act, "silu") != 0)
         return error_set("%s: 'hidden_act' is \"%s\": only silu is supported", src, act);
 
@@ -324,15 +290,15 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
     if (tc_refuse_true(root, "use_sliding_window", src, "sliding-window attention is not supported for the target"))
         return -1;
-    const cJSON *types = tc_field(root, "layer_types");
+    const cJSON *types = json_field(root, "layer_types");
     if (types) {
         char s[160];
-        tc_value_str(types, s, sizeof s);
+        json_value_str(types, s, sizeof s);
         if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
         int i = 0;
         for (const cJSON *t = types->child; t; t = t->next, i++)
             if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
-                tc_value_str(t, s, sizeof s);
+                json_value_str(t, s, sizeof s);
                 return error_set("%s: 'layer_types[%d]' is %s: only full_attention is supported", src, i, s);
             }
     }
@@ -341,21 +307,16 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
 
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";
-    if (tc_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
-    if (tc_string(root, "dtype", "dtype", src, &dt)) return -1;
+    if (json_get_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
+    if (json_get_string(root, "dtype", "dtype", src, &dt)) return -1;
     snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
     return 0;
 }
 
 int target_config_parse(target_config *c, const char *json, const char *source) {
     memset(c, 0, sizeof *c);
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1;
-        for (const char *p = json; at && p < at; p++) line += *p == '\n';
-        return error_set("%s: not valid JSON (near line %d)", source, line);
-    }
+    cJSON *root = json_parse_text(json, source);
+    if (!root) return -1;
     int rc = cJSON_IsObject(root) ? tc_parse_root(c, root, source)
                                   : error_set("%s: config.json must be a JSON object", source);
     cJSON_Delete(root);
@@ -366,50 +327,19 @@ int target_config_parse(target_config *c, const char *json, const char *source) 
 int target_config_load(target_config *c, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set("%s: %s (is '%s' a Hugging Face model directory?)", path, strerror(errno), dir);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            buf = xrealloc(buf, cap);
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-        if (n > (16u << 20)) {
-            fclose(f);
-            free(buf);
-            return error_set("%s: larger than 16 MiB, not a config.json", path);
-        }
+    char *buf = file_read_text(path, 16u << 20);
+    if (!buf) {
+        int err = errno;
+        if (err == EFBIG) return error_set("%s: larger than 16 MiB, not a config.json", path);
+        if (err == EIO) return -1;
+        return error_set("%s: %s (is '%s' a Hugging Face model directory?)", path, strerror(err), dir);
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return error_set("%s: read error", path);
-    }
-    buf[n] = '\0';
     int rc = target_config_parse(c, buf, path);
     free(buf);
     return rc;
 }
 
 // ---------------------------------------------------------------- write
-
-// tc_add_float: a float field written the way Python's json writes a float: the shortest text
-// that reads back exactly, with ".0" on integral values (1000000.0, 8.0, 1e-06), so the Python
-// side sees a float where transformers' config classes declare one.
-static void tc_add_float(cJSON *o, const char *key, double v) {
-    char buf[64];
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
-    cJSON_AddRawToObject(o, key, buf);
-}
 
 char *target_config_to_json(const target_config *c) {
     int qwen3 = c->arch == ARCH_QWEN3;
@@ -427,22 +357,22 @@ char *target_config_to_json(const target_config *c) {
     cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
-    tc_add_float(o, "rms_norm_eps", c->rms_eps);
+    json_add_float_py(o, "rms_norm_eps", c->rms_eps);
     // The legacy spelling (rope_theta + rope_scaling) is read by transformers 4.x and 5.x alike.
-    tc_add_float(o, "rope_theta", c->rope_theta);
+    json_add_float_py(o, "rope_theta", c->rope_theta);
     if (c->rope_llama3) {
         cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", "llama3");
-        tc_add_float(r, "factor", c->rope_factor);
-        tc_add_float(r, "low_freq_factor", c->rope_low_freq_factor);
-        tc_add_float(r, "high_freq_factor", c->rope_high_freq_factor);
+        json_add_float_py(r, "factor", c->rope_factor);
+        json_add_float_py(r, "low_freq_factor", c->rope_low_freq_factor);
+        json_add_float_py(r, "high_freq_factor", c->rope_high_freq_factor);
         cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
     } else {
         cJSON_AddNullToObject(o, "rope_scaling");
     }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
     cJSON_AddBoolToObject(o, "attention_bias", 0);
-    tc_add_float(o, "attention_dropout", 0.0);
+    json_add_float_py(o, "attention_dropout", 0.0);
     if (qwen3) {
         cJSON_AddBoolToObject(o, "use_sliding_window", 0);
         cJSON_AddNullToObject(o, "sliding_window");
@@ -451,7 +381,7 @@ char *target_config_to_json(const target_config *c) {
         cJSON_AddBoolToObject(o, "mlp_bias", 0);
         cJSON_AddNumberToObject(o, "pretraining_tp", 1);
     }
-    tc_add_float(o, "initializer_range", 0.02);
+    json_add_float_py(o, "initializer_range", 0.02);
     cJSON_AddBoolToObject(o, "use_cache", 1);
     if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
     char *text = cJSON_Print(o);

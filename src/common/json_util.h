@@ -1,0 +1,33 @@
+// json_util.h: reading small text files (config.json, token lists) and the cJSON helpers the
+// config readers share: a parse that names the line of a syntax error, a field lookup that treats
+// null as absent, a string getter, a short printable form of a value for messages, and a float
+// written the way Python's json module writes one.
+#pragma once
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+// file_read_text: the whole file at `path` as a NUL-terminated string (malloc'd; the caller frees).
+// NULL after error_set("<path>: <reason>") when it cannot be opened (strerror), is larger than
+// max_bytes, or a read fails; errno then says which: fopen's errno, EFBIG (too large) or EIO.
+// Pass SIZE_MAX for no limit.
+char *file_read_text(const char *path, size_t max_bytes);
+
+// json_parse_text: cJSON_Parse(json), or NULL after error_set("<source>: not valid JSON (near line N)").
+cJSON *json_parse_text(const char *json, const char *source);
+
+// json_field: obj[key], or NULL when obj is NULL, or the key is absent or null.
+const cJSON *json_field(const cJSON *obj, const char *key);
+
+// json_value_str: a short printable form of v for error messages, cut to n bytes with "..." when long.
+void json_value_str(const cJSON *v, char *buf, size_t n);
+
+// json_add_float_py: add o[key] = v written as Python's json writes a float: the shortest text that
+// reads back exactly, with ".0" on integral values (1000000.0, 8.0, 1e-06), so the Python side sees
+// a float where transformers' config classes declare one.
+void json_add_float_py(cJSON *o, const char *key, double v);
+
+// json_get_string: *out = obj[key] as a string (a pointer into the tree); absent or null leaves *out
+// as it is. -1 after error_set("<src>: '<name>' wants a string, got <value>") for another type.
+int json_get_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out);
