@@ -2,7 +2,8 @@
 # tests/run.sh: install dependencies, build, and run every test.
 #
 #   1. build/        the normal build (CUDA when nvcc is found), warnings as errors, all tests
-#   2. build-asan/   CPU only, nvcc hidden from PATH, AddressSanitizer + UBSan, all tests again
+#   2. build-asan/   CPU only (-DDFLASH_CUDA=OFF, nvcc also taken off PATH: what a machine without the
+#                    CUDA toolkit builds), AddressSanitizer + UBSan, all tests again
 #
 # GPU tests are skipped (ctest "Not Run", exit 77) when no GPU is present; tests/gpu/ has the GPU check.
 set -euo pipefail
@@ -23,7 +24,7 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
 
 echo "== build with AddressSanitizer + UBSan, CPU only, nvcc not on PATH"
 nocuda_path=$(echo "$PATH" | tr ':' '\n' | grep -v -i cuda | paste -sd: -)
-PATH="$nocuda_path" cmake -S . -B build-asan -DDFLASH_WERROR=ON -DDFLASH_SANITIZE=ON \
+PATH="$nocuda_path" cmake -S . -B build-asan -DDFLASH_CUDA=OFF -DDFLASH_WERROR=ON -DDFLASH_SANITIZE=ON \
   -DCMAKE_BUILD_TYPE=Debug >build-asan.cmake.log 2>&1 || { cat build-asan.cmake.log; exit 1; }
 grep -E "CUDA backend" build-asan.cmake.log || true
 PATH="$nocuda_path" cmake --build build-asan -j "$jobs"
