@@ -25,7 +25,7 @@ extern "C" {
 typedef __nv_bfloat16 bf16;
 typedef __nv_bfloat162 bf16x2;
 
-#define FULL_MASK 0xffffffffu
+#include "common/cuda_reduce.cuh"
 
 static cudaStream_t stream_of(backend *be) { return (cudaStream_t)cuda_stream(be); }
 
@@ -41,35 +41,8 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------------------- reductions
 
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 
-static __device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
-
-// Block-wide sum / max (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `red` is __shared__ float[32]. The leading barrier lets the same `red` serve back-to-back calls.
-static __device__ float block_sum(float v, float *red) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    return warp_sum(lane < nw ? red[lane] : 0.0f);
-}
-
-static __device__ float block_max(float v, float *red) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    return warp_max(lane < nw ? red[lane] : -INFINITY);
-}
+// (warp_sum, warp_max, block_sum, block_max: common/cuda_reduce.cuh)
 
 // ---------------------------------------------------------------------------- embed
 

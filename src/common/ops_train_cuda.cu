@@ -21,7 +21,7 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define FULL_MASK 0xffffffffu
+#include "common/cuda_reduce.cuh"
 #define EW_THREADS 256
 
 static cudaStream_t stream_of(backend *be) { return (cudaStream_t)cuda_stream(be); }
@@ -38,10 +38,6 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 #define GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 
 static __device__ float bf(bf16 x) { return __bfloat162float(x); }
 

@@ -37,7 +37,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-#define FULL_MASK 0xffffffffu
+#include "common/cuda_reduce.cuh"
 #define ROW_THREADS 256  // per-row kernels: one block per row
 #define DL_PER_THREAD 4  // dlogits: fp32 values a thread holds per segment
 #define ELEM_THREADS 256 // elementwise and per-row-thread kernels
@@ -54,15 +54,7 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---------------------------------------------------------------------------- reductions
 
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 
-static __device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
 
 static __device__ unsigned long long warp_max_u64(unsigned long long v) {
     for (int o = 16; o > 0; o >>= 1) {
@@ -72,26 +64,7 @@ static __device__ unsigned long long warp_max_u64(unsigned long long v) {
     return v;
 }
 
-// Block-wide reductions (blockDim.x a multiple of 32); every thread gets the result. The leading
-// barrier lets one shared `red` serve back-to-back calls.
-static __device__ float block_sum(float v, float *red) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    return warp_sum(lane < nw ? red[lane] : 0.0f);
-}
-
-static __device__ float block_max(float v, float *red) {
-    int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    return warp_max(lane < nw ? red[lane] : -INFINITY);
-}
-
+// The u64 twin of block_max in common/cuda_reduce.cuh (same contract).
 static __device__ unsigned long long block_max_u64(unsigned long long v, unsigned long long *red) {
     int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     v = warp_max_u64(v);
