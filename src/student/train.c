@@ -167,8 +167,6 @@ typedef struct {
 } train_log;
 
 static void stats_add(step_stats *a, const step_stats *b) {
-    double *x = (double *)a;
-    (void)x;
     a->sum_w += b->sum_w;
     a->sum_w_ce += b->sum_w_ce;
     a->sum_w_kl += b->sum_w_kl;
@@ -431,8 +429,6 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
     int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
     int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
-    uint16_t *feat_dummy = NULL;
-    (void)feat_dummy;
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
     step_stats interval, cur, first_eval, last_eval;
