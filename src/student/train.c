@@ -237,6 +237,18 @@ static void log_line(train_log *lg, const char *split, int64_t step, const step_
                  100 * wait_frac);
 }
 
+// The un-normalised gradients summed over the students. On the CPU in place; on a GPU through a
+// host buffer, since MPI need not be CUDA-aware (NCCL, which is, is the planned GPU path).
+static void train_allreduce_grads(drafter *d, MPI_Comm comm, float *host_grad) {
+    if (d->be->kind == BACKEND_CPU) {
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, d->grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm));
+        return;
+    }
+    backend_copy_to_host(d->be, host_grad, d->grad, (size_t)d->numel * sizeof(float));
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, host_grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm));
+    backend_copy_to_device(d->be, d->grad, host_grad, (size_t)d->numel * sizeof(float));
+}
+
 // ----------------------------------------------------------------------------- set-up
 
 // The drafter's shape from the target's config and the drafter.* keys.
@@ -429,6 +441,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
     int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
     int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
+    float *host_grad = be->kind == BACKEND_CPU || S == 1 ? NULL : xmalloc((size_t)d.numel * sizeof(float));
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
     step_stats interval, cur, first_eval, last_eval;
@@ -470,7 +483,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
             continue;
         }
         // An optimizer step: all-reduce the un-normalised gradients, then one update.
-        if (S > 1) mpi_check(MPI_Allreduce(MPI_IN_PLACE, d.grad, (int)d.numel, MPI_FLOAT, MPI_SUM, comm));
+        if (S > 1) train_allreduce_grads(&d, comm, host_grad);
         double lr = optim_lr(&oc, opt.step);
         last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
         drafter_sync_compute(&d);
@@ -531,6 +544,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     free(peaks);
     free(valid);
     free(anchors);
+    free(host_grad);
     if (live) {
         for (int i = 0; i < src.n_buf; i++) free(src.bufs[i]);
         free(src.bufs); free(src.buf_free); free(src.buf_of); free(src.teacher_of); free(src.recv);
