@@ -46,6 +46,7 @@ static void usage(FILE *f) {
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
             "  --mode M             same as --run.mode=M (train | check | dump-features | transport-test)\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
+            "  --plan               train mode: print each rank's memory plan (teacher and student) and exit\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
             "  --version            print the version and the compiled backends\n"
             "  --help               this text\n"
@@ -87,6 +88,7 @@ static int args_parse(int argc, char **argv, config *cfg) {
             return 1;
         }
         if (strcmp(a, "--print-config") == 0) { print_config = 1; continue; }
+        if (strcmp(a, "--plan") == 0) { cfg->plan_only = 1; continue; }
         if (strcmp(a, "--config") == 0) { i++; continue; }
         if (strncmp(a, "--config=", 9) == 0) continue;
         if ((strcmp(a, "--device") == 0 || strcmp(a, "--mode") == 0) && i + 1 < argc) {
@@ -193,7 +195,8 @@ int main(int argc, char **argv) {
     if (strcmp(cfg.mode, "train") == 0) {
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
-        int rc = w.role == ROLE_TEACHER ? teacher_serve(&w, &cfg, &be) : student_train(&w, &cfg, &be, role_comm);
+        int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be))
+                                        : student_train(&w, &cfg, &be, role_comm);
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
         mpi_check(MPI_Comm_free(&role_comm));
         backend_close(&be);

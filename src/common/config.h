@@ -60,6 +60,7 @@ typedef struct {
     // transport
     int64_t slots;                  // in-flight batches per teacher and student
     int64_t test_slow_teacher, test_slow_ms;
+    int plan_only;                  // --plan (command line only): print the memory plans and exit
     // data
     char data_path[CONFIG_STR];
     char data_features[CONFIG_STR];   // offline feature directory: student-only training

@@ -374,6 +374,16 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     student_plan plan;
     plan_breakdown bd;
     if (plan_make(&dc, be, &pr, &plan, &bd)) return -1;
+    if (cfg->plan_only) { // --plan: the breakdown, then stop before any large allocation
+        if (s == 0) {
+            plan_print(stdout, &bd, &plan, (size_t)cfg->train_mem_budget);
+            fflush(stdout);
+        }
+        safetensors_dir_close(&td);
+        batchplan_free(&bp);
+        if (fr) featreader_close(fr);
+        return 0;
+    }
     if (s == 0) plan_print(stderr, &bd, &plan, (size_t)cfg->train_mem_budget);
     drafter d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};

@@ -147,3 +147,25 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
     target_free(&m);
     return 0;
 }
+
+int teacher_plan_print(const world *w, const config *cfg, backend *be) {
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.be = be;
+    if (target_config_load(&m.cfg, cfg->target_path)) return -1;
+    teacher_contract tc;
+    if (teacher_contract_make(cfg, m.cfg.n_layers, &tc)) return -1;
+    target_outputs o = {.n_feat = tc.n_feat, .topk = tc.topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    for (int i = 0; i < tc.n_feat; i++) o.layer_ids[i] = tc.layer_ids[i];
+    if (target_outputs_check(&m, &o)) return -1;
+    size_t weights = target_weight_bytes(&m.cfg, ops_act_dtype(be));
+    size_t work = target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile);
+    if (w->rank == 0) {
+        char a[32], b[32], c[32];
+        printf("teacher memory plan (each of %d teacher rank(s), %s)\n  %-26s %12s\n  %-26s %12s  (%d tokens per batch)\n"
+               "  %-26s %12s\n", w->teachers, be->name, "target weights", bytes_format(weights, a, sizeof a),
+               "forward work", bytes_format(work, b, sizeof b), tc.max_tokens, "total", bytes_format(weights + work, c, sizeof c));
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -27,3 +27,6 @@ typedef struct {
 int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c);
 
 int teacher_serve(const world *w, const config *cfg, backend *be);
+// teacher_plan_print: the teacher's memory (weights + work for data.max_tokens_per_batch) from the
+// target's config.json alone, printed by the first teacher (--plan); no weight is read.
+int teacher_plan_print(const world *w, const config *cfg, backend *be);

@@ -58,6 +58,14 @@ assert len(a) == len(b) and len(a) > 0
 assert all(abs(x - y) <= 1e-3 * abs(x) for x, y in zip(a, b)), (a, b)
 PYEOF
 
+# --plan: each role's memory plan, no training; an infeasible student budget is refused with the
+# budget that would work, before anything large is allocated.
+expect_ok plan mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/plan" --plan
+grep -q "teacher memory plan" "$TMP/out" && grep -q "student memory plan" "$TMP/out" && grep -q "^plan_total_bytes" "$TMP/out" && ok ||
+  bad "--plan did not print both plans: $(cat "$TMP/out")"
+[ ! -e "$TMP/plan/metrics.jsonl" ] && ok || bad "--plan trained"
+expect_fail_mpi plan-budget "needs at least" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/plan" --plan --train.mem_budget=64KiB
+
 # Live vs offline: dump the features, train from them with students only.
 mpirun -np 2 "$R" --mode dump-features --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" \
   --features.dir="$TMP/feat" --target.layer_ids=0,1 --teacher.topk=8 --drafter.block_size=8 --teacher.max_tokens=256 \
