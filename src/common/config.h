@@ -60,6 +60,9 @@ typedef struct {
     // transport
     int64_t slots;                  // in-flight batches per teacher and student
     int64_t test_slow_teacher, test_slow_ms;
+    int64_t ckpt_every, ckpt_keep;
+    int resume;
+    int64_t test_stop_at_step;
     int plan_only;                  // --plan (command line only): print the memory plans and exit
     // data
     char data_path[CONFIG_STR];

@@ -20,6 +20,7 @@
 #include "common/trainset.h"
 #include "common/wire.h"
 #include "student/anchors.h"
+#include "student/checkpoint.h"
 #include "student/drafter.h"
 #include "student/loss_config.h"
 #include "student/optim.h"
@@ -399,6 +400,18 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     oc.total_steps = cfg->steps, oc.ema_decay = cfg->ema_decay;
     optim opt;
     optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
+    int64_t start_step = 0;
+    if (cfg->resume) { // every student loads the same checkpoint
+        int found = 0;
+        int64_t latest = checkpoint_latest(cfg->run_dir, &found);
+        if (found) {
+            if (checkpoint_read(cfg->run_dir, latest, &d, &opt)) return -1;
+            start_step = latest;
+            if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)latest);
+        } else if (s == 0) {
+            log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
+        }
+    }
     loss_config lc;
     loss_config_default(&lc, (int)dc.block_size);
     lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda;
@@ -439,7 +452,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
         if (mkdir(cfg->run_dir, 0755) != 0 && errno != EEXIST) return error_set("run.dir %s: %s", cfg->run_dir, strerror(errno));
         char path[CONFIG_STR + 32];
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
-        lg.jsonl = fopen(path, "w");
+        lg.jsonl = fopen(path, start_step > 0 ? "a" : "w");
         if (!lg.jsonl) return error_set("%s: %s", path, strerror(errno));
         snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
         FILE *f = fopen(path, "w");
@@ -458,8 +471,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     memset(&interval, 0, sizeof interval);
     memset(&first_eval, 0, sizeof first_eval);
     memset(&last_eval, 0, sizeof last_eval);
-    int64_t step = 0, evals = 0, total_block = 0, total_ctx = 0;
-    for (int64_t gi = 0; gi < n_groups; gi++) {
+    int64_t step = start_step, evals = 0, total_block = 0, total_ctx = 0;
+    // A resumed run skips the groups before its checkpoint (and asks no teacher for their batches).
+    int64_t first_group = 0;
+    for (int64_t t = 0; first_group < n_groups && t < start_step; first_group++)
+        t += groups[first_group].kind == WIRE_TRAIN;
+    if (first_group < n_groups) src.next_request = src.next_consume = groups[first_group].first;
+    for (int64_t gi = first_group; gi < n_groups; gi++) {
         int64_t kind = groups[gi].kind;
         memset(&cur, 0, sizeof cur);
         for (int64_t n = groups[gi].first; n < groups[gi].first + groups[gi].count && rc == 0; n++) {
@@ -516,6 +534,15 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
             memset(&interval, 0, sizeof interval);
             t_int = now;
             wait_int = src.wait_s;
+        }
+        if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
+            checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
+            rc = -1; // the previous checkpoints are intact; the job stops with the reason
+            break;
+        }
+        if (cfg->test_stop_at_step > 0 && step == cfg->test_stop_at_step) {
+            if (s == 0) log_info("stopping after step %lld (test.stop_at_step); resume with --run.resume=true", (long long)step);
+            break;
         }
     }
     // Tell every teacher this student is done (also after an error, so they can stop).

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# test_resume.sh: a run stopped after a checkpoint and resumed gives exactly the losses of the
+# uninterrupted run (CPU backend, same seed); checkpoints are complete directories, the newest
+# checkpoint.keep of them are kept, and no temporary directory is left behind.
+source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
+T=$BUILD/dflash_tool
+R=$BUILD/dflash_rank
+PY=/usr/bin/python3
+"$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 48 --heads 4 --kv-heads 2 --vocab 200 --seed 5 >/dev/null 2>&1 || bad "make-target"
+"$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 40 --prompt-len 6 --gen-len 30 --seed 2 >/dev/null 2>&1 || bad "make-data"
+base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
+      --drafter.block_size=6 --train.steps=30 --train.lr=3e-3 --train.max_anchors=12 --train.log_interval=5
+      --train.eval_interval=1000 --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4
+      --teacher.topk=6 --checkpoint.every=10 --checkpoint.keep=2)
+losses() { grep '"step"' "$1" | grep -v heldout | $PY -c "import sys, json; print(' '.join('%d:%.7f' % (json.loads(l)['step'], json.loads(l)['loss']) for l in sys.stdin))"; }
+
+expect_ok full mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/full"
+expect_ok stopped mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut" --test.stop_at_step=20
+[ -d "$TMP/cut/checkpoints/step-00000020" ] && ok || bad "no checkpoint at step 20: $(ls "$TMP/cut/checkpoints")"
+expect_ok resumed mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut" --run.resume=true
+grep -q "resuming from" "$TMP/err" && ok || bad "the resumed run did not say where it resumed from"
+a=$(losses "$TMP/full/metrics.jsonl")
+b=$(losses "$TMP/cut/metrics.jsonl")
+echo "uninterrupted: $a"
+echo "stopped+resumed: $b"
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "resumed losses differ from the uninterrupted run"
+# keep = 2: steps 20 and 30 remain; nothing temporary
+[ "$(ls "$TMP/full/checkpoints" | tr '\n' ' ')" = "step-00000020 step-00000030 " ] && ok || bad "kept checkpoints: $(ls -a "$TMP/full/checkpoints")"
+for f in model.safetensors optimizer.safetensors state.json; do
+  [ -s "$TMP/full/checkpoints/step-00000030/$f" ] && ok || bad "checkpoint lacks $f"
+done
+"$T" inspect "$TMP/full/checkpoints/step-00000030/model.safetensors" >/dev/null && ok || bad "checkpoint weights unreadable"
+# resuming with no checkpoint starts from step 0
+expect_ok fresh-resume mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/fresh" --run.resume=true --train.steps=5 --checkpoint.every=0
+grep -q "no checkpoint" "$TMP/err" && ok || bad "resume without a checkpoint did not say so"
+finish
