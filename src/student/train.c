@@ -155,6 +155,18 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
     return 0;
 }
 
+// Wait for every payload already requested (a student that stops early still has batches in
+// flight; their buffers must outlive the transfers).
+static void source_drain(source *s) {
+    if (!s->live) return;
+    for (int64_t n = s->next_consume; n < s->next_request; n++)
+        if (!s->arrived[n]) {
+            MPI_Status st;
+            mpi_check(MPI_Wait(&s->recv[n], &st));
+            source_arrived(s, n, &st);
+        }
+}
+
 static void source_release(source *s, int64_t n) {
     if (s->live) s->buf_free[s->buf_of[n]] = 1;
 }
@@ -545,7 +557,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
             break;
         }
     }
-    // Tell every teacher this student is done (also after an error, so they can stop).
+    // Tell every teacher this student is done (also after an error, so they can stop), once the
+    // batches still in flight have landed.
+    source_drain(&src);
     if (live)
         for (int t = 0; t < T; t++) {
             int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, w->rank};
