@@ -193,6 +193,7 @@ int main(int argc, char **argv) {
         return wrong ? 1 : 0;
     }
     if (strcmp(cfg.mode, "train") == 0) {
+        train_install_signals();
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
         int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be))

@@ -1,6 +1,8 @@
 // train.c: the student's training loop (see train.h).
 #include "student/train.h"
 
+#include <signal.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -260,6 +262,18 @@ static void train_allreduce_grads(drafter *d, MPI_Comm comm, float *host_grad) {
     backend_copy_to_host(d->be, host_grad, d->grad, (size_t)d->numel * sizeof(float));
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, host_grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm));
     backend_copy_to_device(d->be, d->grad, host_grad, (size_t)d->numel * sizeof(float));
+}
+
+// SIGTERM / SIGUSR1 (SLURM's preemption warning): finish the current step, checkpoint, exit 0.
+static volatile sig_atomic_t train_stop_requested = 0;
+static void train_on_signal(int sig) { train_stop_requested = sig; }
+
+void train_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = train_on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 // ----------------------------------------------------------------------------- set-up
@@ -550,6 +564,20 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
         if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
             checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
             rc = -1; // the previous checkpoints are intact; the job stops with the reason
+            break;
+        }
+        // A signal on any rank stops every student after this step, with a checkpoint.
+        int stop = train_stop_requested ? 1 : 0;
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, comm));
+        if (stop && step < cfg->steps) {
+            if (s == 0) {
+                if (checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
+                    rc = -1;
+                    break;
+                }
+                log_info("stopped by a signal after step %lld with a checkpoint in %s/checkpoints; resume with the same "
+                         "command and --run.resume=true", (long long)step, cfg->run_dir);
+            }
             break;
         }
         if (cfg->test_stop_at_step > 0 && step == cfg->test_stop_at_step) {

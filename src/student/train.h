@@ -14,5 +14,8 @@
 #include "common/config.h"
 #include "common/world.h"
 
+// train_install_signals: SIGTERM and SIGUSR1 make the students finish the current step, write a
+// checkpoint and return normally (teachers keep serving until the students stop them).
+void train_install_signals(void);
 // student_train: students_comm holds the student ranks only. 0 on success, -1 with error_set.
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm);
