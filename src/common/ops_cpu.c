@@ -47,6 +47,34 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
     }
 }
 
+// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. Shared by the
+// packed causal attention below and the KV-cached decode (teacher/target_decode.c).
+void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+                    float scale, float *p) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *kv = k + (size_t)j * stride;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < hd; i++) dot += q[i] * kv[i];
+        p[j] = dot * scale;
+        m = p[j] > m ? p[j] : m;
+    }
+    float l = 0;
+    for (int j = 0; j < n; j++) {
+        p[j] = expf(p[j] - m);
+        l += p[j];
+    }
+    for (int i = 0; i < hd; i++) o[i] = 0;
+    for (int j = 0; j < n; j++) {
+        const float *vv = v + (size_t)j * stride;
+        float pj = p[j] / l;
+#pragma omp simd
+        for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
+    }
+}
+
 // Per (query, head): the scores against the keys of its own sequence up to itself go to a per-thread
 // row of at most one sequence's length (O(T) memory per thread, never [T, T]), then an exact
 // softmax in fp32 and the weighted sum of the values. The simd pragmas let the compiler vectorise
@@ -67,27 +95,8 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
                     const float *qv = q + ((size_t)t * nq + h) * hd;
                     float *o = out + ((size_t)t * nq + h) * hd;
                     int kh = h / group, n = t - start + 1;
-                    float m = -INFINITY;
-                    for (int j = 0; j < n; j++) {
-                        const float *kv = k + ((size_t)(start + j) * nkv + kh) * hd;
-                        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                        for (int i = 0; i < hd; i++) dot += qv[i] * kv[i];
-                        p[j] = dot * scale;
-                        m = p[j] > m ? p[j] : m;
-                    }
-                    float l = 0;
-                    for (int j = 0; j < n; j++) {
-                        p[j] = expf(p[j] - m);
-                        l += p[j];
-                    }
-                    for (int i = 0; i < hd; i++) o[i] = 0;
-                    for (int j = 0; j < n; j++) {
-                        const float *vv = v + ((size_t)(start + j) * nkv + kh) * hd;
-                        float pj = p[j] / l;
-#pragma omp simd
-                        for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
-                    }
+                    cpu_attend_row(o, qv, k + ((size_t)start * nkv + kh) * hd, v + ((size_t)start * nkv + kh) * hd, n,
+                                   (int64_t)nkv * hd, hd, scale, p);
                 }
             }
         }

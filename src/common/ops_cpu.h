@@ -8,6 +8,10 @@ void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, floa
 void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd);
 void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
                           int n_seq, int T, int nq, int nkv, int hd, float scale);
+// cpu_attend_row: one query against n consecutive keys/values with row stride `stride` (floats),
+// exact fp32 softmax of the scaled scores; p[n] scratch. The inner loop of both CPU attentions.
+void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+                    float scale, float *p);
 void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n);
 void cpu_add(float *x, const float *y, int64_t n);
 void cpu_copy_2d(float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows, int64_t cols);

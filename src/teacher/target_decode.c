@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/error.h"
 #include "common/ops.h"
+#include "common/ops_cpu.h"
 
 // ----------------------------------------------------------------------------- memory
 
@@ -120,27 +121,7 @@ static void decoder_attention_cpu(target_decoder *d, int l, float *out, const fl
             float *p = scores + ((size_t)s * nq + h) * max_len;
             const float *kc = decoder_cache_at(d, d->k_cache, l, s, 0), *vc = decoder_cache_at(d, d->v_cache, l, s, 0);
             int kh = h / group, len = d->len[s] + 1;
-            float m = -INFINITY;
-            for (int j = 0; j < len; j++) {
-                const float *kv = kc + ((size_t)j * nkv + kh) * hd;
-                float dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int i = 0; i < hd; i++) dot += qv[i] * kv[i];
-                p[j] = dot * scale;
-                m = p[j] > m ? p[j] : m;
-            }
-            float sum = 0;
-            for (int j = 0; j < len; j++) {
-                p[j] = expf(p[j] - m);
-                sum += p[j];
-            }
-            for (int i = 0; i < hd; i++) o[i] = 0;
-            for (int j = 0; j < len; j++) {
-                const float *vv = vc + ((size_t)j * nkv + kh) * hd;
-                float pj = p[j] / sum;
-#pragma omp simd
-                for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
-            }
+            cpu_attend_row(o, qv, kc + (size_t)kh * hd, vc + (size_t)kh * hd, len, (int64_t)nkv * hd, hd, scale, p);
         }
     }
 }
