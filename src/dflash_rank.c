@@ -26,13 +26,16 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/safetensors.h"
-#include "common/trainset.h"
+#include "common/dataset.h"
 #include "common/transport_test.h"
 #include "common/version.h"
+#include "common/watchdog.h"
 #include "common/world.h"
+#include "student/checkpoint.h"
 #include "student/train.h"
 #include "teacher/dump_features.h"
 #include "teacher/teacher_loop.h"
+#include "preflight.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -45,8 +48,11 @@ static void usage(FILE *f) {
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
             "  --mode M             same as --run.mode=M (train | check | dump-features | transport-test)\n"
+            "  --rank-timeout S     same as --run.rank_timeout=S: seconds a rank waits on a peer before ending the job\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --plan               train mode: print each rank's memory plan (teacher and student) and exit\n"
+            "  --preflight          check roles, GPUs, memory plans, peer access, /dev/shm, NCCL, target, data and\n"
+            "                       run.dir on every rank; print one table and exit (non-zero if a run would fail)\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
             "  --version            print the version and the compiled backends\n"
             "  --help               this text\n"
@@ -54,6 +60,8 @@ static void usage(FILE *f) {
             "docs/config.md documents every key; README.md shows a first run.\n",
             DFLASH_VERSION);
 }
+
+static int preflight_only; // --preflight (preflight.h)
 
 // Arguments are read before MPI starts so --help and --version work without mpirun.
 // Returns -1 (message printed) on a bad argument, 1 when the program should exit 0 now.
@@ -89,10 +97,14 @@ static int args_parse(int argc, char **argv, config *cfg) {
         }
         if (strcmp(a, "--print-config") == 0) { print_config = 1; continue; }
         if (strcmp(a, "--plan") == 0) { cfg->plan_only = 1; continue; }
+        if (strcmp(a, "--preflight") == 0) { preflight_only = 1; continue; }
         if (strcmp(a, "--config") == 0) { i++; continue; }
         if (strncmp(a, "--config=", 9) == 0) continue;
         if ((strcmp(a, "--device") == 0 || strcmp(a, "--mode") == 0) && i + 1 < argc) {
             snprintf(buf, sizeof buf, "run.%s=%s", a + 2, argv[++i]);
+            a = buf;
+        } else if (strcmp(a, "--rank-timeout") == 0 && i + 1 < argc) {
+            snprintf(buf, sizeof buf, "run.rank_timeout=%s", argv[++i]);
             a = buf;
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=')) {
             a += 2;
@@ -114,6 +126,20 @@ static int args_parse(int argc, char **argv, config *cfg) {
     return 0;
 }
 
+// For the watchdog's message when a peer dies or hangs: where the run can be resumed from.
+static const config *run_cfg;
+static void report_checkpoint(char *buf, size_t n) {
+    int found = 0;
+    int64_t step = checkpoint_latest(run_cfg->run_dir, &found);
+    if (found)
+        snprintf(buf, n, "last checkpoint: step %lld in %s/checkpoints (resume with the same command and --run.resume=true)",
+                 (long long)step, run_cfg->run_dir);
+    else if (run_cfg->ckpt_every > 0)
+        snprintf(buf, n, "no checkpoint yet in %s/checkpoints", run_cfg->run_dir);
+    else
+        snprintf(buf, n, "no checkpoints (checkpoint.every = 0)");
+}
+
 // check mode: what this rank would open, as one line for rank 0's table. Returns 0 or 1.
 static int mode_check(const world *w, const config *cfg, backend *be, char *line, size_t n) {
     int used = snprintf(line, n, "rank %d  %-7s %d/%d  local %d  backend %s", w->rank, role_name(w->role),
@@ -132,15 +158,20 @@ static int mode_check(const world *w, const config *cfg, backend *be, char *line
                  bytes_format(bytes, b, sizeof b), d.n_files);
         safetensors_dir_close(&d);
     }
-    if (w->role == ROLE_STUDENT && cfg->data_path[0]) {
-        trainset ts;
-        if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) {
+    if (w->role == ROLE_STUDENT && config_data_count(cfg) != 0) { // each training set: its samples and tokens
+        dataset ds;
+        if (dataset_open(&ds, cfg, 2 * cfg->block_size)) {
             snprintf(line + used, n - (size_t)used, "  data: %s", error_msg());
             return 1;
         }
-        snprintf(line + used, n - (size_t)used, "  data: %lld usable samples of %lld, %lld tokens, %lld loss tokens",
-                 (long long)ts.n, (long long)ts.n_raw, (long long)ts.n_tokens, (long long)ts.loss_tokens);
-        trainset_close(&ts);
+        for (int i = 0; i < ds.n_sets && (size_t)used < n; i++) {
+            const trainset *ts = &ds.sets[i];
+            char name[CONFIG_STR + 48] = "";
+            if (ds.n_sets > 1) snprintf(name, sizeof name, " %s (weight %g)", ts->path, ds.weights[i]);
+            used += snprintf(line + used, n - (size_t)used, "  data%s: %lld usable samples of %lld, %lld tokens, %lld loss tokens",
+                             name, (long long)ts->n, (long long)ts->n_raw, (long long)ts->n_tokens, (long long)ts->loss_tokens);
+        }
+        dataset_close(&ds);
     }
     return 0;
 }
@@ -151,9 +182,13 @@ int main(int argc, char **argv) {
     if (a != 0) return a < 0 ? 2 : 0;
 
     // What a training job cannot start without, said before any rank starts working.
-    if (strcmp(cfg.mode, "train") == 0 && (!cfg.target_path[0] || (!cfg.data_path[0] && !cfg.data_features[0]))) {
-        fprintf(stderr, "error: train needs target.path (the target model directory) and data.path (a training set) or "
-                        "data.features (an offline feature directory)\n");
+    if (config_check(&cfg)) { // e.g. data.path and data.sets both set
+        fprintf(stderr, "error: %s\n", error_msg());
+        return 2;
+    }
+    if (!preflight_only && strcmp(cfg.mode, "train") == 0 && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
+        fprintf(stderr, "error: train needs target.path (the target model directory) and data.path (a training set), "
+                        "data.sets (several) or data.features (an offline feature directory)\n");
         return 2;
     }
     world w;
@@ -163,6 +198,11 @@ int main(int argc, char **argv) {
     if (!getenv("OMP_NUM_THREADS")) {
         int threads = omp_get_num_procs() / (w.local_size > 0 ? w.local_size : 1);
         omp_set_num_threads(threads > 0 ? threads : 1);
+    }
+    if (preflight_only) { // before the roles: a world that does not fit them is a row of its table
+        int rc = preflight_run(&w, &cfg);
+        world_finalize();
+        return rc;
     }
     int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
     int offline = strcmp(cfg.mode, "train") == 0 && cfg.data_features[0]; // every rank a student
@@ -180,6 +220,16 @@ int main(int argc, char **argv) {
         log_error("%s", error_msg());
         status = 1;
     }
+    // The training sets exist: checked on rank 0 only, so a missing file is one error line, not one per rank.
+    if (status == 0 && w.rank == 0 && (dump || (strcmp(cfg.mode, "train") == 0 && !offline)) && dataset_preflight(&cfg)) {
+        log_error("%s", error_msg());
+        status = 1;
+    }
+    // A training job's inputs, once on rank 0: one error line for what every rank would find.
+    if (status == 0 && w.rank == 0 && strcmp(cfg.mode, "train") == 0 && train_check_inputs(&w, &cfg)) {
+        log_error("%s", error_msg());
+        status = 1;
+    }
     if (world_agree(status)) {
         world_finalize();
         return 1;
@@ -187,18 +237,22 @@ int main(int argc, char **argv) {
 
     if (strcmp(cfg.mode, "transport-test") == 0) {
         if (w.teachers < 1 || w.students < 1) fatal("transport-test needs at least one teacher and one student rank");
-        long long wrong = transport_test_run(&w, 5, 64ll << 20);
+        long long wrong = transport_test_run(&w, &be, 5, 64ll << 20);
+        if (wrong < 0) fatal("%s", error_msg());
         backend_close(&be);
         world_finalize();
         return wrong ? 1 : 0;
     }
     if (strcmp(cfg.mode, "train") == 0) {
         train_install_signals();
+        run_cfg = &cfg;
+        if (!cfg.plan_only && w.size > 1) watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
         int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be))
                                         : student_train(&w, &cfg, &be, role_comm);
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
+        watchdog_stop();
         mpi_check(MPI_Comm_free(&role_comm));
         backend_close(&be);
         world_finalize();

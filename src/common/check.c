@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "common/watchdog.h"
 
 _Noreturn void dflash_fatal(const char *file, int line, const char *hint, const char *fmt, ...) {
     char msg[1024];
@@ -19,15 +20,17 @@ _Noreturn void dflash_fatal(const char *file, int line, const char *hint, const 
         if (*c == '\n') *c = ' ';
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    if (log_world() > 1) fprintf(stderr, "[r%d] ", log_rank());
-    if (hint) fprintf(stderr, "error: %s (hint: %s) [%s:%d]\n", msg, hint, base, line);
-    else fprintf(stderr, "error: %s [%s:%d]\n", msg, base, line);
+    char prefix[16] = "";
+    if (log_world() > 1) snprintf(prefix, sizeof prefix, "[r%d] ", log_rank());
+    if (hint) fprintf(stderr, "%serror: %s (hint: %s) [%s:%d]\n", prefix, msg, hint, base, line); // one call: one line
+    else fprintf(stderr, "%serror: %s [%s:%d]\n", prefix, msg, base, line);
     fflush(stderr);
     int init = 0, fin = 0, size = 1;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (init && !fin) {
         MPI_Comm_size(MPI_COMM_WORLD, &size);
+        watchdog_mark_ending(); // the peers do not report this rank's exit as another error
         if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     }
     exit(1);

@@ -41,6 +41,7 @@ const config_key config_keys[] = {
     {"drafter.head_dim", CFG_INT, F(drafter_head_dim), "0", "drafter head dimension; 0 = the target's", NULL, 0, 1024},
     {"drafter.mask_token_id", CFG_INT, F(mask_token_id), "-1", "MASK token: an unused row of the target vocabulary; -1 = vocab_size - 1 (Qwen3: 151669)", NULL, -1, 1e9},
     {"drafter.sliding_window", CFG_INT, F(sliding_window), "0", "> 0: every layer but the last is a sliding-window layer with this window (the 27B drafter layout)", NULL, 0, 1e9},
+    {"drafter.config", CFG_STRING, F(drafter_config_path), "", "a DFlash drafter config.json, or a directory holding one (a published drafter's, or run.dir/drafter of an earlier run): the drafter's shape (layers, heads, sizes, block size, MASK token, sliding window, target layer ids) comes from it instead of the drafter.* keys; its hidden size, vocabulary and num_target_layers must match the target's", NULL, NOLIM},
     {"train.steps", CFG_INT, F(steps), "100", "optimizer steps", NULL, 1, 1e12},
     {"train.batches_per_step", CFG_INT, F(batches_per_step), "1", "packed batches per optimizer step over all students (a multiple of world.students); the loss is normalised over all of them", NULL, 1, 1e6},
     {"train.max_anchors", CFG_INT, F(max_anchors), "64", "anchors drawn per batch (fewer when the batch has fewer valid positions)", NULL, 1, 1e7},
@@ -62,10 +63,12 @@ const config_key config_keys[] = {
     {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, 1e12},
     {"checkpoint.keep", CFG_INT, F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
     {"run.resume", CFG_BOOL, F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, NOLIM},
+    {"run.rank_timeout", CFG_FLOAT, F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
     {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, 1e12},
     {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch; -1 = none", NULL, -1, 1e6},
     {"test.slow_ms", CFG_INT, F(test_slow_ms), "0", "testing: the slow teacher's delay per batch (ms)", NULL, 0, 1e7},
     {"data.path", CFG_STRING, F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, NOLIM},
+    {"data.sets", CFG_DATA_SETS, F(data_sets), "", "several training sets mixed by weight, instead of data.path: [{\"path\": \"a.h5\", \"weight\": 2}, ...] in a file, a.h5:2,b.h5:0.5 on the command line (weight 1 when left out; > 0); each epoch draws round(weight x its training samples) samples of each set", NULL, NOLIM},
     {"data.features", CFG_STRING, F(data_features), "", "offline feature directory (dump-features); set: students train from it with no teacher ranks", NULL, NOLIM},
     {"data.max_tokens_per_batch", CFG_INT, F(max_tokens_per_batch), "2048", "tokens per packed batch", NULL, 1, 1073741824},
     {"data.heldout_samples", CFG_INT, F(heldout_samples), "16", "samples held out for evaluation (the last usable ones)", NULL, 0, 1e12},
@@ -81,6 +84,7 @@ static const char *config_type_name(config_type t) {
     case CFG_BOOL: return "boolean";
     case CFG_INT_LIST: return "list of integers";
     case CFG_BYTES: return "size in bytes";
+    case CFG_DATA_SETS: return "list of training sets";
     }
     return "?";
 }
@@ -131,6 +135,72 @@ static int parse_int(const char *s, int64_t *out) {
     if (errno || end == s || *end) return -1;
     *out = v;
     return 0;
+}
+
+// data.sets: every path given, distinct, every weight finite and > 0. sets is the parsed list.
+static int data_sets_check(const config_key *k, const config_data_sets *sets, const char *source) {
+    for (int64_t i = 0; i < sets->n; i++) {
+        const config_data_set *d = &sets->v[i];
+        if (!d->path[0]) return error_set("%s: key '%s': set %lld has no path", source, k->key, (long long)i);
+        if (!(d->weight > 0) || !isfinite(d->weight))
+            return error_set("%s: key '%s': set %lld (%s) has weight %g; a weight must be a finite number > 0", source,
+                             k->key, (long long)i, d->path, d->weight);
+        for (int64_t j = 0; j < i; j++)
+            if (strcmp(sets->v[j].path, d->path) == 0)
+                return error_set("%s: key '%s' names %s twice (sets %lld and %lld)", source, k->key, d->path,
+                                 (long long)j, (long long)i);
+    }
+    return 0;
+}
+
+// One more set of data.sets (its path checked for length; the caller checks the rest).
+static int data_sets_add(const config_key *k, config_data_sets *sets, const char *path, size_t path_len, double weight,
+                         const char *source) {
+    if (sets->n >= CONFIG_MAX_SETS) return error_set("%s: key '%s' has more than %d sets", source, k->key, CONFIG_MAX_SETS);
+    if (path_len >= CONFIG_STR)
+        return error_set("%s: key '%s': a path is longer than %d characters", source, k->key, CONFIG_STR - 1);
+    config_data_set *d = &sets->v[sets->n++];
+    memcpy(d->path, path, path_len);
+    d->path[path_len] = '\0';
+    d->weight = weight;
+    return 0;
+}
+
+// "a.h5:2,b.h5:0.5": sets separated by commas (spaces around them ignored), each a path with an
+// optional ":WEIGHT" (1 when left out; a last colon followed by text without a '/' is a weight);
+// "" is the empty list.
+static int data_sets_parse_text(const config_key *k, const char *val, config_data_sets *sets, const char *source) {
+    sets->n = 0;
+    if (!*val) return 0;
+    for (const char *item = val;;) {
+        const char *comma = strchr(item, ',');
+        const char *start = item; // spaces around a set are not part of it ("a.h5:2, b.h5")
+        size_t len = comma ? (size_t)(comma - item) : strlen(item);
+        while (len > 0 && (*start == ' ' || *start == '\t')) start++, len--;
+        while (len > 0 && (start[len - 1] == ' ' || start[len - 1] == '\t')) len--;
+        item = start;
+        if (len == 0) return error_set("%s: key '%s' has an empty set in \"%s\"", source, k->key, val);
+        size_t path_len = len;
+        double weight = 1;
+        const char *colon = NULL; // the last one
+        for (const char *p = item; p < item + len; p++)
+            if (*p == ':') colon = p;
+        if (colon && !memchr(colon, '/', (size_t)(item + len - colon))) {
+            char num[64];
+            size_t nl = (size_t)(item + len - colon - 1);
+            snprintf(num, sizeof num, "%.*s", (int)nl, colon + 1);
+            char *end;
+            weight = strtod(num, &end);
+            if (nl == 0 || nl >= sizeof num || end == num || *end)
+                return error_set("%s: key '%s': the weight in \"%.*s\" is not a number", source, k->key, (int)len, item);
+            path_len = (size_t)(colon - item);
+            while (path_len > 0 && (item[path_len - 1] == ' ' || item[path_len - 1] == '\t')) path_len--;
+        }
+        if (data_sets_add(k, sets, item, path_len, weight, source)) return -1;
+        if (!comma) break;
+        item = comma + 1;
+    }
+    return data_sets_check(k, sets, source);
 }
 
 static int config_set_text(config *c, const config_key *k, const char *val, const char *source) {
@@ -185,6 +255,13 @@ static int config_set_text(config *c, const config_key *k, const char *val, cons
         list->n = n;
         return 0;
     }
+    case CFG_DATA_SETS: { // parsed aside, so a bad value leaves the key as it was
+        config_data_sets *sets = xmalloc(sizeof *sets);
+        int rc = data_sets_parse_text(k, val, sets, source);
+        if (rc == 0) memcpy(field, sets, sizeof *sets);
+        free(sets);
+        return rc;
+    }
     }
     return error_set("%s: key '%s' has an unhandled type", source, k->key);
 }
@@ -233,6 +310,42 @@ static int config_set_json(config *c, const config_key *k, const cJSON *v, const
             if (n >= sizeof text) return error_set("%s: key '%s' has too many values", source, k->key);
         }
         return config_set_text(c, k, text, source);
+    }
+    case CFG_DATA_SETS: { // [{"path": "a.h5", "weight": 2}, "b.h5", ...]: a bare string is weight 1
+        static const char want[] = "wants a list of training sets ({\"path\": \"a.h5\", \"weight\": 2} or \"a.h5\")";
+        if (!cJSON_IsArray(v)) return error_set("%s: key '%s' %s", source, k->key, want);
+        config_data_sets *sets = xmalloc(sizeof *sets);
+        sets->n = 0;
+        int rc = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            const char *path = NULL;
+            double weight = 1;
+            if (cJSON_IsString(e)) {
+                path = e->valuestring;
+            } else if (cJSON_IsObject(e)) {
+                const cJSON *f;
+                cJSON_ArrayForEach(f, e) {
+                    if (strcmp(f->string, "path") == 0 && cJSON_IsString(f)) path = f->valuestring;
+                    else if (strcmp(f->string, "weight") == 0 && cJSON_IsNumber(f)) weight = f->valuedouble;
+                    else if (strcmp(f->string, "path") == 0 || strcmp(f->string, "weight") == 0)
+                        rc = error_set("%s: key '%s': set %lld: \"%s\" wants a %s", source, k->key, (long long)sets->n,
+                                       f->string, f->string[0] == 'p' ? "string" : "number");
+                    else rc = error_set("%s: key '%s': set %lld has an unknown key \"%s\" (path, weight)", source, k->key,
+                                        (long long)sets->n, f->string);
+                    if (rc) break;
+                }
+                if (rc == 0 && !path) rc = error_set("%s: key '%s': set %lld has no \"path\"", source, k->key, (long long)sets->n);
+            } else {
+                rc = error_set("%s: key '%s' %s", source, k->key, want);
+            }
+            if (rc == 0) rc = data_sets_add(k, sets, path, strlen(path), weight, source);
+            if (rc) break;
+        }
+        if (rc == 0) rc = data_sets_check(k, sets, source);
+        if (rc == 0) memcpy((char *)c + k->offset, sets, sizeof *sets);
+        free(sets);
+        return rc;
     }
     }
     return error_set("%s: key '%s' has an unhandled type", source, k->key);
@@ -324,6 +437,17 @@ char *config_to_json(const config *c) {
             for (int64_t j = 0; j < list->n; j++) cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)list->v[j]));
             break;
         }
+        case CFG_DATA_SETS: {
+            const config_data_sets *sets = (const config_data_sets *)field;
+            cJSON *arr = cJSON_AddArrayToObject(sec, leaf);
+            for (int64_t j = 0; j < sets->n; j++) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "path", sets->v[j].path);
+                cJSON_AddNumberToObject(o, "weight", sets->v[j].weight);
+                cJSON_AddItemToArray(arr, o);
+            }
+            break;
+        }
         }
     }
     char *s = cJSON_Print(root);
@@ -341,6 +465,24 @@ void config_print_keys(FILE *f) {
         }
         fputs(" |\n", f);
     }
+}
+
+int config_check(const config *c) { return config_data_count(c) < 0 ? -1 : 0; }
+
+int config_data_count(const config *c) {
+    if (c->data_path[0] && c->data_sets.n > 0)
+        return error_set("data.path and data.sets are both set; give one of them (data.path is one training set of "
+                         "weight 1)");
+    return c->data_sets.n > 0 ? (int)c->data_sets.n : c->data_path[0] ? 1 : 0;
+}
+
+const char *config_data_path(const config *c, int i, double *weight) {
+    if (c->data_sets.n == 0) {
+        if (weight) *weight = 1;
+        return c->data_path;
+    }
+    if (weight) *weight = c->data_sets.v[i].weight;
+    return c->data_sets.v[i].path;
 }
 
 uint64_t config_hash(const config *c) {

@@ -18,6 +18,17 @@ typedef struct {
     int64_t v[CONFIG_MAX_IDS];
 } config_int_list;
 
+// data.sets: training sets mixed by weight (see dataset.h for what the weights mean).
+#define CONFIG_MAX_SETS 32
+typedef struct {
+    char path[CONFIG_STR];
+    double weight;      // > 0, finite
+} config_data_set;
+typedef struct {
+    int64_t n;
+    config_data_set v[CONFIG_MAX_SETS];
+} config_data_sets;
+
 typedef struct {
     // run
     char run_dir[CONFIG_STR];
@@ -47,6 +58,7 @@ typedef struct {
     int64_t drafter_heads, drafter_kv_heads, drafter_head_dim; // 0 = the target's
     int64_t mask_token_id;          // -1 = vocab - 1
     int64_t sliding_window;         // > 0: every layer but the last slides with this window
+    char drafter_config_path[CONFIG_STR]; // drafter.config: a DFlash config.json giving the shape ("" = the keys above)
     // training
     int64_t steps;
     int64_t batches_per_step;       // packed batches per optimizer step, over all students
@@ -62,15 +74,17 @@ typedef struct {
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
     int resume;
+    double rank_timeout;            // seconds a rank waits on a peer before ending the job; 0 = forever
     int64_t test_stop_at_step;
     int plan_only;                  // --plan (command line only): print the memory plans and exit
     // data
     char data_path[CONFIG_STR];
+    config_data_sets data_sets;       // several training sets with weights (exclusive with data_path)
     char data_features[CONFIG_STR];   // offline feature directory: student-only training
     int64_t max_tokens_per_batch, heldout_samples, bucket_size;
 } config;
 
-typedef enum { CFG_INT, CFG_FLOAT, CFG_STRING, CFG_BOOL, CFG_INT_LIST, CFG_BYTES } config_type;
+typedef enum { CFG_INT, CFG_FLOAT, CFG_STRING, CFG_BOOL, CFG_INT_LIST, CFG_BYTES, CFG_DATA_SETS } config_type;
 
 typedef struct {
     const char *key;        // dotted: "train.lr"
@@ -100,5 +114,14 @@ int config_set(config *c, const char *assignment);
 char *config_to_json(const config *c); // caller frees
 // config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
 void config_print_keys(FILE *f);
+// config_check: the checks across keys, once everything is applied (the file, then the overrides):
+// data.path and data.sets both set is an error naming both. -1 with error_set.
+int config_check(const config *c);
+// config_data_count: the training sets the configuration names: the entries of data.sets, or 1 for
+// data.path, 0 for neither; -1 with error_set when both are set (as config_check).
+int config_data_count(const config *c);
+// config_data_path: path of training set i (0 <= i < config_data_count), its weight in *weight
+// (data.path: 1).
+const char *config_data_path(const config *c, int i, double *weight);
 // config_hash: FNV-1a of the effective JSON, for checkpoints.
 uint64_t config_hash(const config *c);

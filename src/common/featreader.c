@@ -55,6 +55,11 @@ struct featreader {
     int64_t layer_ids[FR_MAX_LAYERS];
     int n_open;               // shards open now
     uint64_t clock;
+    // the training sets dumped (the index's "sets"; one set of every sample when it has none)
+    int n_sets;
+    int64_t *set_n;           // [n_sets] samples
+    double *set_weight;       // [n_sets]
+    char **set_path;          // [n_sets]
 };
 
 // ---------------------------------------------------------------- HDF5 helpers
@@ -354,6 +359,40 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
     if (rc == 0 && (int64_t)r->n_feat * r->hidden > 0x7fffffff)
         rc = error_set("%s: %d layers of hidden_size %lld are too many feature columns", path, r->n_feat, (long long)r->hidden);
 
+    // "sets": [{"path": ..., "samples": n, "weight": w}, ...], the samples adding up to "samples"
+    const cJSON *sets = cJSON_GetObjectItemCaseSensitive(root, "sets"), *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    if (rc == 0 && sets && (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) < 1))
+        rc = error_set("%s: \"sets\" must be an array of at least one training set", path);
+    if (rc == 0) {
+        r->n_sets = sets ? cJSON_GetArraySize(sets) : 1;
+        r->set_n = xcalloc((size_t)r->n_sets, sizeof *r->set_n);
+        r->set_weight = xcalloc((size_t)r->n_sets, sizeof *r->set_weight);
+        r->set_path = xcalloc((size_t)r->n_sets, sizeof *r->set_path);
+        if (!sets) {
+            r->set_n[0] = r->n_samples;
+            r->set_weight[0] = 1;
+            r->set_path[0] = xstrdup(cJSON_IsString(data) ? data->valuestring : "");
+        }
+    }
+    int64_t in_sets = 0;
+    for (int j = 0; rc == 0 && sets && j < r->n_sets; j++) {
+        const cJSON *e = cJSON_GetArrayItem(sets, j);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path"), *w = cJSON_GetObjectItemCaseSensitive(e, "weight");
+        if (!cJSON_IsObject(e) || !cJSON_IsString(p) || !cJSON_IsNumber(w) || !(w->valuedouble > 0) ||
+            !isfinite(w->valuedouble))
+            rc = error_set("%s: \"sets\"[%d] must be {\"path\": string, \"samples\": integer, \"weight\": number > 0}", path, j);
+        else if (fr_json_int(e, "samples", path, 0, &r->set_n[j]) == 0) {
+            r->set_weight[j] = w->valuedouble;
+            r->set_path[j] = xstrdup(p->valuestring);
+            in_sets += r->set_n[j];
+        } else {
+            rc = error_set("%s: \"sets\"[%d]: \"samples\" must be an integer >= 0", path, j);
+        }
+    }
+    if (rc == 0 && sets && in_sets != r->n_samples)
+        rc = error_set("%s: \"sets\" hold %lld samples, \"samples\" says %lld", path, (long long)in_sets,
+                       (long long)r->n_samples);
+
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
     if (rc == 0 && !cJSON_IsArray(shards)) rc = error_set("%s: missing array \"shards\"", path);
     if (rc == 0) {
@@ -427,6 +466,10 @@ void featreader_close(featreader *r) {
     }
     fr_quiet_end(q);
     free(r->shards);
+    for (int j = 0; j < r->n_sets && r->set_path; j++) free(r->set_path[j]);
+    free(r->set_path);
+    free(r->set_n);
+    free(r->set_weight);
     free(r->row);
     free(r->len);
     free(r->index_path);
@@ -438,6 +481,13 @@ int64_t featreader_len(const featreader *r, int64_t i) { return r->len[i]; }
 int featreader_topk(const featreader *r) { return r->topk; }
 int featreader_feat_dim(const featreader *r) { return (int)((int64_t)r->n_feat * r->hidden); }
 int featreader_vocab(const featreader *r) { return (int)r->vocab; }
+int featreader_n_sets(const featreader *r) { return r->n_sets; }
+
+int64_t featreader_set(const featreader *r, int i, double *weight, const char **path) {
+    if (weight) *weight = r->set_weight[i];
+    if (path) *path = r->set_path[i] ? r->set_path[i] : "";
+    return r->set_n[i];
+}
 
 int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,
                     float *topk_val, float *lse) {

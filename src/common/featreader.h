@@ -2,8 +2,10 @@
 //
 // Opens the index (features.json) written by dump-features and its shards; sample i of the feature
 // set is sample i of the training set it was dumped from (the usable samples, in order), so a batch
-// plan built on one applies to the other. Reading a sample gives its tokens, loss mask, features
-// (bf16 bits), teacher top-k and LSE.
+// plan built on one applies to the other. When the features were dumped from several training sets
+// (data.sets), sample i is sample i of their mix (dataset.h), and the index records each set's
+// path, sample count and weight ("sets"; an index without it is one set of weight 1). Reading a
+// sample gives its tokens, loss mask, features (bf16 bits), teacher top-k and LSE.
 #pragma once
 #include <stdint.h>
 
@@ -18,6 +20,11 @@ int64_t featreader_len(const featreader *r, int64_t i);
 int featreader_topk(const featreader *r);       // k
 int featreader_feat_dim(const featreader *r);   // n_feat * H
 int featreader_vocab(const featreader *r);      // vocab_size attribute
+// featreader_n_sets: training sets the features were dumped from (>= 1).
+int featreader_n_sets(const featreader *r);
+// featreader_set: samples of set i (the next ones after set i-1's); its weight at dump time and
+// its path (as the dump's configuration wrote it; "" when unknown) when those pointers are given.
+int64_t featreader_set(const featreader *r, int i, double *weight, const char **path);
 // featreader_read: sample i into the caller's arrays (each sized for featreader_len(i) rows; any
 // may be NULL): tokens [n], mask [n], features [n, D] bf16 bits, topk_idx/val [n, k], lse [n].
 int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,

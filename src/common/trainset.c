@@ -246,6 +246,27 @@ static int64_t sorted_find(const int64_t *pos, int64_t n, int64_t v) {
     return lo;
 }
 
+// "K of N samples rejected (not used): A whose offsets do not increase, B with ids outside [0, V),
+// C with fewer than M loss tokens", naming only the reasons that occur.
+static const char *ts_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n) {
+    int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
+    int m = snprintf(buf, n, "%lld of %lld samples rejected (not used):", (long long)rejected, (long long)ts->n_raw);
+    const char *sep = " ";
+    if (ts->rejected_offsets > 0 && m < (int)n) {
+        m += snprintf(buf + m, n - (size_t)m, "%s%lld whose offsets do not increase", sep, (long long)ts->rejected_offsets);
+        sep = ", ";
+    }
+    if (ts->rejected_ids > 0 && m < (int)n) {
+        m += snprintf(buf + m, n - (size_t)m, "%s%lld with ids outside [0, %lld)", sep, (long long)ts->rejected_ids,
+                      (long long)ts->vocab_size);
+        sep = ", ";
+    }
+    if (ts->rejected_short > 0 && m < (int)n)
+        snprintf(buf + m, n - (size_t)m, "%s%lld with fewer than %lld loss tokens", sep, (long long)ts->rejected_short,
+                 (long long)min_loss_tokens);
+    return buf;
+}
+
 // The validation pass: stream /tokens and /loss_mask once, then classify every sample.
 static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     char e[256];
@@ -316,13 +337,11 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         ts->index[ts->n++] = i;
         ts->loss_tokens += l;
     }
-    int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
-    if (rejected > 0)
-        log_warn("%s: %lld of %lld samples rejected: %lld with offsets not increasing, %lld with ids "
-                 "outside [0, %lld), %lld with fewer than %lld loss tokens",
-                 ts->path, (long long)rejected, (long long)ts->n_raw, (long long)ts->rejected_offsets,
-                 (long long)ts->rejected_ids, (long long)ts->vocab_size, (long long)ts->rejected_short,
-                 (long long)min_loss_tokens);
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0) {
+        char why[512];
+        log_warn("%s: %s%s", ts->path, ts_rejected_str(ts, min_loss_tokens, why, sizeof why),
+                 ts->n == 0 ? "; no sample is usable" : "");
+    }
 done:
     free(pos);
     free(cum_bad);

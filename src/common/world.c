@@ -8,6 +8,9 @@
 
 int world_roles(world *w, int rank, int size, long long teachers, long long students) {
     if (students < 0) return error_set("world.students = %lld: cannot be negative", students);
+    if (teachers < 0 && students > size)
+        return error_set("roles do not fit the world: %lld student(s) (world.students), but the job has %d rank(s) (set "
+                         "world.students or the mpirun -np count)", students, size);
     long long t = teachers < 0 ? size - students : teachers;
     if (t < 0 || t + students != size)
         return error_set("roles do not fit the world: %lld teacher(s) + %lld student(s) = %lld rank(s), but the job "

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/arena.h"
 #include "common/batchplan.h"
@@ -19,7 +20,8 @@
 #include "common/half.h"
 #include "common/log.h"
 #include "common/safetensors.h"
-#include "common/trainset.h"
+#include "common/dataset.h"
+#include "common/watchdog.h"
 #include "common/wire.h"
 #include "student/anchors.h"
 #include "student/checkpoint.h"
@@ -114,6 +116,7 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
         s->next_consume = n;
         source_pump(s, items, n_items);
         double t0 = time_now();
+        if (!s->arrived[n]) watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], 1, "a batch");
         while (!s->arrived[n]) { // keep handing out work while this batch is on its way
             int done = 0;
             MPI_Status st;
@@ -125,6 +128,7 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
                 nanosleep(&pause, NULL);
             }
         }
+        watchdog_wait_end();
         s->wait_s += time_now() - t0;
         int t = s->teacher_of[n];
         s->served[t]++;
@@ -164,7 +168,9 @@ static void source_drain(source *s) {
     for (int64_t n = s->next_consume; n < s->next_request; n++)
         if (!s->arrived[n]) {
             MPI_Status st;
+            watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], 1, "a batch requested before the stop");
             mpi_check(MPI_Wait(&s->recv[n], &st));
+            watchdog_wait_end();
             source_arrived(s, n, &st);
         }
 }
@@ -197,6 +203,15 @@ static void stats_add(step_stats *a, const step_stats *b) {
     a->block_tokens += b->block_tokens;
 }
 
+// An all-reduce among the students (in place), under the watchdog: a student that died or hangs
+// ends the job with its rank named instead of leaving the others in the collective forever.
+static int students_first, students_last; // world ranks of the students
+static void students_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what) {
+    watchdog_wait_begin(students_first, students_last, 1, what);
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, n, type, op, comm));
+    watchdog_wait_end();
+}
+
 // Sum stats over the students (all fields are sums).
 static void stats_allreduce(step_stats *s, MPI_Comm comm) {
     double d[5 + STEP_TREE_BUDGETS];
@@ -206,8 +221,8 @@ static void stats_allreduce(step_stats *s, MPI_Comm comm) {
     i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens;
     memcpy(i + 3, s->slot_scored, sizeof s->slot_scored);
     memcpy(i + 3 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm));
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, i, 3 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm));
+    students_allreduce(d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
+    students_allreduce(i, 3 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
     s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
     for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
     s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2];
@@ -256,17 +271,30 @@ static void log_line(train_log *lg, const char *split, int64_t step, const step_
 // host buffer, since MPI need not be CUDA-aware (NCCL, which is, is the planned GPU path).
 static void train_allreduce_grads(drafter *d, MPI_Comm comm, float *host_grad) {
     if (d->be->kind == BACKEND_CPU) {
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, d->grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm));
+        students_allreduce(d->grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm, "the gradient all-reduce");
         return;
     }
     backend_copy_to_host(d->be, host_grad, d->grad, (size_t)d->numel * sizeof(float));
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, host_grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm));
+    students_allreduce(host_grad, (int)d->numel, MPI_FLOAT, MPI_SUM, comm, "the gradient all-reduce");
     backend_copy_to_device(d->be, d->grad, host_grad, (size_t)d->numel * sizeof(float));
 }
 
 // SIGTERM / SIGUSR1 (SLURM's preemption warning): finish the current step, checkpoint, exit 0.
-static volatile sig_atomic_t train_stop_requested = 0;
+// SIGINT (Ctrl-C) the same the first time; a second SIGINT aborts at once, without a checkpoint.
+static volatile sig_atomic_t train_stop_requested = 0, train_interrupts = 0;
 static void train_on_signal(int sig) { train_stop_requested = sig; }
+static void train_on_interrupt(int sig) {
+    if (train_interrupts++ > 0) {
+        static const char m[] = "error: interrupted twice: aborted at once, without a checkpoint\n";
+        ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
+        (void)ignored;
+        _exit(130);
+    }
+    static const char m[] = "interrupt: finishing this step and writing a checkpoint (interrupt again to abort at once)\n";
+    ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
+    (void)ignored;
+    train_stop_requested = sig;
+}
 
 void train_install_signals(void) {
     struct sigaction sa;
@@ -274,12 +302,71 @@ void train_install_signals(void) {
     sa.sa_handler = train_on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = train_on_interrupt;
+    sigaction(SIGINT, &sa, NULL);
+    // a file-size limit (ulimit -f) makes write() fail with EFBIG, reported as such, rather than kill
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 // ----------------------------------------------------------------------------- set-up
 
-// The drafter's shape from the target's config and the drafter.* keys.
+// The drafter's shape: from drafter.config (a DFlash config.json: a published drafter's, or one an
+// earlier run exported) when it is set, else from the target's config and the drafter.* keys. A
+// config file must fit the target (hidden size, vocabulary, number of target layers) and ask for
+// the target layers the teachers send (target.layer_ids); the drafter.* shape keys are then unused
+// (a warning names those set to something else).
 static int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
+    if (cfg->drafter_config_path[0]) {
+        char path[CONFIG_STR + 16];
+        struct stat st; // a drafter directory (run.dir/drafter, a downloaded drafter) stands for its config.json
+        snprintf(path, sizeof path, "%s%s", cfg->drafter_config_path,
+                 stat(cfg->drafter_config_path, &st) == 0 && S_ISDIR(st.st_mode) ? "/config.json" : "");
+        if (drafter_config_load(dc, path)) return error_prefix("drafter.config");
+        const char *fields[3] = {"hidden_size", "vocab_size", "num_target_layers"};
+        const char *target_fields[3] = {"hidden_size", "vocab_size", "num_hidden_layers"};
+        int64_t mine[3] = {dc->hidden, dc->vocab, dc->num_target_layers}, theirs[3] = {tc->hidden, tc->vocab, tc->n_layers};
+        for (int i = 0; i < 3; i++)
+            if (mine[i] != theirs[i] && !(i == 2 && mine[i] == 0)) // num_target_layers may be absent
+                return error_set("drafter.config %s: '%s' is %lld but the target's '%s' is %lld (target.path %s): the "
+                                 "drafter must be made for this target", path, fields[i], (long long)mine[i],
+                                 target_fields[i], (long long)theirs[i], cfg->target_path);
+        dc->num_target_layers = tc->n_layers;
+        int same = dc->n_feat == ct->n_feat;
+        for (int i = 0; same && i < ct->n_feat; i++) same = dc->target_layer_ids[i] == ct->layer_ids[i];
+        if (!same) {
+            char want[256] = "", have[256] = "";
+            int nw = 0, nh = 0;
+            for (int i = 0; i < dc->n_feat && nw < (int)sizeof want - 24; i++)
+                nw += snprintf(want + nw, sizeof want - (size_t)nw, "%s%lld", i ? "," : "", (long long)dc->target_layer_ids[i]);
+            for (int i = 0; i < ct->n_feat && nh < (int)sizeof have - 24; i++)
+                nh += snprintf(have + nh, sizeof have - (size_t)nh, "%s%lld", i ? "," : "", (long long)ct->layer_ids[i]);
+            return error_set("drafter.config %s: 'target_layer_ids' is [%s] but the teachers send layers [%s] "
+                             "(target.layer_ids); run with --target.layer_ids=%s", path, want, have, want);
+        }
+        snprintf(dc->torch_dtype, sizeof dc->torch_dtype, "float32"); // the master weights; export sets its own
+        // drafter.* keys set to something the file overrides: say so once, not silently.
+        char ignored[512] = "";
+        int n = 0;
+        const struct { const char *key; int64_t value, def, file; } keys[] = {
+            {"drafter.layers", cfg->drafter_layers, 1, dc->n_layers},
+            {"drafter.block_size", cfg->block_size, 16, dc->block_size},
+            {"drafter.intermediate", cfg->drafter_intermediate, 0, dc->intermediate},
+            {"drafter.heads", cfg->drafter_heads, 0, dc->n_heads},
+            {"drafter.kv_heads", cfg->drafter_kv_heads, 0, dc->n_kv_heads},
+            {"drafter.head_dim", cfg->drafter_head_dim, 0, dc->head_dim},
+            {"drafter.mask_token_id", cfg->mask_token_id, -1, dc->mask_token_id},
+            {"drafter.sliding_window", cfg->sliding_window, 0, dc->sliding_window},
+        };
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0] && n < (int)sizeof ignored - 80; i++)
+            if (keys[i].value != keys[i].def && keys[i].value != keys[i].file)
+                n += snprintf(ignored + n, sizeof ignored - (size_t)n, "%s%s = %lld (the file: %lld)", n ? ", " : "",
+                              keys[i].key, (long long)keys[i].value, (long long)keys[i].file);
+        if (n) log_warn("drafter.config %s sets the drafter's shape; ignored: %s", path, ignored);
+        log_info("drafter shape from %s: %lld layer(s), %lld/%lld heads x %lld, intermediate %lld, block size %lld",
+                 path, (long long)dc->n_layers, (long long)dc->n_heads, (long long)dc->n_kv_heads,
+                 (long long)dc->head_dim, (long long)dc->intermediate, (long long)dc->block_size);
+        return 0;
+    }
     memset(dc, 0, sizeof *dc);
     dc->n_layers = cfg->drafter_layers;
     dc->hidden = tc->hidden;
@@ -347,52 +434,129 @@ static train_item *train_items(const config *cfg, int s, int S, int64_t n_heldou
     return it;
 }
 
+// The target's shape and its embedding (and lm_head) entries, the teachers' contract and the
+// drafter's shape. On success td is open (the caller closes it).
+static int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct, drafter_config *dc, st_dir *td,
+                             const st_entry **e_emb, const st_entry **e_head) {
+    if (target_config_load(tc, cfg->target_path)) return -1;
+    if (teacher_contract_make(cfg, tc->n_layers, ct)) return -1;
+    if (train_drafter_config(cfg, tc, ct, dc)) return -1;
+    if (safetensors_dir_open(td, cfg->target_path)) return error_prefix("target");
+    *e_emb = safetensors_dir_find(td, "model.embed_tokens.weight");
+    *e_head = tc->tie_embeddings ? NULL : safetensors_dir_find(td, "lm_head.weight");
+    if (!*e_emb || (!tc->tie_embeddings && !*e_head)) {
+        safetensors_dir_close(td);
+        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? "lm_head.weight" : "model.embed_tokens.weight");
+    }
+    return 0;
+}
+
+// The batch plan over the usable samples: of the training sets (live; their vocabulary checked
+// against the target's) or of the offline feature directory (*fr stays open for reading).
+static int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
+                           featreader **fr) {
+    int64_t n_samples;
+    int64_t *lengths;
+    batchplan_set sets[CONFIG_MAX_SETS];
+    int n_sets;
+    *fr = NULL;
+    if (!cfg->data_features[0]) {
+        dataset ds;
+        if (dataset_open(&ds, cfg, 2 * cfg->block_size)) return -1;
+        if (ds.vocab_size > tc->vocab) {
+            int64_t v = ds.vocab_size;
+            dataset_close(&ds);
+            return error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)",
+                             config_data_path(cfg, 0, NULL), (long long)v, (long long)tc->vocab, cfg->target_path);
+        }
+        n_samples = ds.n;
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = dataset_len(&ds, i);
+        n_sets = ds.n_sets;
+        dataset_plan_sets(&ds, sets);
+        dataset_close(&ds);
+    } else {
+        if (featreader_open(fr, cfg->data_features)) return -1;
+        if (featreader_topk(*fr) != ct->topk || featreader_feat_dim(*fr) != ct->n_feat * tc->hidden) {
+            int rc = error_set("data.features %s has top-%d and %d feature columns, the run expects top-%d and %lld",
+                               cfg->data_features, featreader_topk(*fr), featreader_feat_dim(*fr), ct->topk,
+                               (long long)(ct->n_feat * tc->hidden));
+            featreader_close(*fr);
+            *fr = NULL;
+            return rc;
+        }
+        n_samples = featreader_samples(*fr);
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(*fr, i);
+        if ((n_sets = dataset_feature_sets(cfg, *fr, sets)) < 0) {
+            free(lengths);
+            featreader_close(*fr);
+            *fr = NULL;
+            return -1;
+        }
+    }
+    int rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
+                             cfg->bucket_size, (uint64_t)cfg->seed);
+    free(lengths);
+    if (rc && *fr) {
+        featreader_close(*fr);
+        *fr = NULL;
+    }
+    return rc;
+}
+
+int train_check_inputs(const world *w, const config *cfg) {
+    int live = cfg->data_features[0] == '\0';
+    if (w->students < 1) return error_set("a training job needs a student rank (world.students)");
+    if (cfg->batches_per_step % w->students)
+        return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)",
+                         (long long)cfg->batches_per_step, w->students);
+    if (live && w->teachers == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    target_config tc;
+    teacher_contract ct;
+    drafter_config dc;
+    st_dir td;
+    const st_entry *e_emb, *e_head;
+    if (train_target_open(cfg, &tc, &ct, &dc, &td, &e_emb, &e_head)) return -1;
+    safetensors_dir_close(&td);
+    batchplan bp;
+    featreader *fr = NULL;
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    batchplan_free(&bp);
+    if (fr) featreader_close(fr);
+    return 0;
+}
+
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
     if (cfg->batches_per_step % S)
         return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)", (long long)cfg->batches_per_step, S);
     if (live && T == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
+    students_first = T, students_last = T + S - 1;
 
     // The target: its shape, and only its embedding and lm_head (SPEC §3).
     target_config tc;
-    if (target_config_load(&tc, cfg->target_path)) return -1;
     teacher_contract ct;
-    if (teacher_contract_make(cfg, tc.n_layers, &ct)) return -1;
     drafter_config dc;
-    if (train_drafter_config(cfg, &tc, &ct, &dc)) return -1;
     st_dir td;
-    if (safetensors_dir_open(&td, cfg->target_path)) return -1;
-    const st_entry *e_emb = safetensors_dir_find(&td, "model.embed_tokens.weight");
-    const st_entry *e_head = tc.tie_embeddings ? NULL : safetensors_dir_find(&td, "lm_head.weight");
-    if (!e_emb || (!tc.tie_embeddings && !e_head))
-        return error_set("target %s: missing %s", cfg->target_path, e_emb ? "lm_head.weight" : "model.embed_tokens.weight");
+    const st_entry *e_emb, *e_head;
+    if (train_target_open(cfg, &tc, &ct, &dc, &td, &e_emb, &e_head)) return -1;
 
-    // Data: the batch plan over the usable samples (the same on every rank).
+    // Data: the batch plan over the usable samples of the training sets (the same on every rank).
     batchplan bp;
     featreader *fr = NULL;
-    int64_t n_samples;
-    int64_t *lengths;
-    if (live) {
-        trainset ts;
-        if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) return -1;
-        n_samples = ts.n;
-        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
-        for (int64_t i = 0; i < n_samples; i++) lengths[i] = trainset_len(&ts, i);
-        trainset_close(&ts);
-    } else {
-        if (featreader_open(&fr, cfg->data_features)) return -1;
-        if (featreader_topk(fr) != ct.topk || featreader_feat_dim(fr) != ct.n_feat * tc.hidden)
-            return error_set("data.features %s has top-%d and %d feature columns, the run expects top-%d and %lld",
-                             cfg->data_features, featreader_topk(fr), featreader_feat_dim(fr), ct.topk,
-                             (long long)(ct.n_feat * tc.hidden));
-        n_samples = featreader_samples(fr);
-        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
-        for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(fr, i);
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    int rc = 0;
+    for (int i = 0; i < bp.n_sets && s == 0; i++) {
+        const batchplan_set_info *si = &bp.sets[i];
+        const char *name = "";
+        if (config_data_count(cfg) > 0) name = config_data_path(cfg, i, NULL);
+        else featreader_set(fr, i, NULL, &name);
+        log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out), weight %g: %lld per epoch", i,
+                 name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout, si->weight,
+                 (long long)si->per_epoch);
     }
-    int rc = batchplan_build(&bp, lengths, n_samples, cfg->heldout_samples, cfg->max_tokens_per_batch, cfg->bucket_size,
-                             (uint64_t)cfg->seed);
-    free(lengths);
-    if (rc) return -1;
 
     // Memory: the plan, then every allocation up front.
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
@@ -522,7 +686,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
         }
         // A failure on one student must not leave the others waiting in a collective: agree first.
         int bad = rc ? 1 : 0;
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+        students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to finish the step");
         if (bad) {
             if (!rc) rc = error_set("another student failed (see its message)");
             break;
@@ -549,10 +713,12 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
             double now = time_now(), el = now - t_int;
             double wait = src.wait_s - wait_int;
             double wait_all = wait;
-            mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wait_all, 1, MPI_DOUBLE, MPI_MAX, comm));
+            students_allreduce(&wait_all, 1, MPI_DOUBLE, MPI_MAX, comm, "the students' log line");
             int64_t mine = (int64_t)(d.mem.used + work.used + opt_mem.used);
             int64_t *student_peaks = xcalloc((size_t)S, sizeof(int64_t));
+            watchdog_wait_begin(students_first, students_last, 1, "the students' log line");
             mpi_check(MPI_Allgather(&mine, 1, MPI_INT64_T, student_peaks, 1, MPI_INT64_T, comm));
+            watchdog_wait_end();
             for (int t = 0; t < T && t < 1024; t++) peaks[t] = src.last_peak[t];
             for (int i = 0; i < S; i++) peaks[T + i] = student_peaks[i];
             free(student_peaks);
@@ -568,7 +734,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
         }
         // A signal on any rank stops every student after this step, with a checkpoint.
         int stop = train_stop_requested ? 1 : 0;
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, comm));
+        students_allreduce(&stop, 1, MPI_INT, MPI_MAX, comm, "the other students after the step");
         if (stop && step < cfg->steps) {
             if (s == 0) {
                 if (checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
@@ -592,7 +758,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
         for (int t = 0; t < T; t++) {
             int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, w->rank};
             mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, t, TAG_REQUEST, MPI_COMM_WORLD));
+            watchdog_watch(t, 0); // it may exit now
         }
+    for (int r = T; r < T + S; r++) watchdog_watch(r, 0); // no collective among the students follows
     if (rc == 0 && live) {
         char served[256];
         int m = 0;

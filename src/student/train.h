@@ -14,8 +14,15 @@
 #include "common/config.h"
 #include "common/world.h"
 
-// train_install_signals: SIGTERM and SIGUSR1 make the students finish the current step, write a
-// checkpoint and return normally (teachers keep serving until the students stop them).
+// train_install_signals: SIGTERM, SIGUSR1 and a first SIGINT make the students finish the current
+// step, write a checkpoint and return normally (teachers keep serving until the students stop
+// them); a second SIGINT exits at once (status 130). SIGXFSZ is ignored (write() reports EFBIG).
 void train_install_signals(void);
+// train_check_inputs: what every rank of a training job would find wrong with its inputs, checked
+// once (on rank 0, before the roles start) so that a bad input is one error line, not one per
+// rank: the role counts, the target (config, weights, embedding), the drafter's shape against it,
+// and the training sets (opened and validated, vocabulary against the target's) or the offline
+// features, down to a feasible batch plan. 0, or -1 with error_set.
+int train_check_inputs(const world *w, const config *cfg);
 // student_train: students_comm holds the student ranks only. 0 on success, -1 with error_set.
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm);

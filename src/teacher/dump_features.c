@@ -15,20 +15,20 @@
 #include "common/half.h"
 #include "common/log.h"
 #include "common/ops.h"
-#include "common/trainset.h"
+#include "common/dataset.h"
 #include "teacher/target.h"
 
 static void shard_path(char *buf, size_t n, const char *dir, int64_t s, int64_t n_shards) {
     snprintf(buf, n, "%s/features-%05lld-of-%05lld.h5", dir, (long long)s, (long long)n_shards);
 }
 
-// One packed batch of samples [first, last) of the training set through the target; each sample's
-// outputs are appended to the shard in order.
+// One packed batch of samples [first, last) of the training data (the mix of its sets, dataset.h)
+// through the target; each sample's outputs are appended to the shard in order.
 typedef struct {
     target_model *m;
     target_outputs *o;
     target_work *w;
-    trainset *ts;
+    dataset *ts;
     featfile_writer *fw;
     int32_t *tokens;   // [max_tokens] host
     uint8_t *mask;     // [max_tokens]
@@ -44,8 +44,8 @@ static int dump_batch(dump_ctx *c, int64_t first, int64_t last) {
     int n_seq = 0, T = 0;
     c->cu[0] = 0;
     for (int64_t i = first; i < last; i++) {
-        int64_t len = trainset_len(c->ts, i);
-        if (trainset_read(c->ts, i, c->tokens + T, c->mask + T)) return -1;
+        int64_t len = dataset_len(c->ts, i);
+        if (dataset_read(c->ts, i, c->tokens + T, c->mask + T)) return -1;
         T += (int)len;
         c->cu[++n_seq] = T;
     }
@@ -72,15 +72,55 @@ static int dump_batch(dump_ctx *c, int64_t first, int64_t last) {
     return 0;
 }
 
-// Write the index of the shards (rank 0, after every shard is done).
-static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples) {
+// A JSON string (quoted, escaped) for the index.
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+// Write the index of the shards (rank 0, after every shard is done). "sets" records the training
+// sets in sample order (path, usable samples, weight), for student-only training from the features.
+static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples,
+                      const int64_t *set_samples) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
     snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return error_set("%s: %s", tmp, strerror(errno));
-    fprintf(f, "{\n  \"format_version\": 1,\n  \"data\": \"%s\",\n  \"target\": \"%s\",\n  \"target_architecture\": \"%s\",\n",
-            cfg->data_path, info->target, info->target_arch);
+    int n_sets = config_data_count(cfg);
+    // "data": data.path, or data.sets as written on the command line (a.h5:2,b.h5:0.5)
+    fprintf(f, "{\n  \"format_version\": 1,\n  \"data\": ");
+    if (cfg->data_sets.n == 0) {
+        json_string(f, cfg->data_path);
+    } else {
+        size_t cap = (size_t)cfg->data_sets.n * (CONFIG_STR + 32), used = 0;
+        char *text = xmalloc(cap);
+        text[0] = '\0';
+        for (int64_t i = 0; i < cfg->data_sets.n; i++)
+            used += (size_t)snprintf(text + used, cap - used, "%s%s:%g", i ? "," : "", cfg->data_sets.v[i].path,
+                                     cfg->data_sets.v[i].weight);
+        json_string(f, text);
+        free(text);
+    }
+    fprintf(f, ",\n  \"sets\": [\n");
+    for (int i = 0; i < n_sets; i++) {
+        double w;
+        const char *p = config_data_path(cfg, i, &w);
+        fprintf(f, "    {\"path\": ");
+        json_string(f, p);
+        fprintf(f, ", \"samples\": %lld, \"weight\": %.17g}%s\n", (long long)set_samples[i], w, i + 1 < n_sets ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"target\": ");
+    json_string(f, info->target);
+    fprintf(f, ",\n  \"target_architecture\": ");
+    json_string(f, info->target_arch);
+    fprintf(f, ",\n");
     fprintf(f, "  \"target_layer_ids\": [");
     for (int i = 0; i < info->n_feat; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)info->layer_ids[i]);
     fprintf(f, "],\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"shards\": [\n",
@@ -102,12 +142,13 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
 typedef struct {
     featfile_info info;
     int64_t n_shards, n_samples;
+    int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
 } dump_result;
 
 // This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
 static int dump_run(const world *w, const config *cfg, backend *be, dump_result *res) {
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
-    if (!cfg->data_path[0]) return error_set("dump-features needs data.path (the training set)");
+    if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
     if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
     if (mkdir(cfg->features_dir, 0755) != 0 && errno != EEXIST)
         return error_set("features.dir %s: %s", cfg->features_dir, strerror(errno));
@@ -124,26 +165,27 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
         rc = target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
     }
     if (rc == 0) rc = target_outputs_check(&m, &o);
-    trainset ts;
-    if (rc == 0 && trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) rc = -1;
+    dataset ts;
+    if (rc == 0 && dataset_open(&ts, cfg, 2 * cfg->block_size)) rc = -1;
     if (rc) {
         target_free(&m);
         return -1;
     }
     if (ts.vocab_size > m.cfg.vocab) {
-        rc = error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)", cfg->data_path,
+        rc = error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)", dataset_path(&ts, 0),
                        (long long)ts.vocab_size, (long long)m.cfg.vocab, cfg->target_path);
-        trainset_close(&ts);
+        dataset_close(&ts);
         target_free(&m);
         return rc;
     }
 
     // Batch size: teacher.max_tokens, which must fit the memory budget when one is given.
     int max_tokens = (int)cfg->teacher_max_tokens, max_seqs = max_tokens, tile = o.vocab_tile;
-    int64_t longest = 0;
-    for (int64_t i = 0; i < ts.n; i++) longest = trainset_len(&ts, i) > longest ? trainset_len(&ts, i) : longest;
+    int64_t longest = 0, at = 0;
+    for (int64_t i = 0; i < ts.n; i++)
+        if (dataset_len(&ts, i) > longest) longest = dataset_len(&ts, i), at = i;
     if (longest > max_tokens) rc = error_set("training set %s has a sample of %lld tokens, more than teacher.max_tokens = %d",
-                                             cfg->data_path, (long long)longest, max_tokens);
+                                             dataset_path(&ts, dataset_set_of(&ts, at)), (long long)longest, max_tokens);
     if (rc == 0 && cfg->teacher_mem_budget > 0) {
         int fit = target_plan_tokens(&m, &o, (size_t)cfg->teacher_mem_budget, max_seqs, &tile);
         if (fit < max_tokens) {
@@ -154,13 +196,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
         }
     }
     if (rc) {
-        trainset_close(&ts);
+        dataset_close(&ts);
         target_free(&m);
         return -1;
     }
     arena work;
     if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, max_tokens, max_seqs, tile))) {
-        trainset_close(&ts);
+        dataset_close(&ts);
         target_free(&m);
         return -1;
     }
@@ -213,7 +255,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
         int64_t i = first;
         while (i < last && rc == 0) {
             int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
-            while (j < last && T + trainset_len(&ts, j) <= max_tokens) T += trainset_len(&ts, j++);
+            while (j < last && T + dataset_len(&ts, j) <= max_tokens) T += dataset_len(&ts, j++);
             rc = dump_batch(&c, i, j);
             done_samples += j - i;
             progress_update(&p, done_samples);
@@ -230,6 +272,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     res->info = info;
     res->n_shards = n_shards;
     res->n_samples = ts.n;
+    for (int i = 0; i < ts.n_sets; i++) res->set_samples[i] = ts.first[i + 1] - ts.first[i];
 
     free(c.tokens);
     free(c.mask);
@@ -240,7 +283,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     free(c.topk_val);
     free(c.lse);
     arena_free(&work);
-    trainset_close(&ts);
+    dataset_close(&ts);
     target_free(&m);
     return rc;
 }
@@ -255,7 +298,7 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be) {
     mpi_check(MPI_Allreduce(&status, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
     if (w->rank == 0) {
-        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples)) return -1;
+        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples)) return -1;
         log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
                  (long long)res.n_shards, cfg->features_dir);
     }

@@ -109,7 +109,7 @@ int target_load(target_model *m, const char *dir, backend *be) {
     if (target_config_load(&m->cfg, dir)) return -1;
     const target_config *c = &m->cfg;
     st_dir d;
-    if (safetensors_dir_open(&d, dir)) return error_prefix("target %s", dir);
+    if (safetensors_dir_open(&d, dir)) return error_prefix("target"); // the message names the directory or the file
 
     // Check every tensor before allocating anything.
     m->layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));

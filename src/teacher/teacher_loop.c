@@ -13,7 +13,8 @@
 #include "common/half.h"
 #include "common/log.h"
 #include "common/ops.h"
-#include "common/trainset.h"
+#include "common/dataset.h"
+#include "common/watchdog.h"
 #include "common/wire.h"
 #include "teacher/target.h"
 
@@ -33,17 +34,21 @@ int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_
     return 0;
 }
 
-// The batch plan over the training set's usable samples (shared with the students).
-static int teacher_plan(const config *cfg, trainset *ts, batchplan *bp) {
-    int64_t *len = xmalloc((size_t)(ts->n > 0 ? ts->n : 1) * sizeof(int64_t));
-    for (int64_t i = 0; i < ts->n; i++) len[i] = trainset_len(ts, i);
-    int rc = batchplan_build(bp, len, ts->n, cfg->heldout_samples, cfg->max_tokens_per_batch, cfg->bucket_size,
-                             (uint64_t)cfg->seed);
+// The batch plan over the usable samples of the training sets (shared with the students).
+static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
+    int64_t *len = xmalloc((size_t)(ds->n > 0 ? ds->n : 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < ds->n; i++) len[i] = dataset_len(ds, i);
+    batchplan_set *sets = xmalloc((size_t)ds->n_sets * sizeof *sets);
+    dataset_plan_sets(ds, sets);
+    int rc = batchplan_build(bp, len, ds->n, sets, ds->n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
+                             cfg->bucket_size, (uint64_t)cfg->seed);
+    free(sets);
     free(len);
     return rc;
 }
 
 int teacher_serve(const world *w, const config *cfg, backend *be) {
+    for (int r = w->teachers; r < w->size; r++) watchdog_watch(r, 1); // the students, until each stops
     target_model m;
     if (target_load(&m, cfg->target_path, be)) return -1;
     teacher_contract tc;
@@ -52,10 +57,10 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
     o.n_feat = tc.n_feat;
     for (int i = 0; i < tc.n_feat; i++) o.layer_ids[i] = tc.layer_ids[i];
     if (target_outputs_check(&m, &o)) return -1;
-    trainset ts;
-    if (trainset_open(&ts, cfg->data_path, 2 * cfg->block_size)) return -1;
+    dataset ts;
+    if (dataset_open(&ts, cfg, 2 * cfg->block_size)) return -1;
     if (ts.vocab_size > m.cfg.vocab)
-        return error_set("training set %s has vocab_size %lld, larger than the target's %lld", cfg->data_path,
+        return error_set("training set %s has vocab_size %lld, larger than the target's %lld", dataset_path(&ts, 0),
                          (long long)ts.vocab_size, (long long)m.cfg.vocab);
     batchplan bp;
     if (teacher_plan(cfg, &ts, &bp)) return -1;
@@ -86,9 +91,12 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
     while (stops < w->students) {
         int64_t req[WIRE_REQUEST];
         MPI_Status st;
+        watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a request from a student"); // idle: the students may wait on another teacher
         mpi_check(MPI_Recv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st));
+        watchdog_wait_end();
         if (req[0] == WIRE_STOP) {
             stops++;
+            watchdog_watch(st.MPI_SOURCE, 0); // done with us: it may exit
             continue;
         }
         double t0 = time_now();
@@ -97,15 +105,17 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
         int n_seq = (int)b->n, S = 0;
         cu[0] = 0;
         for (int i = 0; i < n_seq; i++) {
-            int64_t len = trainset_len(&ts, b->samples[i]);
-            if (trainset_read(&ts, b->samples[i], tokens + S, mask + S)) fatal("teacher: %s", error_msg());
+            int64_t len = dataset_len(&ts, b->samples[i]);
+            if (dataset_read(&ts, b->samples[i], tokens + S, mask + S)) fatal("teacher: %s", error_msg());
             S += (int)len;
             cu[i + 1] = S;
         }
         if (target_forward(&m, &o, &tw, tokens, cu, n_seq, S, NULL, 0, NULL)) fatal("teacher: %s", error_msg());
         // the next buffer of the ring, once its previous send is done
         int slot = next++ % n_buf;
+        watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a student to receive an earlier batch");
         mpi_check(MPI_Wait(&sends[slot], MPI_STATUS_IGNORE));
+        watchdog_wait_end();
         wire_batch wb = {.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = (int64_t)peak};
         wire_write_header(bufs[slot], &wb);
         wire_layout(bufs[slot], &wb);
@@ -130,7 +140,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
         served++;
         busy += time_now() - t0;
     }
-    mpi_check(MPI_Waitall(n_buf, sends, MPI_STATUSES_IGNORE));
+    mpi_check(MPI_Waitall(n_buf, sends, MPI_STATUSES_IGNORE)); // every student has stopped: all received
     double el = time_now() - t_start;
     log_info("teacher %d: served %lld batches, busy %.0f%% of %.1fs", w->rank, (long long)served,
              el > 0 ? 100 * busy / el : 0, el);
@@ -143,7 +153,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
     free(feat_raw);
     arena_free(&work);
     batchplan_free(&bp);
-    trainset_close(&ts);
+    dataset_close(&ts);
     target_free(&m);
     return 0;
 }

@@ -70,7 +70,7 @@ static void test_coverage(void) {
     int64_t buckets[] = {0, 1, 16, 64, N * 2};
     for (int bi = 0; bi < (int)(sizeof buckets / sizeof buckets[0]); bi++) {
         batchplan p;
-        CHECK(batchplan_build(&p, len, N, HELD, MAXTOK, buckets[bi], 42) == 0);
+        CHECK(batchplan_build(&p, len, N, NULL, 0, HELD, MAXTOK, buckets[bi], 42) == 0);
         CHECK(p.n_train == N - HELD && p.n_heldout == HELD);
         for (int64_t e = 0; e < 4; e++) check_epoch(&p, e, len);
         batchplan_free(&p);
@@ -83,7 +83,7 @@ static void test_heldout(void) {
     make_lengths(len, N);
     for (int64_t i = N - HELD; i < N; i++) len[i] = 100 + (i % 3) * 150; // several per batch
     batchplan p;
-    CHECK(batchplan_build(&p, len, N, HELD, MAXTOK, 64, 7) == 0);
+    CHECK(batchplan_build(&p, len, N, NULL, 0, HELD, MAXTOK, 64, 7) == 0);
     int64_t next = N - HELD, over = 0, greedy = 1;
     for (int64_t b = 0; b < p.n_heldout_batches; b++) {
         const batch_ref *br = batchplan_heldout_batch(&p, b);
@@ -108,7 +108,7 @@ static void test_heldout(void) {
     batchplan_free(&p);
 
     // no held-out samples: no held-out batches
-    CHECK(batchplan_build(&p, len, N, 0, MAXTOK, 64, 7) == 0);
+    CHECK(batchplan_build(&p, len, N, NULL, 0, 0, MAXTOK, 64, 7) == 0);
     CHECK(p.n_heldout_batches == 0 && p.n_train == N);
     check_epoch(&p, 0, len);
     batchplan_free(&p);
@@ -136,10 +136,10 @@ static void test_determinism(void) {
     // Plan A asked in order, plan B (built later in the same process) asked epoch 3 first, then 1,
     // then 0 and 2: identical batches, as on two ranks that start at different points.
     batchplan p, q;
-    CHECK(batchplan_build(&p, len, N, HELD, MAXTOK, 32, 1234) == 0);
+    CHECK(batchplan_build(&p, len, N, NULL, 0, HELD, MAXTOK, 32, 1234) == 0);
     for (int e = 0; e < 4; e++) na[e] = flatten_epoch(&p, e, a[e]);
     batchplan_free(&p);
-    CHECK(batchplan_build(&q, len, N, HELD, MAXTOK, 32, 1234) == 0);
+    CHECK(batchplan_build(&q, len, N, NULL, 0, HELD, MAXTOK, 32, 1234) == 0);
     int order[4] = {3, 1, 0, 2};
     for (int k = 0; k < 4; k++) nb[order[k]] = flatten_epoch(&q, order[k], b[order[k]]);
     for (int e = 0; e < 4; e++)
@@ -149,7 +149,7 @@ static void test_determinism(void) {
     int64_t far = 0;
     for (int e = 0; e < 9; e++) far += batchplan_epoch_size(&q, e);
     batchplan r;
-    CHECK(batchplan_build(&r, len, N, HELD, MAXTOK, 32, 1234) == 0);
+    CHECK(batchplan_build(&r, len, N, NULL, 0, HELD, MAXTOK, 32, 1234) == 0);
     int64_t e1 = -1, e2 = -1;
     const batch_ref *x = batchplan_train_batch(&r, far + 3, &e1);
     int64_t xs[N], xn = x->n;
@@ -162,7 +162,7 @@ static void test_determinism(void) {
     CHECK(na[0] != na[1] || memcmp(a[0], a[1], (size_t)na[0] * sizeof(int64_t)) != 0);
     CHECK(na[1] != na[2] || memcmp(a[1], a[2], (size_t)na[1] * sizeof(int64_t)) != 0);
     batchplan s;
-    CHECK(batchplan_build(&s, len, N, HELD, MAXTOK, 32, 1235) == 0);
+    CHECK(batchplan_build(&s, len, N, NULL, 0, HELD, MAXTOK, 32, 1235) == 0);
     int64_t c[CAP];
     int64_t nc = flatten_epoch(&s, 0, c);
     CHECK(nc != na[0] || memcmp(c, a[0], (size_t)nc * sizeof(int64_t)) != 0);
@@ -177,7 +177,7 @@ static void test_epoch_size_keeps_current(void) {
     int64_t len[N];
     make_lengths(len, N);
     batchplan p;
-    CHECK(batchplan_build(&p, len, N, HELD, MAXTOK, 0, 99) == 0);
+    CHECK(batchplan_build(&p, len, N, NULL, 0, HELD, MAXTOK, 0, 99) == 0);
     const batch_ref *b0 = batchplan_train_batch(&p, 2, NULL);
     batch_ref copy = *b0;
     int64_t first[N];
@@ -198,22 +198,22 @@ static void test_errors(void) {
     int64_t len[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
     batchplan p;
     len[4] = 600;
-    CHECK_ERR(batchplan_build(&p, len, 10, 2, MAXTOK, 0, 1), "sample 4 has 600 tokens, more than max_tokens_per_batch = 512");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 2, MAXTOK, 0, 1), "sample 4 has 600 tokens, more than max_tokens_per_batch = 512");
     batchplan_free(&p); // safe after a failed build
     len[4] = 9;
     len[8] = 700; // held-out samples are checked too
-    CHECK_ERR(batchplan_build(&p, len, 10, 2, MAXTOK, 0, 1), "sample 8 has 700 tokens");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 2, MAXTOK, 0, 1), "sample 8 has 700 tokens");
     len[8] = 13;
     len[2] = 0;
-    CHECK_ERR(batchplan_build(&p, len, 10, 2, MAXTOK, 0, 1), "sample 2 has 0 tokens");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 2, MAXTOK, 0, 1), "sample 2 has 0 tokens");
     len[2] = 7;
-    CHECK_ERR(batchplan_build(&p, len, 10, 10, MAXTOK, 0, 1), "10 held-out samples of 10");
-    CHECK_ERR(batchplan_build(&p, len, 10, 11, MAXTOK, 0, 1), "11 held-out samples of 10");
-    CHECK_ERR(batchplan_build(&p, len, 10, -1, MAXTOK, 0, 1), "held-out");
-    CHECK_ERR(batchplan_build(&p, len, 0, 0, MAXTOK, 0, 1), "0 held-out samples of 0");
-    CHECK_ERR(batchplan_build(&p, len, 10, 0, 0, 0, 1), "max_tokens_per_batch = 0");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 10, MAXTOK, 0, 1), "10 held-out samples of 10");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 11, MAXTOK, 0, 1), "11 held-out samples of 10");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, -1, MAXTOK, 0, 1), "held-out");
+    CHECK_ERR(batchplan_build(&p, len, 0, NULL, 0, 0, MAXTOK, 0, 1), "0 held-out samples of 0");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 0, 0, 0, 1), "max_tokens_per_batch = 0");
     // one training sample: one batch per epoch
-    CHECK(batchplan_build(&p, len, 10, 9, MAXTOK, 0, 1) == 0);
+    CHECK(batchplan_build(&p, len, 10, NULL, 0, 9, MAXTOK, 0, 1) == 0);
     int64_t e = -1;
     const batch_ref *b = batchplan_train_batch(&p, 5, &e);
     CHECK(b && e == 5 && b->n == 1 && b->samples[0] == 0 && b->tokens == 5);

@@ -1,0 +1,17 @@
+// transport_test_cuda.h: the transport test's payload filled and checked on the GPU (plain C;
+// transport_test_cuda.cu, built with DFLASH_HAVE_CUDA), so the NCCL path is checked device to device.
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// tt_fill_cuda: dev[i] = tt_value(t, it, i) for i < n; returns when done.
+void tt_fill_cuda(uint32_t *dev, uint64_t n, int t, int it);
+// tt_check_cuda: how many dev[i] differ from tt_value(t, it, i).
+long long tt_check_cuda(const uint32_t *dev, uint64_t n, int t, int it);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# test_faults.sh: a rank that dies (SIGKILL) or hangs (SIGSTOP, past --rank-timeout) ends the
+# whole job with a non-zero exit, inside the timeout, with a first error line that names the rank
+# and the last checkpointed step; the checkpoints stay loadable (a resumed run continues from the
+# newest). Also: one SIGINT stops like SIGTERM (checkpoint, exit 0), a second SIGINT aborts at once.
+source "$DFLASH_SRC/tests/cli/lib.sh"
+mpi_jobs_without_leak_check
+T=$BUILD/dflash_tool
+R=$BUILD/dflash_rank
+"$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target"
+"$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
+timeout_s=6
+base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
+      --drafter.block_size=6 --train.max_anchors=8 --train.log_interval=5 --train.eval_interval=100000000
+      --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6
+      --run.dir="$TMP/run" --checkpoint.every=10 --rank-timeout "$timeout_s")
+
+# rank_pid MPIRUN_PID RANK: the pid of that rank (a child of mpirun with OMPI_COMM_WORLD_RANK=RANK)
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+  done
+}
+
+# start_job NP [STEP [ARGS...]]: a long run in the background (job=mpirun's pid); returns once
+# step STEP (default 20) is logged
+start_job() {
+  local np=$1 at=${2:-20}
+  shift; shift
+  rm -rf "$TMP/run"
+  mpirun -np "$np" "$R" "${base[@]}" --train.steps=100000000 "$@" >"$TMP/job.out" 2>"$TMP/job.err" &
+  job=$!
+  for _ in $(seq 1 600); do # at most 60 s
+    grep -q "\"step\": $at," "$TMP/run/metrics.jsonl" 2>/dev/null && return 0
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  bad "the job did not reach step 20"; cat "$TMP/job.err" >&2
+  return 1
+}
+
+# fault NAME SIGNAL RANK LIMIT PATTERN: send SIGNAL to RANK of a 2-teacher + 1-student job; the
+# job must end non-zero within LIMIT seconds, its first error line matching PATTERN and naming the
+# newest checkpoint's step, and the newest checkpoint loadable.
+fault() {
+  local name=$1 sig=$2 victim=$3 limit=$4 pattern=$5
+  start_job 3 || return
+  local pid t0 rc el
+  pid=$(rank_pid "$job" "$victim")
+  [ -n "$pid" ] || { bad "$name: no pid for rank $victim"; kill -9 "$job"; wait "$job"; return; }
+  t0=$(date +%s.%N)
+  kill -"$sig" "$pid"
+  wait "$job"
+  rc=$?
+  el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  [ "$rc" -ne 0 ] && ok || bad "$name: the job exited 0"
+  awk -v e="$el" -v l="$limit" 'BEGIN { exit !(e < l) }' && ok || bad "$name: the job took $el s to end (limit $limit s)"
+  local first step
+  first=$(grep -m1 "error:" "$TMP/job.err")
+  echo "$name: $first"
+  echo "$first" | grep -q -- "$pattern" && ok || { bad "$name: first error line lacks '$pattern'"; cat "$TMP/job.err" >&2; }
+  # the named checkpoint is complete (a rank woken by the job's end may have added a newer one)
+  local named
+  named=$(echo "$first" | sed -n 's/.*last checkpoint: step \([0-9]*\) in.*/\1/p')
+  [ -n "$named" ] && [ -d "$TMP/run/checkpoints/step-$(printf %08d "$named")" ] && ok ||
+    bad "$name: first error line does not name a checkpoint that exists (${named:-none})"
+  step=$(ls "$TMP/run/checkpoints" | sed -n 's/^step-0*//p' | tail -1)
+  if grep -qiE "segmentation|core dumped" "$TMP/job.err"; then bad "$name: a rank crashed"; else ok; fi
+  # the newest checkpoint loads: a resumed run continues from it
+  expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --train.steps=$((step + 5)) --run.resume=true
+  grep -q "resuming from .*step-0*$step" "$TMP/err" && ok || bad "$name: the resumed job did not start from step $step"
+  # a write cut short by the fault leaves only a temporary directory, which the next write removes
+  ls -a "$TMP/run/checkpoints" | grep -q tmp && bad "$name: a temporary checkpoint is left after the resumed run" || ok
+}
+
+# A death is seen at once (the peers on the same host watch each other's process); a hang after the
+# timeout by the rank waiting on the hung one, and after 1.5 x the timeout by a teacher that waits
+# for requests (its idle wait also depends on other ranks). 3 s of slack for the job to wind down.
+fault "teacher SIGKILL" KILL 0 3 "teacher rank 0 (pid [0-9]* on [^)]*) died"
+fault "student SIGKILL" KILL 2 3 "student rank 2 (pid [0-9]* on [^)]*) died"
+fault "teacher hang" STOP 1 $((timeout_s + 3)) "teacher rank 1 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a batch (run.rank_timeout $timeout_s s)"
+fault "student hang" STOP 2 $((timeout_s * 3 / 2 + 3)) "student rank 2 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a request"
+
+# SIGINT to the student: once = stop with a checkpoint, exit 0; twice = abort at once (no new
+# checkpoint). The teacher is slowed (0.2 s a batch) so that the second SIGINT lands while the
+# student still finishes its step.
+slow=(--test.slow_teacher=0 --test.slow_ms=200)
+start_job 2 5 "${slow[@]}" && {
+  kill -INT "$(rank_pid "$job" 1)"
+  wait "$job"
+  rc=$?
+  [ "$rc" -eq 0 ] && ok || { bad "one SIGINT: exit $rc"; cat "$TMP/job.err" >&2; }
+  grep -q "interrupt again to abort" "$TMP/job.err" && ok || bad "one SIGINT: no line saying a second one aborts"
+  grep -q "stopped by a signal after step" "$TMP/job.err" && ok || bad "one SIGINT: no checkpoint line"
+}
+start_job 2 5 "${slow[@]}" && {
+  pid=$(rank_pid "$job" 1)
+  t0=$(date +%s.%N)
+  kill -INT "$pid"; sleep 0.1; kill -INT "$pid"
+  wait "$job"
+  rc=$?
+  el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  [ "$rc" -ne 0 ] && ok || bad "two SIGINTs: exit 0"
+  awk -v e="$el" 'BEGIN { exit !(e < 3) }' && ok || bad "two SIGINTs: took $el s"
+  grep -q "error: interrupted twice: aborted at once" "$TMP/job.err" && ok || { bad "two SIGINTs: no abort line"; cat "$TMP/job.err" >&2; }
+}
+finish
