@@ -29,6 +29,7 @@
 #include "common/dataset.h"
 #include "common/transport_test.h"
 #include "common/version.h"
+#include "common/nccl_link.h"
 #include "common/watchdog.h"
 #include "common/world.h"
 #include "student/checkpoint.h"
@@ -140,6 +141,28 @@ static void report_checkpoint(char *buf, size_t n) {
         snprintf(buf, n, "no checkpoints (checkpoint.every = 0)");
 }
 
+// NCCL's asynchronous errors, polled by the watchdog thread.
+static int links_check(void *links, char *msg, size_t n) { return nccl_links_check((nccl_links *)links, msg, n); }
+
+// The payload path of a live training job (transport.payload auto or nccl): NCCL links when every
+// rank has a GPU of its own, else MPI; rank 0 says which and why. -1 (rank 0 printed the error)
+// when nccl was asked for and cannot be had. Collective.
+static int train_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links) {
+    char why[256] = "";
+    if (nccl_links_open(links, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+        fatal("%s", error_msg());
+    if (!*links && strcmp(cfg->payload, "nccl") == 0) {
+        if (w->rank == 0) fprintf(stderr, "error: transport.payload = nccl, but NCCL cannot carry the payloads: %s\n", why);
+        return -1;
+    }
+    if (w->rank == 0) {
+        if (*links) log_info("payloads: features over NCCL, GPU to GPU; tokens, top-k and LSE over MPI");
+        else log_info("payloads: over MPI from host memory (NCCL not used: %s)", why);
+    }
+    if (*links) watchdog_add_check(links_check, *links);
+    return 0;
+}
+
 // check mode: what this rank would open, as one line for rank 0's table. Returns 0 or 1.
 static int mode_check(const world *w, const config *cfg, backend *be, char *line, size_t n) {
     int used = snprintf(line, n, "rank %d  %-7s %d/%d  local %d  backend %s", w->rank, role_name(w->role),
@@ -247,11 +270,17 @@ int main(int argc, char **argv) {
         train_install_signals();
         run_cfg = &cfg;
         if (!cfg.plan_only && w.size > 1) watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
+        nccl_links *links = NULL;
+        if (!cfg.plan_only && !offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
+            world_finalize();
+            return 1;
+        }
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
-        int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be))
-                                        : student_train(&w, &cfg, &be, role_comm);
+        int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be, links))
+                                        : student_train(&w, &cfg, &be, role_comm, links);
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
+        nccl_links_close(links);
         watchdog_stop();
         mpi_check(MPI_Comm_free(&role_comm));
         backend_close(&be);

@@ -60,6 +60,7 @@ const config_key config_keys[] = {
     {"loss.weighting", CFG_STRING, F(loss_weighting), "decay", "slot weights: exponential decay or D-PACE", "decay|dpace", NOLIM},
     {"loss.label", CFG_STRING, F(loss_label), "data", "CE label: the data token or the teacher's argmax", "data|teacher", NOLIM},
     {"transport.slots", CFG_INT, F(slots), "2", "batches in flight per teacher and student (credits)", NULL, 1, 64},
+    {"transport.payload", CFG_STRING, F(payload), "auto", "how the features travel teacher -> student: nccl (GPU to GPU; needs every rank on its own GPU), mpi (from host memory), or auto (nccl when every rank has its own GPU, else mpi; the job's first log lines say which and why)", "auto|mpi|nccl", NOLIM},
     {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, 1e12},
     {"checkpoint.keep", CFG_INT, F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
     {"run.resume", CFG_BOOL, F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, NOLIM},

@@ -71,6 +71,7 @@ typedef struct {
     char loss_weighting[16], loss_label[16];
     // transport
     int64_t slots;                  // in-flight batches per teacher and student
+    char payload[16];               // auto | mpi | nccl: how the features travel teacher -> student
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
     int resume;

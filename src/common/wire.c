@@ -22,8 +22,8 @@ void wire_layout(void *buf, wire_batch *w) {
     p += wire_pad(((size_t)w->n_seq + 1) * 4);
     w->mask = (uint8_t *)p;
     p += wire_pad(s);
-    w->features = (uint16_t *)p;
-    p += wire_pad(s * (size_t)w->D * 2);
+    w->features = w->features_on_link ? NULL : (uint16_t *)p;
+    p += w->features_on_link ? 0 : wire_pad(s * (size_t)w->D * 2);
     w->topk_idx = (int32_t *)p;
     p += wire_pad(s * (size_t)w->k * 4);
     w->topk_val = (float *)p;
@@ -32,7 +32,7 @@ void wire_layout(void *buf, wire_batch *w) {
 }
 
 void wire_write_header(void *buf, const wire_batch *w) {
-    int64_t h[WIRE_HEADER] = {w->kind, w->index, w->S, w->n_seq, w->k, w->D, w->peak_bytes, 0};
+    int64_t h[WIRE_HEADER] = {w->kind, w->index, w->S, w->n_seq, w->k, w->D, w->peak_bytes, w->features_on_link};
     memcpy(buf, h, sizeof h);
 }
 
@@ -48,8 +48,9 @@ int wire_read(void *buf, size_t bytes, wire_batch *w) {
     w->k = h[4];
     w->D = h[5];
     w->peak_bytes = h[6];
-    if (w->S < 1 || w->n_seq < 1 || w->n_seq > w->S || w->k < 1 || w->D < 1 ||
-        wire_bytes(w->S, w->n_seq, w->k, w->D) != bytes)
+    w->features_on_link = h[7];
+    if (w->S < 1 || w->n_seq < 1 || w->n_seq > w->S || w->k < 1 || w->D < 1 || (h[7] != 0 && h[7] != 1) ||
+        wire_bytes(w->S, w->n_seq, w->k, h[7] ? 0 : w->D) != bytes)
         return error_set("malformed payload: header (S %lld, sequences %lld, k %lld, D %lld) does not match its %zu bytes",
                          (long long)w->S, (long long)w->n_seq, (long long)w->k, (long long)w->D, bytes);
     wire_layout(buf, w);

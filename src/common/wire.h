@@ -1,11 +1,12 @@
 // wire.h: the payload a teacher sends a student for one packed batch (SPEC §8), and the requests.
 //
-// One contiguous buffer, so one MPI message (or one NCCL transfer) carries a batch:
-//   header   int64[WIRE_HEADER]: kind, index, S, n_seq, k, D, teacher peak bytes, reserved
+// One contiguous buffer, so one MPI message carries a batch:
+//   header   int64[WIRE_HEADER]: kind, index, S, n_seq, k, D, teacher peak bytes, features_on_link
 //   tokens   int32[S]
 //   cu       int32[n_seq + 1]
 //   mask     uint8[S]            (padded to 8 bytes)
-//   features uint16[S, D]        bf16 bits ("BF16 on the wire")
+//   features uint16[S, D]        bf16 bits ("BF16 on the wire"); absent (0 bytes) when
+//                                features_on_link = 1: they follow over NCCL, GPU to GPU (nccl_link.h)
 //   topk_idx int32[S, k]
 //   topk_val f32[S, k]
 //   lse      f32[S]
@@ -19,6 +20,7 @@ enum { WIRE_TRAIN = 1, WIRE_HELDOUT = 2, WIRE_STOP = 3 };
 
 typedef struct {
     int64_t kind, index, S, n_seq, k, D, peak_bytes;
+    int64_t features_on_link;    // 1: the features travel separately (NCCL); features = NULL
     int32_t *tokens, *cu;
     uint8_t *mask;
     uint16_t *features;
@@ -26,7 +28,7 @@ typedef struct {
     float *topk_val, *lse;
 } wire_batch;
 
-// wire_bytes: the size of a payload for these dimensions.
+// wire_bytes: the size of a payload for these dimensions (D = 0 when the features go over a link).
 size_t wire_bytes(int64_t S, int64_t n_seq, int64_t k, int64_t D);
 // wire_layout: fill the section pointers of a payload in buf (header values from w->S etc. when
 // writing: call wire_write_header first; when reading: wire_read parses the header).

@@ -24,6 +24,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->frozen = total - bd->weights_master - bd->grads - bd->weights_compute;
     bd->adam = r->adam ? 2 * numel * sizeof(float) : 0;
     bd->ema = r->ema ? numel * sizeof(float) : 0;
+    bd->links = r->link_bytes;
 #ifdef DFLASH_HAVE_CUDA
     bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
 #else
@@ -43,7 +44,7 @@ static size_t plan_total(const drafter_config *c, const backend *be, const stude
     bd->chunk = parts[2];
     bd->loss = parts[3];
     bd->total = bd->weights_master + bd->grads + bd->weights_compute + bd->adam + bd->ema + bd->frozen + bd->receive +
-                bd->context + bd->chunk + bd->loss + bd->library;
+                bd->context + bd->chunk + bd->loss + bd->library + bd->links;
     return bd->total;
 }
 
@@ -141,7 +142,7 @@ void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t
         {"weights (compute copy)", bd->weights_compute}, {"AdamW moments", bd->adam}, {"EMA", bd->ema},
         {"frozen embed + lm_head", bd->frozen}, {"receive buffers", bd->receive},
         {"context + K/V + grads", bd->context}, {"chunk activations", bd->chunk}, {"loss workspace", bd->loss},
-        {"library workspaces", bd->library},
+        {"library workspaces", bd->library}, {"NCCL receive ring", bd->links},
     };
     fprintf(f, "student memory plan\n");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

@@ -25,12 +25,14 @@ typedef struct {
     int force_mode;           // -1 planner's choice, else LOSS_MODE_ROWS / LOSS_MODE_TILES
     int force_row_chunk;      // > 0: rows per loss chunk (a multiple of B-1)
     int force_vocab_tile;     // > 0: vocabulary tile in mode TILES
+    size_t link_bytes;        // the NCCL receive ring (GPU memory; 0 when the payloads come over MPI)
 } plan_request;
 
 typedef struct {
     size_t weights_master, grads, weights_compute, adam, ema, frozen; // drafter state
     size_t receive, context, chunk, loss;                             // step work (student_work_parts)
     size_t library;                                                   // cuBLAS workspace (CUDA)
+    size_t links;                                                     // NCCL receive ring
     size_t total;
 } plan_breakdown;
 

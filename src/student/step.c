@@ -397,6 +397,10 @@ static void batch_upload(drafter *d, student_work *w, const student_batch *b) {
     dtype act = ops_act_dtype(be);
     size_t e = dtype_size(act);
     int64_t n = (int64_t)b->S * b->features.shape[1], chunk = 1 << 20;
+    if (b->features.device != DEVICE_CPU) { // received GPU to GPU (NCCL) in the compute dtype: one copy
+        backend_copy_to_device(be, w->features, b->features.data, (size_t)n * e);
+        n = 0;
+    }
     void *conv = xmalloc((size_t)chunk * e);
     for (int64_t i = 0; i < n; i += chunk) {
         int64_t len = n - i < chunk ? n - i : chunk;
@@ -419,6 +423,9 @@ static int batch_check(const drafter *d, const student_plan *p, const student_ba
         return error_set("batch features must be [%d, %lld] (tokens, n_feat * hidden)", b->S, (long long)(c->n_feat * c->hidden));
     if (b->features.dt != DT_F32 && b->features.dt != DT_BF16)
         return error_set("batch features have dtype %s (want F32 or BF16)", dtype_name(b->features.dt));
+    if (b->features.device != DEVICE_CPU && (d->be->kind != BACKEND_CUDA || b->features.dt != ops_act_dtype(d->be)))
+        return error_set("batch features in GPU memory must be in the compute dtype (%s) of a CUDA backend",
+                         dtype_name(ops_act_dtype(d->be)));
     if (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seq] != b->S) return error_set("batch cu_seqlens must run from 0 to %d", b->S);
     for (int s = 0; s < b->n_seq; s++)
         if (b->cu_seqlens[s + 1] <= b->cu_seqlens[s]) return error_set("batch sequence %d is empty or its boundaries decrease", s);

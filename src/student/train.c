@@ -19,6 +19,7 @@
 #include "common/featreader.h"
 #include "common/half.h"
 #include "common/log.h"
+#include "common/nccl_link.h"
 #include "common/safetensors.h"
 #include "common/dataset.h"
 #include "common/watchdog.h"
@@ -52,11 +53,20 @@ typedef struct {
     int *teacher_of;             // item -> teacher
     MPI_Request *recv;           // item -> request
     int *buf_free;               // [n_buf]
-    int *arrived;                // item -> its payload is here (its teacher's credit is back)
+    int *landed;                 // item -> its MPI payload is here (its teacher's credit is back)
+    int *arrived;                // item -> ready to be consumed (with NCCL: its features are here too)
     int *bytes_of;               // item -> payload bytes
     int64_t next_request, next_consume;
     double wait_s;               // time spent waiting for data
     int64_t last_peak[1024];     // teachers' reported peak bytes
+    // NCCL links (NULL: every payload comes whole over MPI)
+    nccl_links *links;
+    size_t feat_bytes;           // one batch's features, bf16
+    void **feat_dev;             // [n_buf] GPU buffers for the features
+    nccl_ticket *tickets;        // [n_buf] their receives
+    int *posted;                 // item -> its features' receive is enqueued
+    int *blocked;                // [T] scratch of source_progress
+    void *features_dev;          // the batch source_get returned: its features in GPU memory
     // offline
     featreader *fr;
     batchplan *bp;
@@ -72,34 +82,62 @@ static int source_free_buf(source *s) {
     return -1;
 }
 
-// A payload has arrived: its teacher gets the credit back (the buffer stays taken until the batch
-// is consumed, in order).
-static void source_arrived(source *s, int64_t n, const MPI_Status *st) {
-    MPI_Get_count(st, MPI_BYTE, &s->bytes_of[n]);
-    s->arrived[n] = 1;
-    s->outstanding[s->teacher_of[n]]--;
+// Advance the batches in flight, oldest first. A payload that has landed gives its teacher the
+// credit back (its buffer stays taken until the batch is consumed, in order). With NCCL links its
+// features then come GPU to GPU: the receive is enqueued once the payload has landed, in each
+// teacher's sending order (a later batch of a teacher never enqueues before an earlier one: the
+// order of our requests to it), and the batch is ready once that transfer is done.
+static int source_progress(source *s) {
+    for (int t = 0; t < s->T; t++) s->blocked[t] = 0;
+    for (int64_t n = s->next_consume; n < s->next_request; n++) {
+        int t = s->teacher_of[n], b = s->buf_of[n];
+        if (!s->landed[n]) {
+            int done = 0;
+            MPI_Status st;
+            mpi_check(MPI_Test(&s->recv[n], &done, &st));
+            if (done) {
+                MPI_Get_count(&st, MPI_BYTE, &s->bytes_of[n]);
+                s->landed[n] = 1;
+                s->outstanding[t]--;
+                if (!s->links) s->arrived[n] = 1;
+            }
+        }
+        if (!s->links || s->arrived[n]) continue;
+        if (!s->posted[n]) {
+            if (!s->landed[n] || s->blocked[t]) {
+                s->blocked[t] = 1;
+                continue;
+            }
+            wire_batch wb;
+            if (wire_read(s->bufs[b], (size_t)s->bytes_of[n], &wb)) return error_prefix("batch from teacher %d", t);
+            if (!wb.features_on_link) return error_set("teacher %d sent its features over MPI; NCCL links expected", t);
+            if ((size_t)wb.S * (size_t)wb.D * 2 > s->feat_bytes)
+                return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
+                                 (long long)wb.D);
+            if (nccl_link_recv(s->links, t, s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
+            s->posted[n] = 1;
+        }
+        int done = nccl_ticket_done(&s->tickets[b]);
+        if (done < 0) return error_prefix("features from teacher %d", t);
+        s->arrived[n] = done;
+    }
+    return 0;
 }
 
 // Send requests while credits allow: the next item goes to the teacher with the fewest outstanding
 // requests (never more than `slots`), so a slow teacher simply gets less work. Credits come back
-// when a payload arrives, not when it is consumed, so a fast teacher keeps working while the
+// when a payload lands, not when it is consumed, so a fast teacher keeps working while the
 // student waits for an earlier batch from a slow one.
-static void source_pump(source *s, const train_item *items, int64_t n_items) {
-    if (!s->live) return;
-    for (int64_t n = s->next_consume; n < s->next_request; n++)
-        if (!s->arrived[n]) {
-            int done = 0;
-            MPI_Status st;
-            mpi_check(MPI_Test(&s->recv[n], &done, &st));
-            if (done) source_arrived(s, n, &st);
-        }
+static int source_pump(source *s, const train_item *items, int64_t n_items) {
+    if (!s->live) return 0;
+    if (source_progress(s)) return -1;
     while (s->next_request < n_items) {
         int best = -1;
         for (int t = 0; t < s->T; t++)
             if (s->outstanding[t] < s->slots && (best < 0 || s->outstanding[t] < s->outstanding[best])) best = t;
-        if (best < 0) return;
+        if (best < 0) return 0;
         int b = source_free_buf(s);
-        if (b < 0) return; // every buffer holds a batch not yet consumed
+        if (b < 0) return 0; // every buffer holds a batch not yet consumed
         int64_t n = s->next_request++;
         s->buf_of[n] = b;
         s->teacher_of[n] = best;
@@ -108,25 +146,23 @@ static void source_pump(source *s, const train_item *items, int64_t n_items) {
         mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, best, TAG_REQUEST, MPI_COMM_WORLD));
         s->outstanding[best]++;
     }
+    return 0;
 }
 
-// Item n as a wire batch (live: wait for its payload; offline: read it).
+// Item n as a wire batch (live: wait for its payload; offline: read it). Features in GPU memory
+// (NCCL) are left in s->features_dev (NULL when they are in the payload, wb->features).
 static int source_get(source *s, const train_item *items, int64_t n_items, int64_t n, wire_batch *wb) {
+    s->features_dev = NULL;
     if (s->live) {
         s->next_consume = n;
-        source_pump(s, items, n_items);
+        if (source_pump(s, items, n_items)) return -1;
         double t0 = time_now();
         if (!s->arrived[n]) watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], 1, "a batch");
         while (!s->arrived[n]) { // keep handing out work while this batch is on its way
-            int done = 0;
-            MPI_Status st;
-            mpi_check(MPI_Test(&s->recv[n], &done, &st));
-            if (done) source_arrived(s, n, &st);
-            else {
-                source_pump(s, items, n_items);
-                struct timespec pause = {0, 100000}; // 0.1 ms
-                nanosleep(&pause, NULL);
-            }
+            if (source_pump(s, items, n_items)) return -1;
+            if (s->arrived[n]) break;
+            struct timespec pause = {0, 100000}; // 0.1 ms
+            nanosleep(&pause, NULL);
         }
         watchdog_wait_end();
         s->wait_s += time_now() - t0;
@@ -136,9 +172,9 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
         if (wb->kind != items[n].kind || wb->index != items[n].index)
             return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
                              (long long)wb->index, (long long)items[n].kind, (long long)items[n].index);
+        if (wb->features_on_link) s->features_dev = s->feat_dev[s->buf_of[n]];
         if (t < 1024) s->last_peak[t] = wb->peak_bytes;
-        source_pump(s, items, n_items); // keep the teachers busy while this batch is computed
-        return 0;
+        return source_pump(s, items, n_items); // keep the teachers busy while this batch is computed
     }
     // offline: pack the batch's samples from the feature files into the same layout
     const batch_ref *b = items[n].kind == WIRE_TRAIN ? batchplan_train_batch(s->bp, items[n].index, NULL)
@@ -163,16 +199,20 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
 
 // Wait for every payload already requested (a student that stops early still has batches in
 // flight; their buffers must outlive the transfers).
-static void source_drain(source *s) {
-    if (!s->live) return;
+static int source_drain(source *s) {
+    if (!s->live) return 0;
+    watchdog_wait_begin(0, s->T - 1, 1, "the batches requested before the stop");
     for (int64_t n = s->next_consume; n < s->next_request; n++)
-        if (!s->arrived[n]) {
-            MPI_Status st;
-            watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], 1, "a batch requested before the stop");
-            mpi_check(MPI_Wait(&s->recv[n], &st));
-            watchdog_wait_end();
-            source_arrived(s, n, &st);
+        while (!s->arrived[n]) {
+            if (source_progress(s)) {
+                watchdog_wait_end();
+                return -1;
+            }
+            struct timespec pause = {0, 100000};
+            nanosleep(&pause, NULL);
         }
+    watchdog_wait_end();
+    return 0;
 }
 
 static void source_release(source *s, int64_t n) {
@@ -527,7 +567,7 @@ int train_check_inputs(const world *w, const config *cfg) {
     return 0;
 }
 
-int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm) {
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
     if (cfg->batches_per_step % S)
         return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)", (long long)cfg->batches_per_step, S);
@@ -562,6 +602,10 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
                        .adam = 1, .ema = cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+    // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
+    int n_buf = 2 * (int)cfg->slots * T + 1;
+    size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
+    if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
     plan_breakdown bd;
     if (plan_make(&dc, be, &pr, &plan, &bd)) return -1;
@@ -621,15 +665,25 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     if (live) {
         src.outstanding = xcalloc((size_t)T, sizeof(int));
         src.served = xcalloc((size_t)T, sizeof(int64_t));
-        src.n_buf = 2 * src.slots * T + 1; // in flight (slots per teacher) + arrived, not yet consumed
+        src.n_buf = n_buf; // in flight (slots per teacher) + arrived, not yet consumed
         src.bufs = xmalloc((size_t)src.n_buf * sizeof(char *));
         src.buf_free = xmalloc((size_t)src.n_buf * sizeof(int));
         for (int i = 0; i < src.n_buf; i++) src.bufs[i] = xmalloc(src.max_bytes), src.buf_free[i] = 1;
         src.buf_of = xmalloc((size_t)n_items * sizeof(int));
         src.teacher_of = xmalloc((size_t)n_items * sizeof(int));
         src.recv = xmalloc((size_t)n_items * sizeof(MPI_Request));
+        src.landed = xcalloc((size_t)n_items, sizeof(int));
         src.arrived = xcalloc((size_t)n_items, sizeof(int));
         src.bytes_of = xcalloc((size_t)n_items, sizeof(int));
+        src.posted = xcalloc((size_t)n_items, sizeof(int));
+        src.blocked = xcalloc((size_t)T, sizeof(int));
+        if (links) {
+            src.links = links;
+            src.feat_bytes = feat_bytes;
+            src.feat_dev = xcalloc((size_t)n_buf, sizeof(void *));
+            src.tickets = xcalloc((size_t)n_buf, sizeof(nccl_ticket));
+            for (int i = 0; i < n_buf; i++) src.feat_dev[i] = backend_alloc(be, feat_bytes);
+        }
     } else {
         src.fr = fr;
         src.bp = &bp;
@@ -677,7 +731,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
                                .loss_mask = wb.mask, .cu_seqlens = wb.cu, .topk_idx = wb.topk_idx, .topk_val = wb.topk_val,
                                .lse = wb.lse};
             int64_t shape[2] = {wb.S, wb.D};
-            b.features = tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
+            b.features = src.features_dev ? tensor_make(DT_BF16, src.features_dev, DEVICE_CUDA, 2, shape)
+                                          : tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
             int nv = anchors_valid(wb.mask, wb.cu, (int)wb.n_seq, valid);
             uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
             int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
@@ -753,7 +808,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     }
     // Tell every teacher this student is done (also after an error, so they can stop), once the
     // batches still in flight have landed.
-    source_drain(&src);
+    if (source_drain(&src) && rc == 0) rc = -1;
     if (live)
         for (int t = 0; t < T; t++) {
             int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, w->rank};
@@ -795,8 +850,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm)
     if (live) {
         for (int i = 0; i < src.n_buf; i++) free(src.bufs[i]);
         free(src.bufs); free(src.buf_free); free(src.buf_of); free(src.teacher_of); free(src.recv);
-        free(src.arrived); free(src.bytes_of);
+        free(src.landed); free(src.arrived); free(src.bytes_of); free(src.posted); free(src.blocked);
         free(src.outstanding); free(src.served);
+        for (int i = 0; links && i < n_buf; i++) {
+            nccl_ticket_free(&src.tickets[i]);
+            backend_free(be, src.feat_dev[i]);
+        }
+        free(src.feat_dev); free(src.tickets);
     } else {
         free(src.offline_buf);
         featreader_close(fr);

@@ -12,6 +12,7 @@
 
 #include "common/backend.h"
 #include "common/config.h"
+#include "common/nccl_link.h"
 #include "common/world.h"
 
 // train_install_signals: SIGTERM, SIGUSR1 and a first SIGINT make the students finish the current
@@ -24,5 +25,6 @@ void train_install_signals(void);
 // and the training sets (opened and validated, vocabulary against the target's) or the offline
 // features, down to a feasible batch plan. 0, or -1 with error_set.
 int train_check_inputs(const world *w, const config *cfg);
-// student_train: students_comm holds the student ranks only. 0 on success, -1 with error_set.
-int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm);
+// student_train: students_comm holds the student ranks only; links (NULL: MPI only) brings the
+// features GPU to GPU. 0 on success, -1 with error_set.
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm, nccl_links *links);

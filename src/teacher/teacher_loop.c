@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/ops.h"
 #include "common/dataset.h"
+#include "common/nccl_link.h"
 #include "common/watchdog.h"
 #include "common/wire.h"
 #include "teacher/target.h"
@@ -47,7 +48,7 @@ static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
     return rc;
 }
 
-int teacher_serve(const world *w, const config *cfg, backend *be) {
+int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links) {
     for (int r = w->teachers; r < w->size; r++) watchdog_watch(r, 1); // the students, until each stops
     target_model m;
     if (target_load(&m, cfg->target_path, be)) return -1;
@@ -83,7 +84,13 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
     uint8_t *mask = xmalloc((size_t)T);
     dtype act = ops_act_dtype(be);
     void *feat_raw = xmalloc((size_t)T * (size_t)D * dtype_size(act));
-    size_t peak = m.weights.used + work.used;
+    // With NCCL links the features go GPU to GPU from a ring of device buffers (bf16, the compute
+    // dtype of a CUDA backend); the rest of the payload stays on MPI.
+    size_t feat_bytes = (size_t)T * (size_t)D * 2;
+    void **feat_dev = links ? xcalloc((size_t)n_buf, sizeof(void *)) : NULL;
+    nccl_ticket *tickets = links ? xcalloc((size_t)n_buf, sizeof(nccl_ticket)) : NULL;
+    for (int i = 0; links && i < n_buf; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
+    size_t peak = m.weights.used + work.used + (links ? (size_t)n_buf * feat_bytes : 0);
 
     int stops = 0, next = 0;
     int64_t served = 0;
@@ -115,14 +122,18 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
         int slot = next++ % n_buf;
         watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a student to receive an earlier batch");
         mpi_check(MPI_Wait(&sends[slot], MPI_STATUS_IGNORE));
+        if (links && nccl_ticket_wait(&tickets[slot])) fatal("teacher: %s", error_msg());
         watchdog_wait_end();
-        wire_batch wb = {.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = (int64_t)peak};
+        wire_batch wb = {.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = (int64_t)peak,
+                         .features_on_link = links != NULL};
         wire_write_header(bufs[slot], &wb);
         wire_layout(bufs[slot], &wb);
         memcpy(wb.tokens, tokens, (size_t)S * sizeof(int32_t));
         memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
         memcpy(wb.mask, mask, (size_t)S);
-        if (act == DT_BF16) {
+        if (links) { // GPU to GPU: into this slot's device buffer, sent below
+            backend_copy_to_device(be, feat_dev[slot], tw.features, (size_t)S * (size_t)D * 2);
+        } else if (act == DT_BF16) {
             backend_copy_to_host(be, wb.features, tw.features, (size_t)S * (size_t)D * 2);
         } else { // fp32 on the CPU: bf16 on the wire
             backend_copy_to_host(be, feat_raw, tw.features, (size_t)S * (size_t)D * sizeof(float));
@@ -135,12 +146,22 @@ int teacher_serve(const world *w, const config *cfg, backend *be) {
             struct timespec ts_sleep = {cfg->test_slow_ms / 1000, (cfg->test_slow_ms % 1000) * 1000000L};
             nanosleep(&ts_sleep, NULL);
         }
-        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, D), MPI_BYTE, st.MPI_SOURCE, TAG_DATA, MPI_COMM_WORLD,
-                            &sends[slot]));
+        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, links ? 0 : D), MPI_BYTE, st.MPI_SOURCE, TAG_DATA,
+                            MPI_COMM_WORLD, &sends[slot]));
+        // the features after their header: the student posts its receive once the header is in
+        if (links && nccl_link_send(links, st.MPI_SOURCE, feat_dev[slot], (size_t)S * (size_t)D * 2, NULL, &tickets[slot]))
+            fatal("teacher: %s", error_msg());
         served++;
         busy += time_now() - t0;
     }
     mpi_check(MPI_Waitall(n_buf, sends, MPI_STATUSES_IGNORE)); // every student has stopped: all received
+    for (int i = 0; links && i < n_buf; i++) {
+        if (nccl_ticket_wait(&tickets[i])) fatal("teacher: %s", error_msg());
+        nccl_ticket_free(&tickets[i]);
+        backend_free(be, feat_dev[i]);
+    }
+    free(feat_dev);
+    free(tickets);
     double el = time_now() - t_start;
     log_info("teacher %d: served %lld batches, busy %.0f%% of %.1fs", w->rank, (long long)served,
              el > 0 ? 100 * busy / el : 0, el);

@@ -9,6 +9,7 @@
 
 #include "common/backend.h"
 #include "common/config.h"
+#include "common/nccl_link.h"
 #include "common/world.h"
 
 #define TAG_REQUEST 101
@@ -26,7 +27,9 @@ typedef struct {
 // and batch size. -1 with error_set.
 int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c);
 
-int teacher_serve(const world *w, const config *cfg, backend *be);
+// teacher_serve: answer the students' requests until every student has stopped. links (NULL: MPI
+// only) carries the features GPU to GPU, the rest of each payload going over MPI.
+int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links);
 // teacher_plan_print: the teacher's memory (weights + work for data.max_tokens_per_batch) from the
 // target's config.json alone, printed by the first teacher (--plan); no weight is read.
 int teacher_plan_print(const world *w, const config *cfg, backend *be);
