@@ -31,6 +31,7 @@
 #include "common/version.h"
 #include "student/drafter.h"
 #include "student/plan.h"
+#include "student/train.h"
 #include "teacher/target.h"
 #include "teacher/target_config.h"
 #include "teacher/teacher_loop.h"
@@ -140,33 +141,10 @@ static void pf_backend(pf_ctx *x, const char *host) {
 
 // ----------------------------------------------------------------------------- the target's shape
 
-// The drafter's shape as the student derives it: drafter.config when set, else the target's
-// shape and the drafter.* keys (train.c's train_drafter_config is static and also checks the file
-// against the target; only the fields that size the plan and the checkpoints are needed here).
+// The drafter's shape as the student derives it (and its checks against the target).
 static void pf_drafter_shape(pf_ctx *x) {
-    const config *cfg = x->cfg;
-    drafter_config *dc = &x->dc;
-    memset(dc, 0, sizeof *dc);
-    if (cfg->drafter_config_path[0]) {
-        x->have_dc = drafter_config_load(dc, cfg->drafter_config_path) == 0;
-        if (!x->have_dc) snprintf(x->drafter_err, sizeof x->drafter_err, "drafter.config: %s", error_msg());
-        return;
-    }
-    dc->n_layers = cfg->drafter_layers;
-    dc->hidden = x->tc.hidden;
-    dc->intermediate = cfg->drafter_intermediate > 0 ? cfg->drafter_intermediate : x->tc.intermediate;
-    dc->n_heads = cfg->drafter_heads > 0 ? cfg->drafter_heads : x->tc.n_heads;
-    dc->n_kv_heads = cfg->drafter_kv_heads > 0 ? cfg->drafter_kv_heads : x->tc.n_kv_heads;
-    dc->head_dim = cfg->drafter_head_dim > 0 ? cfg->drafter_head_dim : x->tc.head_dim;
-    dc->vocab = x->tc.vocab;
-    dc->block_size = cfg->block_size;
-    dc->sliding_window = cfg->sliding_window;
-    dc->sliding_causal = 1;
-    for (int64_t l = 0; l < dc->n_layers && l < DRAFTER_MAX_LAYERS; l++)
-        dc->layer_sliding[l] = cfg->sliding_window > 0 && l + 1 < dc->n_layers;
-    dc->n_feat = x->ct.n_feat;
-    for (int i = 0; i < x->ct.n_feat; i++) dc->target_layer_ids[i] = x->ct.layer_ids[i];
-    x->have_dc = 1;
+    x->have_dc = train_drafter_config(x->cfg, &x->tc, &x->ct, &x->dc) == 0;
+    if (!x->have_dc) snprintf(x->drafter_err, sizeof x->drafter_err, "%s", error_msg());
 }
 
 static void pf_target_shape(pf_ctx *x) {

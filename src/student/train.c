@@ -355,7 +355,7 @@ void train_install_signals(void) {
 // config file must fit the target (hidden size, vocabulary, number of target layers) and ask for
 // the target layers the teachers send (target.layer_ids); the drafter.* shape keys are then unused
 // (a warning names those set to something else).
-static int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
+int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
     if (cfg->drafter_config_path[0]) {
         char path[CONFIG_STR + 16];
         struct stat st; // a drafter directory (run.dir/drafter, a downloaded drafter) stands for its config.json

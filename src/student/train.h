@@ -14,11 +14,18 @@
 #include "common/config.h"
 #include "common/nccl_link.h"
 #include "common/world.h"
+#include "student/drafter_config.h"
+#include "teacher/target_config.h"
+#include "teacher/teacher_loop.h"
 
 // train_install_signals: SIGTERM, SIGUSR1 and a first SIGINT make the students finish the current
 // step, write a checkpoint and return normally (teachers keep serving until the students stop
 // them); a second SIGINT exits at once (status 130). SIGXFSZ is ignored (write() reports EFBIG).
 void train_install_signals(void);
+// train_drafter_config: the drafter's shape: from drafter.config (checked against the target:
+// hidden size, vocabulary, target layers) when set, else the target's shape and the drafter.*
+// keys. -1 with error_set.
+int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc);
 // train_check_inputs: what every rank of a training job would find wrong with its inputs, checked
 // once (on rank 0, before the roles start) so that a bad input is one error line, not one per
 // rank: the role counts, the target (config, weights, embedding), the drafter's shape against it,
