@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "common/error.h"
 #include "common/featreader.h"
+#include "common/fsutil.h"
 #include "common/half.h"
 #include "common/log.h"
 #include "common/nccl_link.h"
@@ -693,16 +694,19 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // Run directory and metrics (first student).
     train_log lg = {0};
     if (s == 0) {
-        if (mkdir(cfg->run_dir, 0755) != 0 && errno != EEXIST) return error_set("run.dir %s: %s", cfg->run_dir, strerror(errno));
+        if (fs_mkdirs(cfg->run_dir)) return error_prefix("run.dir");
         char path[CONFIG_STR + 32];
+        snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
+        char *json = config_to_json(cfg);
+        size_t jn = strlen(json);
+        json = xrealloc(json, jn + 2);
+        memcpy(json + jn, "\n", 2);
+        rc = fs_write_text(path, json);
+        free(json);
+        if (rc) return -1;
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
         lg.jsonl = fopen(path, start_step > 0 ? "a" : "w");
         if (!lg.jsonl) return error_set("%s: %s", path, strerror(errno));
-        snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
-        FILE *f = fopen(path, "w");
-        char *json = config_to_json(cfg);
-        if (f) fprintf(f, "%s\n", json), fclose(f);
-        free(json);
     }
     int n_ranks = w->size;
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
@@ -781,6 +785,10 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             memset(&interval, 0, sizeof interval);
             t_int = now;
             wait_int = src.wait_s;
+            if (lg.jsonl && ferror(lg.jsonl)) { // the job would go on without its metrics: stop with the reason
+                rc = error_set("%s/metrics.jsonl: a write failed (is the disk full?)", cfg->run_dir);
+                break;
+            }
         }
         if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
             checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {

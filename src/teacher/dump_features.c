@@ -11,6 +11,7 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/featfile.h"
 #include "common/half.h"
 #include "common/log.h"
@@ -150,8 +151,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
     if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
     if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
-    if (mkdir(cfg->features_dir, 0755) != 0 && errno != EEXIST)
-        return error_set("features.dir %s: %s", cfg->features_dir, strerror(errno));
+    if (fs_mkdirs(cfg->features_dir)) return error_prefix("features.dir");
 
     target_model m;
     if (target_load(&m, cfg->target_path, be)) return -1;
