@@ -23,6 +23,7 @@ static const tool_command tool_commands[] = {
     {"step-dump", tool_step_dump_main, "step-dump IN.safetensors CONFIG.json OUT.safetensors  one student step: loss and gradients"},
     {"compare", tool_compare_main, "compare REF.safetensors OUT.safetensors  tensor-by-tensor errors against a reference"},
     {"make-target", tool_make_target_main, "make-target OUT_DIR --arch qwen3|llama ...  random-weight Hugging Face target model directory"},
+    {"mem-check", tool_mem_check_main, "mem-check [--device cuda] [--preset 8b] ...  the student's memory plan vs its measured use as anchors grow; step time"},
     {"make-data", tool_make_data_main, "make-data OUT.h5 --target MODEL_DIR ...  self-distilled toy data: random prompts continued greedily by the target"},
 };
 #define TOOL_NCOMMANDS (sizeof tool_commands / sizeof tool_commands[0])

@@ -11,3 +11,4 @@ int tool_compare_main(int argc, char **argv);
 int tool_make_target_main(int argc, char **argv);
 int tool_step_dump_main(int argc, char **argv);
 int tool_make_data_main(int argc, char **argv);
+int tool_mem_check_main(int argc, char **argv);

@@ -837,8 +837,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         if (drafter_export(&d, dir, 0)) rc = -1;
         double tau0 = first_eval.anchors ? first_eval.tau_chain_sum / (double)first_eval.anchors : 0;
         double tau1 = last_eval.anchors ? last_eval.tau_chain_sum / (double)last_eval.anchors : 0;
-        fprintf(lg.jsonl, "{\"summary\": true, \"steps\": %lld, \"wall_s\": %.2f, \"block_tokens_per_s\": %.1f, "
-                          "\"ctx_tokens_per_s\": %.1f, \"peak_bytes\": [", (long long)step, wall,
+        fprintf(lg.jsonl, "{\"summary\": true, \"finished\": %s, \"steps\": %lld, \"wall_s\": %.2f, \"block_tokens_per_s\": %.1f, "
+                          "\"ctx_tokens_per_s\": %.1f, \"peak_bytes\": [", step >= cfg->steps ? "true" : "false", (long long)step, wall,
                 wall > 0 ? (double)total_block * S / wall : 0, wall > 0 ? (double)total_ctx * S / wall : 0);
         for (int r = 0; r < n_ranks; r++) fprintf(lg.jsonl, "%s%lld", r ? ", " : "", (long long)peaks[r]);
         fprintf(lg.jsonl, "], \"tau_first\": %.4f, \"tau_last\": %.4f}\n", tau0, tau1);

@@ -1,0 +1,429 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2054 # commas inside option values (--anchors 32,64,...) are meant
+# tests/gpu/check.sh: the whole GPU check of issue 7 in one command, from the repository root:
+#
+#   OUT=/some/dir bash tests/gpu/check.sh        (OUT defaults to ./gpu-results)
+#   DFLASH_CHECK_CPU=1 bash tests/gpu/check.sh   the same flow on the CPU (CUDA build off): what a
+#                                                machine without a GPU can exercise; GPU-only parts SKIP
+#
+# On a bare CUDA machine (nvcc, cuBLAS, NCCL; no Open MPI, HDF5, cJSON, OpenBLAS, no network) it
+# unpacks .gpu-deps/debs (scripts/fetch-gpu-deps.sh, run beforehand on a machine with a network),
+# sources scripts/gpu-env.sh, builds with -DDFLASH_CUDA=ON for the GPU present, then runs the parts,
+# each under a time limit, each one PASS/FAIL/SKIP line:
+#   deps        the bundled libraries unpacked and on the paths
+#   build       configure + build (CMAKE_CUDA_ARCHITECTURES from nvidia-smi's compute capability)
+#   ops         (1) ctest: unit.test_*_cuda (every forward op, the fused loss, the GEMMs and, from
+#               tests/gpu/ops_train_cuda.c, every training op: CUDA against the CPU) and gpu.*
+#   reference   (2) teacher-dump / step-dump on the committed fixtures vs their references (compare)
+#   e2e         (3) mpirun -np 2: 1 teacher + 1 student sharing the GPU, MPI payloads; loss must fall
+#   transport   (6) transport-test and --preflight with 2 ranks (NCCL declining on one GPU is expected)
+#   memory      (4) dflash_tool mem-check: anchors 1 -> 16 x under one budget, plan vs measured
+#   bench       (5) bench/gpu_student.py (PyTorch full / chunked+checkpoint / ours) and bench_loss
+# Everything goes to $OUT: check.log (all output), summary.json (one object per part: name, status,
+# seconds, numbers; rewritten after every part and on exit, so it survives a failure or a kill),
+# bench_gpu_student.json, mem_check.json, e2e_metrics.jsonl. Exit 0 when no part FAILed.
+# Environment: DFLASH_CHECK_LIMIT (seconds for the whole check, default 540), CUDA_ARCH (default:
+# from nvidia-smi), DFLASH_CHECK_BUILD (build folder, default build-gpu or build-gpucheck-cpu),
+# DFLASH_CHECK_JOBS (default nproc). docs/gpu-check.md says what each PASS means.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$(pwd)
+SELF=$ROOT/tests/gpu/check.sh
+LIB="python3 $ROOT/tests/gpu/check_lib.py"
+
+# ------------------------------------------------------------------ the parts (run as `check.sh --part NAME`)
+# Each part runs in its own process under `timeout`; exit 0 = PASS, 77 = SKIP, else FAIL. It writes its
+# numbers with `num KEY VALUE` and a one-line note with `note TEXT`.
+num() { $LIB put "$WORK/$PART.num" "$1" "$2"; }
+note() { echo "$*" | tr '\n\t' '  ' | sed 's/ *$//' >"$WORK/$PART.note"; }
+gpu_mode() { [ "$DEV" = cuda ]; }
+
+# wheel_dir HEADER LIBPREFIX: a folder of python3's nvidia.* packages with include/HEADER and lib/LIBPREFIX*
+wheel_dir() {
+  python3 - "$1" "$2" <<'EOF' 2>/dev/null
+import importlib, os, sys
+hdr, lib = sys.argv[1], sys.argv[2]
+for name in ("nvidia.nccl", "nvidia.cublas", "nvidia.cu13", "nvidia.cu12"):
+    try:
+        m = importlib.import_module(name)
+    except Exception:
+        continue
+    for p in m.__path__:
+        if os.path.exists(os.path.join(p, "include", hdr)) and os.path.isdir(os.path.join(p, "lib")):
+            if any(f.startswith(lib) for f in os.listdir(os.path.join(p, "lib"))):
+                print(p)
+                sys.exit(0)
+EOF
+}
+
+part_build() {
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
+  echo "cmake: $(cmake --version | head -1); cc: $(cc --version | head -1)"
+  # extra_tests.cmake adds unit.test_ops_train_cuda (tests/gpu/ops_train_cuda.c: the training ops)
+  local args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_PROJECT_INCLUDE=$ROOT/tests/gpu/extra_tests.cmake")
+  # shellcheck disable=SC2206
+  args+=($DFLASH_GPU_CMAKE_ARGS)
+  if gpu_mode; then
+    local arch=${CUDA_ARCH:-}
+    if [ -z "$arch" ]; then
+      arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+      [ -n "$arch" ] || arch=90
+    fi
+    args+=(-DDFLASH_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch")
+    num cuda_arch "$arch"
+    # NCCL and cuBLAS: the toolkit's (or /usr/include), else the pip wheels' of python3 (nvidia-nccl-cu13,
+    # nvidia-cublas / nvidia/cu13): CMake then gets their header folder and libraries by full path
+    local inc found=""
+    for inc in /usr/include /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include; do
+      [ -f "$inc/nccl.h" ] && found=$inc && break
+    done
+    if [ -z "$found" ]; then
+      local nccl
+      nccl=$(wheel_dir nccl.h libnccl.so)
+      if [ -n "$nccl" ]; then
+        echo "NCCL from the python wheel: $nccl"
+        args+=("-DNCCL_INCLUDE_DIR=$nccl/include" "-DNCCL_LIBRARY=$(ls "$nccl"/lib/libnccl.so* | head -1)")
+        num nccl "wheel: $nccl"
+      else
+        echo "no nccl.h (toolkit, /usr/include, python wheels): the configure will stop"
+      fi
+    fi
+    if [ ! -f /usr/local/cuda/include/cublas_v2.h ] && [ ! -f /usr/include/cublas_v2.h ]; then
+      local cb
+      cb=$(wheel_dir cublas_v2.h libcublas.so)
+      if [ -n "$cb" ]; then
+        echo "cuBLAS from the python wheel: $cb"
+        args+=("-DCUDA_cublas_LIBRARY=$(ls "$cb"/lib/libcublas.so* | head -1)"
+               "-DCUDA_cublasLt_LIBRARY=$(ls "$cb"/lib/libcublasLt.so* | head -1)"
+               "-DCMAKE_C_FLAGS=-I$cb/include" "-DCMAKE_CUDA_FLAGS=-I$cb/include")
+        num cublas "wheel: $cb"
+      fi
+    fi
+  else
+    args+=(-DDFLASH_CUDA=OFF)
+  fi
+  local t0=$SECONDS
+  echo "cmake -S . -B $BUILD ${args[*]}"
+  cmake -S . -B "$BUILD" "${args[@]}" >"$WORK/cmake.log" 2>&1 || { cat "$WORK/cmake.log"; note "configure failed"; return 1; }
+  grep -E "CUDA backend|Found MPI_C|Found HDF5|OpenBLAS /|Found libcjson|Found openblas|NCCL" "$WORK/cmake.log"
+  num configure_s $((SECONDS - t0))
+  t0=$SECONDS
+  cmake --build "$BUILD" -j "$JOBS" >"$WORK/build.log" 2>&1 || { tail -60 "$WORK/build.log"; note "build failed"; return 1; }
+  grep -ciE "warning" "$WORK/build.log" | xargs -I{} echo "build: {} warning line(s)"
+  num build_s $((SECONDS - t0))
+  "$BUILD/dflash_rank" --version || { note "dflash_rank does not start"; return 1; }
+  num version "$("$BUILD/dflash_rank" --version)"
+  local missing
+  missing=$(ldd "$BUILD/dflash_rank" | grep -c "not found")
+  ldd "$BUILD/dflash_rank" | grep -E "mpi|hdf5|cjson|openblas|cudart|cublas|nccl|not found" | sed 's/^\s*/  /'
+  [ "$missing" -eq 0 ] || { note "$missing libraries not found (ldd)"; return 1; }
+  if gpu_mode; then
+    "$BUILD/dflash_rank" --version | grep -q cuda || { note "built without the CUDA backend"; return 1; }
+    "$BUILD/dflash_rank" --mode check --device cuda >"$WORK/devcheck.log" 2>&1 ||
+      { cat "$WORK/devcheck.log"; note "dflash_rank --mode check --device cuda fails: no usable GPU?"; return 1; }
+  fi
+  note "$("$BUILD/dflash_rank" --version)"
+}
+
+part_ops() {
+  ctest --test-dir "$BUILD" -R '(^unit\..*_cuda$)|(^gpu\.)' -V --timeout 240 >"$WORK/ctest.log" 2>&1
+  local rc=$?
+  grep -E "^[0-9]+: .*(ok|FAIL)\s*$|Test +#|tests passed|SKIP" "$WORK/ctest.log"
+  local res passed failed skipped
+  res=$($LIB ctest "$WORK/ctest.log" "$WORK/$PART.num")
+  read -r passed failed skipped <<<"$res"
+  num passed "$passed"; num failed "$failed"; num skipped "$skipped"
+  note "$passed passed, $failed failed, $skipped skipped (ctest -R '_cuda\$|^gpu\.')"
+  if [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ]; then grep -B2 -A20 -E "FAIL|Failed|Error" "$WORK/ctest.log" | tail -80; return 1; fi
+  if ! gpu_mode; then note "$passed passed, $skipped skipped: the CUDA tests need a GPU"; return 77; fi
+  [ "$skipped" -eq 0 ] || { note "$skipped test(s) skipped on a GPU machine"; return 1; }
+  [ "$passed" -gt 0 ] || { note "no test ran"; return 1; }
+  return 0
+}
+
+part_reference() {
+  local T=$BUILD/dflash_tool D=$ROOT/tests/reference/data tol_t tol_l tol_g bad=0 n=0
+  if gpu_mode; then tol_t=3e-2 tol_l=2e-2 tol_g=5e-2; else tol_t=1e-4 tol_l=1e-5 tol_g=1e-4; fi
+  num tolerances "{\"teacher\": $tol_t, \"loss\": $tol_l, \"grads\": $tol_g}"
+  local args name res
+  for args in "$D"/teacher_*.args; do
+    name=$(basename "$args" .args)
+    unset make_target layer_ids topk tokens reference
+    # shellcheck disable=SC1090
+    source "$args"
+    # shellcheck disable=SC2086,SC2154
+    "$T" make-target "$WORK/$name" $make_target >/dev/null 2>&1 || { echo "FAIL $name: make-target"; bad=$((bad + 1)); continue; }
+    # shellcheck disable=SC2154
+    if ! "$T" teacher-dump "$WORK/$name" "$D/$tokens" "$WORK/$name.safetensors" --layers "$layer_ids" --topk "$topk" --device "$DEV" >"$WORK/td.log" 2>&1; then
+      cat "$WORK/td.log"; echo "FAIL $name: teacher-dump"; bad=$((bad + 1)); continue
+    fi
+    # shellcheck disable=SC2154
+    "$T" compare "$D/$reference" "$WORK/$name.safetensors" --tol "$tol_t" --only features,topk_idx,topk_val,lse,logits_last >"$WORK/cmp.log" 2>&1
+    local rc=$?
+    res=$($LIB compare "$WORK/cmp.log")
+    echo "$name (teacher-dump --device $DEV): max rel err $(echo "$res" | cut -d' ' -f1), tol $tol_t: $([ $rc -eq 0 ] && echo ok || echo FAIL)"
+    [ $rc -eq 0 ] || { cat "$WORK/cmp.log"; bad=$((bad + 1)); }
+    num "$name" "{\"max_rel_err\": $(echo "$res" | cut -d' ' -f1), \"tol\": $tol_t, \"ok\": $([ $rc -eq 0 ] && echo true || echo false)}"
+    n=$((n + 1))
+  done
+  local in
+  for in in "$D"/student_*.in.safetensors; do
+    name=$(basename "$in" .in.safetensors)
+    if ! "$T" step-dump "$in" "$D/$name.config.json" "$WORK/$name.out.safetensors" --device "$DEV" >"$WORK/sd.log" 2>&1; then
+      cat "$WORK/sd.log"; echo "FAIL $name: step-dump"; bad=$((bad + 1)); continue
+    fi
+    "$T" compare "$D/$name.out.safetensors" "$WORK/$name.out.safetensors" --tol "$tol_l" --only loss,ce,kl,cap >"$WORK/c1.log" 2>&1
+    local r1=$?
+    "$T" compare "$D/$name.out.safetensors" "$WORK/$name.out.safetensors" --tol "$tol_g" >"$WORK/c2.log" 2>&1
+    local r2=$?
+    local e1 e2
+    e1=$($LIB compare "$WORK/c1.log" | cut -d' ' -f1)
+    e2=$($LIB compare "$WORK/c2.log" | cut -d' ' -f1)
+    echo "$name (step-dump --device $DEV): loss terms max rel err $e1 (tol $tol_l), all tensors $e2 (tol $tol_g): $([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && echo ok || echo FAIL)"
+    [ $r1 -eq 0 ] || { cat "$WORK/c1.log"; bad=$((bad + 1)); }
+    [ $r2 -eq 0 ] || { grep -E "FAIL|compare:" "$WORK/c2.log"; bad=$((bad + 1)); }
+    num "$name" "{\"loss_max_rel_err\": $e1, \"loss_tol\": $tol_l, \"grad_max_rel_err\": $e2, \"grad_tol\": $tol_g, \"ok\": $([ $r1 -eq 0 ] && [ $r2 -eq 0 ] && echo true || echo false)}"
+    n=$((n + 1))
+  done
+  num fixtures "$n"
+  note "$n fixtures, $bad failure(s), --device $DEV"
+  [ "$bad" -eq 0 ] && [ "$n" -ge 8 ]
+}
+
+make_toy() { # make_toy DIR: a small Qwen3 target and self-distilled data (CPU, seconds)
+  local T=$BUILD/dflash_tool
+  [ -f "$1/data.h5" ] && return 0
+  mkdir -p "$1"
+  "$T" make-target "$1/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
+    "$T" make-data "$1/data.h5" --target "$1/target" --samples 64 --prompt-len 8 --gen-len 40 --seed 3 >/dev/null 2>&1
+}
+TOY_ARGS=(--target.layer_ids=0,1 --drafter.block_size=8 --drafter.layers=1 --train.lr=3e-3 --train.max_anchors=16
+          --train.log_interval=8 --train.eval_interval=24 --train.eval_batches=4 --data.max_tokens_per_batch=256
+          --data.heldout_samples=8 --teacher.topk=8)
+
+part_e2e() {
+  make_toy "$WORK/toy" || { note "make-target/make-data failed"; return 1; }
+  local R=$BUILD/dflash_rank steps=48
+  # transport.payload auto: two ranks on one GPU must take the MPI host path (NCCL needs a GPU per rank)
+  echo "mpirun -np 2 dflash_rank --mode train --device $DEV --train.steps=$steps (1 teacher + 1 student, payloads auto)"
+  mpirun -np 2 "$R" --mode train --device "$DEV" --transport.payload=auto --target.path="$WORK/toy/target" \
+    --data.path="$WORK/toy/data.h5" "${TOY_ARGS[@]}" --train.steps=$steps --run.dir="$WORK/e2e" >"$WORK/e2e.out" 2>"$WORK/e2e.err"
+  local rc=$?
+  grep -E "payloads:|summary|error|peak memory" "$WORK/e2e.err" | head -20
+  num exit_code "$rc"
+  local payload
+  payload=$(grep -h -m1 "payloads:" "$WORK/e2e.err" | sed 's/^\[r[0-9]*\] //')
+  num payloads "$payload"
+  [ -f "$WORK/e2e/metrics.jsonl" ] && cp "$WORK/e2e/metrics.jsonl" "$OUT/e2e_metrics.jsonl"
+  [ "$rc" -eq 0 ] || { tail -30 "$WORK/e2e.err"; note "the job exited $rc"; return 1; }
+  case $payload in *"over MPI"*) ;; *) note "payloads not over MPI with two ranks on one device: $payload"; return 1 ;; esac
+  local msg
+  msg=$($LIB losses "$WORK/e2e/metrics.jsonl" "$WORK/$PART.num")
+  local lrc=$?
+  echo "$msg"
+  note "$msg"
+  [ -f "$WORK/e2e/drafter/model.safetensors" ] || { note "no exported drafter"; return 1; }
+  return $lrc
+}
+
+part_transport() {
+  local R=$BUILD/dflash_rank bad=0
+  mpirun -np 2 "$R" --mode transport-test --device "$DEV" >"$WORK/tt.out" 2>"$WORK/tt.err"
+  local rc=$?
+  cat "$WORK/tt.out"
+  grep -E "error|NCCL" "$WORK/tt.err" | head -5
+  local nccl
+  nccl=$(grep -h "NCCL path" "$WORK/tt.out" "$WORK/tt.err" | head -1)
+  num transport_nccl "$nccl"
+  num transport_mpi_gbps_max "$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 {if ($4 > m) m = $4} END {print m + 0}' "$WORK/tt.out")"
+  if [ "$rc" -ne 0 ] || ! grep -q "all payloads intact (0 wrong elements)" "$WORK/tt.out"; then
+    echo "FAIL: transport-test (exit $rc)"; tail -20 "$WORK/tt.err"; bad=1
+  fi
+  make_toy "$WORK/toy" || { note "make-target/make-data failed"; return 1; }
+  mpirun -np 2 "$R" --preflight --mode train --device "$DEV" --target.path="$WORK/toy/target" --data.path="$WORK/toy/data.h5" \
+    "${TOY_ARGS[@]}" --run.dir="$WORK/preflight-run" >"$WORK/pf.out" 2>"$WORK/pf.err"
+  local prc=$?
+  cat "$WORK/pf.out"
+  num preflight_exit "$prc"
+  num preflight_last "$(tail -1 "$WORK/pf.out")"
+  num preflight_nccl "$(grep -E '^nccl ' "$WORK/pf.out" | head -2 | tr -s ' ' | paste -sd';' -)"
+  num preflight_memory "$(grep -E '^memory ' "$WORK/pf.out" | tr -s ' ' | paste -sd';' -)"
+  if [ "$prc" -ne 0 ]; then echo "FAIL: --preflight exit $prc"; tail -20 "$WORK/pf.err"; bad=1; fi
+  note "transport: ${nccl:-no NCCL line}; preflight: $(tail -1 "$WORK/pf.out")"
+  [ "$bad" -eq 0 ]
+}
+
+part_memory() {
+  local T=$BUILD/dflash_tool args slack
+  if gpu_mode; then
+    args=(--device cuda --preset 8b --anchors 32,64,128,256,512 --time-anchors 512 --repeat 3)
+    slack=$((256 << 20))
+  else
+    args=(--device cpu --preset tiny --anchors 4,8,16,32,64 --time-anchors 64 --repeat 3)
+    slack=0
+  fi
+  echo "dflash_tool mem-check ${args[*]}"
+  "$T" mem-check "${args[@]}" --json "$WORK/mem.json" || { note "mem-check failed"; return 1; }
+  cp "$WORK/mem.json" "$OUT/mem_check.json"
+  num slack "$slack"
+  local out
+  out=$($LIB mem "$WORK/mem.json" "$WORK/$PART.num" "$slack")
+  local rc=$?
+  echo "$out"
+  note "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["runs"]; m=lambda b: "%.3f GiB" % (b / 2**30) if b >= 2**30 else "%.2f MiB" % (b / 2**20); print("anchors %d..%d: budget %s, plan max %s, arena peak max %s, device in use max %s" % (r[0]["anchors"], r[-1]["anchors"], m(d["budget"]), m(max(x["plan_total"] for x in r)), m(max(x["arena_peak"] for x in r)), m(max(x["device_used"] for x in r)) if d["cuda"] else "- (CPU)"))' "$WORK/mem.json")"
+  return $rc
+}
+
+part_bench() {
+  local bad=0 args
+  if gpu_mode; then
+    args=(--device cuda --sizes 8b,27b --repeat 3 --time-left "$1")
+    [ -f "$WORK/mem.json" ] && args+=(--ours-json "8b=$WORK/mem.json")
+  else
+    args=(--tiny --repeat 2)
+  fi
+  echo "python3 bench/gpu_student.py ${args[*]}"
+  PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu_student.py" "${args[@]}" --dflash-tool "$BUILD/dflash_tool" \
+    --json "$OUT/bench_gpu_student.json" || { echo "FAIL: bench/gpu_student.py"; bad=1; }
+  if [ -f "$OUT/bench_gpu_student.json" ]; then
+    num gpu_student "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"gemm_tflops": d.get("gemm_tflops"), "rows": [{k: m.get(k) for k in ("size", "method", "status", "median_s", "block_tokens_per_s", "peak_gib", "mfu")} for s in d["sizes"] for m in s["methods"]]}))' "$OUT/bench_gpu_student.json")"
+  fi
+  # bench_loss has no --device: it times the CPU loss (a small case, as a smoke run of the program)
+  if [ -x "$BUILD/bench/bench_loss" ]; then
+    local bl
+    bl=$("$BUILD/bench/bench_loss" --method rows --n 480 --vocab 32000 --hidden 256 --repeat 2) && echo "bench_loss (CPU, it has no --device): $bl" &&
+      num bench_loss_cpu "$bl" || { echo "FAIL: bench_loss"; bad=1; }
+  fi
+  note "bench/gpu_student.py + bench_loss (CPU only)"
+  [ "$bad" -eq 0 ]
+}
+
+if [ "${1:-}" = "--part" ]; then
+  PART=$2
+  shift 2
+  "part_$PART" "$@"
+  exit $?
+fi
+
+# ------------------------------------------------------------------ the driver
+CPU_MODE=${DFLASH_CHECK_CPU:-0}
+[ "${1:-}" = "--cpu" ] && CPU_MODE=1
+if [ "$CPU_MODE" = 1 ]; then DEV=cpu; else DEV=cuda; fi
+OUT=${OUT:-$ROOT/gpu-results}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LIMIT_TOTAL=${DFLASH_CHECK_LIMIT:-540}
+JOBS=${DFLASH_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
+if [ "$DEV" = cuda ]; then BUILD=${DFLASH_CHECK_BUILD:-$ROOT/build-gpu}; else BUILD=${DFLASH_CHECK_BUILD:-$ROOT/build-gpucheck-cpu}; fi
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dflash_gpucheck_XXXXXX")
+export ROOT SELF LIB OUT WORK BUILD DEV JOBS
+rm -f "$OUT/check.log" "$OUT/summary.json" "$OUT/bench_gpu_student.json" "$OUT/mem_check.json" "$OUT/e2e_metrics.jsonl"
+exec > >(tee -a "$OUT/check.log") 2>&1
+TEE_PID=$!
+START=$SECONDS
+: >"$WORK/parts.tsv"
+
+meta() { $LIB put "$WORK/meta.num" "$1" "$2"; }
+# summary [final]: $OUT/summary.json from what has run ("complete": false until the end)
+summary() { $LIB summary "$WORK" "$OUT" "${1:-}" || echo "check: could not write $OUT/summary.json"; }
+N_PARTS=8 # deps build ops reference e2e transport memory bench
+finish() {
+  local rc=$?
+  trap '' PIPE # the tee may be gone (a signal to the whole process group): finish anyway
+  if [ "$(wc -l <"$WORK/parts.tsv")" -ge "$N_PARTS" ]; then summary final; else summary; fi
+  echo
+  echo "== summary ($((SECONDS - START)) s, $OUT/summary.json)"
+  awk -F'\t' '{printf "%-5s %-10s %5.0f s  %s\n", $2, $1, $3, $5}' "$WORK/parts.tsv"
+  [ "$(wc -l <"$WORK/parts.tsv")" -ge "$N_PARTS" ] || echo "check: interrupted after $(wc -l <"$WORK/parts.tsv") of $N_PARTS parts"
+  rm -rf "$WORK"
+  exec >&- 2>&-
+  wait "$TEE_PID" 2>/dev/null
+  exit $rc
+}
+trap finish EXIT
+PART_PID=
+trap 'echo "check: interrupted"; [ -n "$PART_PID" ] && kill -TERM "$PART_PID" 2>/dev/null; exit 130' INT TERM
+
+meta check "dflash_rank GPU check (issue 7): tests/gpu/check.sh"
+meta mode "$DEV"
+meta date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+meta commit "${DFLASH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')}"
+meta host "$(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2); $(nproc) cores"
+if [ "$DEV" = cuda ]; then
+  meta gpu "$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>/dev/null | head -1)"
+fi
+meta nvcc "$(nvcc --version 2>/dev/null | tail -1 || echo none)"
+echo "== dflash_rank GPU check: mode $DEV, build $BUILD, results $OUT, limit $LIMIT_TOTAL s"
+
+failed_build=0
+# run_part NAME LIMIT [ARGS]: the part under `timeout`, one PASS/FAIL/SKIP line, summary rewritten
+run_part() {
+  local name=$1 limit=$2 status note t0 rc left
+  shift 2
+  left=$((LIMIT_TOTAL - (SECONDS - START)))
+  rm -f "$WORK/$name.note"
+  t0=$SECONDS
+  if [ "$failed_build" = 1 ] && [ "$name" != build ]; then
+    status=SKIP note="no build (deps or build did not pass)"
+  elif [ "$left" -lt 20 ]; then
+    status=SKIP note="no time left ($left s of $LIMIT_TOTAL)"
+  else
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo
+    echo "== $name (limit $limit s)"
+    # in the background and waited for, so that a TERM/INT reaches the trap at once
+    PART=$name timeout -k 10 "$limit" bash "$SELF" --part "$name" "$@" &
+    PART_PID=$!
+    wait "$PART_PID"
+    rc=$?
+    PART_PID=
+    note=$(cat "$WORK/$name.note" 2>/dev/null)
+    case $rc in
+      0) status=PASS ;;
+      77) status=SKIP; [ -n "$note" ] || note="needs a GPU" ;;
+      124|137) status=FAIL note="timed out after $limit s${note:+; $note}" ;;
+      *) status=FAIL ;;
+    esac
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$((SECONDS - t0))" "$limit" "$note" >>"$WORK/parts.tsv"
+  printf '%-5s %s (%d s)%s\n' "$status" "$name" "$((SECONDS - t0))" "${note:+: $note}"
+  summary
+}
+
+# deps: in this process, since the environment must reach every part
+t0=$SECONDS
+dep_note=""
+dep_status=PASS
+if [ -f "$ROOT/.gpu-deps/debs/PACKAGES" ]; then
+  if ! "$ROOT/scripts/fetch-gpu-deps.sh" --unpack-only; then dep_status=FAIL dep_note="unpacking .gpu-deps/debs failed"; fi
+elif [ "$DEV" = cpu ] && command -v apt-get >/dev/null; then
+  "$ROOT/scripts/fetch-gpu-deps.sh" || { dep_status=FAIL dep_note="scripts/fetch-gpu-deps.sh failed"; }
+else
+  dep_status=FAIL dep_note=".gpu-deps/debs missing: run scripts/fetch-gpu-deps.sh on a machine with a network and carry .gpu-deps/debs"
+fi
+if [ "$dep_status" = PASS ]; then
+  # shellcheck disable=SC1091
+  if source "$ROOT/scripts/gpu-env.sh" >"$WORK/env.log" 2>&1; then
+    cat "$WORK/env.log"
+    dep_note=$(tail -1 "$WORK/env.log")
+    $LIB put "$WORK/deps.num" packages "$(wc -l <"$ROOT/.gpu-deps/debs/PACKAGES")"
+    $LIB put "$WORK/deps.num" mpirun "$(command -v mpirun)"
+  else
+    cat "$WORK/env.log"; dep_status=FAIL dep_note="scripts/gpu-env.sh failed"
+  fi
+fi
+export DFLASH_GPU_CMAKE_ARGS=${DFLASH_GPU_CMAKE_ARGS:-}
+printf '%s\t%s\t%s\t%s\t%s\n' deps "$dep_status" "$((SECONDS - t0))" 0 "$dep_note" >>"$WORK/parts.tsv"
+printf '%-5s %s (%d s)%s\n' "$dep_status" deps "$((SECONDS - t0))" "${dep_note:+: $dep_note}"
+summary
+[ "$dep_status" = PASS ] || failed_build=1
+
+run_part build "${DFLASH_CHECK_BUILD_LIMIT:-300}"
+grep -q "^build	PASS" "$WORK/parts.tsv" || failed_build=1
+run_part ops 200
+run_part reference 90
+run_part e2e 150
+run_part transport 90
+run_part memory 150
+run_part bench 300 "$((LIMIT_TOTAL - (SECONDS - START) - 15))"
+! grep -q "	FAIL	" "$WORK/parts.tsv"

@@ -1,0 +1,341 @@
+// ops_train_cuda.c (ctest unit.test_ops_train_cuda): every training op of the student on CUDA
+// against the CPU reference, forward and backward (skipped, exit 77, without a GPU). The companion of
+// tests/unit/test_ops_cuda.c (the forward ops) and test_loss_cuda.c (the fused loss): the RMSNorm,
+// RoPE and SwiGLU backward passes, the DFlash attention forward and backward (context + block keys,
+// sliding windows, GQA), the fp32 <-> act conversions, and the optimizer kernels.
+//
+// It lives in tests/gpu/ for now and is built by tests/gpu/extra_tests.cmake (tests/gpu/check.sh
+// passes it as CMAKE_PROJECT_INCLUDE); moved to tests/unit/test_ops_train_cuda.c it is built like
+// every unit test, and extra_tests.cmake then does nothing.
+//
+// Both sides get the same inputs, rounded to bf16 first (the CPU gets those values as fp32), so only
+// the precision of the computation differs. Per op one line `op  max_err  tol  ok|FAIL`, max_err =
+// max |cuda - cpu| / max |cpu| (relative to the output's scale). Tolerances:
+//   act outputs (dx, dgate, dup, dq, dkb, dvb, attention out, f32 -> act)  1e-2: the GPU works in
+//       fp32 and rounds the result to bf16 once (<= 2^-8 relative), as in test_ops_cuda.c
+//   fp32 outputs from bf16 inputs (dw, dkc, dvc, lse, act -> f32 sums)     1e-3: the same fp32
+//       formula in another summation order (~1e-6 seen on such sums); a wrong index, mask or
+//       window errs by O(1)
+//   optimizer (fp32 in, fp32 out)                                          1e-5 (AdamW, EMA: one
+//       formula per element, FMA contraction at most), sum of squares 1e-9 (double sums)
+// DFLASH_OPS_TRAIN_SELFTEST=1 without a GPU runs the same comparisons with a second CPU backend in the
+// GPU's place (every error 0): it checks this harness on a machine without a GPU.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend.h"
+#include "common/half.h"
+#include "common/ops.h"
+#include "common/ops_train.h"
+#include "student/optim.h"
+#include "testing.h"
+
+#define TOL_ACT 1e-2
+#define TOL_F32 1e-3
+#define TOL_OPT 1e-5
+
+static backend cpu, gpu;
+static int act_bf16; // the "gpu" side computes in bf16 (a real GPU) or fp32 (the self-test)
+
+static uint64_t lcg = 77777;
+static float rand_pm1(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+static int rand_int(int n) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (int)((lcg >> 33) % (uint64_t)n);
+}
+
+static void *xm(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
+static float *rand_bf16(size_t n, float amp) {
+    float *x = xm(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
+    return x;
+}
+static float *copy_f(const float *x, size_t n) {
+    float *y = xm(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static void *g_alloc(size_t bytes) {
+    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
+    if (!d) {
+        fprintf(stderr, "%s\n", error_msg());
+        exit(1);
+    }
+    return d;
+}
+// host floats -> a new device buffer in the act dtype
+static void *up_act(const float *x, size_t n) {
+    void *d = g_alloc(n * (act_bf16 ? 2 : 4));
+    if (act_bf16) {
+        uint16_t *h = xm(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
+        backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
+        free(h);
+    } else {
+        backend_copy_to_device(&gpu, d, x, n * sizeof(float));
+    }
+    return d;
+}
+static void *up_raw(const void *x, size_t bytes) {
+    void *d = g_alloc(bytes);
+    backend_copy_to_device(&gpu, d, x, bytes);
+    return d;
+}
+// device act -> host floats
+static float *down_act(const void *d, size_t n) {
+    float *x = xm(n * sizeof(float));
+    if (act_bf16) {
+        uint16_t *h = xm(n * sizeof(uint16_t));
+        backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
+        free(h);
+    } else {
+        backend_copy_to_host(&gpu, x, d, n * sizeof(float));
+    }
+    return x;
+}
+static float *down_f32(const void *d, size_t n) {
+    float *x = xm(n * sizeof(float));
+    backend_copy_to_host(&gpu, x, d, n * sizeof(float));
+    return x;
+}
+
+// max |a - ref| / max |ref| (1 when ref is all zero); NaN anywhere makes it inf
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (d != d) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return err / (scale > 0 ? scale : 1);
+}
+
+static void report(const char *op, double err, double tol) {
+    int ok = err <= tol;
+    printf("%-52s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
+}
+
+// compare a device act buffer / f32 buffer with the CPU's result, then free the host copy
+static void cmp_act(const char *name, const void *d, const float *ref, size_t n, double tol) {
+    float *got = down_act(d, n);
+    report(name, rel_err(got, ref, n), tol);
+    free(got);
+}
+static void cmp_f32(const char *name, const void *d, const float *ref, size_t n, double tol) {
+    float *got = down_f32(d, n);
+    report(name, rel_err(got, ref, n), tol);
+    free(got);
+}
+
+// ----------------------------------------------------------------------------- RMSNorm backward
+
+static void rmsnorm_bwd_case(int R, int D, int accumulate) {
+    size_t n = (size_t)R * D;
+    float *x = rand_bf16(n, 3), *w = rand_bf16((size_t)D, 1.5f), *dy = rand_bf16(n, 1);
+    float *dx = rand_bf16(n, 0.5f), *dw = rand_bf16((size_t)D, 2); // the starting values of += outputs
+    void *g_x = up_act(x, n), *g_w = up_act(w, (size_t)D), *g_dy = up_act(dy, n), *g_dx = up_act(dx, n);
+    void *g_dw = up_raw(dw, (size_t)D * 4);
+    ops_rmsnorm_backward(&cpu, dx, dw, dy, x, w, R, D, 1e-6f, accumulate);
+    ops_rmsnorm_backward(&gpu, g_dx, g_dw, g_dy, g_x, g_w, R, D, 1e-6f, accumulate);
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm_backward dx R=%d D=%d%s", R, D, accumulate ? " +=" : "");
+    cmp_act(name, g_dx, dx, n, TOL_ACT);
+    snprintf(name, sizeof name, "rmsnorm_backward dw R=%d D=%d (+=)", R, D);
+    cmp_f32(name, g_dw, dw, (size_t)D, TOL_F32);
+    backend_free(&gpu, g_x), backend_free(&gpu, g_w), backend_free(&gpu, g_dy), backend_free(&gpu, g_dx);
+    backend_free(&gpu, g_dw);
+    free(x), free(w), free(dy), free(dx), free(dw);
+}
+
+// ----------------------------------------------------------------------------- RoPE backward
+
+static void rope_bwd_case(int T, int nh, int hd, int pos_offset) {
+    int half = hd / 2;
+    size_t n = (size_t)T * nh * hd;
+    float *x = rand_bf16(n, 2), *inv = xm((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) inv[i] = (float)pow(1e6, -2.0 * i / hd);
+    int32_t *pos = xm((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) pos[t] = pos_offset + (t < T / 2 ? t : t - T / 2);
+    void *g_x = up_act(x, n), *g_pos = up_raw(pos, (size_t)T * 4), *g_inv = up_raw(inv, (size_t)half * 4);
+    ops_rope_backward(&cpu, x, pos, inv, T, nh, hd);
+    ops_rope_backward(&gpu, g_x, g_pos, g_inv, T, nh, hd);
+    char name[96];
+    snprintf(name, sizeof name, "rope_backward T=%d nh=%d hd=%d pos>=%d", T, nh, hd, pos_offset);
+    cmp_act(name, g_x, x, n, TOL_ACT);
+    backend_free(&gpu, g_x), backend_free(&gpu, g_pos), backend_free(&gpu, g_inv);
+    free(x), free(inv), free(pos);
+}
+
+// ----------------------------------------------------------------------------- SwiGLU backward, conversions
+
+static void test_swiglu_bwd_conv(void) {
+    int64_t n = 1000003;
+    float *g = rand_bf16((size_t)n, 8), *u = rand_bf16((size_t)n, 2), *dout = rand_bf16((size_t)n, 1);
+    float *dg = xm((size_t)n * 4), *du = xm((size_t)n * 4);
+    void *g_g = up_act(g, (size_t)n), *g_u = up_act(u, (size_t)n), *g_do = up_act(dout, (size_t)n);
+    void *g_dg = g_alloc((size_t)n * 4), *g_du = g_alloc((size_t)n * 4);
+    ops_swiglu_backward(&cpu, dg, du, dout, g, u, n);
+    ops_swiglu_backward(&gpu, g_dg, g_du, g_do, g_g, g_u, n);
+    cmp_act("swiglu_backward dgate n=1000003", g_dg, dg, (size_t)n, TOL_ACT);
+    cmp_act("swiglu_backward dup n=1000003", g_du, du, (size_t)n, TOL_ACT);
+
+    // f32 -> act (one rounding) and acc += act
+    float *src = xm((size_t)n * 4), *acc = rand_bf16((size_t)n, 3);
+    for (int64_t i = 0; i < n; i++) src[i] = 5 * rand_pm1();
+    void *g_src = up_raw(src, (size_t)n * 4), *g_acc = up_raw(acc, (size_t)n * 4);
+    ops_f32_to_act(&cpu, dg, src, n);
+    ops_f32_to_act(&gpu, g_dg, g_src, n);
+    cmp_act("f32_to_act n=1000003", g_dg, dg, (size_t)n, TOL_ACT);
+    ops_add_to_f32(&cpu, acc, dout, n);
+    ops_add_to_f32(&gpu, g_acc, g_do, n);
+    cmp_f32("add_to_f32 n=1000003", g_acc, acc, (size_t)n, TOL_F32);
+    backend_free(&gpu, g_g), backend_free(&gpu, g_u), backend_free(&gpu, g_do), backend_free(&gpu, g_dg);
+    backend_free(&gpu, g_du), backend_free(&gpu, g_src), backend_free(&gpu, g_acc);
+    free(g), free(u), free(dout), free(dg), free(du), free(src), free(acc);
+}
+
+// ----------------------------------------------------------------------------- DFlash attention
+
+// S context tokens in n_seq sequences; C anchors drawn inside them (some at a sequence's first token:
+// no context at all), B slots each.
+static void dflash_case(int S, int n_seq, int C, int B, int nq, int nkv, int hd, int window, int causal) {
+    int32_t cu[9];
+    for (int s = 0; s <= n_seq; s++) cu[s] = (int32_t)((int64_t)S * s / n_seq);
+    int32_t *anchors = xm((size_t)C * 4), *starts = xm((size_t)C * 4);
+    for (int i = 0; i < C; i++) {
+        int s = rand_int(n_seq), len = cu[s + 1] - cu[s];
+        int a = i == 0 ? cu[s] : cu[s] + rand_int(len); // anchor 0 sees no context
+        anchors[i] = a, starts[i] = cu[s];
+    }
+    size_t N = (size_t)C * B, nqe = N * nq * hd, nkb = N * nkv * hd, nkc = (size_t)S * nkv * hd;
+    float *q = rand_bf16(nqe, 2), *kb = rand_bf16(nkb, 1), *vb = rand_bf16(nkb, 1);
+    float *kc = rand_bf16(nkc, 1), *vc = rand_bf16(nkc, 1), *dout = rand_bf16(nqe, 1);
+    float scale = 1.0f / sqrtf((float)hd);
+    // forward on both sides
+    float *out = xm(nqe * 4), *lse = xm(N * nq * 4);
+    ops_dflash_attn_forward(&cpu, out, lse, q, kb, vb, kc, vc, anchors, starts, C, B, nq, nkv, hd, scale, window, causal);
+    void *g_q = up_act(q, nqe), *g_kb = up_act(kb, nkb), *g_vb = up_act(vb, nkb), *g_kc = up_act(kc, nkc);
+    void *g_vc = up_act(vc, nkc), *g_dout = up_act(dout, nqe);
+    void *g_a = up_raw(anchors, (size_t)C * 4), *g_s = up_raw(starts, (size_t)C * 4);
+    void *g_out = g_alloc(nqe * 4), *g_lse = g_alloc(N * nq * 4);
+    ops_dflash_attn_forward(&gpu, g_out, g_lse, g_q, g_kb, g_vb, g_kc, g_vc, g_a, g_s, C, B, nq, nkv, hd, scale, window,
+                            causal);
+    char cfg[96], name[160];
+    snprintf(cfg, sizeof cfg, "S=%d C=%d B=%d nq=%d nkv=%d hd=%d%s%s", S, C, B, nq, nkv, hd, window ? " win" : "",
+             causal ? " causal" : "");
+    snprintf(name, sizeof name, "dflash_fwd out %s", cfg);
+    cmp_act(name, g_out, out, nqe, TOL_ACT);
+    snprintf(name, sizeof name, "dflash_fwd lse %s", cfg);
+    cmp_f32(name, g_lse, lse, N * nq, TOL_F32);
+
+    // backward from the same inputs: out rounded as the GPU keeps it, the CPU's lse on both sides
+    float *out_r = xm(nqe * 4);
+    for (size_t i = 0; i < nqe; i++) out_r[i] = act_bf16 ? f32_from_bf16(bf16_from_f32(out[i])) : out[i];
+    void *g_outr = up_act(out_r, nqe), *g_lser = up_raw(lse, N * nq * 4);
+    float *dq = xm(nqe * 4), *dkb = xm(nkb * 4), *dvb = xm(nkb * 4);
+    float *dkc = rand_bf16(nkc, 0.1f), *dvc = rand_bf16(nkc, 0.1f); // += outputs start non-zero
+    void *g_dq = g_alloc(nqe * 4), *g_dkb = g_alloc(nkb * 4), *g_dvb = g_alloc(nkb * 4);
+    void *g_dkc = up_raw(dkc, nkc * 4), *g_dvc = up_raw(dvc, nkc * 4);
+    ops_dflash_attn_backward(&cpu, dq, dkb, dvb, dkc, dvc, dout, out_r, lse, q, kb, vb, kc, vc, anchors, starts, C, B, nq,
+                             nkv, hd, scale, window, causal);
+    ops_dflash_attn_backward(&gpu, g_dq, g_dkb, g_dvb, g_dkc, g_dvc, g_dout, g_outr, g_lser, g_q, g_kb, g_vb, g_kc, g_vc,
+                             g_a, g_s, C, B, nq, nkv, hd, scale, window, causal);
+    snprintf(name, sizeof name, "dflash_bwd dq %s", cfg);
+    cmp_act(name, g_dq, dq, nqe, TOL_ACT);
+    snprintf(name, sizeof name, "dflash_bwd dkb %s", cfg);
+    cmp_act(name, g_dkb, dkb, nkb, TOL_ACT);
+    snprintf(name, sizeof name, "dflash_bwd dvb %s", cfg);
+    cmp_act(name, g_dvb, dvb, nkb, TOL_ACT);
+    snprintf(name, sizeof name, "dflash_bwd dkc (+=) %s", cfg);
+    cmp_f32(name, g_dkc, dkc, nkc, TOL_F32);
+    snprintf(name, sizeof name, "dflash_bwd dvc (+=) %s", cfg);
+    cmp_f32(name, g_dvc, dvc, nkc, TOL_F32);
+
+    void *bufs[] = {g_q, g_kb, g_vb, g_kc, g_vc, g_dout, g_a, g_s, g_out, g_lse, g_outr, g_lser, g_dq, g_dkb, g_dvb,
+                    g_dkc, g_dvc};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) backend_free(&gpu, bufs[i]);
+    free(anchors), free(starts), free(q), free(kb), free(vb), free(kc), free(vc), free(dout), free(out), free(lse);
+    free(out_r), free(dq), free(dkb), free(dvb), free(dkc), free(dvc);
+}
+
+static void test_dflash(void) {
+    dflash_case(70, 2, 5, 4, 4, 2, 16, 0, 0);        // two sequences, an anchor with no context
+    dflash_case(600, 1, 3, 16, 32, 8, 128, 0, 0);    // Qwen3-8B heads, B 16
+    dflash_case(200, 3, 12, 4, 4, 1, 32, 5, 1);      // sliding layer: window 5, causal block, MQA
+    dflash_case(200, 2, 6, 6, 4, 2, 64, 8, 0);       // window, bidirectional block
+    dflash_case(300, 1, 2, 32, 24, 4, 256, 0, 0);    // 27B-sized heads (hd 256), B 32
+    dflash_case(90, 1, 4, 6, 6, 3, 18, 0, 0);        // head_dim not a multiple of 4 or 32
+    dflash_case(2048, 1, 64, 16, 8, 2, 64, 0, 0);    // many anchors sharing context rows (dkc sums)
+}
+
+// ----------------------------------------------------------------------------- optimizer
+
+static void test_optim(void) {
+    int64_t n = 1000003;
+    float *w = xm((size_t)n * 4), *g = xm((size_t)n * 4), *m = xm((size_t)n * 4), *v = xm((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) w[i] = rand_pm1(), g[i] = 0.1f * rand_pm1(), m[i] = 0.01f * rand_pm1(), v[i] = 1e-4f * fabsf(rand_pm1());
+    void *g_w = up_raw(w, (size_t)n * 4), *g_g = up_raw(g, (size_t)n * 4), *g_m = up_raw(m, (size_t)n * 4);
+    void *g_v = up_raw(v, (size_t)n * 4);
+    double s_cpu = optim_sum_squares(&cpu, g, n), s_gpu = optim_sum_squares(&gpu, g_g, n);
+    report("optim_sum_squares n=1000003", fabs(s_gpu - s_cpu) / s_cpu, 1e-9);
+    optim_adamw(&cpu, w, g, m, v, n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.001f);
+    optim_adamw(&gpu, g_w, g_g, g_m, g_v, n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.001f);
+    cmp_f32("optim_adamw w n=1000003", g_w, w, (size_t)n, TOL_OPT);
+    cmp_f32("optim_adamw m", g_m, m, (size_t)n, TOL_OPT);
+    cmp_f32("optim_adamw v", g_v, v, (size_t)n, TOL_OPT);
+    float *ema = copy_f(g, (size_t)n);
+    void *g_ema = up_raw(ema, (size_t)n * 4);
+    optim_ema_update(&cpu, ema, w, n, 0.99f);
+    optim_ema_update(&gpu, g_ema, g_w, n, 0.99f);
+    cmp_f32("optim_ema_update n=1000003", g_ema, ema, (size_t)n, TOL_OPT);
+    backend_free(&gpu, g_w), backend_free(&gpu, g_g), backend_free(&gpu, g_m), backend_free(&gpu, g_v);
+    backend_free(&gpu, g_ema);
+    free(w), free(g), free(m), free(v), free(ema);
+}
+
+int main(void) {
+    int selftest = getenv("DFLASH_OPS_TRAIN_SELFTEST") && atoi(getenv("DFLASH_OPS_TRAIN_SELFTEST"));
+    if (backend_cuda_devices() == 0 && !selftest) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    const char *other = backend_cuda_devices() > 0 ? "cuda" : "cpu";
+    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, other, 0) != 0) {
+        fprintf(stderr, "%s\n", error_msg());
+        return 1;
+    }
+    act_bf16 = ops_act_dtype(&gpu) == DT_BF16;
+    printf("%s vs %s%s\n%-52s %10s %8s\n", gpu.name, cpu.name, act_bf16 ? "" : " (self-test: CPU against CPU)", "op",
+           "max_err", "tol");
+    rmsnorm_bwd_case(300, 4096, 0);
+    rmsnorm_bwd_case(1000, 128, 1);   // the per-head q/k norm shape
+    rmsnorm_bwd_case(7, 20000, 1);    // D past the kernel's shared-memory dw row
+    rope_bwd_case(1200, 8, 128, 0);
+    rope_bwd_case(300, 4, 64, 30000);
+    rope_bwd_case(17, 3, 18, 5);
+    test_swiglu_bwd_conv();
+    test_dflash();
+    test_optim();
+    backend_close(&gpu);
+    backend_close(&cpu);
+    return test_finish("test_ops_train_cuda");
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test_mem_check.sh: `dflash_tool mem-check`, the student's memory plan against its measured use while
+# the anchors per step grow 16 times under one budget (tests/gpu/check.sh's memory part runs it at
+# the 8B-drafter size). Unlike the other tests here it also runs without a GPU: the CPU twin (arenas
+# only, toy sizes, a few seconds) always; with a GPU, a small CUDA case whose device memory in use
+# (cudaMemGetInfo) must stay within the budget + 256 MiB (allocation granularity, kernel code).
+source "$DFLASH_SRC/tests/cli/lib.sh"
+T=$BUILD/dflash_tool
+LIB="python3 $SRC/tests/gpu/check_lib.py"
+
+# CPU: anchors 4 -> 64 under the plan of 4 anchors per chunk
+expect_ok "mem-check cpu" "$T" mem-check --device cpu --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --json "$TMP/cpu.json"
+cat "$TMP/out"
+grep -q "^timing: 16 anchors" "$TMP/out" && ok || bad "mem-check printed no timing line"
+if $LIB mem "$TMP/cpu.json" "$TMP/cpu.num" 0 >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cpu):"; cat "$TMP/mem.log" >&2; fi
+python3 - "$TMP/cpu.json" <<'EOF' && ok || bad "mem-check JSON: wrong anchors, chunks or peaks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["runs"]
+assert [x["anchors"] for x in r] == [4, 16, 64], r
+assert r[0]["chunk"] == 4 and all(x["chunk"] <= 16 for x in r), r        # the budget of 4 per chunk caps C
+assert all(x["arena_peak"] <= d["budget"] and x["plan_total"] <= d["budget"] for x in r), r
+assert all(x["arena_peak"] == x["plan_total"] for x in r), r                # the plan is the allocation
+assert d["timing"]["anchors"] == 16 and len(d["timing"]["times_s"]) == 1 and d["timing"]["chunk"] == 16
+assert not d["cuda"] and all(x["device_used"] == -1 for x in r)
+EOF
+# a budget below what one anchor needs: one error line naming the smallest budget that works
+expect_fail tiny-budget "needs at least" "$T" mem-check --device cpu --preset tiny --mem-budget 64KiB --anchors 4 --time-anchors 0
+expect_fail bad-list "anchors" "$T" mem-check --device cpu --preset tiny --anchors 4,x
+expect_fail bad-preset "preset" "$T" mem-check --device cpu --preset 3b
+
+# GPU: a small drafter, anchors 16 -> 256 under the plan of 16 per chunk
+if "$BUILD/dflash_rank" --mode check --device cuda >/dev/null 2>&1; then
+  expect_ok "mem-check cuda" "$T" mem-check --device cuda --preset tiny --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 \
+    --intermediate 768 --vocab 32000 --block 16 --tokens 2048 --anchors 16,64,256 --time-anchors 256 --repeat 2 --json "$TMP/gpu.json"
+  cat "$TMP/out"
+  if $LIB mem "$TMP/gpu.json" "$TMP/gpu.num" $((256 << 20)) >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cuda):"; cat "$TMP/mem.log" >&2; fi
+else
+  echo "no usable CUDA device: the CUDA case is not run"
+fi
+finish
