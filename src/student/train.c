@@ -158,7 +158,9 @@ static int source_get(source *s, const train_item *items, int64_t n_items, int64
         s->next_consume = n;
         if (source_pump(s, items, n_items)) return -1;
         double t0 = time_now();
-        if (!s->arrived[n]) watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], 1, "a batch");
+        // a teacher's first batch also waits for it to load the target: 5 x the timeout
+        if (!s->arrived[n])
+            watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], s->served[s->teacher_of[n]] ? 1 : 5, "a batch");
         while (!s->arrived[n]) { // keep handing out work while this batch is on its way
             if (source_pump(s, items, n_items)) return -1;
             if (s->arrived[n]) break;

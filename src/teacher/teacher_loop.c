@@ -98,7 +98,9 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     while (stops < w->students) {
         int64_t req[WIRE_REQUEST];
         MPI_Status st;
-        watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a request from a student"); // idle: the students may wait on another teacher
+        // idle: the students may wait on another teacher (1.5 x); before the first request they are
+        // still setting up (reading the embedding, planning, allocating), which may take longer (5 x)
+        watchdog_wait_begin(w->teachers, w->size - 1, served == 0 ? 5 : 1.5, "a request from a student");
         mpi_check(MPI_Recv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st));
         watchdog_wait_end();
         if (req[0] == WIRE_STOP) {

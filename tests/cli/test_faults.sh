@@ -31,7 +31,7 @@ start_job() {
   rm -rf "$TMP/run"
   mpirun -np "$np" "$R" "${base[@]}" --train.steps=100000000 "$@" >"$TMP/job.out" 2>"$TMP/job.err" &
   job=$!
-  for _ in $(seq 1 600); do # at most 60 s
+  for _ in $(seq 1 1200); do # at most 120 s (the machine may be busy with other tests)
     grep -q "\"step\": $at," "$TMP/run/metrics.jsonl" 2>/dev/null && return 0
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1

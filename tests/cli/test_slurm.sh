@@ -265,7 +265,7 @@ preempt() { # preempt LAUNCHER
   fi
   grep -q "requeueing job $job" "$out" && ok || bad "$launcher: the script did not requeue the job"
   grep -q "start 1 on" "$out" && ok || bad "$launcher: no second start of the job in $out (open-mode append)"
-  tail -n 1 "$run/metrics.jsonl" | grep -q "\"summary\": true, \"steps\": $steps," && ok || bad "$launcher: metrics.jsonl does not end with a summary of $steps steps"
+  tail -n 1 "$run/metrics.jsonl" | grep -q "\"summary\": true, \"finished\": true, \"steps\": $steps," && ok || bad "$launcher: metrics.jsonl does not end with a summary of $steps steps"
   grep '"step"' "$run/metrics.jsonl" | grep -v heldout | tail -1 | grep -q "^{\"step\": $steps," && ok || bad "$launcher: the last step logged is not $steps"
   [ -s "$run/drafter/model.safetensors" ] && ok || bad "$launcher: no exported drafter"
   grep -q "the run is finished" "$out" && ok || bad "$launcher: the script did not see the run finish"
