@@ -13,7 +13,7 @@
 #   deps        the bundled libraries unpacked and on the paths
 #   build       configure + build (CMAKE_CUDA_ARCHITECTURES from nvidia-smi's compute capability)
 #   ops         (1) ctest: unit.test_*_cuda (every forward op, the fused loss, the GEMMs and, from
-#               tests/gpu/ops_train_cuda.c, every training op: CUDA against the CPU) and gpu.*
+#               tests/unit/test_ops_train_cuda.c, every training op: CUDA against the CPU) and gpu.*
 #   reference   (2) teacher-dump / step-dump on the committed fixtures vs their references (compare)
 #   e2e         (3) mpirun -np 2: 1 teacher + 1 student sharing the GPU, MPI payloads; loss must fall
 #   transport   (6) transport-test and --preflight with 2 ranks (NCCL declining on one GPU is expected)
@@ -59,8 +59,7 @@ EOF
 part_build() {
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
   echo "cmake: $(cmake --version | head -1); cc: $(cc --version | head -1)"
-  # extra_tests.cmake adds unit.test_ops_train_cuda (tests/gpu/ops_train_cuda.c: the training ops)
-  local args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_PROJECT_INCLUDE=$ROOT/tests/gpu/extra_tests.cmake")
+  local args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
   # shellcheck disable=SC2206
   args+=($DFLASH_GPU_CMAKE_ARGS)
   if gpu_mode; then

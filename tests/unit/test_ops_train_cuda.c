@@ -1,12 +1,8 @@
-// ops_train_cuda.c (ctest unit.test_ops_train_cuda): every training op of the student on CUDA
+// test_ops_train_cuda.c: every training op of the student on CUDA
 // against the CPU reference, forward and backward (skipped, exit 77, without a GPU). The companion of
 // tests/unit/test_ops_cuda.c (the forward ops) and test_loss_cuda.c (the fused loss): the RMSNorm,
 // RoPE and SwiGLU backward passes, the DFlash attention forward and backward (context + block keys,
 // sliding windows, GQA), the fp32 <-> act conversions, and the optimizer kernels.
-//
-// It lives in tests/gpu/ for now and is built by tests/gpu/extra_tests.cmake (tests/gpu/check.sh
-// passes it as CMAKE_PROJECT_INCLUDE); moved to tests/unit/test_ops_train_cuda.c it is built like
-// every unit test, and extra_tests.cmake then does nothing.
 //
 // Both sides get the same inputs, rounded to bf16 first (the CPU gets those values as fp32), so only
 // the precision of the computation differs. Per op one line `op  max_err  tol  ok|FAIL`, max_err =
