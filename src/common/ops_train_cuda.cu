@@ -5,8 +5,10 @@
 // gradients are fp32; every sum, the softmax and the LSE are fp32. All work goes on the backend's
 // stream and nothing here waits for it.
 //
-// These are straightforward kernels, one formula each, mirroring ops_train_cpu.c (the reference):
-// the attention works one warp per output row (query row x head for the forward and dq, block key
+// These are straightforward kernels, one formula each, mirroring ops_train_cpu.c (the reference).
+// The DFlash attention runs on tensor cores (dflash_attn_tc.cu) where it can; the scalar kernels
+// here are its fallback (DFLASH_CUDA_ATTN=scalar, or a head_dim whose tiles do not fit the device's
+// shared memory) and the yardstick the tiled ones are tested against. They work one warp per output row (query row x head for the forward and dq, block key
 // row x kv head for dkb/dvb, context row x kv head for dkc/dvc), recomputes probabilities from the
 // saved lse, and needs no atomics and no workspace. Faster tiled versions may replace them; the
 // CPU twin and the GPU test stay the yardstick.
@@ -17,6 +19,7 @@
 
 #include "common/backend_cuda.h"
 #include "common/check_cuda.h"
+#include "common/dflash_attn_tc.h"
 #include "common/ops_train_cuda.h"
 
 typedef __nv_bfloat16 bf16;
@@ -393,6 +396,9 @@ extern "C" void cuda_dflash_attn_forward(backend *be, void *out, float *lse, con
                                          const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
                                          int window, int block_causal) {
     if (C <= 0) return;
+    if (dflash_tc_forward(be, out, lse, q, kb, vb, kc, vc, anchors, seq_start, C, B, nq, nkv, hd, scale, window,
+                          block_causal))
+        return;
     check_head_dim(hd);
     dflash_fwd_kernel<<<warp_blocks((int64_t)C * B * nq), AT_WARPS * 32, 0, stream_of(be)>>>(
         (bf16 *)out, lse, (const bf16 *)q, (const bf16 *)kb, (const bf16 *)vb, (const bf16 *)kc, (const bf16 *)vc,
@@ -406,6 +412,9 @@ extern "C" void cuda_dflash_attn_backward(backend *be, void *dq, void *dkb, void
                                           const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq,
                                           int nkv, int hd, float scale, int window, int block_causal) {
     if (C <= 0) return;
+    if (dflash_tc_backward(be, dq, dkb, dvb, dkc, dvc, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, C, B, nq,
+                           nkv, hd, scale, window, block_causal))
+        return;
     check_head_dim(hd);
     cudaStream_t st = stream_of(be);
     const bf16 *dout_ = (const bf16 *)dout, *out_ = (const bf16 *)out, *q_ = (const bf16 *)q;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 // Execution-space and launch attributes mean nothing on the host.
@@ -61,6 +62,9 @@ extern thread_local launch_ctx *cur_launch;
 void sync_block();
 uint64_t warp_exchange(uint64_t v, int src);
 void *dynamic_smem();
+// Per-warp scratch of 256 floats (the WMMA emulation's result tile); fail: report and abort.
+float *warp_scratch();
+[[noreturn]] void fail(const char *msg);
 
 // Runs body once per thread of every block of the grid; returns the launch error (cudaSuccess,
 // cudaErrorInvalidConfiguration, ...), which the runtime keeps for cudaGetLastError.
@@ -189,3 +193,93 @@ static inline emu_call<P...> emu_launch_config(void (*kernel)(P...), const char 
     return emu_call<P...>{kernel, name, grid, block, smem};
 }
 #define emu_launcher(kernel, ...) emu_launch_config(kernel, #kernel, __VA_ARGS__)
+
+// nvcuda::wmma at the level of its API (load_matrix_sync, store_matrix_sync, fill_fragment,
+// mma_sync): a fragment holds its whole tile in every lane (the real one spreads it over the lanes
+// in an unspecified layout, so code must not touch fragment elements and ours does not: there is no
+// x[] or num_elements here). Every operation is warp-collective as on the GPU: mma_sync computes
+// once per warp, in fp32 over bf16/half inputs, and hands every lane the result. The documented
+// requirements are checked: a 256-bit aligned pointer and ldm a multiple of 16 bytes.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int m, int n, int k> struct frag_shape;
+template <int m, int n, int k> struct frag_shape<matrix_a, m, n, k> {
+    static const int rows = m, cols = k;
+};
+template <int m, int n, int k> struct frag_shape<matrix_b, m, n, k> {
+    static const int rows = k, cols = n;
+};
+template <int m, int n, int k> struct frag_shape<accumulator, m, n, k> {
+    static const int rows = m, cols = n;
+};
+
+// v: the tile, row-major [rows][cols], as fp32 (bf16 and half values are exact in fp32)
+template <class Use, int m, int n, int k, class T, class Layout = void> struct fragment {
+    static const int rows = frag_shape<Use, m, n, k>::rows, cols = frag_shape<Use, m, n, k>::cols;
+    float v[rows * cols];
+};
+
+static inline float to_f32(float x) { return x; }
+static inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+static inline float to_f32(__half x) { return __half2float(x); }
+
+template <class T> static inline void check_ptr(const T *p, unsigned ldm) {
+    if ((uintptr_t)p % 32 != 0) emu::fail("WMMA load/store pointer not 256-bit aligned");
+    if ((ldm * sizeof(T)) % 16 != 0) emu::fail("WMMA ldm not a multiple of 16 bytes");
+}
+
+template <class Use, int m, int n, int k, class T, class L, class P>
+static inline void load_matrix_sync(fragment<Use, m, n, k, T, L> &f, const P *p, unsigned ldm) {
+    check_ptr(p, ldm);
+    (void)emu::warp_scratch(); // a full warp
+    const bool col = std::is_same<L, col_major>::value;
+    for (int r = 0; r < f.rows; r++)
+        for (int c = 0; c < f.cols; c++) f.v[r * f.cols + c] = to_f32(col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]);
+    __syncwarp();
+}
+template <int m, int n, int k, class T, class P>
+static inline void load_matrix_sync(fragment<accumulator, m, n, k, T> &f, const P *p, unsigned ldm, layout_t lay) {
+    check_ptr(p, ldm);
+    (void)emu::warp_scratch();
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) f.v[r * n + c] = to_f32(lay == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]);
+    __syncwarp();
+}
+template <int m, int n, int k, class T>
+static inline void store_matrix_sync(T *p, const fragment<accumulator, m, n, k, T> &f, unsigned ldm, layout_t lay) {
+    check_ptr(p, ldm);
+    (void)emu::warp_scratch();
+    __syncwarp(); // every lane has the same tile: one lane writes it
+    if (emu::cur_thread->lane == 0)
+        for (int r = 0; r < m; r++)
+            for (int c = 0; c < n; c++) (lay == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.v[r * n + c];
+    __syncwarp();
+}
+template <class Use, int m, int n, int k, class T, class L, class V>
+static inline void fill_fragment(fragment<Use, m, n, k, T, L> &f, const V &x) {
+    for (int i = 0; i < f.rows * f.cols; i++) f.v[i] = to_f32(x);
+}
+template <int m, int n, int k, class TA, class LA, class TB, class LB, class TC>
+static inline void mma_sync(fragment<accumulator, m, n, k, TC> &d, const fragment<matrix_a, m, n, k, TA, LA> &a,
+                            const fragment<matrix_b, m, n, k, TB, LB> &b, const fragment<accumulator, m, n, k, TC> &c) {
+    float *out = emu::warp_scratch();
+    if (emu::cur_thread->lane == 0)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float s = c.v[i * n + j];
+                for (int l = 0; l < k; l++) s += a.v[i * k + l] * b.v[l * n + j];
+                out[i * n + j] = s;
+            }
+    __syncwarp(); // lane 0 has written the tile
+    for (int i = 0; i < m * n; i++) d.v[i] = out[i];
+    __syncwarp(); // every lane has read it before the next operation overwrites it
+}
+} // namespace wmma
+} // namespace nvcuda

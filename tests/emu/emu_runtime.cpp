@@ -107,6 +107,18 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d) {
+    if (d != 0) return fail(cudaErrorInvalidDevice);
+    switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)SMEM_OPTIN_MAX; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = 1; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    default: return fail(cudaErrorInvalidValue);
+    }
+}
+
 cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d) {
     if (d != 0) return fail(cudaErrorInvalidDevice);
     snprintf(buf, (size_t)len, "0000:00:00.0");

@@ -70,6 +70,8 @@ struct sched {
     void *arg = nullptr;
     // warp exchange slots
     uint64_t slot[MAX_THREADS / 32][32];
+    // per-warp scratch for the warp-collective WMMA operations (cuda_emu.h)
+    float wmma[MAX_THREADS / 32][256];
 #if defined(__x86_64__)
     void *main_sp = nullptr;
 #else
@@ -78,7 +80,7 @@ struct sched {
 };
 static thread_local sched *S;
 
-static void die(const char *msg) {
+[[noreturn]] static void die(const char *msg) {
     fprintf(stderr, "cuda emulator: %s in kernel %s (block %u,%u,%u)\n", msg,
             cur_launch && cur_launch->kernel ? cur_launch->kernel : "?", cur_launch ? cur_launch->bid.x : 0,
             cur_launch ? cur_launch->bid.y : 0, cur_launch ? cur_launch->bid.z : 0);
@@ -176,6 +178,15 @@ uint64_t warp_exchange(uint64_t v, int src) {
 
 void *dynamic_smem() { return cur_launch->smem; }
 
+float *warp_scratch() {
+    if (!cur_thread) die("a WMMA operation outside a kernel");
+    int n = (int)(cur_launch->block.x * cur_launch->block.y * cur_launch->block.z);
+    if ((cur_thread->warp + 1) * 32 > n) die("a WMMA operation in a partial warp (it needs all 32 lanes)");
+    return S->wmma[cur_thread->warp];
+}
+
+void fail(const char *msg) { die(msg); }
+
 // Runs the block's fibers to the end.
 static void run_block(int n) {
     std::vector<fiber> &F = S->fibers;
@@ -241,12 +252,12 @@ void run_kernel(const void *kernel, const char *name, dim3 grid, dim3 block, siz
     }
     sched *s = sched_get();
     int n = (int)(block.x * block.y * block.z);
-    std::vector<unsigned char> smem_buf(smem + 16);
+    std::vector<unsigned char> smem_buf(smem + 128);
     launch_ctx L;
     L.grid = grid;
     L.block = block;
     L.kernel = name;
-    L.smem = (void *)(((uintptr_t)smem_buf.data() + 15) & ~(uintptr_t)15);
+    L.smem = (void *)(((uintptr_t)smem_buf.data() + 127) & ~(uintptr_t)127); // as a GPU's shared window
     for (int i = 0; i < n; i++) {
         thread_ctx &t = s->fibers[i].ctx;
         t.linear = i;

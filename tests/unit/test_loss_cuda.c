@@ -195,8 +195,10 @@ int main(void) {
     run_case(2, 3, 64, 40, 40, 2, 0, LOSS_WEIGHT_DECAY, LOSS_MODE_TILES, 3, 16);   // k = V: p_r = 0
     run_case(4, 7, 128, 2000, 16, 8, 1, LOSS_WEIGHT_DPACE, LOSS_MODE_ROWS, 28, 0); // logits at the 1e4 scale
     run_case(4, 7, 128, 2000, 16, 8, 1, LOSS_WEIGHT_DPACE, LOSS_MODE_TILES, 14, 512);
-    run_case(64, 15, 1024, 151936, 32, 8, 0, LOSS_WEIGHT_DECAY, LOSS_MODE_ROWS, 240, 0); // a real vocabulary
-    run_case(64, 15, 1024, 151936, 32, 8, 0, LOSS_WEIGHT_DPACE, LOSS_MODE_TILES, 480, 16384);
+    // a real vocabulary (emulated: 4 anchors and H 128, the vocabulary and its tiles unchanged)
+    int anchors = TEST_EMU_SIZE(64, 4), H = TEST_EMU_SIZE(1024, 128);
+    run_case(anchors, 15, H, 151936, 32, 8, 0, LOSS_WEIGHT_DECAY, LOSS_MODE_ROWS, anchors * 15 / 4, 0);
+    run_case(anchors, 15, H, 151936, 32, 8, 0, LOSS_WEIGHT_DPACE, LOSS_MODE_TILES, anchors * 15 / 2, 16384);
     backend_close(&gpu);
     backend_close(&cpu);
     return test_finish("test_loss_cuda");

@@ -28,6 +28,17 @@ const char *test_src_path(const char *rel);
 // test_write_file: write bytes to path; returns 0 on success.
 int test_write_file(const char *path, const void *data, size_t n);
 
+// TEST_EMULATED: 1 in the CUDA emulator build (DFLASH_CUDA_EMU, tests/emu/README.md), where a kernel
+// runs some 10^3-10^5 times slower than on a GPU. TEST_EMU_SIZE(gpu_n, emu_n): gpu_n, or emu_n there.
+// Only a size whose point is a real model's scale shrinks there; every case that checks a shape
+// feature (partial tiles, grid limits, odd head_dim) runs as it is.
+#ifdef DFLASH_CUDA_EMU
+#define TEST_EMULATED 1
+#else
+#define TEST_EMULATED 0
+#endif
+#define TEST_EMU_SIZE(gpu_n, emu_n) (TEST_EMULATED ? (emu_n) : (gpu_n))
+
 #define CHECK(cond)                                                                           \
     do {                                                                                      \
         if (cond) test_passed++;                                                              \

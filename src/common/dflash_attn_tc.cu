@@ -1,0 +1,686 @@
+// dflash_attn_tc.cu: the DFlash attention on tensor cores (see dflash_attn_tc.h).
+//
+// The work unit is one anchor's query rows for one kv head. The G = nq / nkv query heads of a kv
+// head read the same keys, so an anchor's rows are taken slot-major, r = k * G + g (slot k, query
+// head kh * G + g): G * B rows, cut into tiles of BQ. The keys of a query tile are listed as the
+// context rows its slots may see (from the lowest window start among them up to the anchor), then
+// the block's slots; each row's own mask (SPEC §3, as seen_by in ops_train_cuda.cu) is applied
+// element by element when scores become probabilities.
+//
+// Tiles live in shared memory: bf16 operands [rows][hdp + 8] (hdp: head_dim rounded up to 16 and
+// zero padded; the +8 spreads rows over the banks), fp32 scores and accumulators. Products are
+// WMMA 16x16x16 (bf16 in, fp32 accumulate), their 16x16 output tiles spread over the block's 4 warps
+// (tile_mma); masks, softmax and rescaling are fp32 on all 128 threads, TPR = 128 / BQ per row.
+//
+//   fwd  query tile x its key tiles: S = Q K^T, online softmax (running max m and sum l per row, O
+//        rescaled by exp(m_old - m_new)), O += P V; out = O / l, lse = m + log l.
+//   dq   query tile x its key tiles: P = exp(scale S - lse), dP = dO V^T, dS = P (dP - D) with
+//        D = rowsum(dO * out); dQ += scale dS K.
+//   dkv  key tile x every query tile that sees it: dV += P^T dO, dK += scale dS^T Q. An anchor's
+//        block keys are written (bf16); a context tile, seen by every anchor after it in its
+//        sequence, is added to the fp32 dkc/dvc by the one block that owns it (no atomics).
+//
+// P and dS are rounded to bf16 for their products (as flash-attention does): ~2^-9 relative per
+// term, inside the bf16 tolerance the tests hold the scalar kernels to.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "common/backend_cuda.h"
+#include "common/check_cuda.h"
+#include "common/dflash_attn_tc.h"
+
+typedef __nv_bfloat16 bf16;
+using namespace nvcuda;
+
+#define TC_THREADS 128
+#define TC_WARPS (TC_THREADS / 32)
+#define TC_FULL 0xffffffffu
+#define TC_CTX_BLOCKS 512 // context-tile blocks per kv head (grid-stride: the context length is on the device)
+
+// 128-byte units of dynamic shared memory (WMMA wants 32-byte aligned tiles)
+struct __align__(128) tc_line {
+    unsigned char b[128];
+};
+
+// ---------------------------------------------------------------------------- shared-memory plans
+
+// Row strides (elements) of the tiles, from head_dim and the key tile width BK.
+struct tc_strides {
+    int hdp; // head_dim rounded up to 16
+    int ldh; // bf16 [.][hdp] operands
+    int ldo; // fp32 [.][hdp] accumulators
+    int lds; // fp32 [BQ][BK] scores
+    int ldp; // bf16 [BQ][BK] probabilities
+};
+static __host__ __device__ tc_strides strides_of(int hd, int BK) {
+    tc_strides s;
+    s.hdp = (hd + 15) / 16 * 16;
+    s.ldh = s.hdp + 8;
+    s.ldo = s.hdp + 4;
+    s.lds = BK + 4;
+    s.ldp = BK + 8;
+    return s;
+}
+
+// Byte offsets of a kernel's tiles in its dynamic shared memory, each 128-byte aligned.
+static __host__ __device__ size_t bump(size_t *at, size_t bytes) {
+    size_t o = *at;
+    *at += (bytes + 127) / 128 * 128;
+    return o;
+}
+
+struct fwd_smem {
+    size_t q, k, v, s, p, o, total;
+};
+static __host__ __device__ fwd_smem fwd_layout(int BQ, int BK, int hd) {
+    tc_strides st = strides_of(hd, BK);
+    fwd_smem L;
+    size_t at = 0;
+    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
+    L.k = bump(&at, (size_t)BK * st.ldh * 2);
+    L.v = bump(&at, (size_t)BK * st.ldh * 2);
+    L.s = bump(&at, (size_t)BQ * st.lds * 4);
+    L.p = bump(&at, (size_t)BQ * st.ldp * 2);
+    L.o = bump(&at, (size_t)BQ * st.ldo * 4);
+    L.total = at;
+    return L;
+}
+
+struct dq_smem {
+    size_t q, dout, k, v, s, dp, ds, dq, total;
+};
+static __host__ __device__ dq_smem dq_layout(int BQ, int BK, int hd) {
+    tc_strides st = strides_of(hd, BK);
+    dq_smem L;
+    size_t at = 0;
+    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
+    L.dout = bump(&at, (size_t)BQ * st.ldh * 2);
+    L.k = bump(&at, (size_t)BK * st.ldh * 2);
+    L.v = bump(&at, (size_t)BK * st.ldh * 2);
+    L.s = bump(&at, (size_t)BQ * st.lds * 4);
+    L.dp = bump(&at, (size_t)BQ * st.lds * 4);
+    L.ds = bump(&at, (size_t)BQ * st.ldp * 2);
+    L.dq = bump(&at, (size_t)BQ * st.ldo * 4);
+    L.total = at;
+    return L;
+}
+
+struct dkv_smem {
+    size_t k, v, q, dout, s, dp, p, ds, dk, dv, misc, total;
+};
+static __host__ __device__ dkv_smem dkv_layout(int BQ, int BK, int hd) {
+    tc_strides st = strides_of(hd, BK);
+    dkv_smem L;
+    size_t at = 0;
+    L.k = bump(&at, (size_t)BK * st.ldh * 2);
+    L.v = bump(&at, (size_t)BK * st.ldh * 2);
+    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
+    L.dout = bump(&at, (size_t)BQ * st.ldh * 2);
+    L.s = bump(&at, (size_t)BQ * st.lds * 4);
+    L.dp = bump(&at, (size_t)BQ * st.lds * 4);
+    L.p = bump(&at, (size_t)BQ * st.ldp * 2);
+    L.ds = bump(&at, (size_t)BQ * st.ldp * 2);
+    L.dk = bump(&at, (size_t)BK * st.ldo * 4);
+    L.dv = bump(&at, (size_t)BK * st.ldo * 4);
+    L.misc = bump(&at, 4); // the context length, found by the block
+    L.total = at;
+    return L;
+}
+
+// ---------------------------------------------------------------------------- rows and masks
+
+static __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+
+// One anchor's query rows (q, dout or out; lse by index): tile row i is r = r0 + i, slot r / G of
+// the anchor (global row row0 + r / G), query head kh * G + r % G; -1 past the rows in use.
+struct q_rows {
+    int64_t row0;
+    int nq, G, kh, r0, rows;
+    __device__ int64_t index(int i) const {
+        int r = r0 + i;
+        if (i < 0 || r >= rows) return -1;
+        return (row0 + r / G) * nq + kh * G + r % G;
+    }
+    __device__ int slot(int i) const { return (r0 + i) / G; }
+};
+
+// A key list: nctx context rows from c_lo, then block rows (global row blk0 + j) up to nk keys.
+struct key_list {
+    int c_lo, nctx, nk;
+    int64_t blk0;
+    int nkv, kh;
+    __device__ int64_t index(int t, bool *is_ctx) const { // row index (times nkv, plus kh) of key t
+        *is_ctx = t < nctx;
+        return (t < nctx ? (int64_t)(c_lo + t) : blk0 + t - nctx) * nkv + kh;
+    }
+};
+
+// Does slot k of the anchor at a (its sequence starting at st) see context row c < a?
+static __device__ __forceinline__ bool ctx_seen(int c, int k, int a, int st, int window) {
+    return c >= st && (window <= 0 || c >= a + k - (window - 1));
+}
+
+// dst[rows][ld] <- the rows src(i) (nullptr: a zero row), zero past head_dim. 16-byte vectors when
+// vec (head_dim a multiple of 8 and the buffers 16-byte aligned, so every row is), else elements.
+template <class Src>
+static __device__ void load_tile(bf16 *dst, int ld, int rows, int hd, int hdp, int vec, const Src &src) {
+    if (vec) {
+        int vpr = hdp / 8;
+        for (int u = threadIdx.x; u < rows * vpr; u += TC_THREADS) {
+            int i = u / vpr, c = (u % vpr) * 8;
+            const bf16 *s = src(i);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (s && c < hd) v = *(const uint4 *)(s + c);
+            *(uint4 *)(dst + (size_t)i * ld + c) = v;
+        }
+    } else {
+        for (int u = threadIdx.x; u < rows * hdp; u += TC_THREADS) {
+            int i = u / hdp, c = u % hdp;
+            const bf16 *s = src(i);
+            dst[(size_t)i * ld + c] = s && c < hd ? s[c] : __float2bfloat16(0.0f);
+        }
+    }
+}
+
+// Row sources for load_tile.
+struct q_src {
+    const bf16 *base;
+    q_rows rows;
+    int hd;
+    __device__ const bf16 *operator()(int i) const {
+        int64_t g = rows.index(i);
+        return g < 0 ? nullptr : base + g * hd;
+    }
+};
+struct key_src {
+    const bf16 *ctx, *blk;
+    key_list keys;
+    int t0, hd;
+    __device__ const bf16 *operator()(int i) const {
+        int t = t0 + i;
+        if (t >= keys.nk) return nullptr;
+        bool is_ctx;
+        int64_t g = keys.index(t, &is_ctx);
+        return (is_ctx ? ctx : blk) + g * hd;
+    }
+};
+
+// ---------------------------------------------------------------------------- tensor-core products
+
+// C[M][N] = (acc ? C : 0) + op(A) op(B), all in shared memory, fp32 C, bf16 A and B; M, N, K
+// multiples of 16. LA = row_major: A stored [M][K] (lda), col_major: stored [K][M]; LB = row_major:
+// B stored [K][N], col_major: stored [N][K]. The 16x16 output tiles are dealt to the block's warps.
+template <class LA, class LB>
+static __device__ void tile_mma(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb, int M, int N,
+                                int K, bool acc) {
+    const bool a_col = std::is_same<LA, wmma::col_major>::value, b_col = std::is_same<LB, wmma::col_major>::value;
+    int warp = threadIdx.x / 32, tn = N / 16, tiles = (M / 16) * tn;
+    for (int t = warp; t < tiles; t += TC_WARPS) {
+        int i = (t / tn) * 16, j = (t % tn) * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+        if (acc) wmma::load_matrix_sync(c, C + (size_t)i * ldc + j, ldc, wmma::mem_row_major);
+        else wmma::fill_fragment(c, 0.0f);
+        for (int l = 0; l < K; l += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
+            wmma::load_matrix_sync(fa, a_col ? A + (size_t)l * lda + i : A + (size_t)i * lda + l, lda);
+            wmma::load_matrix_sync(fb, b_col ? B + (size_t)j * ldb + l : B + (size_t)l * ldb + j, ldb);
+            wmma::mma_sync(c, fa, fb, c);
+        }
+        wmma::store_matrix_sync(C + (size_t)i * ldc + j, c, ldc, wmma::mem_row_major);
+    }
+}
+typedef wmma::row_major RM;
+typedef wmma::col_major CM;
+
+// Sum over the TPR consecutive lanes that share a row.
+template <int TPR> static __device__ __forceinline__ float row_sum(float v) {
+    for (int o = 1; o < TPR; o <<= 1) v += __shfl_xor_sync(TC_FULL, v, o);
+    return v;
+}
+template <int TPR> static __device__ __forceinline__ float row_max(float v) {
+    for (int o = 1; o < TPR; o <<= 1) v = fmaxf(v, __shfl_xor_sync(TC_FULL, v, o));
+    return v;
+}
+
+// The key list of query tile r0 of anchor ci: context from the lowest window start of its slots.
+static __device__ key_list keys_of_tile(int a, int st, int64_t blk0, int k_lo, int k_hi, int B, int nkv, int kh,
+                                        int window, int block_causal) {
+    key_list kl;
+    kl.c_lo = st;
+    if (window > 0 && a + k_lo - (window - 1) > kl.c_lo) kl.c_lo = a + k_lo - (window - 1);
+    kl.nctx = a > kl.c_lo ? a - kl.c_lo : 0;
+    kl.nk = kl.nctx + (block_causal ? k_hi + 1 : B);
+    kl.blk0 = blk0;
+    kl.nkv = nkv;
+    kl.kh = kh;
+    return kl;
+}
+
+// Does row slot k see key t of the list?
+static __device__ __forceinline__ bool key_seen(const key_list &kl, int t, int k, int a, int st, int window,
+                                                int block_causal) {
+    if (t >= kl.nk) return false;
+    if (t < kl.nctx) return ctx_seen(kl.c_lo + t, k, a, st, window);
+    return !block_causal || t - kl.nctx <= k;
+}
+
+// ---------------------------------------------------------------------------- forward
+
+// grid (C * q_tiles, nkv), TC_THREADS threads
+template <int BQ, int BK>
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc,
+                  const bf16 *vc, const int32_t *anchors, const int32_t *seq_start, int B, int nq, int nkv, int hd,
+                  float scale, int window, int block_causal, int q_tiles, int vec) {
+    extern __shared__ tc_line tc_smem[];
+    const int TPR = TC_THREADS / BQ;
+    tc_strides sd = strides_of(hd, BK);
+    fwd_smem L = fwd_layout(BQ, BK, hd);
+    char *sm = (char *)tc_smem;
+    bf16 *Qs = (bf16 *)(sm + L.q), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Ps = (bf16 *)(sm + L.p);
+    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.o);
+
+    int ci = blockIdx.x / q_tiles, kh = blockIdx.y, G = nq / nkv;
+    q_rows qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * BQ, G * B};
+    int a = anchors[ci], st = seq_start[ci];
+    int k_hi = (min(qr.rows, qr.r0 + BQ) - 1) / G;
+    key_list kl = keys_of_tile(a, st, (int64_t)ci * B, qr.r0 / G, k_hi, B, nkv, kh, window, block_causal);
+
+    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, qr, hd});
+    for (int u = threadIdx.x; u < BQ * sd.ldo; u += TC_THREADS) Os[u] = 0.0f;
+    int i = threadIdx.x / TPR, part = threadIdx.x % TPR; // this thread's row and column share
+    int64_t gi = qr.index(i);
+    int k = gi >= 0 ? qr.slot(i) : 0;
+    float m = -INFINITY, l = 0.0f;
+    for (int t0 = 0; t0 < kl.nk; t0 += BK) {
+        __syncthreads(); // the previous tile's K, V and P are consumed
+        load_tile(Ks, sd.ldh, BK, hd, sd.hdp, vec, key_src{kc, kb, kl, t0, hd});
+        load_tile(Vs, sd.ldh, BK, hd, sd.hdp, vec, key_src{vc, vb, kl, t0, hd});
+        __syncthreads();
+        tile_mma<RM, CM>(Ss, sd.lds, Qs, sd.ldh, Ks, sd.ldh, BQ, BK, sd.hdp, false); // S = Q K^T
+        __syncthreads();
+        float *srow = Ss + (size_t)i * sd.lds;
+        float mt = -INFINITY;
+        for (int c = part; c < BK; c += TPR) {
+            float s = gi >= 0 && key_seen(kl, t0 + c, k, a, st, window, block_causal) ? srow[c] * scale : -INFINITY;
+            srow[c] = s;
+            mt = fmaxf(mt, s);
+        }
+        float mn = fmaxf(m, row_max<TPR>(mt));
+        float base = mn == -INFINITY ? 0.0f : mn; // nothing seen yet: every p is 0
+        float corr = expf(m - base), ps = 0.0f;
+        for (int c = part; c < BK; c += TPR) {
+            float p = expf(srow[c] - base);
+            ps += p;
+            Ps[(size_t)i * sd.ldp + c] = __float2bfloat16(p);
+        }
+        l = l * corr + row_sum<TPR>(ps);
+        m = mn;
+        for (int d = part; d < sd.hdp; d += TPR) Os[(size_t)i * sd.ldo + d] *= corr;
+        __syncthreads();
+        tile_mma<RM, RM>(Os, sd.ldo, Ps, sd.ldp, Vs, sd.ldh, BQ, sd.hdp, BK, true); // O += P V
+    }
+    __syncthreads();
+    if (gi >= 0) { // every used row sees at least its own slot: l > 0
+        float inv = 1.0f / l;
+        for (int d = part; d < hd; d += TPR) out[gi * hd + d] = __float2bfloat16(Os[(size_t)i * sd.ldo + d] * inv);
+        if (part == 0) lse[gi] = m + logf(l);
+    }
+}
+
+// ---------------------------------------------------------------------------- backward: dq
+
+// D = rowsum(dout * out) of tile row i, over the TPR threads of the row (dout from the tile).
+template <int TPR>
+static __device__ float row_dot_out(const bf16 *dOs_row, const bf16 *out, int64_t gi, int hd, int part) {
+    float s = 0.0f;
+    if (gi >= 0)
+        for (int d = part; d < hd; d += TPR) s += bf(dOs_row[d]) * bf(out[gi * hd + d]);
+    return row_sum<TPR>(s);
+}
+
+// grid (C * q_tiles, nkv), TC_THREADS threads
+template <int BQ, int BK>
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_dq_kernel(bf16 *dq, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *kb,
+                 const bf16 *vb, const bf16 *kc, const bf16 *vc, const int32_t *anchors, const int32_t *seq_start,
+                 int B, int nq, int nkv, int hd, float scale, int window, int block_causal, int q_tiles, int vec) {
+    extern __shared__ tc_line tc_smem[];
+    const int TPR = TC_THREADS / BQ;
+    tc_strides sd = strides_of(hd, BK);
+    dq_smem L = dq_layout(BQ, BK, hd);
+    char *sm = (char *)tc_smem;
+    bf16 *Qs = (bf16 *)(sm + L.q), *dOs = (bf16 *)(sm + L.dout), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
+    bf16 *dSs = (bf16 *)(sm + L.ds);
+    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dQs = (float *)(sm + L.dq);
+
+    int ci = blockIdx.x / q_tiles, kh = blockIdx.y, G = nq / nkv;
+    q_rows qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * BQ, G * B};
+    int a = anchors[ci], st = seq_start[ci];
+    int k_hi = (min(qr.rows, qr.r0 + BQ) - 1) / G;
+    key_list kl = keys_of_tile(a, st, (int64_t)ci * B, qr.r0 / G, k_hi, B, nkv, kh, window, block_causal);
+
+    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, qr, hd});
+    load_tile(dOs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{dout, qr, hd});
+    for (int u = threadIdx.x; u < BQ * sd.ldo; u += TC_THREADS) dQs[u] = 0.0f;
+    int i = threadIdx.x / TPR, part = threadIdx.x % TPR;
+    int64_t gi = qr.index(i);
+    int k = gi >= 0 ? qr.slot(i) : 0;
+    float Lr = gi >= 0 ? lse[gi] : 0.0f;
+    __syncthreads();
+    float Dr = row_dot_out<TPR>(dOs + (size_t)i * sd.ldh, out, gi, hd, part);
+    for (int t0 = 0; t0 < kl.nk; t0 += BK) {
+        __syncthreads();
+        load_tile(Ks, sd.ldh, BK, hd, sd.hdp, vec, key_src{kc, kb, kl, t0, hd});
+        load_tile(Vs, sd.ldh, BK, hd, sd.hdp, vec, key_src{vc, vb, kl, t0, hd});
+        __syncthreads();
+        tile_mma<RM, CM>(Ss, sd.lds, Qs, sd.ldh, Ks, sd.ldh, BQ, BK, sd.hdp, false);   // S = Q K^T
+        tile_mma<RM, CM>(dPs, sd.lds, dOs, sd.ldh, Vs, sd.ldh, BQ, BK, sd.hdp, false); // dP = dO V^T
+        __syncthreads();
+        for (int c = part; c < BK; c += TPR) {
+            float ds = 0.0f;
+            if (gi >= 0 && key_seen(kl, t0 + c, k, a, st, window, block_causal)) {
+                float p = expf(Ss[(size_t)i * sd.lds + c] * scale - Lr);
+                ds = p * (dPs[(size_t)i * sd.lds + c] - Dr) * scale;
+            }
+            dSs[(size_t)i * sd.ldp + c] = __float2bfloat16(ds);
+        }
+        __syncthreads();
+        tile_mma<RM, RM>(dQs, sd.ldo, dSs, sd.ldp, Ks, sd.ldh, BQ, sd.hdp, BK, true); // dQ += dS K
+    }
+    __syncthreads();
+    if (gi >= 0)
+        for (int d = part; d < hd; d += TPR) dq[gi * hd + d] = __float2bfloat16(dQs[(size_t)i * sd.ldo + d]);
+}
+
+// ---------------------------------------------------------------------------- backward: dk, dv
+
+// The keys of a dkv block: nkey rows, tile-local key c is context row c0 + c (context tiles) or
+// block slot j0 + c of the anchor (block tiles).
+struct kv_tile {
+    int context, c0, j0, nkey;
+};
+
+// Does row slot k of the anchor at a (start st) see tile-local key c?
+static __device__ __forceinline__ bool tile_key_seen(const kv_tile &kt, int c, int k, int a, int st, int window,
+                                                     int block_causal) {
+    if (c >= kt.nkey) return false;
+    if (kt.context) return kt.c0 + c < a && ctx_seen(kt.c0 + c, k, a, st, window);
+    return !block_causal || kt.j0 + c <= k;
+}
+
+// Adds to dK, dV (shared) what the query rows [r0, rows) of anchor ci give the block's key tile.
+template <int BQ, int BK>
+static __device__ void dkv_accumulate(char *sm, const dkv_smem &L, const tc_strides &sd, const kv_tile &kt, int ci,
+                                      int r0, int rows, const bf16 *dout, const bf16 *out, const float *lse,
+                                      const bf16 *q, int a, int st, int B, int nq, int nkv, int hd, float scale,
+                                      int window, int block_causal, int vec) {
+    const int TPR = TC_THREADS / BQ;
+    bf16 *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Qs = (bf16 *)(sm + L.q), *dOs = (bf16 *)(sm + L.dout);
+    bf16 *Ps = (bf16 *)(sm + L.p), *dSs = (bf16 *)(sm + L.ds);
+    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dKs = (float *)(sm + L.dk), *dVs = (float *)(sm + L.dv);
+    int G = nq / nkv, kh = blockIdx.y;
+    q_rows qr = {(int64_t)ci * B, nq, G, kh, r0, rows};
+    __syncthreads(); // the previous query tile is consumed
+    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, qr, hd});
+    load_tile(dOs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{dout, qr, hd});
+    int i = threadIdx.x / TPR, part = threadIdx.x % TPR;
+    int64_t gi = qr.index(i);
+    int k = gi >= 0 ? qr.slot(i) : 0;
+    float Lr = gi >= 0 ? lse[gi] : 0.0f;
+    __syncthreads();
+    float Dr = row_dot_out<TPR>(dOs + (size_t)i * sd.ldh, out, gi, hd, part);
+    tile_mma<RM, CM>(Ss, sd.lds, Qs, sd.ldh, Ks, sd.ldh, BQ, BK, sd.hdp, false);   // S = Q K^T
+    tile_mma<RM, CM>(dPs, sd.lds, dOs, sd.ldh, Vs, sd.ldh, BQ, BK, sd.hdp, false); // dP = dO V^T
+    __syncthreads();
+    for (int c = part; c < BK; c += TPR) {
+        float p = 0.0f, ds = 0.0f;
+        if (gi >= 0 && tile_key_seen(kt, c, k, a, st, window, block_causal)) {
+            p = expf(Ss[(size_t)i * sd.lds + c] * scale - Lr);
+            ds = p * (dPs[(size_t)i * sd.lds + c] - Dr) * scale;
+        }
+        Ps[(size_t)i * sd.ldp + c] = __float2bfloat16(p);
+        dSs[(size_t)i * sd.ldp + c] = __float2bfloat16(ds);
+    }
+    __syncthreads();
+    tile_mma<CM, RM>(dVs, sd.ldo, Ps, sd.ldp, dOs, sd.ldh, BK, sd.hdp, BQ, true); // dV += P^T dO
+    tile_mma<CM, RM>(dKs, sd.ldo, dSs, sd.ldp, Qs, sd.ldh, BK, sd.hdp, BQ, true); // dK += dS^T Q
+}
+
+// Block tiles: grid (C * kb_tiles, nkv); context tiles: grid (TC_CTX_BLOCKS, nkv), striding over
+// the context up to the last anchor (found here: the anchors live on the device).
+template <int BQ, int BK>
+static __global__ void __launch_bounds__(TC_THREADS)
+    tc_dkv_kernel(bf16 *dkb, bf16 *dvb, float *dkc, float *dvc, const bf16 *dout, const bf16 *out, const float *lse,
+                  const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc,
+                  const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
+                  int window, int block_causal, int context, int kb_tiles, int vec) {
+    extern __shared__ tc_line tc_smem[];
+    tc_strides sd = strides_of(hd, BK);
+    dkv_smem L = dkv_layout(BQ, BK, hd);
+    char *sm = (char *)tc_smem;
+    bf16 *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
+    float *dKs = (float *)(sm + L.dk), *dVs = (float *)(sm + L.dv);
+    int kh = blockIdx.y, G = nq / nkv, R = G * B;
+
+    if (!context) {
+        int ci = blockIdx.x / kb_tiles;
+        kv_tile kt = {0, 0, (int)(blockIdx.x % kb_tiles) * BK, 0};
+        kt.nkey = min(BK, B - kt.j0);
+        key_list kl = {0, 0, B, (int64_t)ci * B, nkv, kh};
+        load_tile(Ks, sd.ldh, BK, hd, sd.hdp, vec, key_src{kc, kb, kl, kt.j0, hd});
+        load_tile(Vs, sd.ldh, BK, hd, sd.hdp, vec, key_src{vc, vb, kl, kt.j0, hd});
+        for (int u = threadIdx.x; u < BK * sd.ldo; u += TC_THREADS) dKs[u] = dVs[u] = 0.0f;
+        int a = anchors[ci], st = seq_start[ci];
+        for (int r0 = block_causal ? kt.j0 * G : 0; r0 < R; r0 += BQ) // causal: slots k >= j0 only
+            dkv_accumulate<BQ, BK>(sm, L, sd, kt, ci, r0, R, dout, out, lse, q, a, st, B, nq, nkv, hd, scale, window,
+                                   block_causal, vec);
+        __syncthreads();
+        for (int u = threadIdx.x; u < kt.nkey * hd; u += TC_THREADS) {
+            int c = u / hd, d = u % hd;
+            int64_t g = (((int64_t)ci * B + kt.j0 + c) * nkv + kh) * hd + d;
+            dkb[g] = __float2bfloat16(dKs[(size_t)c * sd.ldo + d]);
+            dvb[g] = __float2bfloat16(dVs[(size_t)c * sd.ldo + d]);
+        }
+        return;
+    }
+
+    int *s_seen = (int *)(sm + L.misc);
+    if (threadIdx.x == 0) *s_seen = 0;
+    __syncthreads();
+    int mx = 0;
+    for (int ci = threadIdx.x; ci < C; ci += TC_THREADS) mx = max(mx, anchors[ci]);
+    atomicMax(s_seen, mx);
+    __syncthreads();
+    int S = *s_seen; // context rows [0, S) can be seen
+    for (int c0 = blockIdx.x * BK; c0 < S; c0 += gridDim.x * BK) {
+        kv_tile kt = {1, c0, 0, min(BK, S - c0)};
+        key_list kl = {c0, kt.nkey, kt.nkey, 0, nkv, kh};
+        __syncthreads(); // the previous tile's dK, dV are written out
+        load_tile(Ks, sd.ldh, BK, hd, sd.hdp, vec, key_src{kc, kb, kl, 0, hd});
+        load_tile(Vs, sd.ldh, BK, hd, sd.hdp, vec, key_src{vc, vb, kl, 0, hd});
+        for (int u = threadIdx.x; u < BK * sd.ldo; u += TC_THREADS) dKs[u] = dVs[u] = 0.0f;
+        for (int ci = 0; ci < C; ci++) {
+            int a = anchors[ci], st = seq_start[ci];
+            if (c0 >= a || c0 + kt.nkey <= st) continue; // the tile is not in [st, a)
+            int k_top = B - 1;                           // the last slot whose window reaches the tile
+            if (window > 0) k_top = min(k_top, c0 + kt.nkey - 1 - a + window - 1);
+            if (k_top < 0) continue;
+            int rows = (k_top + 1) * G;
+            for (int r0 = 0; r0 < rows; r0 += BQ)
+                dkv_accumulate<BQ, BK>(sm, L, sd, kt, ci, r0, rows, dout, out, lse, q, a, st, B, nq, nkv, hd, scale,
+                                       window, block_causal, vec);
+        }
+        __syncthreads();
+        for (int u = threadIdx.x; u < kt.nkey * hd; u += TC_THREADS) {
+            int c = u / hd, d = u % hd;
+            int64_t g = ((int64_t)(c0 + c) * nkv + kh) * hd + d;
+            dkc[g] += dKs[(size_t)c * sd.ldo + d];
+            dvc[g] += dVs[(size_t)c * sd.ldo + d];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------- host side
+
+// Tile shapes (BQ, BK) in order of preference. The first whose shared memory fits 113 KiB (two
+// blocks per SM on sm_90's 227 KiB) is taken, else the first that fits the device at all.
+enum tc_cfg { CFG_64_64, CFG_64_32, CFG_32_32, CFG_COUNT, CFG_NONE = -1 };
+static const int cfg_bq[CFG_COUNT] = {64, 64, 32}, cfg_bk[CFG_COUNT] = {64, 32, 32};
+#define TC_SMEM_PREFERRED (113 * 1024)
+
+static int device_smem_optin(void) {
+    int dev = 0, v = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+}
+
+// kind: 0 fwd, 1 dq, 2 dkv
+static size_t smem_bytes(int kind, int cfg, int hd) {
+    int bq = cfg_bq[cfg], bk = cfg_bk[cfg];
+    return kind == 0 ? fwd_layout(bq, bk, hd).total : kind == 1 ? dq_layout(bq, bk, hd).total : dkv_layout(bq, bk, hd).total;
+}
+static int pick_cfg(int kind, int hd) {
+    size_t lim = (size_t)device_smem_optin();
+    for (int pass = 0; pass < 2; pass++) {
+        size_t cap = pass == 0 && lim > TC_SMEM_PREFERRED ? TC_SMEM_PREFERRED : lim;
+        for (int c = 0; c < CFG_COUNT; c++)
+            if (smem_bytes(kind, c, hd) <= cap) return c;
+    }
+    return CFG_NONE;
+}
+
+// DFLASH_CUDA_ATTN: "tiled" (the default: tile shape by head_dim), "scalar", or "tiled-BQxBK" (one of
+// the shapes, forced: for tests). Returns the configuration, CFG_NONE for the scalar path, or
+// CFG_COUNT for "pick one".
+static int tc_wanted(void) {
+    const char *e = getenv("DFLASH_CUDA_ATTN");
+    if (!e || !*e || strcmp(e, "tiled") == 0) return CFG_COUNT;
+    if (strcmp(e, "scalar") == 0) return CFG_NONE;
+    for (int c = 0; c < CFG_COUNT; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "tiled-%dx%d", cfg_bq[c], cfg_bk[c]);
+        if (strcmp(e, name) == 0) return c;
+    }
+    fatal("DFLASH_CUDA_ATTN=%s: expected tiled, scalar, tiled-64x64, tiled-64x32 or tiled-32x32", e);
+}
+
+// The configuration for a kernel kind at this head_dim, or CFG_NONE (the scalar kernels run).
+static int choose_cfg(int kind, int hd) {
+    int want = tc_wanted();
+    if (want == CFG_NONE || want == CFG_COUNT) return want == CFG_NONE ? CFG_NONE : pick_cfg(kind, hd);
+    if (smem_bytes(kind, want, hd) > (size_t)device_smem_optin())
+        fatal("DFLASH_CUDA_ATTN=%s: the tiles need %zu bytes of shared memory at head_dim %d, more than the device's %d",
+              getenv("DFLASH_CUDA_ATTN"), smem_bytes(kind, want, hd), hd, device_smem_optin());
+    return want;
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <class K> static void allow_smem(K kernel, size_t smem) {
+    if (smem > 48 * 1024) cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+struct tc_args {
+    cudaStream_t st;
+    int C, B, nq, nkv, hd, window, block_causal, vec;
+    float scale;
+};
+
+template <int BQ, int BK>
+static void run_fwd(const tc_args &A, bf16 *out, float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb,
+                    const bf16 *kc, const bf16 *vc, const int32_t *anchors, const int32_t *seq_start) {
+    int q_tiles = (int)((A.nq / A.nkv * A.B + BQ - 1) / BQ);
+    size_t smem = fwd_layout(BQ, BK, A.hd).total;
+    auto kernel = tc_fwd_kernel<BQ, BK>;
+    allow_smem(kernel, smem);
+    kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
+        out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window, A.block_causal,
+        q_tiles, A.vec);
+    cuda_check_launch();
+}
+
+template <int BQ, int BK>
+static void run_dq(const tc_args &A, bf16 *dq, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
+                   const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc, const int32_t *anchors,
+                   const int32_t *seq_start) {
+    int q_tiles = (int)((A.nq / A.nkv * A.B + BQ - 1) / BQ);
+    size_t smem = dq_layout(BQ, BK, A.hd).total;
+    auto kernel = tc_dq_kernel<BQ, BK>;
+    allow_smem(kernel, smem);
+    kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
+        dq, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
+        A.block_causal, q_tiles, A.vec);
+    cuda_check_launch();
+}
+
+template <int BQ, int BK>
+static void run_dkv(const tc_args &A, bf16 *dkb, bf16 *dvb, float *dkc, float *dvc, const bf16 *dout, const bf16 *out,
+                    const float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc,
+                    const int32_t *anchors, const int32_t *seq_start) {
+    int kb_tiles = (A.B + BK - 1) / BK;
+    size_t smem = dkv_layout(BQ, BK, A.hd).total;
+    auto kernel = tc_dkv_kernel<BQ, BK>;
+    allow_smem(kernel, smem);
+    for (int context = 0; context < 2; context++) {
+        dim3 grid(context ? TC_CTX_BLOCKS : (unsigned)(A.C * kb_tiles), (unsigned)A.nkv);
+        kernel<<<grid, TC_THREADS, smem, A.st>>>(dkb, dvb, dkc, dvc, dout, out, lse, q, kb, vb, kc, vc, anchors,
+                                                 seq_start, A.C, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
+                                                 A.block_causal, context, kb_tiles, A.vec);
+        cuda_check_launch();
+    }
+}
+
+// The grid's x extent C * tiles and y extent nkv must fit; otherwise the scalar kernels run.
+static int grid_fits(int C, int B, int nq, int nkv) {
+    return nkv >= 1 && nkv <= 65535 && nq % nkv == 0 && (int64_t)C * ((int64_t)nq / nkv * B + 31) / 32 < INT32_MAX;
+}
+
+extern "C" int dflash_tc_forward(backend *be, void *out, float *lse, const void *q, const void *kb, const void *vb,
+                                 const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start,
+                                 int C, int B, int nq, int nkv, int hd, float scale, int window, int block_causal) {
+    int cfg = choose_cfg(0, hd);
+    if (cfg == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
+    tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
+    A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
+            aligned16(vc);
+    const bf16 *q_ = (const bf16 *)q, *kb_ = (const bf16 *)kb, *vb_ = (const bf16 *)vb, *kc_ = (const bf16 *)kc;
+    const bf16 *vc_ = (const bf16 *)vc;
+    if (cfg == CFG_64_64) run_fwd<64, 64>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else run_fwd<32, 32>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    return 1;
+}
+
+extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, float *dvc,
+                                  const void *dout, const void *out, const float *lse, const void *q, const void *kb,
+                                  const void *vb, const void *kc, const void *vc, const int32_t *anchors,
+                                  const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
+                                  int window, int block_causal) {
+    int cfg_dq = choose_cfg(1, hd), cfg_kv = choose_cfg(2, hd);
+    if (cfg_dq == CFG_NONE || cfg_kv == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
+    tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
+    A.vec = hd % 8 == 0 && aligned16(dout) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
+            aligned16(vc);
+    bf16 *dq_ = (bf16 *)dq, *dkb_ = (bf16 *)dkb, *dvb_ = (bf16 *)dvb;
+    const bf16 *do_ = (const bf16 *)dout, *o_ = (const bf16 *)out, *q_ = (const bf16 *)q, *kb_ = (const bf16 *)kb;
+    const bf16 *vb_ = (const bf16 *)vb, *kc_ = (const bf16 *)kc, *vc_ = (const bf16 *)vc;
+    if (cfg_dq == CFG_64_64) run_dq<64, 64>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else if (cfg_dq == CFG_64_32) run_dq<64, 32>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else run_dq<32, 32>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    if (cfg_kv == CFG_64_64)
+        run_dkv<64, 64>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else if (cfg_kv == CFG_64_32)
+        run_dkv<64, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    else run_dkv<32, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    return 1;
+}
