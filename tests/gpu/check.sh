@@ -18,10 +18,11 @@
 #   e2e         (3) mpirun -np 2: 1 teacher + 1 student sharing the GPU, MPI payloads; loss must fall
 #   transport   (6) transport-test and --preflight with 2 ranks (NCCL declining on one GPU is expected)
 #   memory      (4) dflash_tool mem-check: anchors 1 -> 16 x under one budget, plan vs measured
-#   bench       (5) bench/gpu_student.py (PyTorch full / chunked+checkpoint / ours) and bench_loss
+#   bench       (5) bench_attn (the attention: tensor-core tiles vs scalar kernels), bench/gpu_student.py
+#                   (PyTorch full / chunked+checkpoint / ours) and bench_loss
 # Everything goes to $OUT: check.log (all output), summary.json (one object per part: name, status,
 # seconds, numbers; rewritten after every part and on exit, so it survives a failure or a kill),
-# bench_gpu_student.json, mem_check.json, e2e_metrics.jsonl. Exit 0 when no part FAILed.
+# bench_attn_*.json, bench_gpu_student.json, mem_check.json, e2e_metrics.jsonl. Exit 0 when no part FAILed.
 # Environment: DFLASH_CHECK_LIMIT (seconds for the whole check, default 540), CUDA_ARCH (default:
 # from nvidia-smi), DFLASH_CHECK_BUILD (build folder, default build-gpu or build-gpucheck-cpu),
 # DFLASH_CHECK_JOBS (default nproc). docs/gpu-check.md says what each PASS means.
@@ -274,9 +275,20 @@ part_memory() {
 }
 
 part_bench() {
-  local bad=0 args
+  local bad=0 args t0=$SECONDS
+  # the DFlash attention alone, tensor-core tiles against the scalar kernels (CPU: the tiny preset)
+  if [ -x "$BUILD/bench/bench_attn" ]; then
+    local presets=(tiny) p
+    gpu_mode && presets=(8b 27b)
+    for p in "${presets[@]}"; do
+      echo "bench_attn --preset $p"
+      timeout 60 "$BUILD/bench/bench_attn" --device "$DEV" --preset "$p" --repeat 3 --json "$OUT/bench_attn_$p.json" ||
+        { echo "FAIL: bench_attn --preset $p"; bad=1; }
+      [ -f "$OUT/bench_attn_$p.json" ] && num "attn_$p" "$(cat "$OUT/bench_attn_$p.json")"
+    done
+  fi
   if gpu_mode; then
-    args=(--device cuda --sizes 8b,27b --repeat 3 --time-left "$1")
+    args=(--device cuda --sizes 8b,27b --repeat 3 --time-left "$(($1 - (SECONDS - t0)))")
     [ -f "$WORK/mem.json" ] && args+=(--ours-json "8b=$WORK/mem.json")
   else
     args=(--tiny --repeat 2)
@@ -293,7 +305,7 @@ part_bench() {
     bl=$("$BUILD/bench/bench_loss" --method rows --n 480 --vocab 32000 --hidden 256 --repeat 2) && echo "bench_loss (CPU, it has no --device): $bl" &&
       num bench_loss_cpu "$bl" || { echo "FAIL: bench_loss"; bad=1; }
   fi
-  note "bench/gpu_student.py + bench_loss (CPU only)"
+  note "bench_attn + bench/gpu_student.py + bench_loss (CPU only)"
   [ "$bad" -eq 0 ]
 }
 
@@ -316,7 +328,8 @@ JOBS=${DFLASH_CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
 if [ "$DEV" = cuda ]; then BUILD=${DFLASH_CHECK_BUILD:-$ROOT/build-gpu}; else BUILD=${DFLASH_CHECK_BUILD:-$ROOT/build-gpucheck-cpu}; fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dflash_gpucheck_XXXXXX")
 export ROOT SELF LIB OUT WORK BUILD DEV JOBS
-rm -f "$OUT/check.log" "$OUT/summary.json" "$OUT/bench_gpu_student.json" "$OUT/mem_check.json" "$OUT/e2e_metrics.jsonl"
+rm -f "$OUT/check.log" "$OUT/summary.json" "$OUT/bench_gpu_student.json" "$OUT/mem_check.json" "$OUT/e2e_metrics.jsonl" \
+  "$OUT"/bench_attn_*.json
 exec > >(tee -a "$OUT/check.log") 2>&1
 TEE_PID=$!
 START=$SECONDS
