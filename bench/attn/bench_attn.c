@@ -1,5 +1,5 @@
 // bench_attn.c: the DFlash attention of one drafter layer (forward, then backward) timed on a backend;
-// on CUDA each path side by side in one run: the tensor-core tiles (dflash_attn_tc.cu) and the scalar
+// on CUDA each path side by side in one run: the tensor-core tiles (attn_tc.cu) and the scalar
 // kernels (ops_train_cuda.cu), chosen through DFLASH_CUDA_ATTN as the trainer would see it.
 //
 //   bench_attn [--device cpu|cuda] [--preset tiny|8b|27b] [--tokens S] [--anchors C] [--block B]

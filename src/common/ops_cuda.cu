@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "common/backend_cuda.h"
+#include "common/attn_tc.h"
 #include "common/check_cuda.h"
 #include "common/ops_cuda.h"
 
@@ -126,7 +127,9 @@ extern "C" void cuda_rope(backend *be, void *x, const int32_t *pos, const float 
 
 // ---------------------------------------------------------------------------- causal attention
 //
-// Flash-attention style, fp32 online softmax. One block per (tile of ATT_BQ consecutive query rows
+// On tensor cores where the tiles fit (attn_tc.cu); the kernel below is the fallback
+// (DFLASH_CUDA_ATTN=scalar, or head_dim too large for the device's shared memory) and the path the
+// tiled one is tested against. Flash-attention style, fp32 online softmax. One block per (tile of ATT_BQ consecutive query rows
 // of the packed batch, query head). ATT_WARPS warps; warp w owns the ATT_ROWS rows w*ATT_ROWS ...
 // of the tile. The block walks the keys from the start of its first row's sequence to its last row
 // in tiles of ATT_BK = 32, staged in shared memory (bf16); per row it keeps the running max m, the
@@ -291,9 +294,10 @@ extern "C" void cuda_attention_causal(backend *be, void *out, const void *q, con
                                       const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd,
                                       float scale) {
     if (T <= 0 || nq <= 0) return;
+    if (nkv < 1 || nq % nkv) fatal("attention: %d query heads do not group over %d kv heads", nq, nkv);
+    if (attn_tc_causal(be, out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale)) return; // tensor cores
     if (hd < 2 || hd > ATT_HD_MAX || hd % 2)
         fatal("attention on CUDA: head_dim %d unsupported (even values up to %d)", hd, ATT_HD_MAX);
-    if (nkv < 1 || nq % nkv) fatal("attention: %d query heads do not group over %d kv heads", nq, nkv);
     if (nq > 65535) fatal("attention on CUDA: %d query heads exceed the grid's y limit", nq);
     // the kernel reads and writes bf16 pairs: the buffers must be 4-byte aligned (arena and
     // backend_alloc memory is 256-byte aligned; hd is even, so every row is too)

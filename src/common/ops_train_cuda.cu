@@ -6,7 +6,7 @@
 // stream and nothing here waits for it.
 //
 // These are straightforward kernels, one formula each, mirroring ops_train_cpu.c (the reference).
-// The DFlash attention runs on tensor cores (dflash_attn_tc.cu) where it can; the scalar kernels
+// The DFlash attention runs on tensor cores (attn_tc.cu) where it can; the scalar kernels
 // here are its fallback (DFLASH_CUDA_ATTN=scalar, or a head_dim whose tiles do not fit the device's
 // shared memory) and the yardstick the tiled ones are tested against. They work one warp per output row (query row x head for the forward and dq, block key
 // row x kv head for dkb/dvb, context row x kv head for dkc/dvc), recomputes probabilities from the
@@ -19,7 +19,7 @@
 
 #include "common/backend_cuda.h"
 #include "common/check_cuda.h"
-#include "common/dflash_attn_tc.h"
+#include "common/attn_tc.h"
 #include "common/ops_train_cuda.h"
 
 typedef __nv_bfloat16 bf16;

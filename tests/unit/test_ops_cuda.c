@@ -241,7 +241,12 @@ static void test_rope(void) {
 
 // ----------------------------------------------------------------------------- attention
 
+// The causal attention has two CUDA paths, chosen by DFLASH_CUDA_ATTN: tensor-core tiles (attn_tc.cu;
+// "tiled", or "tiled-BQxBK" to force a tile shape) and the CUDA-core kernel of ops_cuda.cu ("scalar").
+static const char *attn_path = "tiled";
+
 static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) {
+    setenv("DFLASH_CUDA_ATTN", attn_path, 1);
     int32_t cu[16];
     cu[0] = 0;
     for (int s = 0; s < n_seq; s++) cu[s + 1] = cu[s] + lens[s];
@@ -257,7 +262,7 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
     ops_attention_causal(&gpu, d_out, d_q, d_k, d_v, d_cu, n_seq, T, nq, nkv, hd, scale);
     float *got = down_bf16(d_out, nqe);
     char name[96];
-    snprintf(name, sizeof name, "attention T=%d seqs=%d nq=%d nkv=%d hd=%d", T, n_seq, nq, nkv, hd);
+    snprintf(name, sizeof name, "attention T=%d seqs=%d nq=%d nkv=%d hd=%d %s", T, n_seq, nq, nkv, hd, attn_path);
     report(name, rel_err(got, ref, nqe), TOL_BF16);
     backend_free(&gpu, d_q);
     backend_free(&gpu, d_k);
@@ -274,13 +279,20 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
 static void test_attention(void) {
     // a long sequence (many key tiles, query tiles straddling the boundaries), length-1 sequences
     int a[] = {1000, 1, 37, 250}, b[] = {5, 1, 70}, c[] = {130}, d[] = {33, 64}, e[] = {1};
-    int f[] = {TEST_EMU_SIZE(2000, 300)};
-    attention_case(a, 4, 8, 2, 128); // Qwen3 head_dim, GQA 4
-    attention_case(b, 3, 4, 1, 64);  // GQA 4/1
-    attention_case(c, 1, 2, 2, 256); // the largest head_dim (shared memory past 48 KiB)
-    attention_case(d, 2, 6, 3, 18);  // head_dim not a multiple of 4 or 32
-    attention_case(e, 1, 4, 2, 128); // one token
-    attention_case(f, 1, 32, 8, 128); // Qwen3-8B heads, 2000 tokens (300 emulated)
+    int f[] = {TEST_EMU_SIZE(2000, 300)}, g[] = {40, 3, 29};
+    const char *paths[] = {"tiled", "scalar", "tiled-64x64", "tiled-64x32", "tiled-32x32"};
+    for (int p = 0; p < 5; p++) {
+        attn_path = paths[p];
+        attention_case(b, 3, 4, 1, 64);  // GQA 4/1
+        attention_case(d, 2, 6, 3, 18);  // head_dim not a multiple of 4 or 32
+        attention_case(e, 1, 4, 2, 128); // one token
+        attention_case(g, 3, 96, 1, 32); // 96 heads on one kv head: a token's rows span tiles
+        if (p >= 2) continue;            // the tile shapes on the small cases only
+        attention_case(a, 4, 8, 2, 128); // Qwen3 head_dim, GQA 4
+        attention_case(c, 1, 2, 2, 256); // the largest head_dim (shared memory past 48 KiB)
+        attention_case(f, 1, 32, 8, 128); // Qwen3-8B heads, 2000 tokens (300 emulated)
+    }
+    unsetenv("DFLASH_CUDA_ATTN");
 }
 
 // ----------------------------------------------------------------------------- SwiGLU, add

@@ -214,7 +214,7 @@ static void test_swiglu_bwd_conv(void) {
 // S context tokens in n_seq sequences; C anchors drawn inside them (some at a sequence's first token:
 // no context at all), B slots each.
 // The CUDA attention has two paths, chosen by DFLASH_CUDA_ATTN (set here per case): the tensor-core
-// kernels (dflash_attn_tc.cu; "tiled" picks the tile shape by head_dim, "tiled-BQxBK" forces one) and
+// kernels (attn_tc.cu; "tiled" picks the tile shape by head_dim, "tiled-BQxBK" forces one) and
 // the scalar kernels of ops_train_cuda.cu ("scalar"). The tiled path rounds P and dS to bf16 before
 // their products (as flash-attention does), so its fp32 dkc/dvc carry bf16-sized errors (<= 2^-8
 // relative per term): they are held to TOL_ACT there, to TOL_F32 on the scalar path.

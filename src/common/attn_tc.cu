@@ -1,4 +1,4 @@
-// dflash_attn_tc.cu: the DFlash attention on tensor cores (see dflash_attn_tc.h).
+// attn_tc.cu: the DFlash attention on tensor cores (see attn_tc.h).
 //
 // The work unit is one anchor's query rows for one kv head. The G = nq / nkv query heads of a kv
 // head read the same keys, so an anchor's rows are taken slot-major, r = k * G + g (slot k, query
@@ -34,7 +34,7 @@
 
 #include "common/backend_cuda.h"
 #include "common/check_cuda.h"
-#include "common/dflash_attn_tc.h"
+#include "common/attn_tc.h"
 
 typedef __nv_bfloat16 bf16;
 using namespace nvcuda;
@@ -274,12 +274,78 @@ static __device__ __forceinline__ bool key_seen(const key_list &kl, int t, int k
 
 // ---------------------------------------------------------------------------- forward
 
-// grid (C * q_tiles, nkv), TC_THREADS threads
-template <int BQ, int BK>
+// A forward problem tells the kernel, per block, its query rows and key list (tile_ctx), per row
+// what its mask depends on (row_ctx), and whether row i sees key t. Two problems share the kernel:
+// the DFlash attention and the target's causal attention over packed sequences.
+struct tile_ctx {
+    q_rows qr;
+    key_list kl;
+    int a, st; // DFlash: the anchor and its sequence start
+};
+struct row_ctx {
+    int k, start; // DFlash: slot k; causal: token k and its sequence's first token
+};
+
+struct dflash_prob {
+    const int32_t *anchors, *seq_start;
+    int B, window, block_causal;
+    // block (ci * q_tiles + tile, kh): anchor ci's rows [tile * BQ, +BQ)
+    __device__ tile_ctx tile(int bq, int G, int nq, int nkv, int q_tiles) const {
+        tile_ctx t;
+        int ci = blockIdx.x / q_tiles, kh = blockIdx.y;
+        t.qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * bq, G * B};
+        t.a = anchors[ci], t.st = seq_start[ci];
+        int k_hi = (min(t.qr.rows, t.qr.r0 + bq) - 1) / G;
+        t.kl = keys_of_tile(t.a, t.st, (int64_t)ci * B, t.qr.r0 / G, k_hi, B, nkv, kh, window, block_causal);
+        return t;
+    }
+    __device__ row_ctx row(const tile_ctx &t, int i) const { return {t.qr.slot(i), 0}; }
+    __device__ bool seen(const tile_ctx &t, const row_ctx &r, int key) const {
+        return key_seen(t.kl, key, r.k, t.a, t.st, window, block_causal);
+    }
+};
+
+// the first token of the sequence holding token t: the last s with cu[s] <= t (cu[0] = 0 <= t < cu[n])
+static __device__ int seq_first(const int32_t *cu, int n_seq, int t) {
+    int lo = 0, hi = n_seq;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (cu[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return cu[lo];
+}
+
+struct causal_prob {
+    const int32_t *cu_seqlens;
+    int n_seq, T;
+    // block (tile, kh): rows [tile * BQ, +BQ) of the T * G rows (token-major); keys from the first
+    // token's sequence start to the last token
+    __device__ tile_ctx tile(int bq, int G, int nq, int nkv, int q_tiles) const {
+        tile_ctx t;
+        int kh = blockIdx.y;
+        t.qr = {0, nq, G, kh, (int)blockIdx.x * bq, G * T};
+        int t_lo = t.qr.r0 / G, t_hi = (min(t.qr.rows, t.qr.r0 + bq) - 1) / G;
+        t.kl = {seq_first(cu_seqlens, n_seq, t_lo), 0, 0, 0, nkv, kh};
+        t.kl.nctx = t.kl.nk = t_hi + 1 - t.kl.c_lo;
+        t.a = t.st = 0;
+        return t;
+    }
+    __device__ row_ctx row(const tile_ctx &t, int i) const {
+        int tok = t.qr.slot(i);
+        return {tok, t.qr.index(i) >= 0 ? seq_first(cu_seqlens, n_seq, tok) : 0};
+    }
+    __device__ bool seen(const tile_ctx &t, const row_ctx &r, int key) const {
+        int c = t.kl.c_lo + key;
+        return key < t.kl.nk && c >= r.start && c <= r.k;
+    }
+};
+
+// grid (tiles, nkv), TC_THREADS threads; lse may be null (not kept)
+template <int BQ, int BK, class Prob>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_fwd_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc,
-                  const bf16 *vc, const int32_t *anchors, const int32_t *seq_start, int B, int nq, int nkv, int hd,
-                  float scale, int window, int block_causal, int q_tiles, int vec) {
+    tc_fwd_kernel(Prob pb, bf16 *out, float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc,
+                  const bf16 *vc, int nq, int nkv, int hd, float scale, int q_tiles, int vec) {
     extern __shared__ tc_line tc_smem[];
     const int TPR = TC_THREADS / BQ;
     tc_strides sd = strides_of(hd, BK);
@@ -288,17 +354,13 @@ static __global__ void __launch_bounds__(TC_THREADS)
     bf16 *Qs = (bf16 *)(sm + L.q), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Ps = (bf16 *)(sm + L.p);
     float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.o);
 
-    int ci = blockIdx.x / q_tiles, kh = blockIdx.y, G = nq / nkv;
-    q_rows qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * BQ, G * B};
-    int a = anchors[ci], st = seq_start[ci];
-    int k_hi = (min(qr.rows, qr.r0 + BQ) - 1) / G;
-    key_list kl = keys_of_tile(a, st, (int64_t)ci * B, qr.r0 / G, k_hi, B, nkv, kh, window, block_causal);
-
-    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, qr, hd});
+    tile_ctx tc = pb.tile(BQ, nq / nkv, nq, nkv, q_tiles);
+    const key_list &kl = tc.kl;
+    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, tc.qr, hd});
     for (int u = threadIdx.x; u < BQ * sd.ldo; u += TC_THREADS) Os[u] = 0.0f;
     int i = threadIdx.x / TPR, part = threadIdx.x % TPR; // this thread's row and column share
-    int64_t gi = qr.index(i);
-    int k = gi >= 0 ? qr.slot(i) : 0;
+    int64_t gi = tc.qr.index(i);
+    row_ctx rc = pb.row(tc, i);
     float m = -INFINITY, l = 0.0f;
     for (int t0 = 0; t0 < kl.nk; t0 += BK) {
         __syncthreads(); // the previous tile's K, V and P are consumed
@@ -310,7 +372,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         float *srow = Ss + (size_t)i * sd.lds;
         float mt = -INFINITY;
         for (int c = part; c < BK; c += TPR) {
-            float s = gi >= 0 && key_seen(kl, t0 + c, k, a, st, window, block_causal) ? srow[c] * scale : -INFINITY;
+            float s = gi >= 0 && pb.seen(tc, rc, t0 + c) ? srow[c] * scale : -INFINITY;
             srow[c] = s;
             mt = fmaxf(mt, s);
         }
@@ -329,10 +391,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
         tile_mma<RM, RM>(Os, sd.ldo, Ps, sd.ldp, Vs, sd.ldh, BQ, sd.hdp, BK, true); // O += P V
     }
     __syncthreads();
-    if (gi >= 0) { // every used row sees at least its own slot: l > 0
+    if (gi >= 0) { // every used row sees at least itself: l > 0
         float inv = 1.0f / l;
         for (int d = part; d < hd; d += TPR) out[gi * hd + d] = __float2bfloat16(Os[(size_t)i * sd.ldo + d] * inv);
-        if (part == 0) lse[gi] = m + logf(l);
+        if (lse && part == 0) lse[gi] = m + logf(l);
     }
 }
 
@@ -596,16 +658,15 @@ struct tc_args {
     float scale;
 };
 
-template <int BQ, int BK>
-static void run_fwd(const tc_args &A, bf16 *out, float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb,
-                    const bf16 *kc, const bf16 *vc, const int32_t *anchors, const int32_t *seq_start) {
-    int q_tiles = (int)((A.nq / A.nkv * A.B + BQ - 1) / BQ);
+template <int BQ, int BK, class Prob>
+static void run_fwd(const tc_args &A, const Prob &pb, int q_rows_per_unit, int units, bf16 *out, float *lse,
+                    const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc) {
+    int q_tiles = (q_rows_per_unit + BQ - 1) / BQ;
     size_t smem = fwd_layout(BQ, BK, A.hd).total;
-    auto kernel = tc_fwd_kernel<BQ, BK>;
+    auto kernel = tc_fwd_kernel<BQ, BK, Prob>;
     allow_smem(kernel, smem);
-    kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
-        out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window, A.block_causal,
-        q_tiles, A.vec);
+    kernel<<<dim3((unsigned)(units * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
+        pb, out, lse, q, kb, vb, kc, vc, A.nq, A.nkv, A.hd, A.scale, q_tiles, A.vec);
     cuda_check_launch();
 }
 
@@ -655,9 +716,11 @@ extern "C" int dflash_tc_forward(backend *be, void *out, float *lse, const void 
             aligned16(vc);
     const bf16 *q_ = (const bf16 *)q, *kb_ = (const bf16 *)kb, *vb_ = (const bf16 *)vb, *kc_ = (const bf16 *)kc;
     const bf16 *vc_ = (const bf16 *)vc;
-    if (cfg == CFG_64_64) run_fwd<64, 64>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else run_fwd<32, 32>(A, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    dflash_prob pb = {anchors, seq_start, B, window, block_causal};
+    int rows = nq / nkv * B; // one anchor's rows per kv head
+    if (cfg == CFG_64_64) run_fwd<64, 64>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
+    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
+    else run_fwd<32, 32>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
     return 1;
 }
 
@@ -682,5 +745,20 @@ extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, f
     else if (cfg_kv == CFG_64_32)
         run_dkv<64, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
     else run_dkv<32, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    return 1;
+}
+
+extern "C" int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v,
+                              const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale) {
+    int cfg = choose_cfg(0, hd);
+    if (cfg == CFG_NONE || nkv < 1 || nkv > 65535 || nq % nkv || (int64_t)T * (nq / nkv) / 32 >= INT32_MAX) return 0;
+    tc_args A = {(cudaStream_t)cuda_stream(be), 0, 0, nq, nkv, hd, 0, 1, 0, scale};
+    A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(k) && aligned16(v);
+    causal_prob pb = {cu_seqlens, n_seq, T};
+    int rows = nq / nkv * T; // all rows of a kv head, cut into tiles of BQ
+    const bf16 *q_ = (const bf16 *)q, *k_ = (const bf16 *)k, *v_ = (const bf16 *)v;
+    if (cfg == CFG_64_64) run_fwd<64, 64>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
+    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
+    else run_fwd<32, 32>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
     return 1;
 }
