@@ -216,26 +216,55 @@ struct key_src {
 
 // C[M][N] = (acc ? C : 0) + op(A) op(B), all in shared memory, fp32 C, bf16 A and B; M, N, K
 // multiples of 16. LA = row_major: A stored [M][K] (lda), col_major: stored [K][M]; LB = row_major:
-// B stored [K][N], col_major: stored [N][K]. The 16x16 output tiles are dealt to the block's warps.
+// B stored [K][N], col_major: stored [N][K]. The output is dealt to the block's warps in blocks of
+// R x R 16x16 tiles: with R = 2 a warp loads 2 A and 2 B fragments per k step for 4 products, half
+// the shared-memory traffic of R = 1 (shared-memory bandwidth, not the tensor cores, bounds these
+// small products). R = 2 is used when M and N are multiples of 32 and every warp gets a block.
+template <class LA, class LB, int R>
+static __device__ void tile_mma_r(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb, int M, int N,
+                                  int K, bool acc) {
+    const bool a_col = std::is_same<LA, wmma::col_major>::value, b_col = std::is_same<LB, wmma::col_major>::value;
+    const int E = 16 * R; // the block edge
+    int warp = threadIdx.x / 32, bn = N / E, blocks = (M / E) * bn;
+    for (int t = warp; t < blocks; t += TC_WARPS) {
+        int i0 = (t / bn) * E, j0 = (t % bn) * E;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[R][R];
+#pragma unroll
+        for (int x = 0; x < R; x++)
+#pragma unroll
+            for (int y = 0; y < R; y++) {
+                float *cp = C + (size_t)(i0 + 16 * x) * ldc + j0 + 16 * y;
+                if (acc) wmma::load_matrix_sync(c[x][y], cp, ldc, wmma::mem_row_major);
+                else wmma::fill_fragment(c[x][y], 0.0f);
+            }
+        for (int l = 0; l < K; l += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa[R];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb[R];
+#pragma unroll
+            for (int x = 0; x < R; x++) {
+                int i = i0 + 16 * x, j = j0 + 16 * x;
+                wmma::load_matrix_sync(fa[x], a_col ? A + (size_t)l * lda + i : A + (size_t)i * lda + l, lda);
+                wmma::load_matrix_sync(fb[x], b_col ? B + (size_t)j * ldb + l : B + (size_t)l * ldb + j, ldb);
+            }
+#pragma unroll
+            for (int x = 0; x < R; x++)
+#pragma unroll
+                for (int y = 0; y < R; y++) wmma::mma_sync(c[x][y], fa[x], fb[y], c[x][y]);
+        }
+#pragma unroll
+        for (int x = 0; x < R; x++)
+#pragma unroll
+            for (int y = 0; y < R; y++)
+                wmma::store_matrix_sync(C + (size_t)(i0 + 16 * x) * ldc + j0 + 16 * y, c[x][y], ldc,
+                                        wmma::mem_row_major);
+    }
+}
 template <class LA, class LB>
 static __device__ void tile_mma(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb, int M, int N,
                                 int K, bool acc) {
-    const bool a_col = std::is_same<LA, wmma::col_major>::value, b_col = std::is_same<LB, wmma::col_major>::value;
-    int warp = threadIdx.x / 32, tn = N / 16, tiles = (M / 16) * tn;
-    for (int t = warp; t < tiles; t += TC_WARPS) {
-        int i = (t / tn) * 16, j = (t % tn) * 16;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-        if (acc) wmma::load_matrix_sync(c, C + (size_t)i * ldc + j, ldc, wmma::mem_row_major);
-        else wmma::fill_fragment(c, 0.0f);
-        for (int l = 0; l < K; l += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LA> fa;
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LB> fb;
-            wmma::load_matrix_sync(fa, a_col ? A + (size_t)l * lda + i : A + (size_t)i * lda + l, lda);
-            wmma::load_matrix_sync(fb, b_col ? B + (size_t)j * ldb + l : B + (size_t)l * ldb + j, ldb);
-            wmma::mma_sync(c, fa, fb, c);
-        }
-        wmma::store_matrix_sync(C + (size_t)i * ldc + j, c, ldc, wmma::mem_row_major);
-    }
+    if (M % 32 == 0 && N % 32 == 0 && (M / 32) * (N / 32) >= TC_WARPS)
+        tile_mma_r<LA, LB, 2>(C, ldc, A, lda, B, ldb, M, N, K, acc);
+    else tile_mma_r<LA, LB, 1>(C, ldc, A, lda, B, ldb, M, N, K, acc);
 }
 typedef wmma::row_major RM;
 typedef wmma::col_major CM;
