@@ -1,7 +1,9 @@
 // emu_sched.cpp: the emulator's kernel launch: every CUDA thread of a block is a fiber, and the
 // scheduler runs them until each one reaches a barrier or ends (see cuda_emu.h).
 //
-// Per block: all fibers start READY. The scheduler runs every READY fiber in thread order until it
+// Per block: all fibers start READY. The scheduler runs every READY fiber in thread order (in
+// reverse order in every other block, so that a missing barrier between a write by one thread and
+// a read by another shows whichever of the two comes first in thread order) until it
 // blocks (at __syncthreads: BAR_BLOCK; at a shuffle: BAR_WARP) or returns (DONE). Then it releases
 // a barrier whose participants have all arrived: the block barrier when every live thread waits at
 // it, a warp barrier when every live lane of that warp does. Exited threads count as arrived, as
@@ -188,13 +190,15 @@ float *warp_scratch() {
 void fail(const char *msg) { die(msg); }
 
 // Runs the block's fibers to the end.
-static void run_block(int n) {
+static void run_block(int n, bool reverse) {
     std::vector<fiber> &F = S->fibers;
     for (int i = 0; i < n; i++) fiber_start(F[i]);
     int warps = (n + 31) / 32;
     for (;;) {
-        for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            int i = reverse ? n - 1 - j : j;
             if (F[i].state == READY) resume(i);
+        }
         // everything is blocked or done: release what can be released
         int live = 0, at_block = 0;
         for (int i = 0; i < n; i++) {
@@ -275,7 +279,7 @@ void run_kernel(const void *kernel, const char *name, dim3 grid, dim3 block, siz
                 // shared memory starts as garbage on a GPU: NaN-patterned here, so a kernel that
                 // reads it before writing shows it
                 if (smem) memset(L.smem, 0xFF, smem);
-                run_block(n);
+                run_block(n, (x + y + z) & 1);
             }
     cur_launch = nullptr;
 }
