@@ -4,8 +4,12 @@
 #   1. build/        the normal build (CUDA when nvcc is found), warnings as errors, all tests
 #   2. build-asan/   CPU only (-DDFLASH_CUDA=OFF, nvcc also taken off PATH: what a machine without the
 #                    CUDA toolkit builds), AddressSanitizer + UBSan, all tests again
+#   3. build-emu/    the CUDA kernels on the CPU emulator (-DDFLASH_CUDA_EMU=ON, tests/emu/README.md),
+#                    warnings as errors, nvcc off PATH: only the tests that need a CUDA device
+#                    (unit.test_*_cuda, gpu.test_*); skipped, in one line, without the CUDA headers
 #
-# GPU tests are skipped (ctest "Not Run", exit 77) when no GPU is present; tests/gpu/ has the GPU check.
+# GPU tests are skipped (ctest "Not Run", exit 77) in 1 and 2 when no GPU is present; 3 runs them on
+# the emulator; tests/gpu/ has the check on a real GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -34,3 +38,18 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 echo "== tests (build-asan/)"
 PATH="$nocuda_path" ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 900
+
+echo "== build for the CUDA emulator (the CUDA kernels on the CPU), nvcc not on PATH"
+mkdir -p build-emu # its configure log is build-emu/cmake.log
+if PATH="$nocuda_path" cmake -S . -B build-emu -DDFLASH_CUDA=OFF -DDFLASH_CUDA_EMU=ON -DDFLASH_WERROR=ON \
+  >build-emu/cmake.log 2>&1; then
+  grep -E "CUDA backend" build-emu/cmake.log || true
+  PATH="$nocuda_path" cmake --build build-emu -j "$jobs"
+  echo "== tests needing a CUDA device, on the emulator (build-emu/)"
+  PATH="$nocuda_path" ctest --test-dir build-emu --output-on-failure -j "$jobs" --timeout 1800 -R '^(unit\.test_.*_cuda|gpu\.test_.*)$'
+elif tr -s ' \n' '  ' <build-emu/cmake.log | grep -q "needs the CUDA toolkit's headers"; then
+  echo "== skipped: the CUDA emulator build needs the CUDA toolkit's headers (cuda_runtime.h, cublas_v2.h, nccl.h; set CUDA_HOME)"
+else
+  cat build-emu/cmake.log
+  exit 1
+fi

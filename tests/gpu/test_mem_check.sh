@@ -4,6 +4,10 @@
 # the 8B-drafter size). Unlike the other tests here it also runs without a GPU: the CPU twin (arenas
 # only, toy sizes, a few seconds) always; with a GPU, a small CUDA case whose device memory in use
 # (cudaMemGetInfo) must stay within the budget + 256 MiB (allocation granularity, kernel code).
+# In the CUDA emulator build (backends "cuda(emulated)", tests/emu/README.md) the CUDA case runs at
+# the CPU case's toy size (a kernel there is 10^3-10^5 times slower than on a GPU) on an emulated
+# device of 256 MiB (DFLASH_EMU_GPU_BYTES), whose memory in use is exactly what was cudaMalloc'd: the
+# slack is 1 MiB there, and the timing step's default budget (90 % of the free memory) comes from it.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
 LIB="python3 $SRC/tests/gpu/check_lib.py"
@@ -30,12 +34,31 @@ expect_fail bad-list "anchors" "$T" mem-check --device cpu --preset tiny --ancho
 expect_fail bad-preset "preset" "$T" mem-check --device cpu --preset 3b
 
 # GPU: a small drafter, anchors 16 -> 256 under the plan of 16 per chunk
-if "$BUILD/dflash_rank" --mode check --device cuda >/dev/null 2>&1; then
+if ! "$BUILD/dflash_rank" --mode check --device cuda >/dev/null 2>&1; then
+  echo "no usable CUDA device: the CUDA case is not run"
+elif "$BUILD/dflash_rank" --version | grep -q "cuda(emulated)"; then
+  # the CUDA emulator: the CPU case's sizes (anchors 4 -> 64) on an emulated device of 256 MiB
+  echo "CUDA emulator build: the CUDA case at the CPU case's toy size, on an emulated device of 256 MiB"
+  expect_ok "mem-check cuda (emulated)" env DFLASH_EMU_GPU_BYTES=$((256 << 20)) "$T" mem-check --device cuda \
+    --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --json "$TMP/gpu.json"
+  cat "$TMP/out"
+  grep -q "CUDA emulator" "$TMP/out" && ok || bad "mem-check cuda did not run on the emulated device"
+  if $LIB mem "$TMP/gpu.json" "$TMP/gpu.num" $((1 << 20)) >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cuda, emulated):"; cat "$TMP/mem.log" >&2; fi
+  python3 - "$TMP/gpu.json" <<'EOF' && ok || bad "mem-check JSON (cuda, emulated): wrong anchors, device memory or timing budget"
+import json, sys
+d = json.load(open(sys.argv[1]))
+r, t = d["runs"], d["timing"]
+assert d["cuda"] and d["device_total"] == 256 << 20, d
+assert [x["anchors"] for x in r] == [4, 16, 64] and all(x["chunk"] <= 16 for x in r), r
+assert all(0 < x["device_used"] <= x["plan_total"] for x in r), r        # the arenas live in device memory
+# the timing step's default budget is 90 % of the free device memory, and its plan fits in it
+assert t["anchors"] == 16 and t["budget"] < 256 << 20 and t["plan_total"] <= t["budget"], t
+assert 0 < t["device_used"] <= t["plan_total"], t
+EOF
+else
   expect_ok "mem-check cuda" "$T" mem-check --device cuda --preset tiny --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 \
     --intermediate 768 --vocab 32000 --block 16 --tokens 2048 --anchors 16,64,256 --time-anchors 256 --repeat 2 --json "$TMP/gpu.json"
   cat "$TMP/out"
   if $LIB mem "$TMP/gpu.json" "$TMP/gpu.num" $((256 << 20)) >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cuda):"; cat "$TMP/mem.log" >&2; fi
-else
-  echo "no usable CUDA device: the CUDA case is not run"
 fi
 finish

@@ -5,6 +5,9 @@
 #   activations through a few layers -> 3e-2 relative to each tensor's scale;
 #   step-dump --device cuda on every student fixture vs PyTorch float64: bf16 compute with fp32
 #   master weights, softmax and loss -> loss terms 2e-2, gradients 5e-2 relative to their scale.
+# Both on the tensor-core attention and on the scalar kernels (DFLASH_CUDA_ATTN=scalar).
+# In the CUDA emulator build (backends "cuda(emulated)", tests/emu/README.md) it runs as it is, same
+# fixtures and tolerances (seconds: the fixtures are toy-sized); the kernels then run on the CPU.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
 D=$SRC/tests/reference/data
@@ -12,21 +15,33 @@ if ! "$BUILD/dflash_rank" --mode check --device cuda >/dev/null 2>&1; then
   echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
   exit 77
 fi
-for args in "$D"/teacher_*.args; do
-  name=$(basename "$args" .args)
-  unset make_target layer_ids topk tokens reference
-  source "$args"
-  # shellcheck disable=SC2086
-  "$T" make-target "$TMP/$name" $make_target >/dev/null 2>&1 || { bad "$name: make-target"; continue; }
-  expect_ok "$name cuda teacher-dump" "$T" teacher-dump "$TMP/$name" "$D/$tokens" "$TMP/$name.safetensors" --layers "$layer_ids" --topk "$topk" --device cuda
-  "$T" compare "$D/$reference" "$TMP/$name.safetensors" --tol 3e-2 >"$TMP/cmp.log" 2>&1 && ok || { bad "$name (cuda) differs:"; cat "$TMP/cmp.log" >&2; }
-  sed "s/^/  $name cuda: /" "$TMP/cmp.log"
+if "$BUILD/dflash_rank" --version | grep -q "cuda(emulated)"; then
+  echo "CUDA emulator build: the CUDA kernels run on the CPU emulator (tests/emu)"
+fi
+# both attention paths (DFLASH_CUDA_ATTN: tensor-core tiles, and the scalar kernels they fall back to)
+for attn in tiled scalar; do
+  export DFLASH_CUDA_ATTN=$attn
+  for args in "$D"/teacher_*.args; do
+    name=$(basename "$args" .args)
+    unset make_target layer_ids topk tokens reference
+    source "$args"
+    # shellcheck disable=SC2086
+    [ -d "$TMP/$name" ] || "$T" make-target "$TMP/$name" $make_target >/dev/null 2>&1 || { bad "$name: make-target"; continue; }
+    expect_ok "$name cuda ($attn) teacher-dump" "$T" teacher-dump "$TMP/$name" "$D/$tokens" "$TMP/$name.safetensors" --layers "$layer_ids" --topk "$topk" --device cuda
+    "$T" compare "$D/$reference" "$TMP/$name.safetensors" --tol 3e-2 >"$TMP/cmp.log" 2>&1 && ok || { bad "$name (cuda, $attn) differs:"; cat "$TMP/cmp.log" >&2; }
+    sed "s/^/  $name cuda ($attn): /" "$TMP/cmp.log"
+  done
+  for in in "$D"/student_*.in.safetensors; do
+    name=$(basename "$in" .in.safetensors)
+    expect_ok "$name cuda ($attn) step-dump" "$T" step-dump "$in" "$D/$name.config.json" "$TMP/$name.out.safetensors" --device cuda
+    "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 2e-2 --only loss,ce,kl,cap >"$TMP/c1.log" 2>&1 && ok || { bad "$name (cuda, $attn) loss differs:"; cat "$TMP/c1.log" >&2; }
+    "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 5e-2 >"$TMP/c2.log" 2>&1 && ok || { bad "$name (cuda, $attn) gradients differ:"; cat "$TMP/c2.log" >&2; }
+    sed "s/^/  $name cuda ($attn): /" "$TMP/c1.log"
+  done
 done
-for in in "$D"/student_*.in.safetensors; do
-  name=$(basename "$in" .in.safetensors)
-  expect_ok "$name cuda step-dump" "$T" step-dump "$in" "$D/$name.config.json" "$TMP/$name.out.safetensors" --device cuda
-  "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 2e-2 --only loss,ce,kl,cap >"$TMP/c1.log" 2>&1 && ok || { bad "$name (cuda) loss differs:"; cat "$TMP/c1.log" >&2; }
-  "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 5e-2 >"$TMP/c2.log" 2>&1 && ok || { bad "$name (cuda) gradients differ:"; cat "$TMP/c2.log" >&2; }
-  sed "s/^/  $name cuda: /" "$TMP/c1.log"
-done
+unset DFLASH_CUDA_ATTN
+# a bad DFLASH_CUDA_ATTN is one error line naming it
+first=$(ls "$D"/student_*.in.safetensors | head -1)
+expect_fail bad-attn-path "DFLASH_CUDA_ATTN" env DFLASH_CUDA_ATTN=fast "$T" step-dump "$first" "${first%.in.safetensors}.config.json" "$TMP/bad.safetensors" --device cuda
+[ ! -e "$TMP/bad.safetensors" ] && ok || bad "a failed step-dump left $TMP/bad.safetensors"
 finish
