@@ -76,60 +76,35 @@ static __host__ __device__ size_t bump(size_t *at, size_t bytes) {
     return o;
 }
 
-struct fwd_smem {
-    size_t q, k, v, s, p, o, total;
+// The three kernels' tiles; a kernel's unused ones take no space.
+enum tc_kind { TC_FWD, TC_DQ, TC_DKV };
+struct tc_tiles {
+    size_t q, dout, k, v; // bf16 operands: [BQ][ldh] query-side, [BK][ldh] key-side
+    size_t s, dp;         // fp32 [BQ][lds]: scores, dO V^T
+    size_t p, ds;         // bf16 [BQ][ldp]: probabilities, dS
+    size_t acc;           // fp32 [BQ][ldo]: O (fwd) or dQ (dq)
+    size_t dk, dv;        // fp32 [BK][ldo] (dkv)
+    size_t misc;          // the context length, found by a dkv block
+    size_t total;
 };
-static __host__ __device__ fwd_smem fwd_layout(int BQ, int BK, int hd) {
+static __host__ __device__ tc_tiles tc_layout(int kind, int BQ, int BK, int hd) {
     tc_strides st = strides_of(hd, BK);
-    fwd_smem L;
-    size_t at = 0;
-    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
-    L.k = bump(&at, (size_t)BK * st.ldh * 2);
-    L.v = bump(&at, (size_t)BK * st.ldh * 2);
-    L.s = bump(&at, (size_t)BQ * st.lds * 4);
-    L.p = bump(&at, (size_t)BQ * st.ldp * 2);
-    L.o = bump(&at, (size_t)BQ * st.ldo * 4);
-    L.total = at;
-    return L;
-}
-
-struct dq_smem {
-    size_t q, dout, k, v, s, dp, ds, dq, total;
-};
-static __host__ __device__ dq_smem dq_layout(int BQ, int BK, int hd) {
-    tc_strides st = strides_of(hd, BK);
-    dq_smem L;
-    size_t at = 0;
-    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
-    L.dout = bump(&at, (size_t)BQ * st.ldh * 2);
-    L.k = bump(&at, (size_t)BK * st.ldh * 2);
-    L.v = bump(&at, (size_t)BK * st.ldh * 2);
-    L.s = bump(&at, (size_t)BQ * st.lds * 4);
-    L.dp = bump(&at, (size_t)BQ * st.lds * 4);
-    L.ds = bump(&at, (size_t)BQ * st.ldp * 2);
-    L.dq = bump(&at, (size_t)BQ * st.ldo * 4);
-    L.total = at;
-    return L;
-}
-
-struct dkv_smem {
-    size_t k, v, q, dout, s, dp, p, ds, dk, dv, misc, total;
-};
-static __host__ __device__ dkv_smem dkv_layout(int BQ, int BK, int hd) {
-    tc_strides st = strides_of(hd, BK);
-    dkv_smem L;
-    size_t at = 0;
-    L.k = bump(&at, (size_t)BK * st.ldh * 2);
-    L.v = bump(&at, (size_t)BK * st.ldh * 2);
-    L.q = bump(&at, (size_t)BQ * st.ldh * 2);
-    L.dout = bump(&at, (size_t)BQ * st.ldh * 2);
-    L.s = bump(&at, (size_t)BQ * st.lds * 4);
-    L.dp = bump(&at, (size_t)BQ * st.lds * 4);
-    L.p = bump(&at, (size_t)BQ * st.ldp * 2);
-    L.ds = bump(&at, (size_t)BQ * st.ldp * 2);
-    L.dk = bump(&at, (size_t)BK * st.ldo * 4);
-    L.dv = bump(&at, (size_t)BK * st.ldo * 4);
-    L.misc = bump(&at, 4); // the context length, found by the block
+    bool fwd = kind == TC_FWD, dkv = kind == TC_DKV;
+    size_t qh = (size_t)BQ * st.ldh * 2, kh = (size_t)BK * st.ldh * 2, sf = (size_t)BQ * st.lds * 4;
+    size_t pb = (size_t)BQ * st.ldp * 2, kacc = (size_t)BK * st.ldo * 4, at = 0;
+    tc_tiles L;
+    L.q = bump(&at, qh);
+    L.dout = bump(&at, fwd ? 0 : qh);
+    L.k = bump(&at, kh);
+    L.v = bump(&at, kh);
+    L.s = bump(&at, sf);
+    L.dp = bump(&at, fwd ? 0 : sf);
+    L.p = bump(&at, kind == TC_DQ ? 0 : pb);
+    L.ds = bump(&at, fwd ? 0 : pb);
+    L.acc = bump(&at, dkv ? 0 : (size_t)BQ * st.ldo * 4);
+    L.dk = bump(&at, dkv ? kacc : 0);
+    L.dv = bump(&at, dkv ? kacc : 0);
+    L.misc = bump(&at, dkv ? 4 : 0);
     L.total = at;
     return L;
 }
@@ -378,10 +353,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ tc_line tc_smem[];
     const int TPR = TC_THREADS / BQ;
     tc_strides sd = strides_of(hd, BK);
-    fwd_smem L = fwd_layout(BQ, BK, hd);
+    tc_tiles L = tc_layout(TC_FWD, BQ, BK, hd);
     char *sm = (char *)tc_smem;
     bf16 *Qs = (bf16 *)(sm + L.q), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Ps = (bf16 *)(sm + L.p);
-    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.o);
+    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.acc);
 
     tile_ctx tc = pb.tile(BQ, nq / nkv, nq, nkv, q_tiles);
     const key_list &kl = tc.kl;
@@ -447,11 +422,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ tc_line tc_smem[];
     const int TPR = TC_THREADS / BQ;
     tc_strides sd = strides_of(hd, BK);
-    dq_smem L = dq_layout(BQ, BK, hd);
+    tc_tiles L = tc_layout(TC_DQ, BQ, BK, hd);
     char *sm = (char *)tc_smem;
     bf16 *Qs = (bf16 *)(sm + L.q), *dOs = (bf16 *)(sm + L.dout), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
     bf16 *dSs = (bf16 *)(sm + L.ds);
-    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dQs = (float *)(sm + L.dq);
+    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dQs = (float *)(sm + L.acc);
 
     int ci = blockIdx.x / q_tiles, kh = blockIdx.y, G = nq / nkv;
     q_rows qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * BQ, G * B};
@@ -510,7 +485,7 @@ static __device__ __forceinline__ bool tile_key_seen(const kv_tile &kt, int c, i
 
 // Adds to dK, dV (shared) what the query rows [r0, rows) of anchor ci give the block's key tile.
 template <int BQ, int BK>
-static __device__ void dkv_accumulate(char *sm, const dkv_smem &L, const tc_strides &sd, const kv_tile &kt, int ci,
+static __device__ void dkv_accumulate(char *sm, const tc_tiles &L, const tc_strides &sd, const kv_tile &kt, int ci,
                                       int r0, int rows, const bf16 *dout, const bf16 *out, const float *lse,
                                       const bf16 *q, int a, int st, int B, int nq, int nkv, int hd, float scale,
                                       int window, int block_causal, int vec) {
@@ -556,7 +531,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
                   int window, int block_causal, int context, int kb_tiles, int vec) {
     extern __shared__ tc_line tc_smem[];
     tc_strides sd = strides_of(hd, BK);
-    dkv_smem L = dkv_layout(BQ, BK, hd);
+    tc_tiles L = tc_layout(TC_DKV, BQ, BK, hd);
     char *sm = (char *)tc_smem;
     bf16 *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
     float *dKs = (float *)(sm + L.dk), *dVs = (float *)(sm + L.dv);
@@ -635,11 +610,7 @@ static int device_smem_optin(void) {
     return v;
 }
 
-// kind: 0 fwd, 1 dq, 2 dkv
-static size_t smem_bytes(int kind, int cfg, int hd) {
-    int bq = cfg_bq[cfg], bk = cfg_bk[cfg];
-    return kind == 0 ? fwd_layout(bq, bk, hd).total : kind == 1 ? dq_layout(bq, bk, hd).total : dkv_layout(bq, bk, hd).total;
-}
+static size_t smem_bytes(int kind, int cfg, int hd) { return tc_layout(kind, cfg_bq[cfg], cfg_bk[cfg], hd).total; }
 static int pick_cfg(int kind, int hd) {
     size_t lim = (size_t)device_smem_optin();
     for (int pass = 0; pass < 2; pass++) {
@@ -691,7 +662,7 @@ template <int BQ, int BK, class Prob>
 static void run_fwd(const tc_args &A, const Prob &pb, int q_rows_per_unit, int units, bf16 *out, float *lse,
                     const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc) {
     int q_tiles = (q_rows_per_unit + BQ - 1) / BQ;
-    size_t smem = fwd_layout(BQ, BK, A.hd).total;
+    size_t smem = tc_layout(TC_FWD, BQ, BK, A.hd).total;
     auto kernel = tc_fwd_kernel<BQ, BK, Prob>;
     allow_smem(kernel, smem);
     kernel<<<dim3((unsigned)(units * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
@@ -704,7 +675,7 @@ static void run_dq(const tc_args &A, bf16 *dq, const bf16 *dout, const bf16 *out
                    const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc, const int32_t *anchors,
                    const int32_t *seq_start) {
     int q_tiles = (int)((A.nq / A.nkv * A.B + BQ - 1) / BQ);
-    size_t smem = dq_layout(BQ, BK, A.hd).total;
+    size_t smem = tc_layout(TC_DQ, BQ, BK, A.hd).total;
     auto kernel = tc_dq_kernel<BQ, BK>;
     allow_smem(kernel, smem);
     kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
@@ -718,7 +689,7 @@ static void run_dkv(const tc_args &A, bf16 *dkb, bf16 *dvb, float *dkc, float *d
                     const float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc,
                     const int32_t *anchors, const int32_t *seq_start) {
     int kb_tiles = (A.B + BK - 1) / BK;
-    size_t smem = dkv_layout(BQ, BK, A.hd).total;
+    size_t smem = tc_layout(TC_DKV, BQ, BK, A.hd).total;
     auto kernel = tc_dkv_kernel<BQ, BK>;
     allow_smem(kernel, smem);
     for (int context = 0; context < 2; context++) {
@@ -738,7 +709,7 @@ static int grid_fits(int C, int B, int nq, int nkv) {
 extern "C" int dflash_tc_forward(backend *be, void *out, float *lse, const void *q, const void *kb, const void *vb,
                                  const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start,
                                  int C, int B, int nq, int nkv, int hd, float scale, int window, int block_causal) {
-    int cfg = choose_cfg(0, hd);
+    int cfg = choose_cfg(TC_FWD, hd);
     if (cfg == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
@@ -758,7 +729,7 @@ extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, f
                                   const void *vb, const void *kc, const void *vc, const int32_t *anchors,
                                   const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
                                   int window, int block_causal) {
-    int cfg_dq = choose_cfg(1, hd), cfg_kv = choose_cfg(2, hd);
+    int cfg_dq = choose_cfg(TC_DQ, hd), cfg_kv = choose_cfg(TC_DKV, hd);
     if (cfg_dq == CFG_NONE || cfg_kv == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(dout) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
@@ -779,7 +750,7 @@ extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, f
 
 extern "C" int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v,
                               const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale) {
-    int cfg = choose_cfg(0, hd);
+    int cfg = choose_cfg(TC_FWD, hd);
     if (cfg == CFG_NONE || nkv < 1 || nkv > 65535 || nq % nkv || (int64_t)T * (nq / nkv) / 32 >= INT32_MAX) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), 0, 0, nq, nkv, hd, 0, 1, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(k) && aligned16(v);
