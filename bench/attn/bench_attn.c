@@ -4,13 +4,14 @@
 //
 //   bench_attn [--device cpu|cuda] [--preset tiny|8b|27b] [--tokens S] [--anchors C] [--block B]
 //              [--heads NQ] [--kv-heads NKV] [--head-dim D] [--window W] [--causal 0|1] [--repeat N]
-//              [--paths tiled,scalar] [--json FILE]
+//              [--paths tiled,scalar,...] [--json FILE]
 //
 // One sequence of S context tokens, C distinct random anchors in it, random bf16-valued inputs. The
 // FLOPs are counted from the masks (every visible query-key pair: 4 hd for the forward's two
 // products, 8 hd for the backward's four, the recomputed scores not counted), so TFLOP/s is the
-// model-FLOP rate. Prints one line per path and, with two paths, the speed ratio and the largest
-// difference between their outputs (relative to the output's scale). Presets: the drafters of
+// model-FLOP rate. Prints one line per path (up to 8: the DFLASH_CUDA_ATTN values, e.g. tiled,
+// scalar, tiled-64x32), then for each path after the first its times as multiples of the first's
+// and the largest difference between their outputs (relative to the output's scale). Presets: the drafters of
 // bench/gpu_student.py (8b: 3072 tokens, 512 anchors of 16, 32/8 heads of 128; 27b: 1024 anchors of
 // 32, 24/4 heads of 256) and a tiny one for the CPU.
 #include <math.h>
@@ -172,10 +173,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     int cuda = strncmp(be.name, "cuda", 4) == 0;
-    char paths[4][16];
+    char paths[8][16];
     int np = 0;
     const char *list = paths_arg ? paths_arg : cuda ? "tiled,scalar" : "cpu";
-    for (const char *p = list; *p && np < 4;) {
+    for (const char *p = list; *p && np < 8;) {
         size_t n = strcspn(p, ",");
         snprintf(paths[np++], sizeof paths[0], "%.*s", (int)n, p);
         p += n + (p[n] == ',');
@@ -220,7 +221,7 @@ int main(int argc, char **argv) {
            be.name, S, C, B, nq, nkv, hd, W ? ", window" : "", causal ? ", causal block" : "", fwd_flops / 1e9,
            bwd_flops / 1e9);
 
-    result res[4];
+    result res[8];
     double *tf = malloc((size_t)repeat * sizeof(double)), *tb = malloc((size_t)repeat * sizeof(double));
     for (int p = 0; p < np; p++) {
         if (cuda) setenv("DFLASH_CUDA_ATTN", paths[p], 1);
@@ -243,14 +244,14 @@ int main(int argc, char **argv) {
         res[p].fwd_s = tf[repeat / 2], res[p].bwd_s = tb[repeat / 2];
         res[p].out = to_host_f32(&be, out, nqe);
         res[p].dq = to_host_f32(&be, dq, nqe);
-        printf("  %-8s forward %9.3f ms %8.2f TFLOP/s   backward %9.3f ms %8.2f TFLOP/s\n", res[p].path,
+        printf("  %-12s forward %9.3f ms %8.2f TFLOP/s   backward %9.3f ms %8.2f TFLOP/s\n", res[p].path,
                1e3 * res[p].fwd_s, fwd_flops / res[p].fwd_s / 1e12, 1e3 * res[p].bwd_s, bwd_flops / res[p].bwd_s / 1e12);
         fflush(stdout);
     }
-    if (np == 2)
-        printf("  %s / %s: forward %.2fx, backward %.2fx faster; outputs differ by %.2e (out), %.2e (dq)\n",
-               res[0].path, res[1].path, res[1].fwd_s / res[0].fwd_s, res[1].bwd_s / res[0].bwd_s,
-               rel_diff(res[0].out, res[1].out, nqe), rel_diff(res[0].dq, res[1].dq, nqe));
+    for (int p = 1; p < np; p++)
+        printf("  %s vs %s: %.2fx the forward time, %.2fx the backward time; outputs differ by %.2e (out), %.2e (dq)\n",
+               res[p].path, res[0].path, res[p].fwd_s / res[0].fwd_s, res[p].bwd_s / res[0].bwd_s,
+               rel_diff(res[0].out, res[p].out, nqe), rel_diff(res[0].dq, res[p].dq, nqe));
     if (json) {
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", json);

@@ -599,8 +599,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
 
 // Tile shapes (BQ, BK) in order of preference. The first whose shared memory fits 113 KiB (two
 // blocks per SM on sm_90's 227 KiB) is taken, else the first that fits the device at all.
-enum tc_cfg { CFG_64_64, CFG_64_32, CFG_32_32, CFG_COUNT, CFG_NONE = -1 };
-static const int cfg_bq[CFG_COUNT] = {64, 64, 32}, cfg_bk[CFG_COUNT] = {64, 32, 32};
+// The narrow shapes let a small shared memory (sm_120: 99 KiB per block) run head_dim 256.
+enum tc_cfg { CFG_64_64, CFG_64_32, CFG_32_32, CFG_32_16, CFG_16_32, CFG_COUNT, CFG_NONE = -1 };
+static const int cfg_bq[CFG_COUNT] = {64, 64, 32, 32, 16}, cfg_bk[CFG_COUNT] = {64, 32, 32, 16, 32};
 #define TC_SMEM_PREFERRED (113 * 1024)
 
 static int device_smem_optin(void) {
@@ -622,7 +623,7 @@ static int pick_cfg(int kind, int hd) {
 }
 
 // DFLASH_CUDA_ATTN: "tiled" (the default: tile shape by head_dim), "scalar", or "tiled-BQxBK" (one of
-// the shapes, forced: for tests). Returns the configuration, CFG_NONE for the scalar path, or
+// the shapes, forced: for tests and benchmarks). Returns the configuration, CFG_NONE for the scalar path, or
 // CFG_COUNT for "pick one".
 static int tc_wanted(void) {
     const char *e = getenv("DFLASH_CUDA_ATTN");
@@ -633,7 +634,7 @@ static int tc_wanted(void) {
         snprintf(name, sizeof name, "tiled-%dx%d", cfg_bq[c], cfg_bk[c]);
         if (strcmp(e, name) == 0) return c;
     }
-    fatal("DFLASH_CUDA_ATTN=%s: expected tiled, scalar, tiled-64x64, tiled-64x32 or tiled-32x32", e);
+    fatal("DFLASH_CUDA_ATTN=%s: expected tiled, scalar or tiled-BQxBK (64x64, 64x32, 32x32, 32x16, 16x32)", e);
 }
 
 // The configuration for a kernel kind at this head_dim, or CFG_NONE (the scalar kernels run).
@@ -658,69 +659,88 @@ struct tc_args {
     float scale;
 };
 
-template <int BQ, int BK, class Prob>
-static void run_fwd(const tc_args &A, const Prob &pb, int q_rows_per_unit, int units, bf16 *out, float *lse,
-                    const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc) {
-    int q_tiles = (q_rows_per_unit + BQ - 1) / BQ;
-    size_t smem = tc_layout(TC_FWD, BQ, BK, A.hd).total;
-    auto kernel = tc_fwd_kernel<BQ, BK, Prob>;
-    allow_smem(kernel, smem);
-    kernel<<<dim3((unsigned)(units * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
-        pb, out, lse, q, kb, vb, kc, vc, A.nq, A.nkv, A.hd, A.scale, q_tiles, A.vec);
-    cuda_check_launch();
-}
-
-template <int BQ, int BK>
-static void run_dq(const tc_args &A, bf16 *dq, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
-                   const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc, const int32_t *anchors,
-                   const int32_t *seq_start) {
-    int q_tiles = (int)((A.nq / A.nkv * A.B + BQ - 1) / BQ);
-    size_t smem = tc_layout(TC_DQ, BQ, BK, A.hd).total;
-    auto kernel = tc_dq_kernel<BQ, BK>;
-    allow_smem(kernel, smem);
-    kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
-        dq, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
-        A.block_causal, q_tiles, A.vec);
-    cuda_check_launch();
-}
-
-template <int BQ, int BK>
-static void run_dkv(const tc_args &A, bf16 *dkb, bf16 *dvb, float *dkc, float *dvc, const bf16 *dout, const bf16 *out,
-                    const float *lse, const bf16 *q, const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc,
-                    const int32_t *anchors, const int32_t *seq_start) {
-    int kb_tiles = (A.B + BK - 1) / BK;
-    size_t smem = tc_layout(TC_DKV, BQ, BK, A.hd).total;
-    auto kernel = tc_dkv_kernel<BQ, BK>;
-    allow_smem(kernel, smem);
-    for (int context = 0; context < 2; context++) {
-        dim3 grid(context ? TC_CTX_BLOCKS : (unsigned)(A.C * kb_tiles), (unsigned)A.nkv);
-        kernel<<<grid, TC_THREADS, smem, A.st>>>(dkb, dvb, dkc, dvc, dout, out, lse, q, kb, vb, kc, vc, anchors,
-                                                 seq_start, A.C, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
-                                                 A.block_causal, context, kb_tiles, A.vec);
-        cuda_check_launch();
+// job.run<BQ, BK>() for the tile shape cfg: each kernel is instantiated for every shape.
+template <class Job> static void dispatch(int cfg, const Job &job) {
+    switch (cfg) {
+    case CFG_64_64: job.template run<64, 64>(); break;
+    case CFG_64_32: job.template run<64, 32>(); break;
+    case CFG_32_32: job.template run<32, 32>(); break;
+    case CFG_32_16: job.template run<32, 16>(); break;
+    default: job.template run<16, 32>(); break;
     }
 }
 
-// The grid's x extent C * tiles and y extent nkv must fit; otherwise the scalar kernels run.
-static int grid_fits(int C, int B, int nq, int nkv) {
-    return nkv >= 1 && nkv <= 65535 && nq % nkv == 0 && (int64_t)C * ((int64_t)nq / nkv * B + 31) / 32 < INT32_MAX;
+// units x (rows per unit / BQ) query tiles per kv head: anchors (DFlash) or the one packed batch (causal)
+template <class Prob> struct fwd_job {
+    tc_args A;
+    Prob pb;
+    int rows, units;
+    bf16 *out;
+    float *lse;
+    const bf16 *q, *kb, *vb, *kc, *vc;
+    template <int BQ, int BK> void run() const {
+        int q_tiles = (rows + BQ - 1) / BQ;
+        size_t smem = tc_layout(TC_FWD, BQ, BK, A.hd).total;
+        auto kernel = tc_fwd_kernel<BQ, BK, Prob>;
+        allow_smem(kernel, smem);
+        kernel<<<dim3((unsigned)(units * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
+            pb, out, lse, q, kb, vb, kc, vc, A.nq, A.nkv, A.hd, A.scale, q_tiles, A.vec);
+        cuda_check_launch();
+    }
+};
+
+struct bwd_job {
+    tc_args A;
+    bf16 *dq, *dkb, *dvb;
+    float *dkc, *dvc;
+    const bf16 *dout, *out;
+    const float *lse;
+    const bf16 *q, *kb, *vb, *kc, *vc;
+    const int32_t *anchors, *seq_start;
+    int kind; // TC_DQ or TC_DKV
+    template <int BQ, int BK> void run() const {
+        size_t smem = tc_layout(kind, BQ, BK, A.hd).total;
+        if (kind == TC_DQ) {
+            int q_tiles = (A.nq / A.nkv * A.B + BQ - 1) / BQ;
+            auto kernel = tc_dq_kernel<BQ, BK>;
+            allow_smem(kernel, smem);
+            kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
+                dq, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
+                A.block_causal, q_tiles, A.vec);
+            cuda_check_launch();
+            return;
+        }
+        int kb_tiles = (A.B + BK - 1) / BK;
+        auto kernel = tc_dkv_kernel<BQ, BK>;
+        allow_smem(kernel, smem);
+        for (int context = 0; context < 2; context++) {
+            dim3 grid(context ? TC_CTX_BLOCKS : (unsigned)(A.C * kb_tiles), (unsigned)A.nkv);
+            kernel<<<grid, TC_THREADS, smem, A.st>>>(dkb, dvb, dkc, dvc, dout, out, lse, q, kb, vb, kc, vc, anchors,
+                                                     seq_start, A.C, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
+                                                     A.block_causal, context, kb_tiles, A.vec);
+            cuda_check_launch();
+        }
+    }
+};
+
+// The grid's x extent (query tiles of 16 rows at the least) and y extent nkv must fit; otherwise
+// the scalar kernels run.
+static int grid_fits(int64_t units, int64_t rows_per_unit, int nq, int nkv) {
+    return nkv >= 1 && nkv <= 65535 && nq % nkv == 0 && units * ((rows_per_unit + 15) / 16) < INT32_MAX;
 }
 
 extern "C" int dflash_tc_forward(backend *be, void *out, float *lse, const void *q, const void *kb, const void *vb,
                                  const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start,
                                  int C, int B, int nq, int nkv, int hd, float scale, int window, int block_causal) {
     int cfg = choose_cfg(TC_FWD, hd);
-    if (cfg == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
+    if (cfg == CFG_NONE || !grid_fits(C, (int64_t)nq / nkv * B, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
             aligned16(vc);
-    const bf16 *q_ = (const bf16 *)q, *kb_ = (const bf16 *)kb, *vb_ = (const bf16 *)vb, *kc_ = (const bf16 *)kc;
-    const bf16 *vc_ = (const bf16 *)vc;
-    dflash_prob pb = {anchors, seq_start, B, window, block_causal};
-    int rows = nq / nkv * B; // one anchor's rows per kv head
-    if (cfg == CFG_64_64) run_fwd<64, 64>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
-    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
-    else run_fwd<32, 32>(A, pb, rows, C, (bf16 *)out, lse, q_, kb_, vb_, kc_, vc_);
+    fwd_job<dflash_prob> job = {A, {anchors, seq_start, B, window, block_causal}, nq / nkv * B, C, (bf16 *)out, lse,
+                                (const bf16 *)q, (const bf16 *)kb, (const bf16 *)vb, (const bf16 *)kc,
+                                (const bf16 *)vc};
+    dispatch(cfg, job);
     return 1;
 }
 
@@ -730,35 +750,28 @@ extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, f
                                   const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
                                   int window, int block_causal) {
     int cfg_dq = choose_cfg(TC_DQ, hd), cfg_kv = choose_cfg(TC_DKV, hd);
-    if (cfg_dq == CFG_NONE || cfg_kv == CFG_NONE || !grid_fits(C, B, nq, nkv)) return 0;
+    if (cfg_dq == CFG_NONE || cfg_kv == CFG_NONE || !grid_fits(C, (int64_t)nq / nkv * B, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), C, B, nq, nkv, hd, window, block_causal, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(dout) && aligned16(q) && aligned16(kb) && aligned16(vb) && aligned16(kc) &&
             aligned16(vc);
-    bf16 *dq_ = (bf16 *)dq, *dkb_ = (bf16 *)dkb, *dvb_ = (bf16 *)dvb;
-    const bf16 *do_ = (const bf16 *)dout, *o_ = (const bf16 *)out, *q_ = (const bf16 *)q, *kb_ = (const bf16 *)kb;
-    const bf16 *vb_ = (const bf16 *)vb, *kc_ = (const bf16 *)kc, *vc_ = (const bf16 *)vc;
-    if (cfg_dq == CFG_64_64) run_dq<64, 64>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else if (cfg_dq == CFG_64_32) run_dq<64, 32>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else run_dq<32, 32>(A, dq_, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    if (cfg_kv == CFG_64_64)
-        run_dkv<64, 64>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else if (cfg_kv == CFG_64_32)
-        run_dkv<64, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
-    else run_dkv<32, 32>(A, dkb_, dvb_, dkc, dvc, do_, o_, lse, q_, kb_, vb_, kc_, vc_, anchors, seq_start);
+    bwd_job job = {A, (bf16 *)dq, (bf16 *)dkb, (bf16 *)dvb, dkc, dvc, (const bf16 *)dout, (const bf16 *)out, lse,
+                   (const bf16 *)q, (const bf16 *)kb, (const bf16 *)vb, (const bf16 *)kc, (const bf16 *)vc,
+                   anchors, seq_start, TC_DQ};
+    dispatch(cfg_dq, job);
+    job.kind = TC_DKV;
+    dispatch(cfg_kv, job);
     return 1;
 }
 
 extern "C" int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v,
                               const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale) {
     int cfg = choose_cfg(TC_FWD, hd);
-    if (cfg == CFG_NONE || nkv < 1 || nkv > 65535 || nq % nkv || (int64_t)T * (nq / nkv) / 32 >= INT32_MAX) return 0;
+    if (cfg == CFG_NONE || nkv < 1 || nq % nkv || !grid_fits(1, (int64_t)nq / nkv * T, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), 0, 0, nq, nkv, hd, 0, 1, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(k) && aligned16(v);
-    causal_prob pb = {cu_seqlens, n_seq, T};
-    int rows = nq / nkv * T; // all rows of a kv head, cut into tiles of BQ
-    const bf16 *q_ = (const bf16 *)q, *k_ = (const bf16 *)k, *v_ = (const bf16 *)v;
-    if (cfg == CFG_64_64) run_fwd<64, 64>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
-    else if (cfg == CFG_64_32) run_fwd<64, 32>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
-    else run_fwd<32, 32>(A, pb, rows, 1, (bf16 *)out, nullptr, q_, nullptr, nullptr, k_, v_);
+    // all rows of a kv head (T tokens x its query heads), cut into tiles; keys in the "context" slot
+    fwd_job<causal_prob> job = {A, {cu_seqlens, n_seq, T}, nq / nkv * T, 1, (bf16 *)out, nullptr, (const bf16 *)q,
+                                nullptr, nullptr, (const bf16 *)k, (const bf16 *)v};
+    dispatch(cfg, job);
     return 1;
 }

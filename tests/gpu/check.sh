@@ -278,11 +278,14 @@ part_bench() {
   local bad=0 args t0=$SECONDS
   # the DFlash attention alone, tensor-core tiles against the scalar kernels (CPU: the tiny preset)
   if [ -x "$BUILD/bench/bench_attn" ]; then
-    local presets=(tiny) p
+    local presets=(tiny) p paths
     gpu_mode && presets=(8b 27b)
     for p in "${presets[@]}"; do
-      echo "bench_attn --preset $p"
-      timeout 60 "$BUILD/bench/bench_attn" --device "$DEV" --preset "$p" --repeat 3 --json "$OUT/bench_attn_$p.json" ||
+      # every tile shape at head_dim 128 (data for the shape preference); the 27B's 256 takes what fits
+      paths=cpu
+      gpu_mode && paths=tiled,scalar && [ "$p" = 8b ] && paths=tiled,scalar,tiled-64x64,tiled-64x32,tiled-32x32,tiled-32x16,tiled-16x32
+      echo "bench_attn --preset $p --paths $paths"
+      timeout 60 "$BUILD/bench/bench_attn" --device "$DEV" --preset "$p" --paths "$paths" --repeat 3 --json "$OUT/bench_attn_$p.json" ||
         { echo "FAIL: bench_attn --preset $p"; bad=1; }
       [ -f "$OUT/bench_attn_$p.json" ] && num "attn_$p" "$(cat "$OUT/bench_attn_$p.json")"
     done

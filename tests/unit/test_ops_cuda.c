@@ -280,8 +280,8 @@ static void test_attention(void) {
     // a long sequence (many key tiles, query tiles straddling the boundaries), length-1 sequences
     int a[] = {1000, 1, 37, 250}, b[] = {5, 1, 70}, c[] = {130}, d[] = {33, 64}, e[] = {1};
     int f[] = {TEST_EMU_SIZE(2000, 300)}, g[] = {40, 3, 29};
-    const char *paths[] = {"tiled", "scalar", "tiled-64x64", "tiled-64x32", "tiled-32x32"};
-    for (int p = 0; p < 5; p++) {
+    const char *paths[] = {"tiled", "scalar", "tiled-64x64", "tiled-64x32", "tiled-32x32", "tiled-32x16", "tiled-16x32"};
+    for (int p = 0; p < 7; p++) {
         attn_path = paths[p];
         attention_case(b, 3, 4, 1, 64);  // GQA 4/1
         attention_case(d, 2, 6, 3, 18);  // head_dim not a multiple of 4 or 32

@@ -302,8 +302,8 @@ static void test_dflash(void) {
         dflash_case(TEST_EMU_SIZE(2048, 512), 1, TEST_EMU_SIZE(64, 24), 16, 8, 2, 64, 0, 0);
     }
     if (!act_bf16) return;
-    const char *tiles[] = {"tiled-64x64", "tiled-64x32", "tiled-32x32"}; // each tile shape on the small cases
-    for (int t = 0; t < 3; t++) {
+    const char *tiles[] = {"tiled-64x64", "tiled-64x32", "tiled-32x32", "tiled-32x16", "tiled-16x32"};
+    for (int t = 0; t < 5; t++) { // each tile shape on the small cases
         attn_path = tiles[t];
         dflash_shapes();
     }
