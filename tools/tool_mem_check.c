@@ -4,7 +4,7 @@
 //
 //   dflash_tool mem-check [--device auto|cpu|cuda] [--preset tiny|8b|27b] [shape options]
 //        [--anchors 32,64,128,256,512] [--budget-chunk C | --mem-budget BYTES]
-//        [--time-anchors A] [--time-budget BYTES] [--repeat N] [--json FILE]
+//        [--time-anchors A] [--time-budget BYTES] [--repeat N] [--profile 0|1] [--json FILE]
 //
 // Everything is random (no files): a drafter of the given shape (weights from drafter_init, a random
 // bf16 target embedding and lm_head), one packed batch of --tokens tokens in --seqs sequences with
@@ -23,7 +23,8 @@
 // 90 % of the free device memory on a GPU; all anchors in one chunk when they fit) with a fresh plan,
 // one warm-up step, then --repeat timed student steps
 // (forward + loss + backward; the optimizer is not timed). Median step time, block and context tokens
-// per second.
+// per second. --profile 1: then one more step with every op timed (profile.h: GPU time per op on
+// CUDA), printed as a table and kept in the JSON's timing.profile.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include "common/error.h"
 #include "common/half.h"
 #include "common/log.h"
+#include "common/profile.h"
 #include "student/drafter.h"
 #include "student/drafter_config.h"
 #include "student/loss_config.h"
@@ -74,11 +76,12 @@ static void mem_check_usage(FILE *f) {
             "        [--hidden H] [--layers L] [--heads NQ] [--kv-heads NKV] [--head-dim D] [--intermediate I]\n"
             "        [--vocab V] [--block B] [--n-feat F] [--tokens S] [--seqs N] [--topk K] [--untied 0|1]\n"
             "        [--anchors A1,A2,...] [--budget-chunk C | --mem-budget BYTES]\n"
-            "        [--time-anchors A] [--time-budget BYTES] [--repeat N] [--seed S] [--json FILE]\n"
+            "        [--time-anchors A] [--time-budget BYTES] [--repeat N] [--profile 0|1] [--seed S] [--json FILE]\n"
             "  memory: for each anchor count, the plan under one budget (default: the plan total of C =\n"
             "  the first count anchors per chunk) against the arenas' peak and the device memory in use;\n"
             "  timing: --repeat student steps of --time-anchors anchors (0 = none), median time, under\n"
-            "  --time-budget (default: none on the CPU, 90%% of the free memory on a GPU).\n"
+            "  --time-budget (default: none on the CPU, 90%% of the free memory on a GPU); --profile 1: one more\n"
+            "  step with every op timed (GPU time per op on CUDA).\n"
             "  Presets: tiny (the default on the CPU), 8b (the default on a GPU), 27b.\n");
 }
 
@@ -193,12 +196,15 @@ typedef struct {
     double times[64];
     int n_times;
     int fits; // plan_total <= budget (or no budget)
+    prof_row *prof; // --profile: one more step, op by op (profile.h)
+    int n_prof;
+    double prof_step_s;
 } mc_run;
 
 // One plan + allocation + steps. repeat = 0: one step and one optimizer step (the memory sequence);
 // repeat > 0: a warm-up step, then `repeat` timed steps.
 static int mc_run_one(drafter *d, backend *be, const loss_config *lc, const mc_shape *s, const mc_batch *mb, long A,
-                      size_t budget, int repeat, size_t free_base, uint64_t seed, mc_run *out) {
+                      size_t budget, int repeat, int profile, size_t free_base, uint64_t seed, mc_run *out) {
     memset(out, 0, sizeof *out);
     out->anchors = A, out->budget = budget, out->device_used = -1;
     plan_request pr = {.budget = budget, .max_tokens = (int)s->tokens, .max_seqs = (int)s->seqs, .max_anchors = (int)A,
@@ -245,6 +251,16 @@ static int mc_run_one(drafter *d, backend *be, const loss_config *lc, const mc_s
             backend_memset_zero(be, d->grad, (size_t)d->numel * sizeof(float));
         }
     }
+    if (!rc && profile && repeat > 0) { // one more step, every op timed (after the timed ones: no effect on them)
+        step_stats st;
+        memset(&st, 0, sizeof st);
+        prof_enable(be);
+        double t0 = mc_now();
+        rc = student_step(d, lc, &plan, w, &b, anchors, (int)A, &st);
+        out->prof_step_s = mc_now() - t0;
+        out->n_prof = rc ? 0 : prof_collect(&out->prof);
+        prof_disable();
+    }
     if (!rc) {
         out->arena_peak = arena_high_water(&d->mem) + arena_high_water(&work) + arena_high_water(&opt_mem);
         if (be->kind == BACKEND_CUDA) {
@@ -267,6 +283,26 @@ static int mc_run_one(drafter *d, backend *be, const loss_config *lc, const mc_s
     return rc;
 }
 
+// The profiled step: per op its calls, time (GPU time on CUDA), share of the step, and for the GEMMs
+// the rate; then the rest of the step (host work, waits, kernels outside ops.h: the fused loss's).
+static void mc_print_profile(const mc_run *r) {
+    double sum = 0, gemm_s = 0, gemm_f = 0;
+    printf("profile: one more step, every op timed: %.4f s\n  %-32s %6s %10s %7s %9s\n", r->prof_step_s, "op", "calls",
+           "ms", "step %", "TFLOP/s");
+    for (int i = 0; i < r->n_prof; i++) {
+        const prof_row *p = &r->prof[i];
+        sum += p->seconds;
+        if (p->flops > 0) gemm_s += p->seconds, gemm_f += p->flops;
+        char rate[32] = "";
+        if (p->flops > 0 && p->seconds > 0) snprintf(rate, sizeof rate, "%9.1f", p->flops / p->seconds / 1e12);
+        printf("  %-32s %6ld %10.3f %6.1f%% %9s\n", p->name, p->calls, 1e3 * p->seconds, 100 * p->seconds / r->prof_step_s,
+               rate);
+    }
+    printf("  %-32s %6s %10.3f %6.1f%%\n", "(outside the ops above)", "", 1e3 * (r->prof_step_s - sum),
+           100 * (r->prof_step_s - sum) / r->prof_step_s);
+    if (gemm_s > 0) printf("  GEMMs: %.1f TFLOP/s over %.3f ms\n", gemm_f / gemm_s / 1e12, 1e3 * gemm_s);
+}
+
 static void mc_json_run(FILE *f, const mc_run *r) {
     fprintf(f, "{\"anchors\": %ld, \"chunk\": %d, \"loss_mode\": \"%s\", \"row_chunk\": %d, \"budget\": %zu, "
                "\"plan_total\": %zu, \"arena_peak\": %zu, \"device_used\": %lld, \"fits\": %s, \"kv_mean\": %.1f",
@@ -276,6 +312,13 @@ static void mc_json_run(FILE *f, const mc_run *r) {
         fprintf(f, ", \"times_s\": [");
         for (int i = 0; i < r->n_times; i++) fprintf(f, "%s%.6f", i ? ", " : "", r->times[i]);
         fprintf(f, "], \"median_s\": %.6f", r->median_s);
+        if (r->n_prof) {
+            fprintf(f, ", \"profile\": {\"step_s\": %.6f, \"ops\": [", r->prof_step_s);
+            for (int i = 0; i < r->n_prof; i++)
+                fprintf(f, "%s{\"name\": \"%s\", \"calls\": %ld, \"seconds\": %.6f, \"flops\": %.6g}", i ? ", " : "",
+                        r->prof[i].name, r->prof[i].calls, r->prof[i].seconds, r->prof[i].flops);
+            fprintf(f, "]}");
+        }
     } else {
         fprintf(f, ", \"step_s\": %.6f", r->step_s);
     }
@@ -288,7 +331,7 @@ int tool_mem_check_main(int argc, char **argv) {
     int has_over[13] = {0};
     static const char *over_names[13] = {"--hidden", "--layers", "--heads", "--kv-heads", "--head-dim", "--intermediate",
                                          "--vocab", "--block", "--n-feat", "--tokens", "--seqs", "--topk", "--untied"};
-    long budget_chunk = 0, time_anchors = -1, repeat = 5, seed = 1;
+    long budget_chunk = 0, time_anchors = -1, repeat = 5, seed = 1, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { mem_check_usage(stdout); return 0; }
@@ -312,6 +355,7 @@ int tool_mem_check_main(int argc, char **argv) {
         else if (strcmp(a, "--time-anchors") == 0) time_anchors = atol(v);
         else if (strcmp(a, "--repeat") == 0) repeat = atol(v);
         else if (strcmp(a, "--seed") == 0) seed = atol(v);
+        else if (strcmp(a, "--profile") == 0 && (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)) profile = atol(v);
         else { fprintf(stderr, "error: mem-check: unknown option '%s'\n", a); return 2; }
     }
     if (repeat < 1 || repeat > 63 || budget_chunk < 0) { fprintf(stderr, "error: mem-check: --repeat must be 1..63, --budget-chunk >= 0\n"); return 2; }
@@ -402,7 +446,7 @@ int tool_mem_check_main(int argc, char **argv) {
     mc_run runs[MC_MAX_RUNS + 1];
     int rc = 0, n_runs = 0;
     for (int i = 0; i < n_list && !rc; i++) {
-        rc = mc_run_one(&d, &be, &lc, &s, &mb, list[i], budget, 0, free_base, (uint64_t)seed, &runs[n_runs]);
+        rc = mc_run_one(&d, &be, &lc, &s, &mb, list[i], budget, 0, 0, free_base, (uint64_t)seed, &runs[n_runs]);
         if (rc) break;
         mc_run *r = &runs[n_runs++];
         printf("%8ld %6d %6s %12s %12s %14s %9.3f%s\n", r->anchors, r->chunk, r->loss_mode, bytes_format(r->plan_total, b1, sizeof b1),
@@ -414,7 +458,8 @@ int tool_mem_check_main(int argc, char **argv) {
     mc_run timing;
     int timed = 0;
     if (!rc && time_anchors > 0) {
-        rc = mc_run_one(&d, &be, &lc, &s, &mb, time_anchors, tbudget, (int)repeat, free_base, (uint64_t)seed, &timing);
+        rc = mc_run_one(&d, &be, &lc, &s, &mb, time_anchors, tbudget, (int)repeat, (int)profile, free_base,
+                        (uint64_t)seed, &timing);
         if (!rc) {
             timed = 1;
             double bt = (double)time_anchors * (double)s.block / timing.median_s;
@@ -424,6 +469,7 @@ int tool_mem_check_main(int argc, char **argv) {
                    bytes_format(timing.plan_total, b2, sizeof b2), bytes_format(timing.arena_peak, b3, sizeof b3),
                    timing.device_used >= 0 ? bytes_format((size_t)timing.device_used, b4, sizeof b4) : "-", timing.median_s,
                    timing.n_times, bt, (double)s.tokens / timing.median_s);
+            if (timing.n_prof) mc_print_profile(&timing);
         }
     }
     if (rc) fprintf(stderr, "error: %s\n", error_msg());
@@ -449,6 +495,7 @@ int tool_mem_check_main(int argc, char **argv) {
             fclose(f);
         }
     }
+    if (timed) free(timing.prof);
     mc_batch_free(&mb);
     drafter_free(&d);
     backend_close(&be);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/profile.h"
 #include "common/ops_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
 #include "common/ops_cuda.h"
@@ -14,17 +15,21 @@
 
 // Each op: the CUDA call when the backend is a GPU, else the CPU twin. Without the CUDA backend
 // compiled in, the first branch is dead code and the cuda_* names are never referenced.
+// Timed under the op's function name while profile.h collects.
 #ifdef DFLASH_HAVE_CUDA
-#define DISPATCH(be, cuda_call, cpu_call) \
-    do {                                  \
-        if (ON_CUDA(be)) cuda_call;       \
-        else cpu_call;                    \
+#define DISPATCH(be, cuda_call, cpu_call)      \
+    do {                                       \
+        int prof_ = prof_begin(be);            \
+        if (ON_CUDA(be)) cuda_call;            \
+        else cpu_call;                         \
+        prof_end(be, prof_, __func__, 0);      \
     } while (0)
 #else
-#define DISPATCH(be, cuda_call, cpu_call) \
-    do {                                  \
-        (void)(be);                       \
-        cpu_call;                         \
+#define DISPATCH(be, cuda_call, cpu_call)      \
+    do {                                       \
+        int prof_ = prof_begin(be);            \
+        cpu_call;                              \
+        prof_end(be, prof_, __func__, 0);      \
     } while (0)
 #endif
 

@@ -29,6 +29,7 @@
 #include "common/backend_cuda.h"
 #include "common/check_cuda.h"
 #include "common/ops_cuda.h"
+#include "common/profile.h"
 #include "student/loss_cuda.h"
 
 extern "C" {
@@ -280,11 +281,13 @@ extern "C" void loss_cuda_forward_backward(backend *be, const loss_config *cfg, 
             const int64_t vt = V - v0 < width ? V - v0 : width;
             backend_gemm(be, 0, 1, nr, (int)vt, (int)H, 1.0f, xc, (int)H, W + v0 * H, (int)H, 0.0f, w.logits, (int)vt,
                          DT_BF16, DT_F32);
+            int prof = prof_begin(be); // profile.h: the loss's own kernels by name (its GEMMs as backend_gemm)
             if (K > 0) // before the scan, which hides the teacher's entries
                 cuda_topk_lse_update(be, w.logits, (int)vt, (int)v0, nr, (int)vt, K, w.topk_val, w.topk_idx, w.tk_m,
                                      w.tk_s);
             scan_kernel<<<grid_for(nr), ROW_THREADS, 0, st>>>(w.logits, vt, v0, vt, nr, r0, *cfg, *b, w);
             cuda_check_launch();
+            prof_end(be, prof, "loss scan (top-K, argmax, tail)", 0);
         }
         finish_kernel<<<grid_for(ceil_div(nr, ELEM_THREADS)), ELEM_THREADS, 0, st>>>(nr, r0, K, *cfg, *b, w, *rows);
         cuda_check_launch();
@@ -299,8 +302,10 @@ extern "C" void loss_cuda_forward_backward(backend *be, const loss_config *cfg, 
             if (acc)
                 backend_gemm(be, 0, 1, nr, (int)vt, (int)H, 1.0f, xc, (int)H, W + v0 * H, (int)H, 0.0f, w.logits,
                              (int)vt, DT_BF16, DT_F32);
+            int prof = prof_begin(be);
             dlogits_kernel<<<grid_for(nr), ROW_THREADS, 0, st>>>(w.logits, vt, v0, vt, nr, r0, *cfg, *b, w, rows->w);
             cuda_check_launch();
+            prof_end(be, prof, "loss dlogits", 0);
             if (acc)
                 backend_gemm(be, 0, 0, nr, (int)H, (int)vt, 1.0f, w.logits, (int)(2 * vt), W + v0 * H, (int)H,
                              v0 == 0 ? 0.0f : 1.0f, w.dx_acc, (int)H, DT_BF16, DT_F32);

@@ -256,7 +256,7 @@ part_transport() {
 part_memory() {
   local T=$BUILD/dflash_tool args slack
   if gpu_mode; then
-    args=(--device cuda --preset 8b --anchors 32,64,128,256,512 --time-anchors 512 --repeat 3)
+    args=(--device cuda --preset 8b --anchors 32,64,128,256,512 --time-anchors 512 --repeat 3 --profile 1)
     slack=$((256 << 20))
   else
     args=(--device cpu --preset tiny --anchors 4,8,16,32,64 --time-anchors 64 --repeat 3)

@@ -13,7 +13,7 @@ T=$BUILD/dflash_tool
 LIB="python3 $SRC/tests/gpu/check_lib.py"
 
 # CPU: anchors 4 -> 64 under the plan of 4 anchors per chunk
-expect_ok "mem-check cpu" "$T" mem-check --device cpu --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --json "$TMP/cpu.json"
+expect_ok "mem-check cpu" "$T" mem-check --device cpu --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --profile 1 --json "$TMP/cpu.json"
 cat "$TMP/out"
 grep -q "^timing: 16 anchors" "$TMP/out" && ok || bad "mem-check printed no timing line"
 if $LIB mem "$TMP/cpu.json" "$TMP/cpu.num" 0 >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cpu):"; cat "$TMP/mem.log" >&2; fi
@@ -28,6 +28,19 @@ assert all(x["arena_peak"] == x["plan_total"] for x in r), r                # th
 assert d["timing"]["anchors"] == 16 and len(d["timing"]["times_s"]) == 1 and d["timing"]["chunk"] == 16
 assert not d["cuda"] and all(x["device_used"] == -1 for x in r)
 EOF
+# --profile 1: one more step with every op timed; the ops of a drafter step are there, once per layer
+# and chunk where they should be, and their times add up to no more than the step
+python3 - "$TMP/cpu.json" <<'EOF' && ok || bad "mem-check --profile: missing ops or times past the step"
+import json, sys
+p = json.load(open(sys.argv[1]))["timing"]["profile"]
+ops = {o["name"]: o for o in p["ops"]}
+for name in ("backend_gemm", "ops_dflash_attn_forward", "ops_dflash_attn_backward", "ops_rmsnorm", "ops_swiglu_backward"):
+    assert name in ops and ops[name]["seconds"] > 0, (name, sorted(ops))
+assert ops["ops_dflash_attn_forward"]["calls"] == 2 and ops["ops_dflash_attn_backward"]["calls"] == 2, ops  # 2 layers, 1 chunk
+assert ops["backend_gemm"]["flops"] > 0 and all(o["flops"] == 0 for n, o in ops.items() if n != "backend_gemm")
+assert 0 < sum(o["seconds"] for o in p["ops"]) <= p["step_s"] * 1.001, p
+EOF
+grep -q "^profile: one more step" "$TMP/out" && ok || bad "mem-check --profile printed no table"
 # a budget below what one anchor needs: one error line naming the smallest budget that works
 expect_fail tiny-budget "needs at least" "$T" mem-check --device cpu --preset tiny --mem-budget 64KiB --anchors 4 --time-anchors 0
 expect_fail bad-list "anchors" "$T" mem-check --device cpu --preset tiny --anchors 4,x
@@ -40,7 +53,7 @@ elif "$BUILD/dflash_rank" --version | grep -q "cuda(emulated)"; then
   # the CUDA emulator: the CPU case's sizes (anchors 4 -> 64) on an emulated device of 256 MiB
   echo "CUDA emulator build: the CUDA case at the CPU case's toy size, on an emulated device of 256 MiB"
   expect_ok "mem-check cuda (emulated)" env DFLASH_EMU_GPU_BYTES=$((256 << 20)) "$T" mem-check --device cuda \
-    --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --json "$TMP/gpu.json"
+    --preset tiny --anchors 4,16,64 --time-anchors 16 --repeat 1 --profile 1 --json "$TMP/gpu.json"
   cat "$TMP/out"
   grep -q "CUDA emulator" "$TMP/out" && ok || bad "mem-check cuda did not run on the emulated device"
   if $LIB mem "$TMP/gpu.json" "$TMP/gpu.num" $((1 << 20)) >"$TMP/mem.log" 2>&1; then ok; else bad "memory criteria (cuda, emulated):"; cat "$TMP/mem.log" >&2; fi
@@ -54,6 +67,10 @@ assert all(0 < x["device_used"] <= x["plan_total"] for x in r), r        # the a
 # the timing step's default budget is 90 % of the free device memory, and its plan fits in it
 assert t["anchors"] == 16 and t["budget"] < 256 << 20 and t["plan_total"] <= t["budget"], t
 assert 0 < t["device_used"] <= t["plan_total"], t
+# --profile on CUDA: event times per op, the fused loss's own kernels by name
+ops = {o["name"]: o for o in t["profile"]["ops"]}
+assert {"backend_gemm", "ops_dflash_attn_backward", "loss scan (top-K, argmax, tail)", "loss dlogits"} <= set(ops), sorted(ops)
+assert all(o["seconds"] >= 0 for o in ops.values()) and sum(o["seconds"] for o in ops.values()) <= t["profile"]["step_s"] * 1.001
 EOF
 else
   expect_ok "mem-check cuda" "$T" mem-check --device cuda --preset tiny --hidden 256 --heads 4 --kv-heads 2 --head-dim 64 \
