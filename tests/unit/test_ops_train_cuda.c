@@ -288,6 +288,7 @@ static void dflash_shapes(void) {
     dflash_case(200, 2, 6, 6, 4, 2, 64, 8, 0);     // window, bidirectional block
     dflash_case(90, 1, 4, 6, 6, 3, 18, 0, 0);      // head_dim not a multiple of 8 (element loads)
     dflash_case(150, 2, 3, 70, 6, 2, 40, 0, 1);    // B 70: several block-key and query tiles, the last partial
+    dflash_case(40, 1, 3, 1, 2, 1, 8, 3, 1);       // B 1, head_dim 8 (one 16-wide WMMA step, half padding), window 3
 }
 
 static void test_dflash(void) {
