@@ -165,6 +165,15 @@ def mem(path, nums, slack):
     if t:
         put(nums, "timing", {"anchors": t["anchors"], "chunk": t["chunk"], "median_s": t["median_s"],
                              "plan_total": t["plan_total"], "arena_peak": t["arena_peak"], "device_used": t["device_used"]})
+        p = t.get("profile")
+        if p:  # mem-check --profile: the step op by op (ms, share of the step; GEMMs with their TFLOP/s)
+            step = p["step_s"]
+            ops = [{"op": o["name"], "calls": o["calls"], "ms": round(1e3 * o["seconds"], 3),
+                    "share": round(o["seconds"] / step, 4) if step > 0 else None,
+                    **({"tflops": round(o["flops"] / o["seconds"] / 1e12, 1)} if o["flops"] and o["seconds"] else {})}
+                   for o in p["ops"]]
+            put(nums, "profile", {"step_s": step, "outside_ops_ms": round(1e3 * (step - sum(o["seconds"] for o in p["ops"])), 3),
+                                  "ops": ops})
     put(nums, "params", d["params"])
     put(nums, "init_s", d["init_s"])
     for b in bad:
