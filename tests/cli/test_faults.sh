@@ -13,7 +13,8 @@ timeout_s=6
 base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
       --drafter.block_size=6 --train.max_anchors=8 --train.log_interval=5 --train.eval_interval=100000000
       --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6
-      --run.dir="$TMP/run" --checkpoint.every=10 --rank-timeout "$timeout_s")
+      --checkpoint.every=10 --rank-timeout "$timeout_s")
+job_n=0 # start_job's run folders: $TMP/run1, run2, ...
 
 # rank_pid MPIRUN_PID RANK: the pid of that rank (a child of mpirun with OMPI_COMM_WORLD_RANK=RANK)
 rank_pid() {
@@ -28,11 +29,14 @@ rank_pid() {
 start_job() {
   local np=$1 at=${2:-20}
   shift; shift
-  rm -rf "$TMP/run"
-  mpirun -np "$np" "$R" "${base[@]}" --train.steps=100000000 "$@" >"$TMP/job.out" 2>"$TMP/job.err" &
+  # a run folder per job: a rank of an earlier job that outlives its mpirun (a busy machine) must not
+  # write checkpoints into this one's
+  job_n=$((job_n + 1))
+  RUN=$TMP/run$job_n
+  mpirun -np "$np" "$R" "${base[@]}" --run.dir="$RUN" --train.steps=100000000 "$@" >"$TMP/job.out" 2>"$TMP/job.err" &
   job=$!
   for _ in $(seq 1 1200); do # at most 120 s (the machine may be busy with other tests)
-    grep -q "\"step\": $at," "$TMP/run/metrics.jsonl" 2>/dev/null && return 0
+    grep -q "\"step\": $at," "$RUN/metrics.jsonl" 2>/dev/null && return 0
     kill -0 "$job" 2>/dev/null || break
     sleep 0.1
   done
@@ -63,15 +67,15 @@ fault() {
   # the named checkpoint is complete (a rank woken by the job's end may have added a newer one)
   local named
   named=$(echo "$first" | sed -n 's/.*last checkpoint: step \([0-9]*\) in.*/\1/p')
-  [ -n "$named" ] && [ -d "$TMP/run/checkpoints/step-$(printf %08d "$named")" ] && ok ||
+  [ -n "$named" ] && [ -d "$RUN/checkpoints/step-$(printf %08d "$named")" ] && ok ||
     bad "$name: first error line does not name a checkpoint that exists (${named:-none})"
-  step=$(ls "$TMP/run/checkpoints" | sed -n 's/^step-0*//p' | tail -1)
+  step=$(ls "$RUN/checkpoints" | sed -n 's/^step-0*//p' | tail -1)
   if grep -qiE "segmentation|core dumped" "$TMP/job.err"; then bad "$name: a rank crashed"; else ok; fi
   # the newest checkpoint loads: a resumed run continues from it
-  expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --train.steps=$((step + 5)) --run.resume=true
+  expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --run.dir="$RUN" --train.steps=$((step + 5)) --run.resume=true
   grep -q "resuming from .*step-0*$step" "$TMP/err" && ok || bad "$name: the resumed job did not start from step $step"
   # a write cut short by the fault leaves only a temporary directory, which the next write removes
-  ls -a "$TMP/run/checkpoints" | grep -q tmp && bad "$name: a temporary checkpoint is left after the resumed run" || ok
+  ls -a "$RUN/checkpoints" | grep -q tmp && bad "$name: a temporary checkpoint is left after the resumed run" || ok
 }
 
 # A death is seen at once (the peers on the same host watch each other's process); a hang after the
