@@ -29,8 +29,8 @@ rank_pid() {
 start_job() {
   local np=$1 at=${2:-20}
   shift; shift
-  # a run folder per job: a rank of an earlier job that outlives its mpirun (a busy machine) must not
-  # write checkpoints into this one's
+  # a run folder per job: nothing an earlier job left (or a rank of it still winding down) can be
+  # taken for this one's
   job_n=$((job_n + 1))
   RUN=$TMP/run$job_n
   mpirun -np "$np" "$R" "${base[@]}" --run.dir="$RUN" --train.steps=100000000 "$@" >"$TMP/job.out" 2>"$TMP/job.err" &
@@ -64,12 +64,15 @@ fault() {
   first=$(grep -m1 "error:" "$TMP/job.err")
   echo "$name: $first"
   echo "$first" | grep -q -- "$pattern" && ok || { bad "$name: first error line lacks '$pattern'"; cat "$TMP/job.err" >&2; }
-  # the named checkpoint is complete (a rank woken by the job's end may have added a newer one)
+  # the first error line names a checkpoint that was complete. A stopped rank that the job's end
+  # wakes (mpirun sends SIGCONT before SIGTERM) trains on until the signal lands and checkpoints
+  # again: it may add newer ones and prune the named one (checkpoint.keep). Then the newest is past
+  # the named step, and the resume the line advises starts from the newest.
   local named
   named=$(echo "$first" | sed -n 's/.*last checkpoint: step \([0-9]*\) in.*/\1/p')
-  [ -n "$named" ] && [ -d "$RUN/checkpoints/step-$(printf %08d "$named")" ] && ok ||
-    bad "$name: first error line does not name a checkpoint that exists (${named:-none})"
   step=$(ls "$RUN/checkpoints" | sed -n 's/^step-0*//p' | tail -1)
+  [ -n "$named" ] && { [ -d "$RUN/checkpoints/step-$(printf %08d "$named")" ] || [ "${step:-0}" -gt "$named" ]; } && ok ||
+    bad "$name: first error line does not name a checkpoint that exists or was superseded (${named:-none}; newest ${step:-none})"
   if grep -qiE "segmentation|core dumped" "$TMP/job.err"; then bad "$name: a rank crashed"; else ok; fi
   # the newest checkpoint loads: a resumed run continues from it
   expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --run.dir="$RUN" --train.steps=$((step + 5)) --run.resume=true
