@@ -44,11 +44,6 @@ using namespace nvcuda;
 #define TC_FULL 0xffffffffu
 #define TC_CTX_BLOCKS 512 // context-tile blocks per kv head (grid-stride: the context length is on the device)
 
-// 128-byte units of dynamic shared memory (WMMA wants 32-byte aligned tiles)
-struct __align__(128) tc_line {
-    unsigned char b[128];
-};
-
 // ---------------------------------------------------------------------------- shared-memory plans
 
 // Row strides (elements) of the tiles, from head_dim and the key tile width BK.
@@ -107,6 +102,25 @@ static __host__ __device__ tc_tiles tc_layout(int kind, int BQ, int BK, int hd) 
     L.misc = bump(&at, dkv ? 4 : 0);
     L.total = at;
     return L;
+}
+
+// 128-byte units of dynamic shared memory (WMMA wants 32-byte aligned tiles)
+struct __align__(128) tc_line {
+    unsigned char b[128];
+};
+
+// A kernel's tiles as pointers into its dynamic shared memory (tc_layout's offsets).
+struct tc_ptrs {
+    bf16 *q, *dout, *k, *v, *p, *ds;
+    float *s, *dp, *acc, *dk, *dv;
+    int *misc;
+};
+static __device__ tc_ptrs tiles_at(tc_line *smem, int kind, int BQ, int BK, int hd) {
+    tc_tiles L = tc_layout(kind, BQ, BK, hd);
+    char *sm = (char *)smem;
+    return {(bf16 *)(sm + L.q),  (bf16 *)(sm + L.dout), (bf16 *)(sm + L.k),   (bf16 *)(sm + L.v),
+            (bf16 *)(sm + L.p),  (bf16 *)(sm + L.ds),   (float *)(sm + L.s),  (float *)(sm + L.dp),
+            (float *)(sm + L.acc), (float *)(sm + L.dk), (float *)(sm + L.dv), (int *)(sm + L.misc)};
 }
 
 // ---------------------------------------------------------------------------- rows and masks
@@ -353,10 +367,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
     extern __shared__ tc_line tc_smem[];
     const int TPR = TC_THREADS / BQ;
     tc_strides sd = strides_of(hd, BK);
-    tc_tiles L = tc_layout(TC_FWD, BQ, BK, hd);
-    char *sm = (char *)tc_smem;
-    bf16 *Qs = (bf16 *)(sm + L.q), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Ps = (bf16 *)(sm + L.p);
-    float *Ss = (float *)(sm + L.s), *Os = (float *)(sm + L.acc);
+    tc_ptrs T = tiles_at(tc_smem, TC_FWD, BQ, BK, hd);
+    bf16 *Qs = T.q, *Ks = T.k, *Vs = T.v, *Ps = T.p;
+    float *Ss = T.s, *Os = T.acc;
 
     tile_ctx tc = pb.tile(BQ, nq / nkv, nq, nkv, q_tiles);
     const key_list &kl = tc.kl;
@@ -416,30 +429,24 @@ static __device__ float row_dot_out(const bf16 *dOs_row, const bf16 *out, int64_
 // grid (C * q_tiles, nkv), TC_THREADS threads
 template <int BQ, int BK>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_dq_kernel(bf16 *dq, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q, const bf16 *kb,
-                 const bf16 *vb, const bf16 *kc, const bf16 *vc, const int32_t *anchors, const int32_t *seq_start,
-                 int B, int nq, int nkv, int hd, float scale, int window, int block_causal, int q_tiles, int vec) {
+    tc_dq_kernel(dflash_prob pb, bf16 *dq, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
+                 const bf16 *kb, const bf16 *vb, const bf16 *kc, const bf16 *vc, int nq, int nkv, int hd, float scale,
+                 int q_tiles, int vec) {
     extern __shared__ tc_line tc_smem[];
     const int TPR = TC_THREADS / BQ;
     tc_strides sd = strides_of(hd, BK);
-    tc_tiles L = tc_layout(TC_DQ, BQ, BK, hd);
-    char *sm = (char *)tc_smem;
-    bf16 *Qs = (bf16 *)(sm + L.q), *dOs = (bf16 *)(sm + L.dout), *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
-    bf16 *dSs = (bf16 *)(sm + L.ds);
-    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dQs = (float *)(sm + L.acc);
+    tc_ptrs T = tiles_at(tc_smem, TC_DQ, BQ, BK, hd);
+    bf16 *Qs = T.q, *dOs = T.dout, *Ks = T.k, *Vs = T.v, *dSs = T.ds;
+    float *Ss = T.s, *dPs = T.dp, *dQs = T.acc;
 
-    int ci = blockIdx.x / q_tiles, kh = blockIdx.y, G = nq / nkv;
-    q_rows qr = {(int64_t)ci * B, nq, G, kh, (int)(blockIdx.x % q_tiles) * BQ, G * B};
-    int a = anchors[ci], st = seq_start[ci];
-    int k_hi = (min(qr.rows, qr.r0 + BQ) - 1) / G;
-    key_list kl = keys_of_tile(a, st, (int64_t)ci * B, qr.r0 / G, k_hi, B, nkv, kh, window, block_causal);
-
-    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, qr, hd});
-    load_tile(dOs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{dout, qr, hd});
+    tile_ctx tc = pb.tile(BQ, nq / nkv, nq, nkv, q_tiles); // the forward's query tile and keys
+    const key_list &kl = tc.kl;
+    load_tile(Qs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{q, tc.qr, hd});
+    load_tile(dOs, sd.ldh, BQ, hd, sd.hdp, vec, q_src{dout, tc.qr, hd});
     for (int u = threadIdx.x; u < BQ * sd.ldo; u += TC_THREADS) dQs[u] = 0.0f;
     int i = threadIdx.x / TPR, part = threadIdx.x % TPR;
-    int64_t gi = qr.index(i);
-    int k = gi >= 0 ? qr.slot(i) : 0;
+    int64_t gi = tc.qr.index(i);
+    row_ctx rc = pb.row(tc, i);
     float Lr = gi >= 0 ? lse[gi] : 0.0f;
     __syncthreads();
     float Dr = row_dot_out<TPR>(dOs + (size_t)i * sd.ldh, out, gi, hd, part);
@@ -453,7 +460,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         for (int c = part; c < BK; c += TPR) {
             float ds = 0.0f;
-            if (gi >= 0 && key_seen(kl, t0 + c, k, a, st, window, block_causal)) {
+            if (gi >= 0 && pb.seen(tc, rc, t0 + c)) {
                 float p = expf(Ss[(size_t)i * sd.lds + c] * scale - Lr);
                 ds = p * (dPs[(size_t)i * sd.lds + c] - Dr) * scale;
             }
@@ -485,14 +492,13 @@ static __device__ __forceinline__ bool tile_key_seen(const kv_tile &kt, int c, i
 
 // Adds to dK, dV (shared) what the query rows [r0, rows) of anchor ci give the block's key tile.
 template <int BQ, int BK>
-static __device__ void dkv_accumulate(char *sm, const tc_tiles &L, const tc_strides &sd, const kv_tile &kt, int ci,
-                                      int r0, int rows, const bf16 *dout, const bf16 *out, const float *lse,
-                                      const bf16 *q, int a, int st, int B, int nq, int nkv, int hd, float scale,
-                                      int window, int block_causal, int vec) {
+static __device__ void dkv_accumulate(const tc_ptrs &T, const tc_strides &sd, const kv_tile &kt, int ci, int r0,
+                                      int rows, const bf16 *dout, const bf16 *out, const float *lse, const bf16 *q,
+                                      int a, int st, int B, int nq, int nkv, int hd, float scale, int window,
+                                      int block_causal, int vec) {
     const int TPR = TC_THREADS / BQ;
-    bf16 *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v), *Qs = (bf16 *)(sm + L.q), *dOs = (bf16 *)(sm + L.dout);
-    bf16 *Ps = (bf16 *)(sm + L.p), *dSs = (bf16 *)(sm + L.ds);
-    float *Ss = (float *)(sm + L.s), *dPs = (float *)(sm + L.dp), *dKs = (float *)(sm + L.dk), *dVs = (float *)(sm + L.dv);
+    bf16 *Ks = T.k, *Vs = T.v, *Qs = T.q, *dOs = T.dout, *Ps = T.p, *dSs = T.ds;
+    float *Ss = T.s, *dPs = T.dp, *dKs = T.dk, *dVs = T.dv;
     int G = nq / nkv, kh = blockIdx.y;
     q_rows qr = {(int64_t)ci * B, nq, G, kh, r0, rows};
     __syncthreads(); // the previous query tile is consumed
@@ -531,10 +537,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
                   int window, int block_causal, int context, int kb_tiles, int vec) {
     extern __shared__ tc_line tc_smem[];
     tc_strides sd = strides_of(hd, BK);
-    tc_tiles L = tc_layout(TC_DKV, BQ, BK, hd);
-    char *sm = (char *)tc_smem;
-    bf16 *Ks = (bf16 *)(sm + L.k), *Vs = (bf16 *)(sm + L.v);
-    float *dKs = (float *)(sm + L.dk), *dVs = (float *)(sm + L.dv);
+    tc_ptrs T = tiles_at(tc_smem, TC_DKV, BQ, BK, hd);
+    bf16 *Ks = T.k, *Vs = T.v;
+    float *dKs = T.dk, *dVs = T.dv;
     int kh = blockIdx.y, G = nq / nkv, R = G * B;
 
     if (!context) {
@@ -547,7 +552,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         for (int u = threadIdx.x; u < BK * sd.ldo; u += TC_THREADS) dKs[u] = dVs[u] = 0.0f;
         int a = anchors[ci], st = seq_start[ci];
         for (int r0 = block_causal ? kt.j0 * G : 0; r0 < R; r0 += BQ) // causal: slots k >= j0 only
-            dkv_accumulate<BQ, BK>(sm, L, sd, kt, ci, r0, R, dout, out, lse, q, a, st, B, nq, nkv, hd, scale, window,
+            dkv_accumulate<BQ, BK>(T, sd, kt, ci, r0, R, dout, out, lse, q, a, st, B, nq, nkv, hd, scale, window,
                                    block_causal, vec);
         __syncthreads();
         for (int u = threadIdx.x; u < kt.nkey * hd; u += TC_THREADS) {
@@ -559,7 +564,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         return;
     }
 
-    int *s_seen = (int *)(sm + L.misc);
+    int *s_seen = T.misc;
     if (threadIdx.x == 0) *s_seen = 0;
     __syncthreads();
     int mx = 0;
@@ -582,7 +587,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             if (k_top < 0) continue;
             int rows = (k_top + 1) * G;
             for (int r0 = 0; r0 < rows; r0 += BQ)
-                dkv_accumulate<BQ, BK>(sm, L, sd, kt, ci, r0, rows, dout, out, lse, q, a, st, B, nq, nkv, hd, scale,
+                dkv_accumulate<BQ, BK>(T, sd, kt, ci, r0, rows, dout, out, lse, q, a, st, B, nq, nkv, hd, scale,
                                        window, block_causal, vec);
         }
         __syncthreads();
@@ -704,9 +709,9 @@ struct bwd_job {
             int q_tiles = (A.nq / A.nkv * A.B + BQ - 1) / BQ;
             auto kernel = tc_dq_kernel<BQ, BK>;
             allow_smem(kernel, smem);
+            dflash_prob pb = {anchors, seq_start, A.B, A.window, A.block_causal};
             kernel<<<dim3((unsigned)(A.C * q_tiles), (unsigned)A.nkv), TC_THREADS, smem, A.st>>>(
-                dq, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, A.B, A.nq, A.nkv, A.hd, A.scale, A.window,
-                A.block_causal, q_tiles, A.vec);
+                pb, dq, dout, out, lse, q, kb, vb, kc, vc, A.nq, A.nkv, A.hd, A.scale, q_tiles, A.vec);
             cuda_check_launch();
             return;
         }
