@@ -609,10 +609,15 @@ enum tc_cfg { CFG_64_64, CFG_64_32, CFG_32_32, CFG_32_16, CFG_16_32, CFG_COUNT, 
 static const int cfg_bq[CFG_COUNT] = {64, 64, 32, 32, 16}, cfg_bk[CFG_COUNT] = {64, 32, 32, 16, 32};
 #define TC_SMEM_PREFERRED (113 * 1024)
 
+// The current device's opt-in shared memory per block, asked once per device (every attention
+// call picks its tile shape from it).
 static int device_smem_optin(void) {
+    static int known[64]; // 0: not asked yet
     int dev = 0, v = 0;
     cuda_check(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && known[dev]) return known[dev];
     cuda_check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
 
