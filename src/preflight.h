@@ -7,8 +7,8 @@
 // Results: ok; WARN (the run works, but slower or at risk); FAIL (the run would fail); skipped.
 #pragma once
 
-#include "common/config.h"
-#include "common/world.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
 
 // preflight_run: called on every rank after world_init (roles are assigned here, so a world that
 // does not fit the roles is a FAIL row, not an exit). Opens and closes its own backend. Returns the

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/version.h"
+#include "common/core/version.h"
 #include "tools/tools.h"
 
 typedef struct {

@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/safetensors.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/data/safetensors.h"
 #include "tools/tools.h"
 
 static int compare_is_float(dtype dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16 || dt == DT_F64; }

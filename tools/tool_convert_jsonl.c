@@ -19,10 +19,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/trainset.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/data/trainset.h"
 #include "tools/tools.h"
 
 // Inputs smaller than this convert in a second or so: no progress line for them (and a bad line

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "common/safetensors.h"
-#include "common/trainset.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/data/safetensors.h"
+#include "common/data/trainset.h"
 #include "tools/tools.h"
 
 static void inspect_usage(FILE *f) {

@@ -33,12 +33,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/rng.h"
-#include "common/trainset.h"
+#include "common/backend/backend.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/core/rng.h"
+#include "common/data/trainset.h"
 #include "teacher/target.h"
 #include "teacher/target_decode.h"
 #include "tools/tools.h"

@@ -29,11 +29,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/rng.h"
-#include "common/safetensors.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/core/rng.h"
+#include "common/data/safetensors.h"
 #include "teacher/target_config.h"
 #include "tools/tools.h"
 

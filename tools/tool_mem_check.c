@@ -32,13 +32,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/log.h"
-#include "common/profile.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
+#include "common/backend/profile.h"
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/core/log.h"
 #include "student/drafter.h"
 #include "student/drafter_config.h"
 #include "student/loss_config.h"

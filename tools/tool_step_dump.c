@@ -17,13 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/error.h"
-#include "common/json_util.h"
-#include "common/log.h"
-#include "common/safetensors.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/json_util.h"
+#include "common/core/log.h"
+#include "common/data/safetensors.h"
 #include "student/drafter.h"
 #include "student/loss_config.h"
 #include "student/plan.h"

@@ -21,11 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/backend.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/ops.h"
-#include "common/ops_train.h"
+#include "common/backend/backend.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_train.h"
 
 typedef struct {
     long tokens, anchors, block, heads, kv_heads, head_dim, window, causal;

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/backend.h"
-#include "common/check.h"
-#include "common/error.h"
+#include "common/backend/backend.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
 #include "student/loss.h"
 
 static uint64_t mix(uint64_t z) { // splitmix64's finaliser

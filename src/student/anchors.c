@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/rng.h"
+#include "common/core/check.h"
+#include "common/core/rng.h"
 
 int anchors_valid(const uint8_t *loss_mask, const int32_t *cu_seqlens, int n_seq, int32_t *out) {
     int n = 0;

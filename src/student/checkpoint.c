@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/json_util.h"
-#include "common/log.h"
-#include "common/safetensors.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/json_util.h"
+#include "common/core/log.h"
+#include "common/data/safetensors.h"
 
 static void checkpoint_dir(char *buf, size_t n, const char *run_dir, int64_t step) {
     snprintf(buf, n, "%s/checkpoints/step-%08lld", run_dir, (long long)step);

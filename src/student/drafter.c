@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/ops.h"
-#include "common/ops_train.h"
-#include "common/rng.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/core/rng.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_train.h"
 #include "teacher/target_config.h"
 
 #define DRAFTER_ALIGN 64 // elements: every tensor starts 256-byte aligned in f32, 128 in bf16

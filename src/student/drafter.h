@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
-#include "common/safetensors.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
+#include "common/data/safetensors.h"
 #include "student/drafter_config.h"
 
 typedef struct {

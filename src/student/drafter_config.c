@@ -40,9 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/json_util.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/json_util.h"
 #include "teacher/target_config.h"
 
 // ---------------------------------------------------------------- typed field access

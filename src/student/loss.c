@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
+#include "common/core/check.h"
 #include "student/loss_cuda.h"
 
 double loss_slot_weight(const loss_config *cfg, int k) { return loss_decay_weight(cfg, k); }

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 
 typedef enum { LOSS_WEIGHT_DECAY = 0, LOSS_WEIGHT_DPACE = 1 } loss_weighting;
 

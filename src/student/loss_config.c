@@ -4,7 +4,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 void loss_config_default(loss_config *c, int block_size) {
     memset(c, 0, sizeof *c);

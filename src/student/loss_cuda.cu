@@ -26,19 +26,19 @@
 
 #include <cuda_bf16.h>
 
-#include "common/backend_cuda.h"
-#include "common/check_cuda.h"
-#include "common/ops_cuda.h"
-#include "common/profile.h"
+#include "common/backend/backend_cuda.h"
+#include "common/backend/check_cuda.h"
+#include "common/backend/profile.h"
+#include "common/kernels/ops_cuda.h"
 #include "student/loss_cuda.h"
 
 extern "C" {
-#include "common/ops.h" // OPS_TOPK_MAX
+#include "common/kernels/ops.h" // OPS_TOPK_MAX
 }
 
 typedef __nv_bfloat16 bf16;
 
-#include "common/cuda_reduce.cuh"
+#include "common/kernels/cuda_reduce.cuh"
 #define ROW_THREADS 256  // per-row kernels: one block per row
 #define DL_PER_THREAD 4  // dlogits: fp32 values a thread holds per segment
 #define ELEM_THREADS 256 // elementwise and per-row-thread kernels
@@ -65,7 +65,7 @@ static __device__ unsigned long long warp_max_u64(unsigned long long v) {
     return v;
 }
 
-// The u64 twin of block_max in common/cuda_reduce.cuh (same contract).
+// The u64 twin of block_max in common/kernels/cuda_reduce.cuh (same contract).
 static __device__ unsigned long long block_max_u64(unsigned long long v, unsigned long long *red) {
     int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = blockDim.x / 32;
     v = warp_max_u64(v);

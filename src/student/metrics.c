@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "common/check.h"
+#include "common/core/check.h"
 
 double metrics_tau_chain(const int32_t *argmax, const int32_t *greedy, int n) {
     int k = 1;

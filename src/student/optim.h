@@ -4,8 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
 
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay, clip; // defaults: 6e-4, 0.9, 0.999, 1e-8, 0, 1.0

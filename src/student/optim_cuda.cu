@@ -1,7 +1,7 @@
 // optim_cuda.cu: AdamW, EMA and the squared gradient norm on the GPU (the CPU twins are in optim.c).
 // fp32 throughout: the master weights, moments and gradients are fp32 buffers.
-#include "common/backend_cuda.h"
-#include "common/check_cuda.h"
+#include "common/backend/backend_cuda.h"
+#include "common/backend/check_cuda.h"
 #include "student/optim_cuda.h"
 
 static cudaStream_t optim_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }

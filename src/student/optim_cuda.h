@@ -2,7 +2,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,12 +3,13 @@
 
 #include <string.h>
 
-#include "common/arena.h"
-#include "common/error.h"
+#include "common/backend/arena.h"
+#include "common/core/bytes.h"
+#include "common/core/error.h"
 #include "student/drafter.h"
 
 #ifdef DFLASH_HAVE_CUDA
-#include "common/backend_cuda.h"
+#include "common/backend/backend_cuda.h"
 #endif
 
 // The drafter's share: computed from its own carving (drafter_bytes) split by formula into parts

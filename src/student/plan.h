@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 #include "student/drafter_config.h"
 #include "student/step.h"
 

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/ops.h"
-#include "common/ops_train.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_train.h"
 #include "student/metrics.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};

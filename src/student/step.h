@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/arena.h"
+#include "common/backend/arena.h"
 #include "student/drafter.h"
 #include "student/loss.h"
 

@@ -10,10 +10,10 @@
 #pragma once
 #include <mpi.h>
 
-#include "common/backend.h"
-#include "common/config.h"
-#include "common/nccl_link.h"
-#include "common/world.h"
+#include "common/backend/backend.h"
+#include "common/comm/nccl_link.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
 #include "student/drafter_config.h"
 #include "teacher/target_config.h"
 #include "teacher/teacher_loop.h"

@@ -8,15 +8,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/arena.h"
-#include "common/check.h"
-#include "common/error.h"
-#include "common/fsutil.h"
-#include "common/featfile.h"
-#include "common/half.h"
-#include "common/log.h"
-#include "common/ops.h"
-#include "common/dataset.h"
+#include "common/backend/arena.h"
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/half.h"
+#include "common/core/log.h"
+#include "common/data/dataset.h"
+#include "common/data/featfile.h"
+#include "common/kernels/ops.h"
 #include "teacher/target.h"
 
 static void shard_path(char *buf, size_t n, const char *dir, int64_t s, int64_t n_shards) {

@@ -9,9 +9,9 @@
 // teacher.max_tokens tokens (attention never crosses a sample), each batch one target forward.
 #pragma once
 
-#include "common/backend.h"
-#include "common/config.h"
-#include "common/world.h"
+#include "common/backend/backend.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
 
 // teacher_dump_features: a collective call (every rank); 0 on success, -1 when any rank failed
 // (a rank's own failure is logged by that rank).

@@ -5,12 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/log.h"
-#include "common/ops.h"
-#include "common/safetensors.h"
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/core/log.h"
+#include "common/data/safetensors.h"
+#include "common/kernels/ops.h"
 
 // ----------------------------------------------------------------------------- loading
 

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
 #include "teacher/target_config.h"
 
 #define TARGET_MAX_FEAT 64

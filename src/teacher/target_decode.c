@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/check.h"
-#include "common/error.h"
-#include "common/ops.h"
-#include "common/ops_cpu.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_cpu.h"
 
 // ----------------------------------------------------------------------------- memory
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/arena.h"
+#include "common/backend/arena.h"
 #include "teacher/target.h"
 
 typedef struct {

@@ -6,17 +6,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/arena.h"
-#include "common/batchplan.h"
-#include "common/check.h"
-#include "common/error.h"
-#include "common/half.h"
-#include "common/log.h"
-#include "common/ops.h"
-#include "common/dataset.h"
-#include "common/nccl_link.h"
-#include "common/watchdog.h"
-#include "common/wire.h"
+#include "common/backend/arena.h"
+#include "common/comm/nccl_link.h"
+#include "common/comm/watchdog.h"
+#include "common/comm/wire.h"
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+#include "common/core/log.h"
+#include "common/data/batchplan.h"
+#include "common/data/dataset.h"
+#include "common/kernels/ops.h"
 #include "teacher/target.h"
 
 int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c) {

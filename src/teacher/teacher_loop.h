@@ -7,10 +7,10 @@
 // student has sent WIRE_STOP, and logs how many batches it served.
 #pragma once
 
-#include "common/backend.h"
-#include "common/config.h"
-#include "common/nccl_link.h"
-#include "common/world.h"
+#include "common/backend/backend.h"
+#include "common/comm/nccl_link.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
 
 #define TAG_REQUEST 101
 #define TAG_DATA 102

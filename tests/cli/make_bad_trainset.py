@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # make_bad_trainset.py: training sets with defects, derived from a good one (the layout of
-# src/common/trainset.h), for tests/cli/test_bad_input.sh. Debian's python3-h5py/numpy only.
+# src/common/data/trainset.h), for tests/cli/test_bad_input.sh. Debian's python3-h5py/numpy only.
 #
 #   make_bad_trainset.py GOOD.h5 OUT.h5 KIND [N]
 #

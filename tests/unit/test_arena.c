@@ -6,8 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/arena.h"
-#include "common/backend.h"
+#include "common/backend/arena.h"
+#include "common/backend/backend.h"
+#include "common/core/bytes.h"
 #include "testing.h"
 
 static int aligned(const void *p) { return ((uintptr_t)p % ARENA_ALIGN) == 0; }

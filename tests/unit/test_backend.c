@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 #include "testing.h"
 
 static uint64_t lcg = 12345;

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/half.h"
+#include "common/backend/backend.h"
+#include "common/core/half.h"
 #include "testing.h"
 
 static uint64_t lcg = 987654321;

@@ -1,4 +1,4 @@
-// test_batchplan.c: the batch plan (src/common/batchplan.c): coverage of every epoch (each training
+// test_batchplan.c: the batch plan (src/common/data/batchplan.c): coverage of every epoch (each training
 // sample exactly once, no held-out sample), held-out batches in file order, the token limit,
 // determinism from (seed, epoch) whatever order epochs are asked for in, epoch rollover, buckets,
 // and the errors.
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/batchplan.h"
+#include "common/data/batchplan.h"
 #include "testing.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;

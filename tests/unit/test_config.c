@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/config.h"
+#include "common/core/config.h"
 #include "testing.h"
 
 int main(void) {

@@ -10,12 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/batchplan.h"
-#include "common/config.h"
-#include "common/dataset.h"
-#include "common/featfile.h"
-#include "common/featreader.h"
-#include "common/trainset.h"
+#include "common/core/config.h"
+#include "common/data/batchplan.h"
+#include "common/data/dataset.h"
+#include "common/data/featfile.h"
+#include "common/data/featreader.h"
+#include "common/data/trainset.h"
 #include "testing.h"
 
 enum { MAXTOK = 300 };

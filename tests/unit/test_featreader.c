@@ -1,4 +1,4 @@
-// test_featreader.c: the offline feature reader (src/common/featreader.c): feature sets written with
+// test_featreader.c: the offline feature reader (src/common/data/featreader.c): feature sets written with
 // the shard writer (featfile.h) and an index in dump_index's exact format, read back sample by
 // sample across shard boundaries (including more shards than the reader keeps open), and broken
 // sets that must fail with one line naming the file and what is wrong.
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "common/featfile.h"
-#include "common/featreader.h"
+#include "common/data/featfile.h"
+#include "common/data/featreader.h"
 #include "testing.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

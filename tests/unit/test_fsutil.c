@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/fsutil.h"
+#include "common/core/fsutil.h"
 #include "testing.h"
 
 static int is_dir(const char *p) {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 #include "student/loss.h"
 #include "testing.h"
 

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/half.h"
+#include "common/backend/backend.h"
+#include "common/core/half.h"
 #include "student/loss.h"
 #include "testing.h"
 

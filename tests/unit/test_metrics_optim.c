@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/backend.h"
+#include "common/backend/backend.h"
 #include "student/metrics.h"
 #include "student/optim.h"
 #include "testing.h"

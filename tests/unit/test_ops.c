@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/ops.h"
+#include "common/backend/backend.h"
+#include "common/kernels/ops.h"
 #include "testing.h"
 
 #define U32 0x1p-24 // fp32 unit roundoff

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/half.h"
-#include "common/ops.h"
+#include "common/backend/backend.h"
+#include "common/core/half.h"
+#include "common/kernels/ops.h"
 #include "testing.h"
 
 #define TOL_BF16 1e-2

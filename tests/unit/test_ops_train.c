@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/ops.h"
-#include "common/ops_train.h"
+#include "common/backend/backend.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_train.h"
 #include "testing.h"
 
 #define FD_STEP 1e-2f

@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/backend.h"
-#include "common/half.h"
-#include "common/ops.h"
-#include "common/ops_train.h"
+#include "common/backend/backend.h"
+#include "common/core/half.h"
+#include "common/kernels/ops.h"
+#include "common/kernels/ops_train.h"
 #include "student/optim.h"
 #include "testing.h"
 

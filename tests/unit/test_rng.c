@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/rng.h"
+#include "common/core/rng.h"
 #include "testing.h"
 
 // Random123 (D. E. Shaw Research), tests/kat_vectors, the three "philox4x32 10" lines:

@@ -17,7 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "common/safetensors.h"
+#include "common/data/safetensors.h"
 #include "testing.h"
 
 // ------------------------------------------------------------------------------------------------

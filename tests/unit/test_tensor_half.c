@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/half.h"
-#include "common/tensor.h"
+#include "common/core/half.h"
+#include "common/core/tensor.h"
 #include "testing.h"
 
 #if defined(__FLT16_MAX__) && (defined(__x86_64__) || defined(__aarch64__))

@@ -1,4 +1,4 @@
-// test_trainset.c: the HDF5 training set (src/common/trainset.c): writer -> reader round trips, the
+// test_trainset.c: the HDF5 training set (src/common/data/trainset.c): writer -> reader round trips, the
 // validation (rejected samples counted by reason), and files broken on purpose through the HDF5
 // API, each expecting the error or the rejection it should cause.
 #include <hdf5.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/trainset.h"
+#include "common/data/trainset.h"
 #include "testing.h"
 
 static int file_exists(const char *path) { return access(path, F_OK) == 0; }

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/error.h"
+#include "common/core/error.h"
 
 extern int test_passed, test_failed;
 

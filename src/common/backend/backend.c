@@ -1,0 +1,141 @@
+// backend.c: picks a backend and forwards every op to it (see backend.h).
+//
+// The CPU backend lives in backend_cpu.c, the CUDA one in backend_cuda.cu (only in builds with
+// DFLASH_HAVE_CUDA). Argument checks that do not depend on the device are done here, once.
+#include "common/backend/backend.h"
+
+#include <omp.h>
+#include <string.h>
+
+#include "common/backend/backend_cpu.h"
+#include "common/backend/profile.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "common/backend/backend_cuda.h"
+#endif
+
+int backend_compiled_cuda(void) {
+#ifdef DFLASH_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// cuda_devices: the device count and, when it is 0, why.
+static int cuda_devices(const char **why) {
+#ifdef DFLASH_HAVE_CUDA
+    return cuda_device_count(why);
+#else
+    *why = "this binary was built without CUDA";
+    return 0;
+#endif
+}
+
+int backend_cuda_devices(void) {
+    const char *why = NULL;
+    return cuda_devices(&why);
+}
+
+int backend_open(backend *be, const char *want, int local_rank) {
+    memset(be, 0, sizeof *be);
+    if (strcmp(want, "cpu") == 0) return cpu_open(be);
+    if (strcmp(want, "auto") != 0 && strcmp(want, "cuda") != 0)
+        return error_set("unknown backend '%s' (expected auto, cpu or cuda)", want);
+
+    const char *why = "";
+    int count = cuda_devices(&why);
+    if (count == 0) {
+        if (strcmp(want, "cuda") == 0) {
+            if (!backend_compiled_cuda())
+                return error_set("backend 'cuda' requested, but this binary was built without CUDA "
+                                 "(rebuild with nvcc on PATH, or use --backend cpu)");
+            return error_set("backend 'cuda' requested, but no CUDA device is usable: %s", why);
+        }
+        log_info("backend: using the CPU (%s)", why);
+        return cpu_open(be);
+    }
+#ifdef DFLASH_HAVE_CUDA
+    if (cuda_open(be, local_rank) != 0) return -1;
+    // Host-side helpers (conversions, the data loader) still use OpenMP threads.
+    be->threads = omp_get_max_threads();
+    return 0;
+#else
+    return error_set("internal: CUDA devices counted in a build without CUDA");
+#endif
+}
+
+// The CUDA dispatch: with DFLASH_HAVE_CUDA, call the CUDA twin when be is a CUDA backend.
+#ifdef DFLASH_HAVE_CUDA
+#define ON_CUDA(be, call)                                                                       \
+    if ((be)->kind == BACKEND_CUDA) {                                                           \
+        call;                                                                                   \
+        return;                                                                                 \
+    }
+#else
+#define ON_CUDA(be, call)                                                                       \
+    if ((be)->kind == BACKEND_CUDA) fatal("CUDA backend used in a build without CUDA");
+#endif
+
+void backend_close(backend *be) {
+    ON_CUDA(be, cuda_close(be));
+    cpu_close(be);
+}
+
+void *backend_alloc(backend *be, size_t bytes) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_alloc(be, bytes);
+#endif
+    return cpu_alloc(be, bytes);
+}
+
+void backend_free(backend *be, void *p) {
+    ON_CUDA(be, cuda_free(be, p));
+    cpu_free(be, p);
+}
+
+void backend_copy_to_device(backend *be, void *dst, const void *src_host, size_t bytes) {
+    ON_CUDA(be, cuda_copy_to_device(be, dst, src_host, bytes));
+    if (bytes) memcpy(dst, src_host, bytes);
+}
+
+void backend_copy_to_host(backend *be, void *dst_host, const void *src, size_t bytes) {
+    ON_CUDA(be, cuda_copy_to_host(be, dst_host, src, bytes));
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
+void backend_memset_zero(backend *be, void *p, size_t bytes) {
+    ON_CUDA(be, cuda_memset_zero(be, p, bytes));
+    if (bytes) memset(p, 0, bytes);
+}
+
+void backend_sync(backend *be) {
+    ON_CUDA(be, cuda_sync(be));
+    // CPU work is synchronous: nothing to wait for.
+}
+
+void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
+    ON_CUDA(be, cuda_mem_info(be, free_bytes, total_bytes));
+    cpu_mem_info(be, free_bytes, total_bytes);
+}
+
+void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
+                  dtype ab_dt, dtype c_dt) {
+    if (m < 0 || n < 0 || k < 0) fatal("backend_gemm: negative size m=%d n=%d k=%d", m, n, k);
+    // A row stride must cover a row: BLAS libraries would print their own complaint and skip the
+    // call (OpenBLAS) or return an error code (cuBLAS), both worse than stopping here.
+    int a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
+        fatal("backend_gemm: row stride too small: lda=%d for %d columns, ldb=%d for %d, ldc=%d "
+              "for %d", lda, a_cols, ldb, b_cols, ldc, n);
+    int prof = prof_begin(be); // timed while profile.h collects
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) cuda_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
+    else
+#endif
+        cpu_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
+    prof_end(be, prof, __func__, 2.0 * m * n * k);
+}

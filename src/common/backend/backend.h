@@ -1,0 +1,54 @@
+// backend.h: where the numbers are computed — the CPU (reference, fp32, OpenBLAS + OpenMP) or a
+// CUDA GPU. Code above this layer calls backend_* and never includes a CUDA header.
+//
+// Every op has a CPU twin (backend_cpu.c) beside its CUDA version (backend_cuda.cu); the CPU one is
+// the reference the tests check, and tests/gpu/ compares the two on a GPU. Later issues add the
+// model ops (norms, RoPE, attention, loss) here in the same pattern.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/core/tensor.h"
+
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } backend_kind;
+
+typedef struct {
+    backend_kind kind;
+    device_kind device;  // where backend_alloc'd memory lives
+    int device_id;       // CUDA device ordinal (0 on CPU)
+    int threads;         // CPU threads used (OpenMP / OpenBLAS)
+    char name[128];      // "cpu (2 threads)" or "cuda:0 NVIDIA H200 (139 GiB)"
+    void *impl;          // backend-private state (CUDA stream, cuBLAS handle)
+} backend;
+
+// backend_compiled_cuda: 1 when this binary has the CUDA backend.
+int backend_compiled_cuda(void);
+// backend_cuda_devices: number of visible CUDA devices (0 when not compiled or no driver/GPU).
+int backend_cuda_devices(void);
+
+// backend_open: want = "auto" | "cpu" | "cuda". "auto" picks CUDA when compiled and a GPU is
+// visible, otherwise the CPU with one log line saying why. "cuda" without a usable GPU is an
+// error (-1, error_set). The GPU is local_rank modulo the visible devices.
+int backend_open(backend *be, const char *want, int local_rank);
+void backend_close(backend *be);
+
+// Memory on the backend's device (host memory for the CPU backend, 256-byte aligned).
+// backend_alloc returns NULL (with error_set) when the device is out of memory.
+void *backend_alloc(backend *be, size_t bytes);
+void backend_free(backend *be, void *p);
+void backend_copy_to_device(backend *be, void *dst, const void *src_host, size_t bytes);
+void backend_copy_to_host(backend *be, void *dst_host, const void *src, size_t bytes);
+void backend_memset_zero(backend *be, void *p, size_t bytes);
+void backend_sync(backend *be);
+// backend_mem_info: free and total bytes of the device (host RAM for the CPU backend).
+void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
+
+// backend_gemm: row-major C[m,n] = alpha * op(A)[m,k] @ op(B)[k,n] + beta * C, op = transpose when
+// the flag is set (A stored [k,m], B stored [n,k]). lda/ldb/ldc are row strides in elements.
+// Accumulation is fp32. CPU: A, B, C all F32. CUDA: A, B, C all F32 (true fp32, no TF32), or A and B
+// BF16 with C BF16 or F32 (cuBLAS has no fp32-input, bf16-output GEMM). beta = 0: C is not read.
+// A dtype combination the backend does not support is fatal (a programming error).
+// The usual linear layer y[t,o] = x[t,i] W[o,i]^T is backend_gemm(be, 0, 1, T, O, I, ...).
+void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
+                  dtype ab_dt, dtype c_dt);

@@ -1,0 +1,75 @@
+// backend_cpu.c: the CPU backend — host memory, OpenBLAS sgemm, OpenMP threads (see backend.h).
+//
+// It is the fp32 reference every other backend is tested against, so it does nothing clever.
+#include "common/backend/backend_cpu.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+
+int cpu_open(backend *be) {
+    memset(be, 0, sizeof *be);
+    be->kind = BACKEND_CPU;
+    be->device = DEVICE_CPU;
+    be->device_id = 0;
+    // OpenBLAS may run its own thread pool (the pthreads build): give it the same thread count as
+    // OpenMP (OMP_NUM_THREADS, or the cores) so the two never disagree.
+    be->threads = omp_get_max_threads();
+    openblas_set_num_threads(be->threads);
+    snprintf(be->name, sizeof be->name, "cpu (%d thread%s)", be->threads, be->threads == 1 ? "" : "s");
+    return 0;
+}
+
+void cpu_close(backend *be) { (void)be; }
+
+void *cpu_alloc(backend *be, size_t bytes) {
+    // aligned_alloc wants a size that is a multiple of the alignment; 0 bytes still gets a block
+    void *p = NULL;
+    if (bytes <= SIZE_MAX - 256) {
+        size_t size = (bytes + 255) & ~(size_t)255;
+        p = aligned_alloc(256, size ? size : 256);
+    }
+    if (!p) error_set("out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void cpu_free(backend *be, void *p) { free(p); }
+
+// Free = MemAvailable (what can be allocated without swapping, page cache included), which is
+// what a memory budget should be compared with; sysconf's free pages exclude the reclaimable cache.
+void cpu_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = (size_t)sysconf(_SC_PHYS_PAGES) * page;
+    size_t avail = (size_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                avail = (size_t)kb * 1024;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    if (free_bytes) *free_bytes = avail;
+    if (total_bytes) *total_bytes = total;
+}
+
+void cpu_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha, const void *a,
+              int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt) {
+    if (ab_dt != DT_F32 || c_dt != DT_F32)
+        fatal("backend_gemm on the CPU needs F32 operands, got A/B %s and C %s", dtype_name(ab_dt),
+              dtype_name(c_dt));
+    // sizes and strides were checked by backend_gemm
+    if (m == 0 || n == 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

@@ -1,0 +1,176 @@
+// backend_cuda.cu: the CUDA backend — one device per rank, one stream, one cuBLAS handle.
+//
+// Written C-style (this file is C++ only because nvcc compiles .cu as C++); everything it exports
+// has C linkage through backend_cuda.h. All work is ordered on the backend's stream; the copies
+// to and from host memory synchronise it, because the host buffer may be reused on return.
+//
+// The CUDA runtime's "current device" is per host thread: a thread other than the one that called
+// backend_open must cudaSetDevice(be->device_id) before touching this backend's memory. The
+// allocation and memory-info entry points do it themselves.
+#include <stdlib.h>
+
+#include "common/backend/backend_cuda.h"
+#include "common/backend/check_cuda.h"
+
+extern "C" {
+#include "common/backend/arena.h" // bytes_format
+#include "common/core/bytes.h"
+#include "common/core/error.h"
+}
+
+typedef struct {
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_workspace;
+} cuda_state;
+
+static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
+
+extern "C" void *cuda_stream(backend *be) { return cuda_state_of(be)->stream; }
+
+extern "C" int cuda_device_count(const char **why) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        // e.g. cudaErrorInsufficientDriver when no driver is installed, cudaErrorNoDevice when
+        // CUDA_VISIBLE_DEVICES hides every GPU. Clear it so no later check trips over it.
+        (void)cudaGetLastError();
+        if (why) {
+            if (e == cudaErrorInsufficientDriver)
+                *why = "no NVIDIA driver is loaded, or it is too old for this CUDA runtime";
+            else if (e == cudaErrorNoDevice)
+                *why = "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)";
+            else
+                *why = cudaGetErrorString(e);
+        }
+        return 0;
+    }
+    if (n == 0 && why) *why = "no CUDA device found";
+    return n;
+}
+
+extern "C" int cuda_open(backend *be, int local_rank) {
+    const char *why = NULL;
+    int count = cuda_device_count(&why);
+    if (count == 0) return error_set("no usable CUDA device (%s)", why);
+    int dev = (local_rank < 0 ? 0 : local_rank) % count;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaFree(0); // creates the context now: a busy GPU fails here
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return error_set("cannot use CUDA device %d of %d: %s", dev, count, cudaGetErrorString(e));
+    }
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, dev));
+
+    cuda_state *st = (cuda_state *)xcalloc(1, sizeof *st);
+    cuda_check(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    cublas_check(cublasCreate(&st->cublas));
+    cublas_check(cublasSetStream(st->cublas, st->stream));
+    // Default math mode: CUBLAS_COMPUTE_32F GEMMs stay true fp32 (no TF32) unless asked for.
+    cuda_check(cudaMalloc(&st->cublas_workspace, CUDA_CUBLAS_WORKSPACE_BYTES));
+    cublas_check(cublasSetWorkspace(st->cublas, st->cublas_workspace, CUDA_CUBLAS_WORKSPACE_BYTES));
+
+    memset(be, 0, sizeof *be);
+    be->kind = BACKEND_CUDA;
+    be->device = DEVICE_CUDA;
+    be->device_id = dev;
+    be->threads = 1; // backend.c sets the host thread count
+    be->impl = st;
+    snprintf(be->name, sizeof be->name, "cuda:%d %.80s (%.1f GiB)", dev, prop.name,
+             (double)prop.totalGlobalMem / (double)(1ull << 30));
+    return 0;
+}
+
+extern "C" void cuda_close(backend *be) {
+    cuda_state *st = cuda_state_of(be);
+    if (!st) return;
+    cuda_check(cudaSetDevice(be->device_id));
+    cuda_check(cudaStreamSynchronize(st->stream));
+    cublas_check(cublasDestroy(st->cublas));
+    cuda_check(cudaFree(st->cublas_workspace));
+    cuda_check(cudaStreamDestroy(st->stream));
+    free(st);
+    be->impl = NULL;
+}
+
+extern "C" void *cuda_alloc(backend *be, size_t bytes) {
+    cuda_check(cudaSetDevice(be->device_id));
+    void *p = NULL;
+    // cudaMalloc returns 256-byte aligned memory (the backend.h promise) and refuses 0 bytes.
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); // out of memory is not sticky: the context stays usable
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        char want[32], fr[32];
+        error_set("out of GPU memory on %s: %s requested, %s free", be->name,
+                  bytes_format(bytes, want, sizeof want), bytes_format(free_b, fr, sizeof fr));
+        return NULL;
+    }
+    cuda_check(e);
+    return p;
+}
+
+extern "C" void cuda_free(backend *be, void *p) {
+    if (!p) return;
+    cuda_check(cudaSetDevice(be->device_id));
+    cuda_check(cudaFree(p));
+}
+
+// cudaMemcpyDefault: the direction comes from the pointers (unified addressing), so pinned and
+// pageable host buffers both work.
+extern "C" void cuda_copy_to_device(backend *be, void *dst, const void *src_host, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *st = cuda_state_of(be);
+    cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyDefault, st->stream));
+    cuda_check(cudaStreamSynchronize(st->stream));
+}
+
+extern "C" void cuda_copy_to_host(backend *be, void *dst_host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *st = cuda_state_of(be);
+    cuda_check(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDefault, st->stream));
+    cuda_check(cudaStreamSynchronize(st->stream));
+}
+
+extern "C" void cuda_memset_zero(backend *be, void *p, size_t bytes) {
+    if (!bytes) return;
+    cuda_check(cudaMemsetAsync(p, 0, bytes, cuda_state_of(be)->stream));
+}
+
+extern "C" void cuda_sync(backend *be) { cuda_check(cudaStreamSynchronize(cuda_state_of(be)->stream)); }
+
+extern "C" void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
+    size_t f = 0, t = 0;
+    cuda_check(cudaSetDevice(be->device_id));
+    cuda_check(cudaMemGetInfo(&f, &t));
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+}
+
+// Row-major C = op(A) op(B) is, read column-major, C^T = op(B)^T op(A)^T: a row-major [r, c]
+// matrix with row stride ld is the column-major [c, r] matrix with leading dimension ld. So cuBLAS
+// gets B first, then A, with m and n swapped and the same transpose flags and strides.
+extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                          const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
+                          dtype ab_dt, dtype c_dt) {
+    cudaDataType ab_type, c_type;
+    if (ab_dt == DT_F32 && c_dt == DT_F32) {
+        ab_type = CUDA_R_32F;
+        c_type = CUDA_R_32F;
+    } else if (ab_dt == DT_BF16 && (c_dt == DT_BF16 || c_dt == DT_F32)) {
+        ab_type = CUDA_R_16BF;
+        c_type = c_dt == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    } else {
+        // cublasGemmEx with fp32 compute has no F32-input, BF16-output form.
+        fatal("backend_gemm on CUDA supports A/B F32 with C F32, or A/B BF16 with C BF16 or F32; "
+              "got A/B %s and C %s", dtype_name(ab_dt), dtype_name(c_dt));
+    }
+    if (m == 0 || n == 0) return;
+    cuda_state *st = cuda_state_of(be);
+    cublas_check(cublasGemmEx(st->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ab_type, ldb, a,
+                              ab_type, lda, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}

@@ -1,0 +1,38 @@
+// backend_cuda.h: the CUDA backend, called through backend.c's dispatch (compiled only when
+// DFLASH_HAVE_CUDA). A plain C header: backend_cuda.cu implements it with C linkage.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "common/backend/backend.h"
+
+// The cuBLAS workspace each CUDA backend allocates at open (NVIDIA's recommended size for Hopper
+// and Blackwell). Given to cuBLAS explicitly so that it is a known, fixed part of the device
+// memory the planner accounts for, not a hidden allocation on the first GEMM.
+#define CUDA_CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+
+// cuda_device_count: visible devices; 0 when there is no driver or no GPU (a missing driver is an
+// error from cudaGetDeviceCount, not a crash). *why, when not NULL, gets the reason for 0.
+int cuda_device_count(const char **why);
+// cuda_open: device local_rank % count, a stream and a cuBLAS handle; -1 (error_set) if unusable.
+int cuda_open(backend *be, int local_rank);
+void cuda_close(backend *be);
+void *cuda_alloc(backend *be, size_t bytes);
+void cuda_free(backend *be, void *p);
+void cuda_copy_to_device(backend *be, void *dst, const void *src_host, size_t bytes);
+void cuda_copy_to_host(backend *be, void *dst_host, const void *src, size_t bytes);
+void cuda_memset_zero(backend *be, void *p, size_t bytes);
+void cuda_sync(backend *be);
+void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
+void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha, const void *a,
+               int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt);
+// cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
+void *cuda_stream(backend *be);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,182 @@
+// nccl_link.c: nccl_links_open's decision and set-up over MPI, and the dispatch to
+// nccl_link_cuda.cu (see nccl_link.h). CPU-only builds decline.
+#include "common/comm/nccl_link.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/comm/world.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "common/backend/gpu_info.h"
+#include "common/comm/nccl_link_cuda.h"
+#endif
+
+struct nccl_links {
+    int rank, size;
+    void *all;     // the communicator of all ranks
+    void **pair;   // [size]: the two-rank communicator with world rank r (NULL: none)
+    void **stream; // [size]
+};
+
+#ifdef DFLASH_HAVE_CUDA
+typedef struct {
+    char host[64];
+    char bus[32]; // "" = not on a GPU
+} gpu_place;
+
+// Why NCCL cannot carry the payloads of this world ("" = it can). The same answer on every rank.
+static void links_decline_reason(const world *w, const gpu_place *all, char *why, size_t n) {
+    why[0] = '\0';
+    if (w->teachers == 0 || w->students == 0) {
+        snprintf(why, n, "no teacher-student pair");
+        return;
+    }
+    for (int r = 0; r < w->size; r++) {
+        if (!all[r].bus[0]) {
+            snprintf(why, n, "rank %d is not on a GPU", r);
+            return;
+        }
+        for (int q = 0; q < r; q++)
+            if (strcmp(all[q].host, all[r].host) == 0 && strcmp(all[q].bus, all[r].bus) == 0) {
+                snprintf(why, n, "ranks %d and %d share GPU %s on %s (NCCL needs one GPU per rank)", q, r, all[r].bus,
+                         all[r].host);
+                return;
+            }
+    }
+}
+#endif
+
+int nccl_links_open(nccl_links **out, const world *w, int device, char *why, size_t n) {
+    *out = NULL;
+#ifndef DFLASH_HAVE_CUDA
+    (void)w, (void)device;
+    snprintf(why, n, "built without CUDA");
+    return 0;
+#else
+    gpu_place me;
+    memset(&me, 0, sizeof me);
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+    if (device >= 0 && gpu_pci_bus_id(device, me.bus, sizeof me.bus)) me.bus[0] = '\0';
+    gpu_place *all = xmalloc((size_t)w->size * sizeof(gpu_place));
+    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD));
+    links_decline_reason(w, all, why, n);
+    free(all);
+    if (why[0]) return 0;
+
+    // The id from rank 0 (its first byte after the id says whether making it worked).
+    unsigned char id[GPU_NCCL_ID_BYTES + 1] = {0};
+    if (w->rank == 0) id[GPU_NCCL_ID_BYTES] = gpu_nccl_unique_id(id) == 0;
+    mpi_check(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (!id[GPU_NCCL_ID_BYTES]) return error_set("NCCL: rank 0 could not make the communicator id");
+    nccl_links *l = xcalloc(1, sizeof *l);
+    l->rank = w->rank, l->size = w->size;
+    l->pair = xcalloc((size_t)w->size, sizeof(void *));
+    l->stream = xcalloc((size_t)w->size, sizeof(void *));
+    int bad = nccl_cuda_init(&l->all, id, w->size, w->rank, device) ? 1 : 0;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        nccl_links_close(l);
+        return error_set("NCCL: a rank could not join the communicator of all ranks (its log says why)");
+    }
+    // One split per pair, in the same order on every rank (a split is collective over all ranks).
+    for (int t = 0; t < w->teachers && !bad; t++)
+        for (int s = w->teachers; s < w->size && !bad; s++) {
+            int member = w->rank == t || w->rank == s, peer = w->rank == t ? s : t;
+            void *pair = NULL, *stream = NULL;
+            if (nccl_cuda_split(l->all, member, w->rank == s, &pair, &stream)) bad = 1;
+            if (member) l->pair[peer] = pair, l->stream[peer] = stream;
+        }
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    if (bad) {
+        nccl_links_close(l);
+        return error_set("NCCL: splitting the teacher-student pairs failed");
+    }
+    *out = l;
+    return 0;
+#endif
+}
+
+int nccl_link_send(nccl_links *l, int peer, const void *dev, size_t bytes, void *after_stream, nccl_ticket *t) {
+#ifdef DFLASH_HAVE_CUDA
+    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
+    if (nccl_cuda_send(l->pair[peer], l->stream[peer], dev, bytes, after_stream, &t->event))
+        return error_prefix("NCCL send of %zu bytes to rank %d", bytes, peer);
+    return 0;
+#else
+    (void)l, (void)dev, (void)bytes, (void)after_stream, (void)t;
+    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
+#endif
+}
+
+int nccl_link_recv(nccl_links *l, int peer, void *dev, size_t bytes, nccl_ticket *t) {
+#ifdef DFLASH_HAVE_CUDA
+    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
+    if (nccl_cuda_recv(l->pair[peer], l->stream[peer], dev, bytes, &t->event))
+        return error_prefix("NCCL receive of %zu bytes from rank %d", bytes, peer);
+    return 0;
+#else
+    (void)l, (void)dev, (void)bytes, (void)t;
+    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
+#endif
+}
+
+int nccl_ticket_done(nccl_ticket *t) {
+#ifdef DFLASH_HAVE_CUDA
+    return nccl_cuda_event_query(t->event);
+#else
+    (void)t;
+    return 1;
+#endif
+}
+
+int nccl_ticket_wait(nccl_ticket *t) {
+#ifdef DFLASH_HAVE_CUDA
+    return nccl_cuda_event_sync(t->event);
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+void nccl_ticket_free(nccl_ticket *t) {
+#ifdef DFLASH_HAVE_CUDA
+    nccl_cuda_event_destroy(t->event);
+#endif
+    t->event = NULL;
+}
+
+int nccl_links_check(nccl_links *l, char *msg, size_t n) {
+#ifdef DFLASH_HAVE_CUDA
+    if (!l) return 0;
+    char why[384];
+    for (int r = 0; r < l->size; r++)
+        if (l->pair[r] && nccl_cuda_async_error(l->pair[r], why, sizeof why)) {
+            snprintf(msg, n, "NCCL link with rank %d failed: %s", r, why);
+            return 1;
+        }
+    if (l->all && nccl_cuda_async_error(l->all, why, sizeof why)) {
+        snprintf(msg, n, "NCCL communicator of all ranks failed: %s", why);
+        return 1;
+    }
+#else
+    (void)l, (void)msg, (void)n;
+#endif
+    return 0;
+}
+
+void nccl_links_close(nccl_links *l) {
+    if (!l) return;
+#ifdef DFLASH_HAVE_CUDA
+    for (int r = 0; r < l->size; r++)
+        if (l->pair[r]) nccl_cuda_destroy(l->pair[r], l->stream[r]);
+    if (l->all) nccl_cuda_destroy(l->all, NULL);
+#endif
+    free(l->pair);
+    free(l->stream);
+    free(l);
+}

@@ -1,0 +1,238 @@
+// watchdog.c: a thread that ends the job when a peer dies or a wait outlasts the timeout (see
+// watchdog.h).
+#include "common/comm/watchdog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/log.h"
+
+#define WATCHDOG_HOST 64
+
+typedef struct {
+    char host[WATCHDOG_HOST];
+    long long pid;
+} peer_id;
+
+static struct {
+    int started, stop;
+    world w;
+    double timeout_s;
+    watchdog_report_fn report;
+    peer_id *peers;               // [size]
+    unsigned long long *start_ns; // [size] /proc start time of same-host peers; 0 = not checkable
+    int *watched;                 // [size]
+    int waiting, wait_first, wait_last;
+    double wait_patience;
+    const char *wait_what;
+    double wait_since;
+    int *quiet;                   // [size] seen ending the job itself: its exit is no news
+    int (*check)(void *ctx, char *msg, size_t n);
+    void *check_ctx;
+    pthread_t thread;
+    pthread_mutex_t mu;
+} wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// The name a rank takes when it ends the job itself (watchdog_mark_ending): at most 15 characters.
+#define WATCHDOG_ENDING_NAME "dflash-ending"
+
+// Field 22 of /proc/PID/stat (start time in clock ticks), the state letter and the command name;
+// 0 when the process is gone. The name (field 2) is in parentheses and may hold spaces and ')':
+// the fields after it are parsed from the last ')'.
+static unsigned long long proc_start(long long pid, char *state, char *comm, size_t comm_n) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'), *open = strchr(buf, '(');
+    if (!p || !open || open > p) return 0;
+    if (comm) snprintf(comm, comm_n, "%.*s", (int)(p - open - 1), open + 1);
+    char st = 0;
+    unsigned long long start = 0;
+    // after ')': state, then fields 4..22; start time is the 20th value after the state
+    if (sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu", &st, &start) != 2)
+        return 0;
+    if (state) *state = st;
+    return start;
+}
+
+// 1 alive, 0 dead. A peer seen under WATCHDOG_ENDING_NAME is ending the job itself with its own
+// error line: it is marked quiet, and its exit is not reported as a death.
+static int peer_alive(int r) {
+    if (!wd.start_ns[r]) return 1; // another host (or not visible from here): the timeout covers it
+    char st = 0, comm[64] = "";
+    unsigned long long start = proc_start(wd.peers[r].pid, &st, comm, sizeof comm);
+    if (start == wd.start_ns[r] && strcmp(comm, WATCHDOG_ENDING_NAME) == 0) wd.quiet[r] = 1;
+    return start == wd.start_ns[r] && st != 'Z' && st != 'X';
+}
+
+static const char *rank_role_name(int r) { return r < wd.w.teachers ? "teacher" : "student"; }
+
+// One line, then exit 1: mpirun ends the job when a rank exits without MPI_Finalize.
+static _Noreturn void watchdog_fail(const char *what_happened) {
+    watchdog_mark_ending();
+    char state[512] = "";
+    if (wd.report) wd.report(state, sizeof state);
+    char line[1536]; // one write, so lines of ranks failing at once do not interleave
+    int n = snprintf(line, sizeof line, "[r%d] error: %s%s%s\n", wd.w.rank, what_happened, state[0] ? "; " : "", state);
+    ssize_t ignored = write(STDERR_FILENO, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+    (void)ignored;
+    _exit(1);
+}
+
+static void *watchdog_loop(void *arg) {
+    (void)arg;
+    for (;;) {
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&wd.mu);
+        if (wd.stop) {
+            pthread_mutex_unlock(&wd.mu);
+            return NULL;
+        }
+        const char *what = wd.wait_what ? wd.wait_what : "its next message";
+        int waiting = wd.waiting;
+        char msg[768];
+        for (int r = 0; r < wd.w.size; r++) {
+            if (!wd.watched[r] || peer_alive(r)) continue;
+            if (wd.quiet[r]) { // it ended the job with its own error line; mpirun ends this rank too
+                wd.watched[r] = 0;
+                continue;
+            }
+            snprintf(msg, sizeof msg, "%s rank %d (pid %lld on %s) died%s%s", rank_role_name(r), r, wd.peers[r].pid,
+                     wd.peers[r].host, waiting ? " while this rank waited for " : "", waiting ? what : "");
+            pthread_mutex_unlock(&wd.mu);
+            watchdog_fail(msg);
+        }
+        if (wd.check && wd.check(wd.check_ctx, msg, sizeof msg)) {
+            pthread_mutex_unlock(&wd.mu);
+            watchdog_fail(msg);
+        }
+        double waited = waiting ? now_s() - wd.wait_since : 0;
+        if (waiting && wd.timeout_s > 0 && waited > wd.timeout_s * wd.wait_patience) {
+            int f = wd.wait_first, l = wd.wait_last;
+            if (f == l)
+                snprintf(msg, sizeof msg, "%s rank %d (on %s) sent nothing for %.0f s while this rank waited for %s "
+                         "(run.rank_timeout %g s): it is hung or unreachable", rank_role_name(f), f, wd.peers[f].host,
+                         waited, what, wd.timeout_s);
+            else
+                snprintf(msg, sizeof msg, "no progress for %.0f s while this rank waited for %s (run.rank_timeout %g s): "
+                         "one of %s ranks %d..%d is hung or unreachable", waited, what, wd.timeout_s,
+                         rank_role_name(f), f, l);
+            pthread_mutex_unlock(&wd.mu);
+            watchdog_fail(msg);
+        }
+        pthread_mutex_unlock(&wd.mu);
+    }
+}
+
+void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report) {
+    wd.w = *w;
+    wd.timeout_s = timeout_s;
+    wd.report = report;
+    wd.stop = 0;
+    wd.peers = xcalloc((size_t)w->size, sizeof(peer_id));
+    wd.start_ns = xcalloc((size_t)w->size, sizeof(unsigned long long));
+    wd.watched = xcalloc((size_t)w->size, sizeof(int));
+    wd.quiet = xcalloc((size_t)w->size, sizeof(int));
+    peer_id me = {.pid = (long long)getpid()};
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, wd.peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD));
+    // Every rank is alive now (it took part in the all-gather): note the start time of each peer on
+    // this host that this process can see (another pid namespace with the same host name: not).
+    for (int r = 0; r < w->size; r++)
+        if (r != w->rank && strcmp(wd.peers[r].host, me.host) == 0) wd.start_ns[r] = proc_start(wd.peers[r].pid, NULL, NULL, 0);
+    // The thread must not take the signals the main thread handles (SIGTERM, SIGUSR1, SIGINT).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&wd.thread, NULL, watchdog_loop, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) fatal("watchdog: cannot start its thread: %s", strerror(rc));
+    wd.started = 1;
+    check_set_ending_hook(watchdog_mark_ending); // a fatal error on this rank is not a dead peer
+}
+
+void watchdog_watch(int rank, int on) {
+    if (!wd.started || rank < 0 || rank >= wd.w.size || rank == wd.w.rank) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.watched[rank] = on;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void watchdog_wait_begin(int first, int last, double patience, const char *what) {
+    if (!wd.started) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.waiting = 1;
+    wd.wait_first = first;
+    wd.wait_last = last;
+    wd.wait_patience = patience;
+    wd.wait_what = what;
+    wd.wait_since = now_s();
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void watchdog_wait_end(void) {
+    if (!wd.started) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.waiting = 0;
+    wd.wait_what = NULL;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void watchdog_mark_ending(void) {
+    static volatile int marked = 0;
+    if (!wd.started || marked) return;
+    marked = 1;
+    // /proc/self/comm is the main thread's name whichever thread writes it
+    int fd = open("/proc/self/comm", O_WRONLY);
+    if (fd >= 0) {
+        ssize_t ignored = write(fd, WATCHDOG_ENDING_NAME, strlen(WATCHDOG_ENDING_NAME));
+        (void)ignored;
+        close(fd);
+    }
+    struct timespec pause = {0, 300 * 1000 * 1000}; // three of the peers' polls
+    nanosleep(&pause, NULL);
+}
+
+void watchdog_add_check(int (*check)(void *ctx, char *msg, size_t n), void *ctx) {
+    if (!wd.started) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.check = check;
+    wd.check_ctx = ctx;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void watchdog_stop(void) {
+    if (!wd.started) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.stop = 1;
+    pthread_mutex_unlock(&wd.mu);
+    pthread_join(wd.thread, NULL);
+    free(wd.peers);
+    free(wd.start_ns);
+    free(wd.watched);
+    free(wd.quiet);
+    wd.peers = NULL, wd.start_ns = NULL, wd.watched = NULL, wd.quiet = NULL;
+    wd.started = 0;
+    wd.check = NULL;
+    check_set_ending_hook(NULL);
+}

@@ -1,0 +1,43 @@
+// watchdog.h: no rank waits forever on a peer that died or hangs (SPEC §8, faults).
+//
+// watchdog_start (collective) tells every rank every other rank's host and process id, then starts
+// a thread that checks, every 100 ms:
+//   - that each watched peer running on the same host is alive: its /proc entry exists, is not a
+//     zombie, and has the start time it had at start (so a reused pid is not taken for the peer);
+//     a peer on another host is covered by the timeout only;
+//   - that the wait this rank is in (between watchdog_wait_begin and watchdog_wait_end) has not
+//     lasted longer than the timeout (run.rank_timeout; 0 = no limit);
+//   - an added check (NCCL's asynchronous errors), so a broken link is not a silent hang.
+// On either it prints one line, "error: teacher rank 0 (pid 123 on host) died while this rank
+// waited for a batch; last checkpoint: ...; resume with ...", and ends this process with exit
+// status 1, which makes mpirun (or srun) end the whole job. The thread calls no MPI function
+// (MPI runs MPI_THREAD_FUNNELED), so it works while the main thread is blocked inside MPI.
+#pragma once
+#include <stddef.h>
+
+#include "common/comm/world.h"
+
+// What the message says about the run's state, e.g. "last checkpoint: step 40 in runs/x".
+typedef void (*watchdog_report_fn)(char *buf, size_t n);
+
+// watchdog_start: collective over MPI_COMM_WORLD; no peer is watched until watchdog_watch.
+void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report);
+// watchdog_watch: start (on = 1) or stop watching world rank `rank`'s liveness.
+void watchdog_watch(int rank, int on);
+// watchdog_wait_begin: this rank now waits on world ranks first..last (one rank, or the students
+// of a collective) for `what` (a static string, e.g. "a batch"); the timeout runs from now, times
+// `patience`: 1 for a wait on the rank that must answer, more for an idle wait that also depends
+// on other ranks' progress (a teacher waiting for requests while its student waits on another,
+// hung, teacher), so the rank nearest to a hung peer names it first.
+void watchdog_wait_begin(int first, int last, double patience, const char *what);
+void watchdog_wait_end(void);
+// watchdog_mark_ending: this rank ends the job itself, after printing its own error line (fatal,
+// or the watchdog): its process name becomes "dflash-ending", which the peers on the same host
+// see, so they do not report its exit as a second, misleading error; then it waits 0.3 s (three
+// of their polls) for them to see it. No effect before watchdog_start.
+void watchdog_mark_ending(void);
+// watchdog_add_check: also call check(ctx, msg, n) every 100 ms from the thread; when it returns
+// 1 the job ends with msg (e.g. nccl_links_check: NCCL's asynchronous errors). One check at most.
+void watchdog_add_check(int (*check)(void *ctx, char *msg, size_t n), void *ctx);
+// watchdog_stop: ends the thread (before MPI_Finalize).
+void watchdog_stop(void);

@@ -1,0 +1,52 @@
+// world.c: MPI start-up, local rank and role assignment (see world.h).
+#include "common/comm/world.h"
+
+#include <mpi.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+
+int world_roles(world *w, int rank, int size, long long teachers, long long students) {
+    if (students < 0) return error_set("world.students = %lld: cannot be negative", students);
+    if (teachers < 0 && students > size)
+        return error_set("roles do not fit the world: %lld student(s) (world.students), but the job has %d rank(s) (set "
+                         "world.students or the mpirun -np count)", students, size);
+    long long t = teachers < 0 ? size - students : teachers;
+    if (t < 0 || t + students != size)
+        return error_set("roles do not fit the world: %lld teacher(s) + %lld student(s) = %lld rank(s), but the job "
+                         "has %d (set world.teachers/world.students or the mpirun -np count)",
+                         t, students, t + students, size);
+    w->rank = rank;
+    w->size = size;
+    w->teachers = (int)t;
+    w->students = (int)students;
+    w->role = rank < t ? ROLE_TEACHER : ROLE_STUDENT;
+    w->role_index = rank < t ? rank : rank - (int)t;
+    return 0;
+}
+
+void world_init(world *w, int *argc, char ***argv) {
+    int provided = 0;
+    mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &w->rank));
+    mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &w->size));
+    MPI_Comm local;
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &local));
+    mpi_check(MPI_Comm_rank(local, &w->local_rank));
+    mpi_check(MPI_Comm_size(local, &w->local_size));
+    mpi_check(MPI_Comm_free(&local));
+}
+
+void world_finalize(void) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+int world_agree(int status) {
+    int out = status;
+    mpi_check(MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    return out;
+}
+
+const char *role_name(rank_role r) { return r == ROLE_TEACHER ? "teacher" : "student"; }

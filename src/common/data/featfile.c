@@ -1,0 +1,158 @@
+// featfile.c: the offline feature file writer (see featfile.h). The training-set part is the
+// trainset writer's; this file adds the per-token teacher datasets to the same HDF5 file.
+#include "common/data/featfile.h"
+
+#include <hdf5.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+
+#define FEAT_CHUNK_ROWS 256 // HDF5 chunk rows of the per-token datasets
+
+// An empty, extensible, chunked [0, cols] dataset (cols = 0: rank 1).
+static hid_t feat_create(hid_t file, const char *name, hid_t type, int64_t cols) {
+    int rank = cols > 0 ? 2 : 1;
+    hsize_t dims[2] = {0, (hsize_t)cols}, maxdims[2] = {H5S_UNLIMITED, (hsize_t)cols};
+    hsize_t chunk[2] = {FEAT_CHUNK_ROWS, (hsize_t)cols};
+    if (rank == 1) chunk[0] = 1 << 14;
+    hid_t space = H5Screate_simple(rank, dims, maxdims), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, rank, chunk) >= 0)
+        d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    return d;
+}
+
+// Append rows [have, have+n) of a dataset with cols columns (cols = 0: rank 1).
+static herr_t feat_append(hid_t d, hid_t mem_type, int64_t have, int64_t n, int64_t cols, const void *buf) {
+    int rank = cols > 0 ? 2 : 1;
+    hsize_t size[2] = {(hsize_t)(have + n), (hsize_t)cols}, start[2] = {(hsize_t)have, 0}, count[2] = {(hsize_t)n, (hsize_t)cols};
+    if (H5Dset_extent(d, size) < 0) return -1;
+    hid_t fspace = H5Dget_space(d), mspace = H5Screate_simple(rank, count, NULL);
+    herr_t rc = -1;
+    if (fspace >= 0 && mspace >= 0 && H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
+        rc = H5Dwrite(d, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return rc;
+}
+
+static herr_t feat_attr_i64(hid_t obj, const char *name, const int64_t *v, hsize_t n) {
+    hid_t space = H5Screate_simple(1, &n, NULL);
+    hid_t a = H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a >= 0 ? H5Awrite(a, H5T_NATIVE_INT64, v) : -1;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(space);
+    return rc;
+}
+
+static herr_t feat_attr_str(hid_t obj, const char *name, const char *s) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(s) + 1);
+    H5Tset_strpad(type, H5T_STR_NULLTERM);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a >= 0 ? H5Awrite(a, type, s) : -1;
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(type);
+    return rc;
+}
+
+static void feat_close_datasets(featfile_writer *w) {
+    int64_t *d[4] = {&w->d_features, &w->d_topk_idx, &w->d_topk_val, &w->d_lse};
+    for (int i = 0; i < 4; i++)
+        if (*d[i] >= 0) {
+            H5Dclose((hid_t)*d[i]);
+            *d[i] = -1;
+        }
+}
+
+int featfile_writer_open(featfile_writer *w, const char *path, const featfile_info *info) {
+    memset(w, 0, sizeof *w);
+    w->d_features = w->d_topk_idx = w->d_topk_val = w->d_lse = -1;
+    w->info = *info;
+    if (trainset_writer_open(&w->ts, path, info->vocab_size, info->tokenizer)) return -1;
+    hid_t f = (hid_t)w->ts.file;
+    int64_t D = (int64_t)info->n_feat * info->hidden;
+    w->d_features = feat_create(f, "features", H5T_STD_U16LE, D);
+    w->d_topk_idx = feat_create(f, "topk_idx", H5T_STD_I32LE, info->topk);
+    w->d_topk_val = feat_create(f, "topk_val", H5T_IEEE_F32LE, info->topk);
+    w->d_lse = feat_create(f, "lse", H5T_IEEE_F32LE, 0);
+    hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
+    herr_t rc = root >= 0 ? 0 : -1;
+    if (rc >= 0) rc = feat_attr_str(root, "target", info->target);
+    if (rc >= 0) rc = feat_attr_str(root, "target_architecture", info->target_arch);
+    if (rc >= 0) rc = feat_attr_i64(root, "target_layer_ids", info->layer_ids, (hsize_t)info->n_feat);
+    int64_t h = info->hidden, k = info->topk;
+    if (rc >= 0) rc = feat_attr_i64(root, "hidden_size", &h, 1);
+    if (rc >= 0) rc = feat_attr_i64(root, "topk", &k, 1);
+    if (rc >= 0) rc = feat_attr_str(root, "feature_dtype", "bfloat16");
+    if (root >= 0) H5Gclose(root);
+    if (rc < 0 || w->d_features < 0 || w->d_topk_idx < 0 || w->d_topk_val < 0 || w->d_lse < 0) {
+        featfile_writer_abort(w);
+        return error_set("feature file %s: could not create the teacher datasets", path);
+    }
+    return 0;
+}
+
+int featfile_writer_append(featfile_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n,
+                           const uint16_t *features, const int32_t *topk_idx, const float *topk_val, const float *lse) {
+    if (trainset_writer_append(&w->ts, tokens, mask, n)) return -1;
+    int64_t D = (int64_t)w->info.n_feat * w->info.hidden, k = w->info.topk;
+    if (feat_append((hid_t)w->d_features, H5T_NATIVE_UINT16, w->rows, n, D, features) < 0 ||
+        feat_append((hid_t)w->d_topk_idx, H5T_NATIVE_INT32, w->rows, n, k, topk_idx) < 0 ||
+        feat_append((hid_t)w->d_topk_val, H5T_NATIVE_FLOAT, w->rows, n, k, topk_val) < 0 ||
+        feat_append((hid_t)w->d_lse, H5T_NATIVE_FLOAT, w->rows, n, 0, lse) < 0)
+        return error_set("feature file %s: writing rows %lld..%lld failed (disk full?)", w->ts.path,
+                         (long long)w->rows, (long long)(w->rows + n));
+    w->rows += n;
+    return 0;
+}
+
+int featfile_writer_close(featfile_writer *w) {
+    feat_close_datasets(w);
+    return trainset_writer_close(&w->ts);
+}
+
+void featfile_writer_abort(featfile_writer *w) {
+    feat_close_datasets(w);
+    trainset_writer_abort(&w->ts);
+}
+
+// Read an int64 array attribute of up to n values; returns the count or -1.
+static int feat_read_i64(hid_t obj, const char *name, int64_t *v, int n) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    hid_t space = H5Aget_space(a);
+    hssize_t count = H5Sget_simple_extent_npoints(space);
+    int rc = -1;
+    if (count >= 1 && count <= n && H5Aread(a, H5T_NATIVE_INT64, v) >= 0) rc = (int)count;
+    H5Sclose(space);
+    H5Aclose(a);
+    return rc;
+}
+
+int featfile_check(const char *path, const featfile_info *info, int64_t n_samples) {
+    if (access(path, F_OK) != 0) return 0;
+    trainset ts;
+    if (trainset_open(&ts, path, 0)) return error_prefix("existing feature shard");
+    int64_t ids[64], h = 0, k = 0;
+    hid_t root = H5Gopen2((hid_t)ts.file, "/", H5P_DEFAULT);
+    int n_ids = feat_read_i64(root, "target_layer_ids", ids, 64);
+    feat_read_i64(root, "hidden_size", &h, 1);
+    feat_read_i64(root, "topk", &k, 1);
+    H5Gclose(root);
+    int rc = 1;
+    int same_ids = n_ids == info->n_feat;
+    for (int i = 0; same_ids && i < n_ids; i++) same_ids = ids[i] == info->layer_ids[i];
+    if (ts.n_raw != n_samples)
+        rc = error_set("existing feature shard %s has %lld samples, this run expects %lld (remove it, or use the same data and shard size)",
+                       path, (long long)ts.n_raw, (long long)n_samples);
+    else if (!same_ids || h != info->hidden || k != info->topk)
+        rc = error_set("existing feature shard %s was made with other layer ids, hidden size or top-k (remove it to redo it)", path);
+    trainset_close(&ts);
+    return rc;
+}

@@ -1,0 +1,46 @@
+// featfile.h: the offline feature file of SPEC §7, written by teacher ranks (--mode dump-features).
+//
+// A feature file is a training set (trainset.h: /tokens, /offsets, /loss_mask and their attributes)
+// plus, per token, what the teacher computed:
+//   /features  uint16 [N, n_feat*H]  bf16 bit patterns of the hidden states after target_layer_ids
+//   /topk_idx  int32  [N, k]         top-k vocabulary ids, logits descending
+//   /topk_val  fp32   [N, k]         their logits
+//   /lse       fp32   [N]            log-sum-exp of the full-vocabulary logits
+// and root attributes target (model directory), target_architecture, target_layer_ids (int64
+// array), hidden_size, topk, feature_dtype = "bfloat16". Written like a training set: to a temporary
+// name, renamed when complete, so a file under its final name is always whole.
+#pragma once
+#include <stdint.h>
+
+#include "common/data/trainset.h"
+
+typedef struct {
+    int64_t vocab_size;
+    char tokenizer[256];
+    char target[512];
+    char target_arch[64];
+    int n_feat;
+    int64_t layer_ids[64];
+    int64_t hidden;
+    int topk;
+} featfile_info;
+
+typedef struct {
+    trainset_writer ts;
+    featfile_info info;
+    int64_t d_features, d_topk_idx, d_topk_val, d_lse; // hid_t
+    int64_t rows;                                      // tokens written to the per-token datasets
+} featfile_writer;
+
+// featfile_writer_open: -1 with error_set (no file left) on failure.
+int featfile_writer_open(featfile_writer *w, const char *path, const featfile_info *info);
+// featfile_writer_append: one sample of n tokens with its teacher outputs (host arrays):
+// features [n, n_feat*H] bf16 bits, topk_idx/topk_val [n, k], lse [n].
+int featfile_writer_append(featfile_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n,
+                           const uint16_t *features, const int32_t *topk_idx, const float *topk_val, const float *lse);
+int featfile_writer_close(featfile_writer *w);
+void featfile_writer_abort(featfile_writer *w);
+
+// featfile_check: does path hold a complete feature file made with these settings and n_samples
+// samples? 1 yes, 0 no such file, -1 (error_set naming the difference) a file made differently.
+int featfile_check(const char *path, const featfile_info *info, int64_t n_samples);

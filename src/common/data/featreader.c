@@ -1,0 +1,530 @@
+// featreader.c: reading the offline feature set (see featreader.h and featfile.h).
+//
+// Opening reads dir/features.json (the index dump-features writes last, so it only exists when
+// every shard is whole), then validates every shard once: the training-set part through
+// trainset_open (datasets, offsets, attributes, ids), the per-token teacher datasets by type and
+// shape, and the root attributes against the index. What is kept per sample is where its rows
+// start in its shard and how many there are (O(samples) memory); global sample i lives in the
+// shard whose prefix sum of sample counts covers i.
+//
+// Reading a sample reads only its rows (hyperslabs), from a shard opened on demand. Shards stay
+// open between reads, but at most FR_MAX_OPEN at a time (least recently used closed first): a
+// feature set of thousands of shards would otherwise run out of file descriptors, and reopening
+// costs little next to the megabytes of features a sample carries.
+#include "common/data/featreader.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/data/trainset.h"
+
+#define FR_FORMAT_VERSION 1 // features.json "format_version"
+#define FR_MAX_OPEN 32      // shards held open at once
+#define FR_MAX_LAYERS 64    // target_layer_ids entries (as featfile_info.layer_ids)
+
+// The per-token teacher datasets, in this order everywhere below.
+enum { FR_FEATURES, FR_TOPK_IDX, FR_TOPK_VAL, FR_LSE, FR_N_TEACHER };
+static const char *const fr_teacher_names[FR_N_TEACHER] = {"/features", "/topk_idx", "/topk_val", "/lse"};
+
+typedef struct {
+    char *path;
+    int64_t first, n;         // global samples [first, first + n)
+    hid_t file;               // < 0: closed
+    hid_t d_tokens, d_mask;
+    hid_t d_teacher[FR_N_TEACHER];
+    uint64_t last_use;        // r->clock at the last read (for closing the least recently used)
+} fr_shard;
+
+struct featreader {
+    char *index_path;         // dir/features.json, for messages
+    int64_t n_samples;
+    int64_t n_shards;
+    fr_shard *shards;
+    int64_t *row;             // [n_samples] first row of sample i in its shard's per-token datasets
+    int64_t *len;             // [n_samples] its tokens
+    int64_t hidden, vocab;
+    int topk, n_feat;
+    int64_t layer_ids[FR_MAX_LAYERS];
+    int n_open;               // shards open now
+    uint64_t clock;
+    // the training sets dumped (the index's "sets"; one set of every sample when it has none)
+    int n_sets;
+    int64_t *set_n;           // [n_sets] samples
+    double *set_weight;       // [n_sets]
+    char **set_path;          // [n_sets]
+};
+
+// ---------------------------------------------------------------- HDF5 helpers
+
+// HDF5 prints its whole error stack on any failure unless told not to: every public function
+// turns that off on entry and restores the caller's setting on exit.
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} fr_quiet_state;
+
+static fr_quiet_state fr_quiet_begin(void) {
+    fr_quiet_state s = {NULL, NULL};
+    H5Eget_auto2(H5E_DEFAULT, &s.func, &s.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return s;
+}
+
+static void fr_quiet_end(fr_quiet_state s) { H5Eset_auto2(H5E_DEFAULT, s.func, s.data); }
+
+// The innermost (most specific) description on the HDF5 error stack.
+static herr_t fr_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
+    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
+    return 0;
+}
+
+static const char *fr_h5_error(char buf[256]) {
+    snprintf(buf, 256, "unknown HDF5 error");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, fr_error_walk, buf);
+    return buf;
+}
+
+// "int32", "uint16", "float32", ... for messages.
+static const char *fr_type_name(hid_t type, char *buf, size_t n) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    if (cls == H5T_INTEGER) snprintf(buf, n, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
+    else if (cls == H5T_FLOAT) snprintf(buf, n, "float%zu", 8 * size);
+    else if (cls == H5T_STRING) snprintf(buf, n, "string");
+    else snprintf(buf, n, "HDF5 type class %d", (int)cls);
+    return buf;
+}
+
+// What a teacher dataset must be: "uint16" etc. and its column count (0: rank 1).
+typedef struct {
+    const char *type;
+    H5T_class_t cls;
+    size_t size;
+    H5T_sign_t sign; // integers only
+    int64_t cols;
+} fr_spec;
+
+// Check dataset name of an open shard file against spec and rows; its handle in *out.
+static int fr_check_dataset(hid_t file, const char *path, const char *name, const fr_spec *spec, int64_t rows,
+                            hid_t *out) {
+    char e[256], tn[64];
+    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+    if (exists < 0) return error_set("%s: %s: %s", path, name, fr_h5_error(e));
+    if (exists == 0) return error_set("%s: missing dataset %s (not a feature file?)", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, fr_h5_error(e));
+    *out = d;
+    hid_t type = H5Dget_type(d);
+    if (type < 0) return error_set("%s: dataset %s: %s", path, name, fr_h5_error(e));
+    int ok = H5Tget_class(type) == spec->cls && H5Tget_size(type) == spec->size &&
+             (spec->cls != H5T_INTEGER || H5Tget_sign(type) == spec->sign);
+    fr_type_name(type, tn, sizeof tn);
+    H5Tclose(type);
+    if (!ok) return error_set("%s: dataset %s has type %s, expected %s", path, name, tn, spec->type);
+    hid_t space = H5Dget_space(d);
+    if (space < 0) return error_set("%s: dataset %s: %s", path, name, fr_h5_error(e));
+    int rank = H5Sget_simple_extent_ndims(space), want = spec->cols > 0 ? 2 : 1;
+    hsize_t dims[H5S_MAX_RANK] = {0};
+    if (rank >= 1 && rank <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5Sclose(space);
+    if (rank != want || (int64_t)dims[0] != rows || (want == 2 && (int64_t)dims[1] != spec->cols)) {
+        char have[96], expect[64];
+        if (rank == 1) snprintf(have, sizeof have, "[%llu]", (unsigned long long)dims[0]);
+        else if (rank == 2) snprintf(have, sizeof have, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        else snprintf(have, sizeof have, "rank %d", rank);
+        if (want == 1) snprintf(expect, sizeof expect, "[%lld]", (long long)rows);
+        else snprintf(expect, sizeof expect, "[%lld, %lld]", (long long)rows, (long long)spec->cols);
+        return error_set("%s: dataset %s has shape %s, expected %s (rows = the tokens of /tokens)", path, name, have, expect);
+    }
+    return 0;
+}
+
+// An integer attribute (scalar or array) of the root into v[max]; returns the count, -1 with
+// error_set when it is absent, not integer, or longer than max.
+static int fr_attr_i64(hid_t file, const char *path, const char *name, int64_t *v, int max) {
+    char e[256];
+    if (H5Aexists(file, name) <= 0) return error_set("%s: missing root attribute %s", path, name);
+    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
+    if (a < 0) return error_set("%s: attribute %s: %s", path, name, fr_h5_error(e));
+    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    hssize_t count = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    int rc;
+    if (type < 0 || H5Tget_class(type) != H5T_INTEGER) rc = error_set("%s: attribute %s is not an integer", path, name);
+    else if (count < 1 || count > max)
+        rc = error_set("%s: attribute %s has %lld values, expected 1 to %d", path, name, (long long)count, max);
+    else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0) rc = error_set("%s: attribute %s: %s", path, name, fr_h5_error(e));
+    else rc = (int)count;
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    H5Aclose(a);
+    return rc;
+}
+
+// Read rows [row, row + n) of a dataset with cols columns (0: rank 1) as mem_type into buf.
+static herr_t fr_read_rows(hid_t d, hid_t mem_type, int64_t row, int64_t n, int64_t cols, void *buf) {
+    if (n == 0) return 0;
+    int rank = cols > 0 ? 2 : 1;
+    hsize_t start[2] = {(hsize_t)row, 0}, count[2] = {(hsize_t)n, (hsize_t)cols};
+    hid_t fspace = H5Dget_space(d);
+    if (fspace < 0) return -1;
+    hid_t mspace = H5Screate_simple(rank, count, NULL);
+    herr_t rc = mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (rc >= 0) rc = H5Dread(d, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    if (mspace >= 0) H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+// ---------------------------------------------------------------- shards
+
+static void fr_shard_close(featreader *r, fr_shard *sh) {
+    hid_t *d[2 + FR_N_TEACHER] = {&sh->d_tokens, &sh->d_mask, &sh->d_teacher[0], &sh->d_teacher[1],
+                                  &sh->d_teacher[2], &sh->d_teacher[3]};
+    for (int k = 0; k < 2 + FR_N_TEACHER; k++) {
+        if (*d[k] >= 0) H5Dclose(*d[k]);
+        *d[k] = -1;
+    }
+    if (sh->file >= 0) {
+        H5Fclose(sh->file);
+        r->n_open--;
+    }
+    sh->file = -1;
+}
+
+// The datasets' specs for this feature set (columns from the index).
+static void fr_specs(const featreader *r, fr_spec spec[FR_N_TEACHER]) {
+    spec[FR_FEATURES] = (fr_spec){"uint16", H5T_INTEGER, 2, H5T_SGN_NONE, (int64_t)r->n_feat * r->hidden};
+    spec[FR_TOPK_IDX] = (fr_spec){"int32", H5T_INTEGER, 4, H5T_SGN_2, r->topk};
+    spec[FR_TOPK_VAL] = (fr_spec){"float32", H5T_FLOAT, 4, H5T_SGN_ERROR, r->topk};
+    spec[FR_LSE] = (fr_spec){"float32", H5T_FLOAT, 4, H5T_SGN_ERROR, 0};
+}
+
+// Validate shard s once at open (its samples go to global indices from *next on), recording each
+// sample's rows and length. Everything is closed again afterwards.
+static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
+    fr_shard *sh = &r->shards[s];
+    if (access(sh->path, F_OK) != 0)
+        return error_set("%s lists shard %s, which is missing: %s", r->index_path, sh->path, strerror(errno));
+    trainset ts;
+    if (trainset_open(&ts, sh->path, 0)) return -1;
+    int rc = 0;
+    if (ts.n != ts.n_raw)
+        rc = error_set("%s: %lld of %lld samples are unusable (offsets or ids); a feature shard has none", sh->path,
+                       (long long)(ts.n_raw - ts.n), (long long)ts.n_raw);
+    else if (*next + ts.n > r->n_samples)
+        rc = error_set("%s: the shards up to this one hold %lld samples, more than the %lld of %s", sh->path,
+                       (long long)(*next + ts.n), (long long)r->n_samples, r->index_path);
+    else if (s > 0 && ts.vocab_size != r->vocab)
+        rc = error_set("%s: attribute vocab_size = %lld, the first shard has %lld", sh->path, (long long)ts.vocab_size,
+                       (long long)r->vocab);
+
+    // the teacher's attributes, as the index says
+    hid_t file = (hid_t)ts.file;
+    int64_t ids[FR_MAX_LAYERS], h = 0, k = 0;
+    int n_ids = 0;
+    if (rc == 0 && (fr_attr_i64(file, sh->path, "hidden_size", &h, 1) < 0 || fr_attr_i64(file, sh->path, "topk", &k, 1) < 0 ||
+                    (n_ids = fr_attr_i64(file, sh->path, "target_layer_ids", ids, FR_MAX_LAYERS)) < 0))
+        rc = -1;
+    if (rc == 0 && (h != r->hidden || k != r->topk))
+        rc = error_set("%s: attributes hidden_size = %lld, topk = %lld; %s says %lld and %d", sh->path, (long long)h,
+                       (long long)k, r->index_path, (long long)r->hidden, r->topk);
+    int same_ids = n_ids == r->n_feat;
+    for (int j = 0; same_ids && j < n_ids; j++) same_ids = ids[j] == r->layer_ids[j];
+    if (rc == 0 && !same_ids)
+        rc = error_set("%s: attribute target_layer_ids differs from %s's", sh->path, r->index_path);
+
+    // the per-token datasets: one row per token of /tokens
+    fr_spec spec[FR_N_TEACHER];
+    fr_specs(r, spec);
+    for (int t = 0; t < FR_N_TEACHER && rc == 0; t++) {
+        hid_t d = -1;
+        rc = fr_check_dataset(file, sh->path, fr_teacher_names[t], &spec[t], ts.n_tokens, &d);
+        if (d >= 0) H5Dclose(d);
+    }
+    if (rc == 0) {
+        if (s == 0) r->vocab = ts.vocab_size;
+        sh->first = *next;
+        sh->n = ts.n;
+        for (int64_t i = 0; i < ts.n; i++) {
+            r->row[*next + i] = ts.offsets[ts.index[i]];
+            r->len[*next + i] = trainset_len(&ts, i);
+        }
+        *next += ts.n;
+    }
+    trainset_close(&ts);
+    return rc;
+}
+
+// Make shard sh readable: open it (closing the least recently used shard when FR_MAX_OPEN are).
+static int fr_shard_acquire(featreader *r, fr_shard *sh) {
+    sh->last_use = ++r->clock;
+    if (sh->file >= 0) return 0;
+    if (r->n_open >= FR_MAX_OPEN) {
+        fr_shard *old = NULL;
+        for (int64_t s = 0; s < r->n_shards; s++)
+            if (r->shards[s].file >= 0 && (!old || r->shards[s].last_use < old->last_use)) old = &r->shards[s];
+        if (old) fr_shard_close(r, old);
+    }
+    char e[256];
+    sh->file = H5Fopen(sh->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (sh->file < 0) return error_set("%s: cannot open: %s", sh->path, fr_h5_error(e));
+    r->n_open++;
+    static const char *const ts_names[2] = {"/tokens", "/loss_mask"};
+    hid_t *d[2 + FR_N_TEACHER] = {&sh->d_tokens, &sh->d_mask, &sh->d_teacher[0], &sh->d_teacher[1],
+                                  &sh->d_teacher[2], &sh->d_teacher[3]};
+    for (int k = 0; k < 2 + FR_N_TEACHER; k++) {
+        const char *name = k < 2 ? ts_names[k] : fr_teacher_names[k - 2];
+        *d[k] = H5Dopen2(sh->file, name, H5P_DEFAULT);
+        if (*d[k] < 0) {
+            int rc = error_set("%s: cannot open dataset %s: %s", sh->path, name, fr_h5_error(e));
+            fr_shard_close(r, sh);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- the index
+
+static char *fr_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        error_set("%s: cannot open: %s (not a dump-features output directory?)", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        error_set("%s: read error", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+// An integral JSON number under key, >= min.
+static int fr_json_int(const cJSON *root, const char *key, const char *path, int64_t min, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) return error_set("%s: missing key \"%s\"", path, key);
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15 || d < (double)min)
+        return error_set("%s: \"%s\" must be an integer >= %lld", path, key, (long long)min);
+    *out = (int64_t)d;
+    return 0;
+}
+
+// Parse the index into r (everything but the shards' contents).
+static int fr_parse_index(featreader *r, const char *dir, const char *text) {
+    const char *path = r->index_path;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
+    if (!root) return error_set("%s: not valid JSON (at byte %lld)", path, end ? (long long)(end - text) : -1LL);
+    int rc = 0;
+    int64_t version = 0, topk = 0;
+    if (!cJSON_IsObject(root)) rc = error_set("%s: expected a JSON object", path);
+    if (rc == 0) rc = fr_json_int(root, "format_version", path, 0, &version);
+    if (rc == 0 && version != FR_FORMAT_VERSION)
+        rc = error_set("%s: format_version = %lld, this program reads %d", path, (long long)version, FR_FORMAT_VERSION);
+    if (rc == 0) rc = fr_json_int(root, "hidden_size", path, 1, &r->hidden);
+    if (rc == 0) rc = fr_json_int(root, "topk", path, 1, &topk);
+    if (rc == 0) rc = fr_json_int(root, "samples", path, 0, &r->n_samples);
+    r->topk = (int)topk;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "target_layer_ids");
+    int n_ids = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+    if (rc == 0 && (n_ids < 1 || n_ids > FR_MAX_LAYERS))
+        rc = error_set("%s: \"target_layer_ids\" must be an array of 1 to %d layer ids", path, FR_MAX_LAYERS);
+    for (int j = 0; rc == 0 && j < n_ids; j++) {
+        const cJSON *v = cJSON_GetArrayItem(ids, j);
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0)
+            rc = error_set("%s: \"target_layer_ids\"[%d] is not a layer id", path, j);
+        else r->layer_ids[j] = (int64_t)v->valuedouble;
+    }
+    r->n_feat = n_ids;
+    if (rc == 0 && (int64_t)r->n_feat * r->hidden > 0x7fffffff)
+        rc = error_set("%s: %d layers of hidden_size %lld are too many feature columns", path, r->n_feat, (long long)r->hidden);
+
+    // "sets": [{"path": ..., "samples": n, "weight": w}, ...], the samples adding up to "samples"
+    const cJSON *sets = cJSON_GetObjectItemCaseSensitive(root, "sets"), *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    if (rc == 0 && sets && (!cJSON_IsArray(sets) || cJSON_GetArraySize(sets) < 1))
+        rc = error_set("%s: \"sets\" must be an array of at least one training set", path);
+    if (rc == 0) {
+        r->n_sets = sets ? cJSON_GetArraySize(sets) : 1;
+        r->set_n = xcalloc((size_t)r->n_sets, sizeof *r->set_n);
+        r->set_weight = xcalloc((size_t)r->n_sets, sizeof *r->set_weight);
+        r->set_path = xcalloc((size_t)r->n_sets, sizeof *r->set_path);
+        if (!sets) {
+            r->set_n[0] = r->n_samples;
+            r->set_weight[0] = 1;
+            r->set_path[0] = xstrdup(cJSON_IsString(data) ? data->valuestring : "");
+        }
+    }
+    int64_t in_sets = 0;
+    for (int j = 0; rc == 0 && sets && j < r->n_sets; j++) {
+        const cJSON *e = cJSON_GetArrayItem(sets, j);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path"), *w = cJSON_GetObjectItemCaseSensitive(e, "weight");
+        if (!cJSON_IsObject(e) || !cJSON_IsString(p) || !cJSON_IsNumber(w) || !(w->valuedouble > 0) ||
+            !isfinite(w->valuedouble))
+            rc = error_set("%s: \"sets\"[%d] must be {\"path\": string, \"samples\": integer, \"weight\": number > 0}", path, j);
+        else if (fr_json_int(e, "samples", path, 0, &r->set_n[j]) == 0) {
+            r->set_weight[j] = w->valuedouble;
+            r->set_path[j] = xstrdup(p->valuestring);
+            in_sets += r->set_n[j];
+        } else {
+            rc = error_set("%s: \"sets\"[%d]: \"samples\" must be an integer >= 0", path, j);
+        }
+    }
+    if (rc == 0 && sets && in_sets != r->n_samples)
+        rc = error_set("%s: \"sets\" hold %lld samples, \"samples\" says %lld", path, (long long)in_sets,
+                       (long long)r->n_samples);
+
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
+    if (rc == 0 && !cJSON_IsArray(shards)) rc = error_set("%s: missing array \"shards\"", path);
+    if (rc == 0) {
+        r->n_shards = cJSON_GetArraySize(shards);
+        r->shards = xcalloc((size_t)(r->n_shards > 0 ? r->n_shards : 1), sizeof *r->shards);
+        for (int64_t s = 0; s < r->n_shards; s++) {
+            fr_shard *sh = &r->shards[s];
+            sh->file = sh->d_tokens = sh->d_mask = -1;
+            for (int t = 0; t < FR_N_TEACHER; t++) sh->d_teacher[t] = -1;
+        }
+        for (int64_t s = 0; s < r->n_shards && rc == 0; s++) {
+            const cJSON *v = cJSON_GetArrayItem(shards, (int)s);
+            if (!cJSON_IsString(v) || !v->valuestring[0]) {
+                rc = error_set("%s: \"shards\"[%lld] is not a file name", path, (long long)s);
+                break;
+            }
+            // names are relative to the directory of the index (dump_index writes them so)
+            const char *name = v->valuestring;
+            size_t n = strlen(dir) + strlen(name) + 2;
+            r->shards[s].path = xmalloc(n);
+            if (name[0] == '/') snprintf(r->shards[s].path, n, "%s", name);
+            else snprintf(r->shards[s].path, n, "%s/%s", dir, name);
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+// ---------------------------------------------------------------- public
+
+static int fr_open_quiet(featreader *r, const char *dir) {
+    char *text = fr_read_text(r->index_path);
+    if (!text) return -1;
+    int rc = fr_parse_index(r, dir, text);
+    free(text);
+    if (rc) return -1;
+    r->row = xmalloc((size_t)(r->n_samples > 0 ? r->n_samples : 1) * sizeof *r->row);
+    r->len = xmalloc((size_t)(r->n_samples > 0 ? r->n_samples : 1) * sizeof *r->len);
+    int64_t next = 0;
+    for (int64_t s = 0; s < r->n_shards; s++)
+        if (fr_shard_validate(r, s, &next)) return -1;
+    if (next != r->n_samples)
+        return error_set("%s lists %lld samples, its %lld shard(s) hold %lld", r->index_path, (long long)r->n_samples,
+                         (long long)r->n_shards, (long long)next);
+    return 0;
+}
+
+int featreader_open(featreader **out, const char *dir) {
+    *out = NULL;
+    featreader *r = xcalloc(1, sizeof *r);
+    size_t n = strlen(dir) + sizeof "/features.json";
+    r->index_path = xmalloc(n);
+    snprintf(r->index_path, n, "%s/features.json", dir);
+    fr_quiet_state q = fr_quiet_begin();
+    int rc = fr_open_quiet(r, dir);
+    fr_quiet_end(q);
+    if (rc) {
+        featreader_close(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void featreader_close(featreader *r) {
+    if (!r) return;
+    fr_quiet_state q = fr_quiet_begin();
+    for (int64_t s = 0; s < r->n_shards; s++) {
+        fr_shard_close(r, &r->shards[s]);
+        free(r->shards[s].path);
+    }
+    fr_quiet_end(q);
+    free(r->shards);
+    for (int j = 0; j < r->n_sets && r->set_path; j++) free(r->set_path[j]);
+    free(r->set_path);
+    free(r->set_n);
+    free(r->set_weight);
+    free(r->row);
+    free(r->len);
+    free(r->index_path);
+    free(r);
+}
+
+int64_t featreader_samples(const featreader *r) { return r->n_samples; }
+int64_t featreader_len(const featreader *r, int64_t i) { return r->len[i]; }
+int featreader_topk(const featreader *r) { return r->topk; }
+int featreader_feat_dim(const featreader *r) { return (int)((int64_t)r->n_feat * r->hidden); }
+int featreader_vocab(const featreader *r) { return (int)r->vocab; }
+int featreader_n_sets(const featreader *r) { return r->n_sets; }
+
+int64_t featreader_set(const featreader *r, int i, double *weight, const char **path) {
+    if (weight) *weight = r->set_weight[i];
+    if (path) *path = r->set_path[i] ? r->set_path[i] : "";
+    return r->set_n[i];
+}
+
+int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,
+                    float *topk_val, float *lse) {
+    if (i < 0 || i >= r->n_samples)
+        return error_set("%s: sample %lld out of range [0, %lld)", r->index_path, (long long)i, (long long)r->n_samples);
+    // the shard: the last one starting at or before i (shards are in sample order)
+    int64_t lo = 0, hi = r->n_shards - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (r->shards[mid].first <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    fr_shard *sh = &r->shards[lo];
+    int64_t row = r->row[i], n = r->len[i], D = (int64_t)r->n_feat * r->hidden, k = r->topk;
+    char e[256];
+    fr_quiet_state q = fr_quiet_begin();
+    int rc = fr_shard_acquire(r, sh);
+    struct {
+        hid_t d, type;
+        int64_t cols;
+        void *buf;
+        const char *name;
+    } parts[2 + FR_N_TEACHER] = {
+        {sh->d_tokens, H5T_NATIVE_INT32, 0, tokens, "/tokens"},
+        {sh->d_mask, H5T_NATIVE_UINT8, 0, mask, "/loss_mask"},
+        {sh->d_teacher[FR_FEATURES], H5T_NATIVE_UINT16, D, features, fr_teacher_names[FR_FEATURES]},
+        {sh->d_teacher[FR_TOPK_IDX], H5T_NATIVE_INT32, k, topk_idx, fr_teacher_names[FR_TOPK_IDX]},
+        {sh->d_teacher[FR_TOPK_VAL], H5T_NATIVE_FLOAT, k, topk_val, fr_teacher_names[FR_TOPK_VAL]},
+        {sh->d_teacher[FR_LSE], H5T_NATIVE_FLOAT, 0, lse, fr_teacher_names[FR_LSE]},
+    };
+    for (int p = 0; p < 2 + FR_N_TEACHER && rc == 0; p++)
+        if (parts[p].buf && fr_read_rows(parts[p].d, parts[p].type, row, n, parts[p].cols, parts[p].buf) < 0)
+            rc = error_set("%s: reading sample %lld (rows %lld..%lld) from %s: %s", sh->path, (long long)(i - sh->first),
+                           (long long)row, (long long)(row + n), parts[p].name, fr_h5_error(e));
+    fr_quiet_end(q);
+    // as trainset_read: any nonzero mask value counts as 1
+    if (rc == 0 && mask)
+        for (int64_t t = 0; t < n; t++) mask[t] = mask[t] != 0;
+    return rc;
+}

@@ -1,0 +1,672 @@
+// trainset.c: the HDF5 training set of SPEC §7, read and written (see trainset.h).
+//
+// Reader: open the file (HDF5's own error printing is off, a failure becomes one error_set line),
+// check the three datasets (integer class, element size, signedness, rank 1) and the root
+// attributes, read /offsets whole, then stream /tokens and /loss_mask once in bounded chunks to
+// find, for every sample, whether it holds an id outside [0, vocab_size) and how many loss tokens
+// it has. Samples may overlap or come in any order in the file, so the pass records running
+// counts (bad ids, loss tokens) at every offset position, in sorted order; a sample's counts are
+// then the difference of the counts at its two ends.
+//
+// Writer: three extensible chunked datasets in "<path>.tmp.<pid>", appends buffered in memory and
+// flushed in fixed-size pieces (memory does not grow with the number of samples), attributes
+// written and the file fsynced and renamed over path at close; any failure removes the temporary.
+#include "common/data/trainset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+
+#define TS_READ_CHUNK ((int64_t)1 << 20)  // elements per read in the validation pass
+#define TS_H5_CHUNK ((hsize_t)1 << 16)    // HDF5 chunk size (elements) of the written datasets
+#define TS_WRITE_BUF ((int64_t)1 << 18)   // tokens buffered by the writer before a flush
+#define TS_WRITE_BUF_OFF ((int64_t)1 << 16) // offsets buffered by the writer before a flush
+
+// ---------------------------------------------------------------- HDF5 helpers
+
+// HDF5 prints its whole error stack on any failure unless told not to. Every public function here
+// turns that off on entry and restores the caller's setting on exit.
+typedef struct {
+    H5E_auto2_t func;
+    void *data;
+} h5_quiet_state;
+
+static h5_quiet_state h5_quiet_begin(void) {
+    h5_quiet_state s = {NULL, NULL};
+    H5Eget_auto2(H5E_DEFAULT, &s.func, &s.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return s;
+}
+
+static void h5_quiet_end(h5_quiet_state s) { H5Eset_auto2(H5E_DEFAULT, s.func, s.data); }
+
+// The innermost (most specific) description on the HDF5 error stack, e.g. "truncated file: ...".
+static herr_t h5_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
+    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
+    return 0;
+}
+
+static const char *h5_last_error(char buf[256]) {
+    snprintf(buf, 256, "unknown HDF5 error");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_error_walk, buf);
+    return buf;
+}
+
+// h5_type_name: "int32", "uint8", "float32", "string", ... for messages.
+static const char *h5_type_name(hid_t type, char *buf, size_t n) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    if (cls == H5T_INTEGER)
+        snprintf(buf, n, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
+    else if (cls == H5T_FLOAT) snprintf(buf, n, "float%zu", 8 * size);
+    else if (cls == H5T_STRING) snprintf(buf, n, "string");
+    else if (cls == H5T_ENUM) snprintf(buf, n, "enum");
+    else if (cls == H5T_COMPOUND) snprintf(buf, n, "compound");
+    else snprintf(buf, n, "HDF5 type class %d", (int)cls);
+    return buf;
+}
+
+static void h5_close_dataset(int64_t *d) {
+    if (*d > 0) H5Dclose((hid_t)*d);
+    *d = -1;
+}
+
+static void h5_close_file(int64_t *f) {
+    if (*f > 0) H5Fclose((hid_t)*f);
+    *f = -1;
+}
+
+// Read elements [start, start + count) of a rank-1 dataset as mem_type into buf.
+static herr_t h5_read_range(hid_t d, hid_t mem_type, int64_t start, int64_t count, void *buf) {
+    if (count == 0) return 0;
+    hid_t fspace = H5Dget_space(d);
+    if (fspace < 0) return -1;
+    hsize_t s = (hsize_t)start, c = (hsize_t)count;
+    hid_t mspace = H5Screate_simple(1, &c, NULL);
+    herr_t rc = mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &s, NULL, &c, NULL);
+    if (rc >= 0) rc = H5Dread(d, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    if (mspace >= 0) H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+// ---------------------------------------------------------------- reader
+
+// Does the file start with the HDF5 signature? (for the message when H5Fopen fails)
+static int file_has_hdf5_signature(const char *path) {
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t got = fread(sig, 1, 8, f);
+    fclose(f);
+    return got == 8 && memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
+
+// Open a rank-1 integer dataset of the given element size and signedness; its length in *len.
+static int ts_open_dataset(trainset *ts, const char *name, size_t size, H5T_sign_t sign, int64_t *d,
+                           int64_t *len) {
+    char e[256], tn[64];
+    htri_t exists = H5Lexists((hid_t)ts->file, name, H5P_DEFAULT);
+    if (exists < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    if (exists == 0) return error_set("%s: missing dataset %s", ts->path, name);
+    hid_t did = H5Dopen2((hid_t)ts->file, name, H5P_DEFAULT);
+    if (did < 0) return error_set("%s: cannot open dataset %s: %s", ts->path, name, h5_last_error(e));
+    *d = did;
+    hid_t type = H5Dget_type(did);
+    if (type < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    int ok = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == size && H5Tget_sign(type) == sign;
+    h5_type_name(type, tn, sizeof tn);
+    H5Tclose(type);
+    if (!ok)
+        return error_set("%s: dataset %s has type %s, expected %s%zu", ts->path, name, tn,
+                         sign == H5T_SGN_NONE ? "uint" : "int", 8 * size);
+    hid_t space = H5Dget_space(did);
+    if (space < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    int ndim = H5Sget_simple_extent_ndims(space);
+    hsize_t dims[H5S_MAX_RANK];
+    if (ndim == 1) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5Sclose(space);
+    if (ndim != 1) return error_set("%s: dataset %s has rank %d, expected 1", ts->path, name, ndim);
+    *len = (int64_t)dims[0];
+    return 0;
+}
+
+// Read a scalar (or one-element) integer attribute of the root group; 0 = absent (*found = 0).
+static int ts_read_int_attr(trainset *ts, hid_t root, const char *name, int64_t *value, int *found) {
+    char e[256], tn[64];
+    *found = 0;
+    htri_t exists = H5Aexists(root, name);
+    if (exists < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    if (exists == 0) return 0;
+    hid_t a = H5Aopen(root, name, H5P_DEFAULT);
+    if (a < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    int rc = 0;
+    if (type < 0 || space < 0) {
+        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    } else if (H5Tget_class(type) != H5T_INTEGER) {
+        rc = error_set("%s: attribute %s has type %s, expected an integer", ts->path, name,
+                       h5_type_name(type, tn, sizeof tn));
+    } else if (H5Sget_simple_extent_npoints(space) != 1) {
+        rc = error_set("%s: attribute %s has %lld values, expected 1", ts->path, name,
+                       (long long)H5Sget_simple_extent_npoints(space));
+    } else if (H5Aread(a, H5T_NATIVE_INT64, value) < 0) {
+        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    } else {
+        *found = 1;
+    }
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    H5Aclose(a);
+    return rc;
+}
+
+// Read a string attribute (fixed or variable length) of the root group into out[n]; absent = "".
+static int ts_read_str_attr(trainset *ts, hid_t root, const char *name, char *out, size_t n) {
+    char e[256], tn[64];
+    out[0] = '\0';
+    htri_t exists = H5Aexists(root, name);
+    if (exists < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    if (exists == 0) return 0;
+    hid_t a = H5Aopen(root, name, H5P_DEFAULT);
+    if (a < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    hid_t type = H5Aget_type(a);
+    int rc = 0;
+    if (type < 0) {
+        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    } else if (H5Tget_class(type) != H5T_STRING) {
+        rc = error_set("%s: attribute %s has type %s, expected a string", ts->path, name,
+                       h5_type_name(type, tn, sizeof tn));
+    } else if (H5Tis_variable_str(type) > 0) {
+        hid_t mt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(mt, H5T_VARIABLE);
+        H5Tset_cset(mt, H5Tget_cset(type));
+        char *s = NULL;
+        if (H5Aread(a, mt, &s) < 0) rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+        else if (s) snprintf(out, n, "%s", s);
+        if (s) H5free_memory(s);
+        H5Tclose(mt);
+    } else {
+        size_t size = H5Tget_size(type);
+        char *buf = xcalloc(size + 1, 1);
+        hid_t mt = H5Tcopy(type);
+        if (H5Aread(a, mt, buf) < 0) rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+        else snprintf(out, n, "%s", buf);
+        H5Tclose(mt);
+        free(buf);
+    }
+    if (type >= 0) H5Tclose(type);
+    H5Aclose(a);
+    return rc;
+}
+
+static int ts_read_attrs(trainset *ts) {
+    char e[256];
+    hid_t root = H5Gopen2((hid_t)ts->file, "/", H5P_DEFAULT);
+    if (root < 0) return error_set("%s: cannot open the root group: %s", ts->path, h5_last_error(e));
+    int found_vocab = 0, found_version = 0, rc = 0;
+    if (ts_read_int_attr(ts, root, "vocab_size", &ts->vocab_size, &found_vocab) < 0 ||
+        ts_read_int_attr(ts, root, "format_version", &ts->format_version, &found_version) < 0 ||
+        ts_read_str_attr(ts, root, "tokenizer", ts->tokenizer, sizeof ts->tokenizer) < 0)
+        rc = -1;
+    H5Gclose(root);
+    if (rc < 0) return -1;
+    if (!found_vocab) return error_set("%s: missing root attribute vocab_size", ts->path);
+    if (!found_version) return error_set("%s: missing root attribute format_version", ts->path);
+    if (ts->format_version != TRAINSET_FORMAT_VERSION)
+        return error_set("%s: attribute format_version = %lld, this program reads version %d", ts->path,
+                         (long long)ts->format_version, TRAINSET_FORMAT_VERSION);
+    if (ts->vocab_size < 0 || (ts->vocab_size == 0 && ts->n_tokens > 0))
+        return error_set("%s: attribute vocab_size = %lld, expected a positive number", ts->path,
+                         (long long)ts->vocab_size);
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// First index j in sorted pos[0..n) with pos[j] == v (v is known to be there).
+static int64_t sorted_find(const int64_t *pos, int64_t n, int64_t v) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pos[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// "K of N samples rejected (not used): A whose offsets do not increase, B with ids outside [0, V),
+// C with fewer than M loss tokens", naming only the reasons that occur.
+static const char *ts_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n) {
+    int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
+    int m = snprintf(buf, n, "%lld of %lld samples rejected (not used):", (long long)rejected, (long long)ts->n_raw);
+    const char *sep = " ";
+    if (ts->rejected_offsets > 0 && m < (int)n) {
+        m += snprintf(buf + m, n - (size_t)m, "%s%lld whose offsets do not increase", sep, (long long)ts->rejected_offsets);
+        sep = ", ";
+    }
+    if (ts->rejected_ids > 0 && m < (int)n) {
+        m += snprintf(buf + m, n - (size_t)m, "%s%lld with ids outside [0, %lld)", sep, (long long)ts->rejected_ids,
+                      (long long)ts->vocab_size);
+        sep = ", ";
+    }
+    if (ts->rejected_short > 0 && m < (int)n)
+        snprintf(buf + m, n - (size_t)m, "%s%lld with fewer than %lld loss tokens", sep, (long long)ts->rejected_short,
+                 (long long)min_loss_tokens);
+    return buf;
+}
+
+// The validation pass: stream /tokens and /loss_mask once, then classify every sample.
+static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
+    char e[256];
+    int64_t np = ts->n_raw + 1;
+    int64_t *pos = malloc((size_t)np * sizeof *pos);
+    int64_t *cum_bad = malloc((size_t)np * sizeof *cum_bad);
+    int64_t *cum_loss = malloc((size_t)np * sizeof *cum_loss);
+    int32_t *tok = malloc((size_t)TS_READ_CHUNK * sizeof *tok);
+    uint8_t *msk = malloc((size_t)TS_READ_CHUNK);
+    int rc = 0;
+    if (!pos || !cum_bad || !cum_loss || !tok || !msk) {
+        rc = error_set("%s: out of memory validating %lld samples", ts->path, (long long)ts->n_raw);
+        goto done;
+    }
+    memcpy(pos, ts->offsets, (size_t)np * sizeof *pos);
+    qsort(pos, (size_t)np, sizeof *pos, cmp_i64);
+
+    // running counts of bad ids and loss tokens before position k, recorded at each pos[j] == k
+    int64_t bad = 0, loss = 0, j = 0, vocab = ts->vocab_size;
+    for (int64_t c0 = 0; c0 < ts->n_tokens; c0 += TS_READ_CHUNK) {
+        int64_t len = ts->n_tokens - c0 < TS_READ_CHUNK ? ts->n_tokens - c0 : TS_READ_CHUNK;
+        if (h5_read_range((hid_t)ts->d_tokens, H5T_NATIVE_INT32, c0, len, tok) < 0) {
+            rc = error_set("%s: reading /tokens [%lld, %lld): %s", ts->path, (long long)c0,
+                           (long long)(c0 + len), h5_last_error(e));
+            goto done;
+        }
+        if (h5_read_range((hid_t)ts->d_mask, H5T_NATIVE_UINT8, c0, len, msk) < 0) {
+            rc = error_set("%s: reading /loss_mask [%lld, %lld): %s", ts->path, (long long)c0,
+                           (long long)(c0 + len), h5_last_error(e));
+            goto done;
+        }
+        for (int64_t k = 0; k < len; k++) {
+            while (j < np && pos[j] == c0 + k) {
+                cum_bad[j] = bad;
+                cum_loss[j] = loss;
+                j++;
+            }
+            bad += tok[k] < 0 || tok[k] >= vocab;
+            loss += msk[k] != 0;
+        }
+    }
+    for (; j < np; j++) { // offsets equal to N
+        cum_bad[j] = bad;
+        cum_loss[j] = loss;
+    }
+
+    ts->index = malloc((size_t)(ts->n_raw > 0 ? ts->n_raw : 1) * sizeof *ts->index);
+    if (!ts->index) {
+        rc = error_set("%s: out of memory indexing %lld samples", ts->path, (long long)ts->n_raw);
+        goto done;
+    }
+    for (int64_t i = 0; i < ts->n_raw; i++) {
+        int64_t a = ts->offsets[i], b = ts->offsets[i + 1];
+        if (b <= a) {
+            ts->rejected_offsets++;
+            continue;
+        }
+        int64_t ja = sorted_find(pos, np, a), jb = sorted_find(pos, np, b);
+        if (cum_bad[jb] - cum_bad[ja] > 0) {
+            ts->rejected_ids++;
+            continue;
+        }
+        int64_t l = cum_loss[jb] - cum_loss[ja];
+        if (l < min_loss_tokens) {
+            ts->rejected_short++;
+            continue;
+        }
+        ts->index[ts->n++] = i;
+        ts->loss_tokens += l;
+    }
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0) {
+        char why[512];
+        log_warn("%s: %s%s", ts->path, ts_rejected_str(ts, min_loss_tokens, why, sizeof why),
+                 ts->n == 0 ? "; no sample is usable" : "");
+    }
+done:
+    free(pos);
+    free(cum_bad);
+    free(cum_loss);
+    free(tok);
+    free(msk);
+    return rc;
+}
+
+static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens) {
+    char e[256];
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return error_set("%s: cannot open: %s", path, strerror(errno));
+    fclose(probe);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        if (!file_has_hdf5_signature(path)) return error_set("%s: not an HDF5 file", path);
+        return error_set("%s: cannot open as HDF5: %s", path, h5_last_error(e));
+    }
+    ts->file = f;
+
+    int64_t n_mask = 0, n_off = 0;
+    if (ts_open_dataset(ts, "/tokens", 4, H5T_SGN_2, &ts->d_tokens, &ts->n_tokens) < 0) return -1;
+    if (ts_open_dataset(ts, "/loss_mask", 1, H5T_SGN_NONE, &ts->d_mask, &n_mask) < 0) return -1;
+    int64_t d_off = -1;
+    int rc = ts_open_dataset(ts, "/offsets", 8, H5T_SGN_2, &d_off, &n_off);
+    if (rc == 0 && n_mask != ts->n_tokens)
+        rc = error_set("%s: dataset /loss_mask has %lld elements, /tokens has %lld", path,
+                       (long long)n_mask, (long long)ts->n_tokens);
+    if (rc == 0 && n_off < 1)
+        rc = error_set("%s: dataset /offsets is empty (it needs n + 1 >= 1 elements)", path);
+    if (rc == 0) {
+        ts->n_raw = n_off - 1;
+        ts->offsets = malloc((size_t)n_off * sizeof *ts->offsets);
+        if (!ts->offsets)
+            rc = error_set("%s: out of memory reading /offsets (%lld elements)", path, (long long)n_off);
+        else if (h5_read_range((hid_t)d_off, H5T_NATIVE_INT64, 0, n_off, ts->offsets) < 0)
+            rc = error_set("%s: reading /offsets: %s", path, h5_last_error(e));
+    }
+    h5_close_dataset(&d_off);
+    if (rc < 0) return -1;
+    for (int64_t i = 0; i < n_off; i++)
+        if (ts->offsets[i] < 0 || ts->offsets[i] > ts->n_tokens)
+            return error_set("%s: dataset /offsets: offsets[%lld] = %lld is outside [0, %lld] (the "
+                             "length of /tokens)", path, (long long)i, (long long)ts->offsets[i],
+                             (long long)ts->n_tokens);
+    if (ts_read_attrs(ts) < 0) return -1;
+    return ts_validate(ts, min_loss_tokens);
+}
+
+int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens) {
+    memset(ts, 0, sizeof *ts);
+    ts->file = ts->d_tokens = ts->d_mask = -1;
+    ts->path = xstrdup(path);
+    h5_quiet_state q = h5_quiet_begin();
+    int rc = ts_open_quiet(ts, path, min_loss_tokens);
+    h5_quiet_end(q);
+    if (rc < 0) trainset_close(ts);
+    return rc;
+}
+
+int64_t trainset_len(const trainset *ts, int64_t i) {
+    int64_t r = ts->index[i];
+    return ts->offsets[r + 1] - ts->offsets[r];
+}
+
+int trainset_read(trainset *ts, int64_t i, int32_t *tokens, uint8_t *mask) {
+    char e[256];
+    if (i < 0 || i >= ts->n)
+        return error_set("%s: sample %lld out of range [0, %lld)", ts->path, (long long)i, (long long)ts->n);
+    int64_t r = ts->index[i], a = ts->offsets[r], len = ts->offsets[r + 1] - a;
+    h5_quiet_state q = h5_quiet_begin();
+    int rc = 0;
+    if (tokens && h5_read_range((hid_t)ts->d_tokens, H5T_NATIVE_INT32, a, len, tokens) < 0)
+        rc = error_set("%s: reading sample %lld from /tokens: %s", ts->path, (long long)r, h5_last_error(e));
+    if (rc == 0 && mask && h5_read_range((hid_t)ts->d_mask, H5T_NATIVE_UINT8, a, len, mask) < 0)
+        rc = error_set("%s: reading sample %lld from /loss_mask: %s", ts->path, (long long)r,
+                       h5_last_error(e));
+    h5_quiet_end(q);
+    if (rc == 0 && mask)
+        for (int64_t k = 0; k < len; k++) mask[k] = mask[k] != 0;
+    return rc;
+}
+
+void trainset_close(trainset *ts) {
+    h5_quiet_state q = h5_quiet_begin();
+    h5_close_dataset(&ts->d_tokens);
+    h5_close_dataset(&ts->d_mask);
+    h5_close_file(&ts->file);
+    h5_quiet_end(q);
+    free(ts->path);
+    free(ts->offsets);
+    free(ts->index);
+    memset(ts, 0, sizeof *ts);
+    ts->file = ts->d_tokens = ts->d_mask = -1;
+}
+
+// ---------------------------------------------------------------- writer
+
+// An empty, extensible, chunked rank-1 dataset.
+static hid_t tw_create_dataset(hid_t file, const char *name, hid_t type) {
+    hsize_t dim = 0, maxdim = H5S_UNLIMITED, chunk = TS_H5_CHUNK;
+    hid_t space = H5Screate_simple(1, &dim, &maxdim);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t d = -1;
+    if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0)
+        d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    return d;
+}
+
+// Append count elements of buf (mem_type) at the end of d, which holds `have` elements now.
+static herr_t tw_append_dataset(hid_t d, hid_t mem_type, int64_t have, int64_t count, const void *buf) {
+    if (count == 0) return 0;
+    hsize_t size = (hsize_t)(have + count), start = (hsize_t)have, c = (hsize_t)count;
+    if (H5Dset_extent(d, &size) < 0) return -1;
+    hid_t fspace = H5Dget_space(d);
+    if (fspace < 0) return -1;
+    hid_t mspace = H5Screate_simple(1, &c, NULL);
+    herr_t rc = mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &c, NULL);
+    if (rc >= 0) rc = H5Dwrite(d, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    if (mspace >= 0) H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+// Flush the buffered tokens and mask (w->n_tokens counts them already).
+static int tw_flush_tokens(trainset_writer *w) {
+    char e[256];
+    int64_t have = w->n_tokens - w->buf_n;
+    if (tw_append_dataset((hid_t)w->d_tokens, H5T_NATIVE_INT32, have, w->buf_n, w->buf_tokens) < 0 ||
+        tw_append_dataset((hid_t)w->d_mask, H5T_NATIVE_UINT8, have, w->buf_n, w->buf_mask) < 0)
+        return error_set("%s: writing tokens: %s", w->tmp_path, h5_last_error(e));
+    w->buf_n = 0;
+    return 0;
+}
+
+// Flush the buffered offsets (the file has n_samples + 1 - buf_noff of them).
+static int tw_flush_offsets(trainset_writer *w) {
+    char e[256];
+    int64_t have = w->n_samples + 1 - w->buf_noff;
+    if (tw_append_dataset((hid_t)w->d_offsets, H5T_NATIVE_INT64, have, w->buf_noff, w->buf_offsets) < 0)
+        return error_set("%s: writing offsets: %s", w->tmp_path, h5_last_error(e));
+    w->buf_noff = 0;
+    return 0;
+}
+
+static herr_t tw_write_int_attr(hid_t root, const char *name, int64_t v) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = space < 0 ? -1 : H5Acreate2(root, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    return rc;
+}
+
+// A variable-length UTF-8 string (what h5py writes for a Python str, read back as str).
+static herr_t tw_write_str_attr(hid_t root, const char *name, const char *s) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = space < 0 ? -1 : H5Acreate2(root, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, &s);
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    H5Tclose(type);
+    return rc;
+}
+
+// Close every handle, remove the temporary file, free the buffers. Safe to call twice.
+static void tw_cleanup(trainset_writer *w, int remove_tmp) {
+    h5_close_dataset(&w->d_tokens);
+    h5_close_dataset(&w->d_mask);
+    h5_close_dataset(&w->d_offsets);
+    h5_close_file(&w->file);
+    if (remove_tmp && w->tmp_path) unlink(w->tmp_path);
+    free(w->path);
+    free(w->tmp_path);
+    free(w->buf_tokens);
+    free(w->buf_mask);
+    free(w->buf_offsets);
+    memset(w, 0, sizeof *w);
+    w->file = w->d_tokens = w->d_mask = w->d_offsets = -1;
+}
+
+int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_size, const char *tokenizer) {
+    char e[256];
+    memset(w, 0, sizeof *w);
+    w->file = w->d_tokens = w->d_mask = w->d_offsets = -1;
+    w->path = xstrdup(path);
+    size_t n = strlen(path) + 32;
+    w->tmp_path = xmalloc(n);
+    snprintf(w->tmp_path, n, "%s.tmp.%d", path, (int)getpid());
+    w->vocab_size = vocab_size;
+    w->max_id = -1;
+    snprintf(w->tokenizer, sizeof w->tokenizer, "%s", tokenizer ? tokenizer : "");
+
+    h5_quiet_state q = h5_quiet_begin();
+    int rc = 0;
+    hid_t f = H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) {
+        rc = error_set("%s: cannot create: %s", w->tmp_path, h5_last_error(e));
+        free(w->tmp_path); // nothing was created: do not unlink a file of that name
+        w->tmp_path = NULL;
+    } else {
+        w->file = f;
+        w->d_tokens = tw_create_dataset(f, "/tokens", H5T_STD_I32LE);
+        w->d_mask = w->d_tokens < 0 ? -1 : tw_create_dataset(f, "/loss_mask", H5T_STD_U8LE);
+        w->d_offsets = w->d_mask < 0 ? -1 : tw_create_dataset(f, "/offsets", H5T_STD_I64LE);
+        if (w->d_offsets < 0) rc = error_set("%s: creating datasets: %s", w->tmp_path, h5_last_error(e));
+    }
+    if (rc < 0) tw_cleanup(w, 1);
+    h5_quiet_end(q);
+    if (rc < 0) return -1;
+    w->buf_cap = TS_WRITE_BUF;
+    w->buf_cap_off = TS_WRITE_BUF_OFF;
+    w->buf_tokens = xmalloc((size_t)w->buf_cap * sizeof *w->buf_tokens);
+    w->buf_mask = xmalloc((size_t)w->buf_cap);
+    w->buf_offsets = xmalloc((size_t)w->buf_cap_off * sizeof *w->buf_offsets);
+    w->buf_offsets[0] = 0; // offsets[0]
+    w->buf_noff = 1;
+    return 0;
+}
+
+static int tw_append(trainset_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n) {
+    if (n <= 0) return error_set("%s: sample %lld is empty", w->path, (long long)w->n_samples);
+    // check the whole sample before buffering any of it
+    for (int64_t k = 0; k < n; k++) {
+        if (tokens[k] < 0 || (w->vocab_size > 0 && tokens[k] >= w->vocab_size)) {
+            if (w->vocab_size > 0)
+                return error_set("%s: sample %lld: token %lld has id %d, outside [0, %lld)", w->path,
+                                 (long long)w->n_samples, (long long)k, tokens[k], (long long)w->vocab_size);
+            return error_set("%s: sample %lld: token %lld has negative id %d", w->path,
+                             (long long)w->n_samples, (long long)k, tokens[k]);
+        }
+        if (mask && mask[k] > 1)
+            return error_set("%s: sample %lld: loss mask %lld is %d, expected 0 or 1", w->path,
+                             (long long)w->n_samples, (long long)k, mask[k]);
+        if (tokens[k] > w->max_id) w->max_id = tokens[k];
+    }
+    for (int64_t done = 0; done < n;) {
+        int64_t m = n - done < w->buf_cap - w->buf_n ? n - done : w->buf_cap - w->buf_n;
+        memcpy(w->buf_tokens + w->buf_n, tokens + done, (size_t)m * sizeof *tokens);
+        if (mask) memcpy(w->buf_mask + w->buf_n, mask + done, (size_t)m);
+        else memset(w->buf_mask + w->buf_n, 1, (size_t)m);
+        w->buf_n += m;
+        w->n_tokens += m;
+        done += m;
+        if (w->buf_n == w->buf_cap && tw_flush_tokens(w) < 0) return -1;
+    }
+    w->buf_offsets[w->buf_noff++] = w->n_tokens;
+    w->n_samples++;
+    if (w->buf_noff == w->buf_cap_off && tw_flush_offsets(w) < 0) return -1;
+    return 0;
+}
+
+int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n) {
+    if (w->file <= 0) return error_set("trainset writer: append after close or a failed call");
+    h5_quiet_state q = h5_quiet_begin();
+    int rc = tw_append(w, tokens, mask, n);
+    if (rc < 0) tw_cleanup(w, 1);
+    h5_quiet_end(q);
+    return rc;
+}
+
+static int tw_close(trainset_writer *w) {
+    char e[256];
+    if (tw_flush_tokens(w) < 0 || tw_flush_offsets(w) < 0) return -1;
+    int64_t vocab = w->vocab_size > 0 ? w->vocab_size : w->max_id + 1;
+    hid_t root = H5Gopen2((hid_t)w->file, "/", H5P_DEFAULT);
+    int rc = root < 0 ? -1 : 0;
+    if (rc == 0 && (tw_write_int_attr(root, "vocab_size", vocab) < 0 ||
+                    tw_write_int_attr(root, "format_version", TRAINSET_FORMAT_VERSION) < 0 ||
+                    tw_write_str_attr(root, "tokenizer", w->tokenizer) < 0))
+        rc = -1;
+    if (rc < 0) error_set("%s: writing attributes: %s", w->tmp_path, h5_last_error(e));
+    if (root >= 0) H5Gclose(root);
+    if (rc < 0) return -1;
+    h5_close_dataset(&w->d_tokens);
+    h5_close_dataset(&w->d_mask);
+    h5_close_dataset(&w->d_offsets);
+    herr_t closed = H5Fclose((hid_t)w->file);
+    w->file = -1;
+    if (closed < 0) return error_set("%s: closing: %s", w->tmp_path, h5_last_error(e));
+    int fd = open(w->tmp_path, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return error_set("%s: fsync: %s", w->tmp_path, strerror(err));
+    }
+    close(fd);
+    if (rename(w->tmp_path, w->path) != 0)
+        return error_set("%s: cannot rename to %s: %s", w->tmp_path, w->path, strerror(errno));
+    // make the rename durable too (best effort: not every file system can fsync a directory)
+    char *dir = xstrdup(w->path), *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(dir);
+    w->vocab_size = vocab;
+    return 0;
+}
+
+int trainset_writer_close(trainset_writer *w) {
+    if (w->file <= 0) return error_set("trainset writer: close after close or a failed call");
+    h5_quiet_state q = h5_quiet_begin();
+    int rc = tw_close(w);
+    int64_t n_samples = w->n_samples, n_tokens = w->n_tokens, vocab = w->vocab_size;
+    tw_cleanup(w, rc < 0);
+    h5_quiet_end(q);
+    if (rc == 0) { // the summary stays readable
+        w->n_samples = n_samples;
+        w->n_tokens = n_tokens;
+        w->vocab_size = vocab;
+    }
+    return rc;
+}
+
+void trainset_writer_abort(trainset_writer *w) {
+    h5_quiet_state q = h5_quiet_begin();
+    tw_cleanup(w, 1);
+    h5_quiet_end(q);
+}

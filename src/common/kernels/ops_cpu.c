@@ -1,0 +1,188 @@
+// ops_cpu.c: the fp32 reference implementation of the model ops (see ops.h), threaded with OpenMP.
+// Plain loops, written to be read: each function is the formula in its header comment.
+#include "common/kernels/ops_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/core/check.h"
+
+// Threads only pay off past a few thousand elements: below that, starting an OpenMP team costs
+// more than the loop (and on a busy machine much more). Every parallel loop here uses this test.
+#define OPS_PAR_MIN 16384
+
+void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H) {
+#pragma omp parallel for if ((int64_t)T * H >= OPS_PAR_MIN)
+    for (int t = 0; t < T; t++) memcpy(out + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
+}
+
+void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps) {
+#pragma omp parallel for if ((int64_t)R * D >= OPS_PAR_MIN)
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * D;
+        float *y = out + (size_t)r * D;
+        double ss = 0; // double: the mean of squares over thousands of values
+        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+        float inv = (float)(1.0 / sqrt(ss / D + eps));
+        for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
+    }
+}
+
+void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd) {
+    int half = hd / 2;
+#pragma omp parallel for if ((int64_t)T * nh * hd >= OPS_PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            // the angle in float, as transformers forms it: (inv_freq @ position) in fp32
+            float angle = (float)pos[t] * inv_freq[i];
+            float c = cosf(angle), s = sinf(angle);
+            for (int h = 0; h < nh; h++) {
+                float *v = x + ((size_t)t * nh + h) * hd;
+                float a = v[i], b = v[i + half];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. Shared by the
+// packed causal attention below and the KV-cached decode (teacher/target_decode.c).
+void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+                    float scale, float *p) {
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const float *kv = k + (size_t)j * stride;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < hd; i++) dot += q[i] * kv[i];
+        p[j] = dot * scale;
+        m = p[j] > m ? p[j] : m;
+    }
+    float l = 0;
+    for (int j = 0; j < n; j++) {
+        p[j] = expf(p[j] - m);
+        l += p[j];
+    }
+    for (int i = 0; i < hd; i++) o[i] = 0;
+    for (int j = 0; j < n; j++) {
+        const float *vv = v + (size_t)j * stride;
+        float pj = p[j] / l;
+#pragma omp simd
+        for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
+    }
+}
+
+// Per (query, head): the scores against the keys of its own sequence up to itself go to a per-thread
+// row of at most one sequence's length (O(T) memory per thread, never [T, T]), then an exact
+// softmax in fp32 and the weighted sum of the values. The simd pragmas let the compiler vectorise
+// the reductions (a different summation order than a scalar loop: fine at fp32 tolerance).
+void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
+                          int n_seq, int T, int nq, int nkv, int hd, float scale) {
+    int group = nq / nkv, longest = 0;
+    for (int s = 0; s < n_seq; s++)
+        if (cu_seqlens[s + 1] - cu_seqlens[s] > longest) longest = cu_seqlens[s + 1] - cu_seqlens[s];
+#pragma omp parallel
+    {
+        float *p = xmalloc((size_t)longest * sizeof(float));
+        for (int s = 0; s < n_seq; s++) {
+            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+#pragma omp for collapse(2) schedule(dynamic, 8)
+            for (int t = start; t < end; t++) {
+                for (int h = 0; h < nq; h++) {
+                    const float *qv = q + ((size_t)t * nq + h) * hd;
+                    float *o = out + ((size_t)t * nq + h) * hd;
+                    int kh = h / group, n = t - start + 1;
+                    cpu_attend_row(o, qv, k + ((size_t)start * nkv + kh) * hd, v + ((size_t)start * nkv + kh) * hd, n,
+                                   (int64_t)nkv * hd, hd, scale, p);
+                }
+            }
+        }
+        free(p);
+    }
+    (void)T;
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu_add(float *x, const float *y, int64_t n) {
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void cpu_copy_2d(float *dst, int64_t dst_ld, const float *src, int64_t src_ld, int64_t rows, int64_t cols) {
+#pragma omp parallel for if (rows * cols >= OPS_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, (size_t)cols * sizeof(float));
+}
+
+void cpu_topk_lse_init(float *val, int32_t *idx, float *m, float *s, int R, int k) {
+    for (int64_t i = 0; i < (int64_t)R * k; i++) {
+        val[i] = -INFINITY;
+        idx[i] = -1;
+    }
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY;
+        s[r] = 0;
+    }
+}
+
+// a before b in the top-k order: larger value, then smaller id
+static int topk_before(float va, int32_t ia, float vb, int32_t ib) {
+    return va > vb || (va == vb && ia >= 0 && (ib < 0 || ia < ib));
+}
+
+void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
+                         float *m, float *s) {
+#pragma omp parallel for if ((int64_t)R * Vc >= OPS_PAR_MIN)
+    for (int r = 0; r < R; r++) {
+        const float *x = logits + (size_t)r * ld;
+        float *tv = val + (size_t)r * k;
+        int32_t *ti = idx + (size_t)r * k;
+        // LSE: rescale the running sum to the tile's maximum when it is larger
+        float tmax = -INFINITY;
+        for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
+        float nm = tmax > m[r] ? tmax : m[r];
+        double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
+        // Each term <= 1: fp32 partial sums over chunks of 256 (vectorised), accumulated in double.
+        // One fp32 sum over a whole tile would err by up to ~Vc 2^-24 relative (1e-4 in lse for a
+        // 32000-wide tile of tied logits, measured); per 256 it stays near 1e-6.
+        // nm = -inf: every value so far is -inf, the sum stays 0 (lse = -inf), not expf(-inf - -inf) = NaN
+        if (nm != -INFINITY) {
+            for (int j0 = 0; j0 < Vc; j0 += 256) {
+                int j1 = Vc - j0 < 256 ? Vc : j0 + 256;
+                float part = 0;
+#pragma omp simd reduction(+ : part)
+                for (int j = j0; j < j1; j++) part += expf(x[j] - nm);
+                sum += part;
+            }
+        }
+        m[r] = nm;
+        s[r] = (float)sum;
+        // top-k: insertion into the sorted list (k is small; the tile is scanned once)
+        for (int j = 0; j < Vc; j++) {
+            float xv = x[j];
+            int32_t id = v0 + j;
+            if (!topk_before(xv, id, tv[k - 1], ti[k - 1])) continue;
+            int p = k - 1;
+            while (p > 0 && topk_before(xv, id, tv[p - 1], ti[p - 1])) {
+                tv[p] = tv[p - 1];
+                ti[p] = ti[p - 1];
+                p--;
+            }
+            tv[p] = xv;
+            ti[p] = id;
+        }
+    }
+}
+
+void cpu_topk_lse_finish(float *lse, const float *m, const float *s, int R) {
+    for (int r = 0; r < R; r++) lse[r] = m[r] + logf(s[r]);
+}

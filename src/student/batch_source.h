@@ -1,0 +1,100 @@
+// batch_source.h: where a student's batches come from, in the order it consumes them.
+//
+// The schedule: this student's items (one per batch it consumes) in groups that are the same on
+// every student (an evaluation, or one optimizer step), so the students' collective calls line up
+// even when a group holds no batch of this student: an evaluation first, then each step, with an
+// evaluation after every train.eval_interval steps and after the last.
+//
+// The source: live, each item is requested from a teacher while credits allow (at most `slots`
+// outstanding per teacher; the next request goes to the teacher with the fewest), payloads land in
+// any order and are consumed in schedule order; with NCCL links the features come GPU to GPU after
+// the payload. Offline, the batch is packed from the feature files (data.features) into the same
+// wire layout.
+#pragma once
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/backend/backend.h"
+#include "common/comm/nccl_link.h"
+#include "common/comm/wire.h"
+#include "common/core/config.h"
+#include "common/data/batchplan.h"
+#include "common/data/featreader.h"
+
+typedef struct {
+    int64_t kind, index; // WIRE_TRAIN / WIRE_HELDOUT and the batch's index in its plan
+} batch_item;
+
+typedef struct {
+    int64_t kind;         // WIRE_HELDOUT or WIRE_TRAIN
+    int64_t first, count; // items of this student
+} batch_group;
+
+typedef struct {
+    batch_item *items;   // [n_items] in consumption order
+    int64_t n_items;
+    batch_group *groups; // [n_groups]
+    int64_t n_groups;
+} batch_schedule;
+
+// batch_schedule_make: student s of S; evaluations over min(train.eval_batches, n_heldout_batches).
+void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches);
+void batch_schedule_free(batch_schedule *sc);
+
+typedef struct {
+    int live;
+    int T, slots, my_rank;
+    size_t max_bytes;            // one payload at the largest batch
+    // live
+    int *outstanding;            // [T]
+    int64_t *served;             // [T] batches each teacher sent us
+    int n_buf;
+    char **bufs;
+    int *buf_of;                 // item -> buffer
+    int *teacher_of;             // item -> teacher
+    MPI_Request *recv;           // item -> request
+    int *buf_free;               // [n_buf]
+    int *landed;                 // item -> its MPI payload is here (its teacher's credit is back)
+    int *arrived;                // item -> ready to be consumed (with NCCL: its features are here too)
+    int *bytes_of;               // item -> payload bytes
+    int64_t next_request, next_consume;
+    double wait_s;               // time spent waiting for data
+    int64_t last_peak[1024];     // teachers' reported peak bytes
+    // NCCL links (NULL: every payload comes whole over MPI)
+    nccl_links *links;
+    backend *be;                 // owns feat_dev
+    size_t feat_bytes;           // one batch's features, bf16
+    void **feat_dev;             // [n_buf] GPU buffers for the features
+    nccl_ticket *tickets;        // [n_buf] their receives
+    int *posted;                 // item -> its features' receive is enqueued
+    int *blocked;                // [T] scratch of the progress pass
+    void *features_dev;          // the batch batch_source_get returned: its features in GPU memory
+    // offline
+    featreader *fr;
+    batchplan *bp;
+    char *offline_buf;
+} batch_source;
+
+// batch_source_init_live: T teachers (world ranks 0..T-1), n_buf payload buffers (in flight and
+// arrived, not yet consumed), n_items the schedule's items; links (NULL: MPI only) with one GPU
+// buffer of feat_bytes per payload buffer, allocated from be.
+void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int64_t n_items,
+                            int n_buf, nccl_links *links, size_t feat_bytes, backend *be);
+// batch_source_init_offline: batches packed from fr by the plan bp (fr and bp stay the caller's).
+void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes);
+// batch_source_start_at: the first item to request and consume (a resumed run skips the groups
+// before its checkpoint and asks no teacher for their batches).
+void batch_source_start_at(batch_source *s, int64_t n);
+// batch_source_get: item n as a wire batch (live: wait for its payload, keeping the teachers busy;
+// offline: read it). Features in GPU memory (NCCL) are left in s->features_dev (NULL when they are
+// in the payload, wb->features). 0, or -1 with error_set.
+int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_batch *wb);
+// batch_source_release: item n is consumed; its buffer takes the next payload.
+void batch_source_release(batch_source *s, int64_t n);
+// batch_source_drain: wait for every payload already requested (a student that stops early still
+// has batches in flight; their buffers must outlive the transfers). 0, or -1 with error_set.
+int batch_source_drain(batch_source *s);
+// batch_source_stop_teachers: tell every teacher this student is done (and stop watching them).
+void batch_source_stop_teachers(batch_source *s);
+void batch_source_free(batch_source *s);

@@ -1,0 +1,125 @@
+// train_log.c: the student's metrics: statistics summed over the students, metrics.jsonl and the
+// terminal lines (see train_log.h).
+#include "student/train_log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "student/students.h"
+
+int train_log_open(train_log *lg, const config *cfg, int append) {
+    memset(lg, 0, sizeof *lg);
+    if (fs_mkdirs(cfg->run_dir)) return error_prefix("run.dir");
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
+    char *json = config_to_json(cfg);
+    size_t jn = strlen(json);
+    json = xrealloc(json, jn + 2);
+    memcpy(json + jn, "\n", 2);
+    int rc = fs_write_text(path, json);
+    free(json);
+    if (rc) return -1;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
+    lg->jsonl = fopen(path, append ? "a" : "w");
+    if (!lg->jsonl) return error_set("%s: %s", path, strerror(errno));
+    return 0;
+}
+
+void train_stats_add(step_stats *a, const step_stats *b) {
+    a->sum_w += b->sum_w;
+    a->sum_w_ce += b->sum_w_ce;
+    a->sum_w_kl += b->sum_w_kl;
+    a->sum_w_cap += b->sum_w_cap;
+    a->anchors += b->anchors;
+    for (int j = 0; j < STEP_MAX_SLOTS; j++) {
+        a->slot_scored[j] += b->slot_scored[j];
+        a->slot_correct[j] += b->slot_correct[j];
+    }
+    a->tau_chain_sum += b->tau_chain_sum;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) a->tau_tree_sum[t] += b->tau_tree_sum[t];
+    a->ctx_tokens += b->ctx_tokens;
+    a->block_tokens += b->block_tokens;
+}
+
+void train_stats_allreduce(step_stats *s, MPI_Comm comm) {
+    double d[5 + STEP_TREE_BUDGETS];
+    int64_t i[3 + 2 * STEP_MAX_SLOTS];
+    d[0] = s->sum_w, d[1] = s->sum_w_ce, d[2] = s->sum_w_kl, d[3] = s->sum_w_cap, d[4] = s->tau_chain_sum;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) d[5 + t] = s->tau_tree_sum[t];
+    i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens;
+    memcpy(i + 3, s->slot_scored, sizeof s->slot_scored);
+    memcpy(i + 3 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
+    students_allreduce(d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
+    students_allreduce(i, 3 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
+    s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
+    s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2];
+    memcpy(s->slot_scored, i + 3, sizeof s->slot_scored);
+    memcpy(s->slot_correct, i + 3 + STEP_MAX_SLOTS, sizeof s->slot_correct);
+}
+
+void train_log_line(train_log *lg, const char *split, int64_t step, const step_stats *s, const loss_config *lc, int B,
+                     double lr, double grad_norm, double seconds, double wait_frac, const int64_t *peaks, int n_peaks) {
+    double W = s->sum_w > 0 ? s->sum_w : 1, ce = s->sum_w_ce / W, kl = s->sum_w_kl / W, cap = s->sum_w_cap / W;
+    double loss = (1 - lc->alpha) * ce + lc->alpha * kl + lc->lambda * cap;
+    double tau = s->anchors ? s->tau_chain_sum / (double)s->anchors : 0;
+    FILE *f = lg->jsonl;
+    fprintf(f, "{\"step\": %lld, ", (long long)step);
+    if (split) fprintf(f, "\"split\": \"%s\", ", split);
+    fprintf(f, "\"loss\": %.6f, \"ce\": %.6f, \"kl\": %.6f, \"cap\": %.6f, \"acc\": [", loss, ce, kl, cap);
+    for (int j = 1; j < B; j++)
+        fprintf(f, "%s%.4f", j > 1 ? ", " : "", s->slot_scored[j] ? (double)s->slot_correct[j] / (double)s->slot_scored[j] : 0.0);
+    fprintf(f, "], \"tau_chain\": %.4f, \"tau_tree\": {", tau);
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++)
+        fprintf(f, "%s\"%d\": %.4f", t ? ", " : "", step_tree_budgets[t], s->anchors ? s->tau_tree_sum[t] / (double)s->anchors : 0);
+    fprintf(f, "}, \"anchors\": %lld", (long long)s->anchors);
+    if (!split) {
+        fprintf(f, ", \"lr\": %.6g, \"grad_norm\": %.6f, \"block_tokens_per_s\": %.1f, \"ctx_tokens_per_s\": %.1f, "
+                   "\"teacher_wait_frac\": %.4f, \"peak_bytes\": [",
+                lr, grad_norm, seconds > 0 ? (double)s->block_tokens / seconds : 0, seconds > 0 ? (double)s->ctx_tokens / seconds : 0,
+                wait_frac);
+        for (int r = 0; r < n_peaks; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+    if (split)
+        log_info("eval  step %5lld  loss %.4f  ce %.4f  kl %.4f  acc@1 %.3f  tau_chain %.3f  tau_tree@%d %.3f", (long long)step,
+                 loss, ce, kl, s->slot_scored[1] ? (double)s->slot_correct[1] / (double)s->slot_scored[1] : 0.0, tau,
+                 step_tree_budgets[STEP_TREE_BUDGETS - 1],
+                 s->anchors ? s->tau_tree_sum[STEP_TREE_BUDGETS - 1] / (double)s->anchors : 0);
+    else
+        log_info("step %5lld  loss %.4f  ce %.4f  kl %.4f  cap %.4f  tau %.3f  lr %.2e  |g| %.3f  %.0f block tok/s  wait %.0f%%",
+                 (long long)step, loss, ce, kl, cap, tau, lr, grad_norm, seconds > 0 ? (double)s->block_tokens / seconds : 0,
+                 100 * wait_frac);
+}
+
+int train_log_failed(const train_log *lg) { return lg->jsonl && ferror(lg->jsonl); }
+
+void train_log_summary(train_log *lg, int finished, int64_t steps, double wall, double block_per_s, double ctx_per_s,
+                       const int64_t *peaks, int n_ranks, int T, const step_stats *first_eval,
+                       const step_stats *last_eval, const char *drafter_dir) {
+    double tau0 = first_eval->anchors ? first_eval->tau_chain_sum / (double)first_eval->anchors : 0;
+    double tau1 = last_eval->anchors ? last_eval->tau_chain_sum / (double)last_eval->anchors : 0;
+    fprintf(lg->jsonl, "{\"summary\": true, \"finished\": %s, \"steps\": %lld, \"wall_s\": %.2f, \"block_tokens_per_s\": %.1f, "
+                       "\"ctx_tokens_per_s\": %.1f, \"peak_bytes\": [", finished ? "true" : "false", (long long)steps, wall,
+            block_per_s, ctx_per_s);
+    for (int r = 0; r < n_ranks; r++) fprintf(lg->jsonl, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+    fprintf(lg->jsonl, "], \"tau_first\": %.4f, \"tau_last\": %.4f}\n", tau0, tau1);
+    log_info("summary: %lld steps in %.1fs, %.0f block tokens/s, held-out tau_chain %.3f -> %.3f, drafter in %s",
+             (long long)steps, wall, block_per_s, tau0, tau1, drafter_dir);
+    char pb[32];
+    for (int r = 0; r < n_ranks; r++)
+        log_info("  peak memory rank %d (%s): %s", r, r < T ? "teacher" : "student", bytes_format((size_t)peaks[r], pb, sizeof pb));
+}
+
+void train_log_close(train_log *lg) {
+    if (lg->jsonl) fclose(lg->jsonl);
+    lg->jsonl = NULL;
+}

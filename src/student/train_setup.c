@@ -1,0 +1,192 @@
+// train_setup.c: what a training job reads before its first step: the target's shape and
+// embedding, the drafter's shape, and the batch plan over the data (see train_setup.h).
+#include "student/train_setup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "common/data/dataset.h"
+
+// The drafter's shape: from drafter.config (a DFlash config.json: a published drafter's, or one an
+// earlier run exported) when it is set, else from the target's config and the drafter.* keys. A
+// config file must fit the target (hidden size, vocabulary, number of target layers) and ask for
+// the target layers the teachers send (target.layer_ids); the drafter.* shape keys are then unused
+// (a warning names those set to something else).
+int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
+    if (cfg->drafter_config_path[0]) {
+        char path[CONFIG_STR + 16];
+        struct stat st; // a drafter directory (run.dir/drafter, a downloaded drafter) stands for its config.json
+        snprintf(path, sizeof path, "%s%s", cfg->drafter_config_path,
+                 stat(cfg->drafter_config_path, &st) == 0 && S_ISDIR(st.st_mode) ? "/config.json" : "");
+        if (drafter_config_load(dc, path)) return error_prefix("drafter.config");
+        const char *fields[3] = {"hidden_size", "vocab_size", "num_target_layers"};
+        const char *target_fields[3] = {"hidden_size", "vocab_size", "num_hidden_layers"};
+        int64_t mine[3] = {dc->hidden, dc->vocab, dc->num_target_layers}, theirs[3] = {tc->hidden, tc->vocab, tc->n_layers};
+        for (int i = 0; i < 3; i++)
+            if (mine[i] != theirs[i] && !(i == 2 && mine[i] == 0)) // num_target_layers may be absent
+                return error_set("drafter.config %s: '%s' is %lld but the target's '%s' is %lld (target.path %s): the "
+                                 "drafter must be made for this target", path, fields[i], (long long)mine[i],
+                                 target_fields[i], (long long)theirs[i], cfg->target_path);
+        dc->num_target_layers = tc->n_layers;
+        int same = dc->n_feat == ct->n_feat;
+        for (int i = 0; same && i < ct->n_feat; i++) same = dc->target_layer_ids[i] == ct->layer_ids[i];
+        if (!same) {
+            char want[256] = "", have[256] = "";
+            int nw = 0, nh = 0;
+            for (int i = 0; i < dc->n_feat && nw < (int)sizeof want - 24; i++)
+                nw += snprintf(want + nw, sizeof want - (size_t)nw, "%s%lld", i ? "," : "", (long long)dc->target_layer_ids[i]);
+            for (int i = 0; i < ct->n_feat && nh < (int)sizeof have - 24; i++)
+                nh += snprintf(have + nh, sizeof have - (size_t)nh, "%s%lld", i ? "," : "", (long long)ct->layer_ids[i]);
+            return error_set("drafter.config %s: 'target_layer_ids' is [%s] but the teachers send layers [%s] "
+                             "(target.layer_ids); run with --target.layer_ids=%s", path, want, have, want);
+        }
+        snprintf(dc->torch_dtype, sizeof dc->torch_dtype, "float32"); // the master weights; export sets its own
+        // drafter.* keys set to something the file overrides: say so once, not silently.
+        char ignored[512] = "";
+        int n = 0;
+        const struct { const char *key; int64_t value, def, file; } keys[] = {
+            {"drafter.layers", cfg->drafter_layers, 1, dc->n_layers},
+            {"drafter.block_size", cfg->block_size, 16, dc->block_size},
+            {"drafter.intermediate", cfg->drafter_intermediate, 0, dc->intermediate},
+            {"drafter.heads", cfg->drafter_heads, 0, dc->n_heads},
+            {"drafter.kv_heads", cfg->drafter_kv_heads, 0, dc->n_kv_heads},
+            {"drafter.head_dim", cfg->drafter_head_dim, 0, dc->head_dim},
+            {"drafter.mask_token_id", cfg->mask_token_id, -1, dc->mask_token_id},
+            {"drafter.sliding_window", cfg->sliding_window, 0, dc->sliding_window},
+        };
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0] && n < (int)sizeof ignored - 80; i++)
+            if (keys[i].value != keys[i].def && keys[i].value != keys[i].file)
+                n += snprintf(ignored + n, sizeof ignored - (size_t)n, "%s%s = %lld (the file: %lld)", n ? ", " : "",
+                              keys[i].key, (long long)keys[i].value, (long long)keys[i].file);
+        if (n) log_warn("drafter.config %s sets the drafter's shape; ignored: %s", path, ignored);
+        log_info("drafter shape from %s: %lld layer(s), %lld/%lld heads x %lld, intermediate %lld, block size %lld",
+                 path, (long long)dc->n_layers, (long long)dc->n_heads, (long long)dc->n_kv_heads,
+                 (long long)dc->head_dim, (long long)dc->intermediate, (long long)dc->block_size);
+        return 0;
+    }
+    memset(dc, 0, sizeof *dc);
+    dc->n_layers = cfg->drafter_layers;
+    dc->hidden = tc->hidden;
+    dc->intermediate = cfg->drafter_intermediate > 0 ? cfg->drafter_intermediate : tc->intermediate;
+    dc->n_heads = cfg->drafter_heads > 0 ? cfg->drafter_heads : tc->n_heads;
+    dc->n_kv_heads = cfg->drafter_kv_heads > 0 ? cfg->drafter_kv_heads : tc->n_kv_heads;
+    dc->head_dim = cfg->drafter_head_dim > 0 ? cfg->drafter_head_dim : tc->head_dim;
+    dc->vocab = tc->vocab;
+    dc->rms_eps = tc->rms_eps;
+    dc->rope_theta = tc->rope_theta;
+    dc->max_positions = tc->max_positions;
+    dc->block_size = cfg->block_size;
+    dc->mask_token_id = cfg->mask_token_id >= 0 ? cfg->mask_token_id : tc->vocab - 1;
+    dc->sliding_window = cfg->sliding_window;
+    dc->sliding_causal = 1;
+    for (int64_t l = 0; l < dc->n_layers; l++) dc->layer_sliding[l] = cfg->sliding_window > 0 && l + 1 < dc->n_layers;
+    dc->n_feat = ct->n_feat;
+    for (int i = 0; i < ct->n_feat; i++) dc->target_layer_ids[i] = ct->layer_ids[i];
+    dc->num_target_layers = tc->n_layers;
+    snprintf(dc->torch_dtype, sizeof dc->torch_dtype, "float32");
+    if (dc->n_heads % dc->n_kv_heads || dc->head_dim % 2)
+        return error_set("drafter: %lld query heads do not group over %lld kv heads, or head_dim %lld is odd",
+                         (long long)dc->n_heads, (long long)dc->n_kv_heads, (long long)dc->head_dim);
+    if (dc->mask_token_id >= dc->vocab) return error_set("drafter.mask_token_id %lld is outside the vocabulary of %lld",
+                                                         (long long)dc->mask_token_id, (long long)dc->vocab);
+    return 0;
+}
+
+// The target's shape and its embedding (and lm_head) entries, the teachers' contract and the
+// drafter's shape. On success td is open (the caller closes it).
+int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct, drafter_config *dc, st_dir *td,
+                      const st_entry **e_emb, const st_entry **e_head) {
+    if (target_config_load(tc, cfg->target_path)) return -1;
+    if (teacher_contract_make(cfg, tc->n_layers, ct)) return -1;
+    if (train_drafter_config(cfg, tc, ct, dc)) return -1;
+    if (safetensors_dir_open(td, cfg->target_path)) return error_prefix("target");
+    *e_emb = safetensors_dir_find(td, "model.embed_tokens.weight");
+    *e_head = tc->tie_embeddings ? NULL : safetensors_dir_find(td, "lm_head.weight");
+    if (!*e_emb || (!tc->tie_embeddings && !*e_head)) {
+        safetensors_dir_close(td);
+        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? "lm_head.weight" : "model.embed_tokens.weight");
+    }
+    return 0;
+}
+
+// The batch plan over the usable samples: of the training sets (live; their vocabulary checked
+// against the target's) or of the offline feature directory (*fr stays open for reading).
+int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
+                    featreader **fr) {
+    int64_t n_samples;
+    int64_t *lengths;
+    batchplan_set sets[CONFIG_MAX_SETS];
+    int n_sets;
+    *fr = NULL;
+    if (!cfg->data_features[0]) {
+        dataset ds;
+        if (dataset_open(&ds, cfg, 2 * cfg->block_size)) return -1;
+        if (ds.vocab_size > tc->vocab) {
+            int64_t v = ds.vocab_size;
+            dataset_close(&ds);
+            return error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)",
+                             config_data_path(cfg, 0, NULL), (long long)v, (long long)tc->vocab, cfg->target_path);
+        }
+        n_samples = ds.n;
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = dataset_len(&ds, i);
+        n_sets = ds.n_sets;
+        dataset_plan_sets(&ds, sets);
+        dataset_close(&ds);
+    } else {
+        if (featreader_open(fr, cfg->data_features)) return -1;
+        if (featreader_topk(*fr) != ct->topk || featreader_feat_dim(*fr) != ct->n_feat * tc->hidden) {
+            int rc = error_set("data.features %s has top-%d and %d feature columns, the run expects top-%d and %lld",
+                               cfg->data_features, featreader_topk(*fr), featreader_feat_dim(*fr), ct->topk,
+                               (long long)(ct->n_feat * tc->hidden));
+            featreader_close(*fr);
+            *fr = NULL;
+            return rc;
+        }
+        n_samples = featreader_samples(*fr);
+        lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
+        for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(*fr, i);
+        if ((n_sets = dataset_feature_sets(cfg, *fr, sets)) < 0) {
+            free(lengths);
+            featreader_close(*fr);
+            *fr = NULL;
+            return -1;
+        }
+    }
+    int rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
+                             cfg->bucket_size, (uint64_t)cfg->seed);
+    free(lengths);
+    if (rc && *fr) {
+        featreader_close(*fr);
+        *fr = NULL;
+    }
+    return rc;
+}
+
+int train_check_inputs(const world *w, const config *cfg) {
+    int live = cfg->data_features[0] == '\0';
+    if (w->students < 1) return error_set("a training job needs a student rank (world.students)");
+    if (cfg->batches_per_step % w->students)
+        return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)",
+                         (long long)cfg->batches_per_step, w->students);
+    if (live && w->teachers == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    target_config tc;
+    teacher_contract ct;
+    drafter_config dc;
+    st_dir td;
+    const st_entry *e_emb, *e_head;
+    if (train_target_open(cfg, &tc, &ct, &dc, &td, &e_emb, &e_head)) return -1;
+    safetensors_dir_close(&td);
+    batchplan bp;
+    featreader *fr = NULL;
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    batchplan_free(&bp);
+    if (fr) featreader_close(fr);
+    return 0;
+}
+
