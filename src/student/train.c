@@ -56,9 +56,7 @@ void train_install_signals(void) {
 
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
-    if (cfg->batches_per_step % S)
-        return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)", (long long)cfg->batches_per_step, S);
-    if (live && T == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    if (train_check_roles(w, cfg)) return -1;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
     students_set_ranks(T, T + S - 1);
 

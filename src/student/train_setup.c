@@ -168,13 +168,18 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     return rc;
 }
 
-int train_check_inputs(const world *w, const config *cfg) {
-    int live = cfg->data_features[0] == '\0';
+int train_check_roles(const world *w, const config *cfg) {
     if (w->students < 1) return error_set("a training job needs a student rank (world.students)");
     if (cfg->batches_per_step % w->students)
         return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)",
                          (long long)cfg->batches_per_step, w->students);
-    if (live && w->teachers == 0) return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    if (!cfg->data_features[0] && w->teachers == 0)
+        return error_set("no teacher ranks and no data.features: nothing would produce batches");
+    return 0;
+}
+
+int train_check_inputs(const world *w, const config *cfg) {
+    if (train_check_roles(w, cfg)) return -1;
     target_config tc;
     teacher_contract ct;
     drafter_config dc;

@@ -27,6 +27,9 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
 // open for reading; NULL when live). -1 with error_set.
 int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
                     featreader **fr);
+// train_check_roles: the role counts fit the job (a student; batches_per_step a multiple of the
+// students; teachers unless data.features). -1 with error_set.
+int train_check_roles(const world *w, const config *cfg);
 // train_check_inputs: what every rank of a training job would find wrong with its inputs, checked
 // once (on rank 0, before the roles start) so that a bad input is one error line, not one per
 // rank: the role counts, the target (config, weights, embedding), the drafter's shape against it,
