@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_faults.sh: a rank that dies (SIGKILL) or hangs (SIGSTOP, past --rank-timeout) ends the
-# whole job with a non-zero exit, inside the timeout, with a first error line that names the rank
-# and the last checkpointed step; the checkpoints stay loadable (a resumed run continues from the
+# whole job with a non-zero exit, with a first error line that names the rank and the last
+# checkpointed step; the checkpoints stay loadable (a resumed run continues from the
 # newest). Also: one SIGINT stops like SIGTERM (checkpoint, exit 0), a second SIGINT aborts at once.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -9,7 +9,7 @@ T=$BUILD/dflash_tool
 R=$BUILD/dflash_rank
 "$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target"
 "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
-timeout_s=6
+timeout_s=10
 base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
       --drafter.block_size=6 --train.max_anchors=8 --train.log_interval=5 --train.eval_interval=100000000
       --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6
@@ -45,8 +45,9 @@ start_job() {
 }
 
 # fault NAME SIGNAL RANK LIMIT PATTERN: send SIGNAL to RANK of a 2-teacher + 1-student job; the
-# job must end non-zero within LIMIT seconds, its first error line matching PATTERN and naming the
-# newest checkpoint's step, and the newest checkpoint loadable.
+# job must end non-zero, its first error line matching PATTERN and naming the newest checkpoint's
+# step, and the newest checkpoint loadable. LIMIT only catches a hang: several times the expected
+# time, so that a loaded machine (CI, a parallel build, the sanitizer build) cannot fail the test.
 fault() {
   local name=$1 sig=$2 victim=$3 limit=$4 pattern=$5
   start_job 3 || return
@@ -81,13 +82,16 @@ fault() {
   ls -a "$RUN/checkpoints" | grep -q tmp && bad "$name: a temporary checkpoint is left after the resumed run" || ok
 }
 
-# A death is seen at once (the peers on the same host watch each other's process); a hang after the
-# timeout by the rank waiting on the hung one, and after 1.5 x the timeout by a teacher that waits
-# for requests (its idle wait also depends on other ranks). 3 s of slack for the job to wind down.
-fault "teacher SIGKILL" KILL 0 3 "teacher rank 0 (pid [0-9]* on [^)]*) died"
-fault "student SIGKILL" KILL 2 3 "student rank 2 (pid [0-9]* on [^)]*) died"
-fault "teacher hang" STOP 1 $((timeout_s + 3)) "teacher rank 1 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a batch (run.rank_timeout $timeout_s s)"
-fault "student hang" STOP 2 $((timeout_s * 3 / 2 + 3)) "student rank 2 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a request"
+# A death is seen at once (the peers on the same host watch each other's process: well under a
+# second), so its bound is the timeout itself: a death noticed only by the timeout would take
+# longer. A hang is seen after the timeout by the rank waiting on the hung one, and after 1.5 x the
+# timeout by a teacher that waits for requests (its idle wait also depends on other ranks); their
+# bound is 3 x the timeout + 10 s. What the test asserts is the exit, the line and the checkpoint.
+hang_limit=$((timeout_s * 3 + 10))
+fault "teacher SIGKILL" KILL 0 "$timeout_s" "teacher rank 0 (pid [0-9]* on [^)]*) died"
+fault "student SIGKILL" KILL 2 "$timeout_s" "student rank 2 (pid [0-9]* on [^)]*) died"
+fault "teacher hang" STOP 1 "$hang_limit" "teacher rank 1 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a batch (run.rank_timeout $timeout_s s)"
+fault "student hang" STOP 2 "$hang_limit" "student rank 2 (on [^)]*) sent nothing for [0-9]* s while this rank waited for a request"
 
 # SIGINT to the student: once = stop with a checkpoint, exit 0; twice = abort at once (no new
 # checkpoint). The teacher is slowed (0.2 s a batch) so that the second SIGINT lands while the
@@ -109,7 +113,9 @@ start_job 2 5 "${slow[@]}" && {
   rc=$?
   el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   [ "$rc" -ne 0 ] && ok || bad "two SIGINTs: exit 0"
-  awk -v e="$el" 'BEGIN { exit !(e < 3) }' && ok || bad "two SIGINTs: took $el s"
+  # a hang bound only (the exit code tells the abort from the checkpointed stop): at once is well
+  # under a second
+  awk -v e="$el" 'BEGIN { exit !(e < 30) }' && ok || bad "two SIGINTs: took $el s"
   grep -q "error: interrupted twice: aborted at once" "$TMP/job.err" && ok || { bad "two SIGINTs: no abort line"; cat "$TMP/job.err" >&2; }
 }
 finish

@@ -13,10 +13,13 @@ base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/da
       --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6 --run.dir="$TMP/run")
 mpirun -np 2 "$R" "${base[@]}" --train.steps=100000000 >"$TMP/sig.out" 2>"$TMP/sig.err" &
 job=$!
-for _ in $(seq 1 300); do # until training has logged (at most 30 s)
-  [ -s "$TMP/run/metrics.jsonl" ] && grep -q '"step": 10,' "$TMP/run/metrics.jsonl" && break
+reached=0
+for _ in $(seq 1 1200); do # until training has logged step 10 (a hang bound: at most 120 s on a busy machine)
+  grep -qs '"step": 10,' "$TMP/run/metrics.jsonl" && { reached=1; break; }
+  kill -0 "$job" 2>/dev/null || break
   sleep 0.1
 done
+[ "$reached" = 1 ] && ok || { bad "the job did not reach step 10"; tail -5 "$TMP/sig.err" >&2; }
 kill -USR1 "$job"
 wait "$job"
 rc=$?

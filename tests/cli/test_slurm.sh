@@ -176,13 +176,13 @@ ctld_pid=$!
 SLURM_CONF=$conf slurmd -D >"$TMP/log/slurmd.out" 2>&1 &
 slurmd_pid=$!
 state=
-for _ in $(seq 1 300); do # until the node is idle (at most 30 s)
+for _ in $(seq 1 1200); do # until the node is idle (a hang bound: at most 120 s on a busy machine)
   state=$(sl sinfo -h -n "$host" -o %t 2>/dev/null)
   [ "$state" = idle ] && break
   kill -0 "$ctld_pid" 2>/dev/null && kill -0 "$slurmd_pid" 2>/dev/null || break
   sleep 0.1
 done
-[ "$state" = idle ] || fail_now "the node is not idle after 30 s (sinfo: '$state')"
+[ "$state" = idle ] || fail_now "the node is not idle after 120 s (sinfo: '$state')"
 ok
 
 # --- the job: a tiny CPU run (1 teacher + 1 student) ------------------------------------------------
@@ -197,8 +197,9 @@ cat >"$TMP/run.json" <<EOF
  "data": {"path": "$TMP/data.h5", "max_tokens_per_batch": 200, "heldout_samples": 4},
  "train": {"max_anchors": 8, "log_interval": 5, "eval_interval": 100000000, "eval_batches": 1}}
 EOF
-steps=400
-# 20 ms per batch from the teacher: about 8 s of training, time enough to signal it midway.
+steps=800
+# 20 ms per batch from the teacher: about 16 s of training, time enough to signal it midway even
+# when a busy machine is slow to deliver the signal (the job is signalled at step 40).
 args="--train.steps=$steps --checkpoint.every=20 --checkpoint.keep=100"
 submit() { # submit LAUNCHER RUN_DIR SBATCH-SCRIPT-ARGS...: prints the job id
   local launcher=$1 run_dir=$2; shift 2
@@ -208,8 +209,8 @@ submit() { # submit LAUNCHER RUN_DIR SBATCH-SCRIPT-ARGS...: prints the job id
     sl sbatch --parsable --ntasks=2 --ntasks-per-node=2 --gres=none --chdir="$TMP" -o "$TMP/job-%j.out" \
     "$SRC/launch/slurm/dflash.sbatch" "$TMP/run.json" "$@" 2>"$TMP/sbatch.err"
 }
-wait_step() { # wait_step JOBID RUN_DIR STEP: until the job has logged STEP (at most 40 s)
-  for _ in $(seq 1 200); do
+wait_step() { # wait_step JOBID RUN_DIR STEP: until the job has logged STEP (a hang bound: at most 120 s)
+  for _ in $(seq 1 600); do
     grep -qs "\"step\": $3," "$2/metrics.jsonl" && return 0
     case "$(job_field "$1" JobState)" in PENDING | RUNNING | CONFIGURING) ;; *) return 1 ;; esac
     sleep 0.2
@@ -248,7 +249,7 @@ preempt() { # preempt LAUNCHER
   wait_step "$job" "$run" 40 || { bad "$launcher: job $job did not reach step 40 ($(job_field "$job" JobState))"; end_job "$job"; return; }
   # What --signal=B:USR1@300 does 300 s before the time limit: USR1 to the batch shell only.
   sl scancel --batch --signal=USR1 "$job" || bad "$launcher: scancel --batch --signal=USR1 failed"
-  state=$(wait_job_end "$job" 90)
+  state=$(wait_job_end "$job" 300)
   echo "$launcher: job $job $state after $((SECONDS - t)) s"
   [ "$state" = RUNNING ] || [ "$state" = PENDING ] && end_job "$job"
   [ "$state" = COMPLETED ] && ok || bad "$launcher: job $job ended $state, wanted COMPLETED"
@@ -282,7 +283,7 @@ fi
 # --- a launcher that fails: the job fails with it, and is not requeued ------------------------------
 job_bad=$(submit mpirun "$TMP/run-bad" --train.steps=-3)
 if [ -n "$job_bad" ]; then
-  state=$(wait_job_end "$job_bad" 30)
+  state=$(wait_job_end "$job_bad" 120)
   [ "$state" = FAILED ] && ok || { bad "job $job_bad (bad argument) ended $state, wanted FAILED"; end_job "$job_bad"; }
   [ "$(job_field "$job_bad" Restarts)" = 0 ] && ok || bad "the failed job $job_bad was requeued"
   grep -q "requeueing" "$TMP/job-$job_bad.out" && bad "the script requeued a failed run" || ok
@@ -292,7 +293,7 @@ fi
 # --- a launcher that exits 0 without running anything: not requeued (no loop of empty starts) ------
 job_empty=$(bin=/bin/true submit mpirun "$TMP/run-empty")
 if [ -n "$job_empty" ]; then
-  state=$(wait_job_end "$job_empty" 30)
+  state=$(wait_job_end "$job_empty" 120)
   [ "$state" = FAILED ] && ok || { bad "job $job_empty (nothing run) ended $state, wanted FAILED"; end_job "$job_empty"; }
   [ "$(job_field "$job_empty" Restarts)" = 0 ] && ok || bad "job $job_empty (nothing run) was requeued"
   grep -q "not requeued" "$TMP/job-$job_empty.out" && ok || bad "job $job_empty: no line saying why it was not requeued"
@@ -304,7 +305,7 @@ job_cancel=$(submit mpirun "$TMP/run-cancel" --test.slow_teacher=0 --test.slow_m
 if [ -n "$job_cancel" ]; then
   wait_step "$job_cancel" "$TMP/run-cancel" 20 || bad "job $job_cancel did not reach step 20"
   sl scancel "$job_cancel" || bad "scancel $job_cancel failed"
-  wait_job_end "$job_cancel" 30 >/dev/null
+  wait_job_end "$job_cancel" 120 >/dev/null
   sleep 1 # time for a requeue, were there one
   state=$(job_field "$job_cancel" JobState)
   [ "$state" = CANCELLED ] && ok || bad "the cancelled job $job_cancel is $state, wanted CANCELLED"
