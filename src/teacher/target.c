@@ -140,6 +140,11 @@ int target_load(target_model *m, const char *dir, backend *be) {
         }
         found[i] = e;
     }
+    // transformers ties the head to the embedding after loading (tie_weights), whatever the files hold
+    if (rc == 0 && c->tie_embeddings && safetensors_dir_find(&d, "lm_head.weight") && log_rank() == 0)
+        log_warn("target %s: config.json has tie_word_embeddings true and the safetensors files also hold lm_head.weight: "
+                 "the output head is the embedding (model.embed_tokens.weight), as in transformers; lm_head.weight is not used",
+                 dir);
     if (rc == 0) {
         dtype dt = ops_act_dtype(be);
         size_t bytes = target_weight_bytes(c, dt);

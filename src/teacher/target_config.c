@@ -313,12 +313,31 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     return 0;
 }
 
+// A key given twice in obj or an object inside it (Python's json keeps the last one silently; a
+// config.json that says two things is refused, naming the key). -1 with error_set.
+static int tc_no_duplicates(const cJSON *obj, const char *prefix, const char *source) {
+    const cJSON *dup = json_duplicate_key(obj);
+    if (dup) return error_set("%s: key '%s%s' is given twice", source, prefix, dup->string);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, obj) {
+        if (!cJSON_IsObject(v)) continue;
+        char inner[256];
+        snprintf(inner, sizeof inner, "%s%s.", prefix, v->string);
+        if (tc_no_duplicates(v, inner, source)) return -1;
+    }
+    return 0;
+}
+
 int target_config_parse(target_config *c, const char *json, const char *source) {
     memset(c, 0, sizeof *c);
     cJSON *root = json_parse_text(json, source);
     if (!root) return -1;
-    int rc = cJSON_IsObject(root) ? tc_parse_root(c, root, source)
-                                  : error_set("%s: config.json must be a JSON object", source);
+    char nul_at[256];
+    int rc = !cJSON_IsObject(root) ? error_set("%s: config.json must be a JSON object", source)
+             : json_find_nul(json, nul_at, sizeof nul_at)
+                 ? error_set("%s: key '%s' holds a NUL character (\\u0000)", source, nul_at)
+             : tc_no_duplicates(root, "", source) ? -1
+                                                  : tc_parse_root(c, root, source);
     cJSON_Delete(root);
     if (rc) memset(c, 0, sizeof *c);
     return rc;

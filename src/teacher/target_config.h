@@ -3,7 +3,7 @@
 // Supported: "Qwen3ForCausalLM" (per-head q_norm/k_norm before RoPE) and "LlamaForCausalLM"
 // (rope_scaling.rope_type "llama3" or none). Anything else — another architecture, attention or MLP
 // biases, a rope_scaling type we do not implement, sliding-window attention in use — is refused with
-// a one-line error naming the field and its value.
+// a one-line error naming the field and its value, as is a key given twice or a NUL (\u0000) in a string.
 #pragma once
 #include <stdint.h>
 
@@ -22,7 +22,8 @@ typedef struct {
     int64_t max_positions;    // max_position_embeddings
     double rms_eps;           // rms_norm_eps
     double rope_theta;        // rope_theta (default 10000)
-    int tie_embeddings;       // tie_word_embeddings (default: Qwen3 false, Llama false)
+    int tie_embeddings;       // tie_word_embeddings (default: Qwen3 false, Llama false); true: the embedding is the
+                              // output head, an lm_head.weight in the files is not used (target_load warns, as transformers ties)
     // rope_scaling (llama3); rope_llama3 = 0 when absent
     int rope_llama3;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;

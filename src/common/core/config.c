@@ -14,6 +14,8 @@
 
 #define F(field) offsetof(config, field), sizeof(((config *)0)->field)
 #define NOLIM -1e18, 1e18
+#define SIZES 0, 1e18                  // sizes in bytes: at most 1 EB
+#define STEPS_MAX 1e9                  // train.steps and the keys counted in steps
 
 // The table. Adding a key: a field in config.h, a row here, a row in docs/config.md.
 const config_key config_keys[] = {
@@ -28,8 +30,8 @@ const config_key config_keys[] = {
     {"target.layer_ids", CFG_INT_LIST, F(target_layer_ids), "", "target layers whose hidden states feed the drafter; empty = SPEC §2 default", NULL, 0, 1e6},
     {"target.n_features", CFG_INT, F(n_features), "5", "number of target layers feeding the drafter when target.layer_ids is empty", NULL, 1, 64},
     {"teacher.topk", CFG_INT, F(teacher_topk), "32", "k of the top-k target logits each teacher sends per token", NULL, 1, 256},
-    {"teacher.max_tokens", CFG_INT, F(teacher_max_tokens), "8192", "tokens per packed teacher batch (a longer sample is an error)", NULL, 1, 1073741824},
-    {"teacher.mem_budget", CFG_BYTES, F(teacher_mem_budget), "0", "teacher memory budget (weights + work); 0 = no limit; teacher.max_tokens must fit in it", NULL, NOLIM},
+    {"teacher.max_tokens", CFG_INT, F(teacher_max_tokens), "8192", "tokens per packed teacher batch (a longer sample is an error); in train mode the teachers run the students' batches whole, so data.max_tokens_per_batch must not exceed it", NULL, 1, 1073741824},
+    {"teacher.mem_budget", CFG_BYTES, F(teacher_mem_budget), "0", "teacher memory budget (weights + work); 0 = no limit; the teacher's batches must fit in it: teacher.max_tokens in dump-features, data.max_tokens_per_batch in train mode (--plan shows the plan)", NULL, SIZES},
     {"teacher.vocab_tile", CFG_INT, F(teacher_vocab_tile), "0", "vocabulary columns of the lm_head per tile; 0 = min(V, 8192)", NULL, 0, 1073741824},
     {"features.dir", CFG_STRING, F(features_dir), "", "directory of the offline feature files (written by dump-features)", NULL, NOLIM},
     {"features.shard_samples", CFG_INT, F(features_shard_samples), "1024", "samples per feature shard (the unit of work and of resuming)", NULL, 1, 1e12},
@@ -42,15 +44,15 @@ const config_key config_keys[] = {
     {"drafter.mask_token_id", CFG_INT, F(mask_token_id), "-1", "MASK token: an unused row of the target vocabulary; -1 = vocab_size - 1 (Qwen3: 151669)", NULL, -1, 1e9},
     {"drafter.sliding_window", CFG_INT, F(sliding_window), "0", "> 0: every layer but the last is a sliding-window layer with this window (the 27B drafter layout)", NULL, 0, 1e9},
     {"drafter.config", CFG_STRING, F(drafter_config_path), "", "a DFlash drafter config.json, or a directory holding one (a published drafter's, or run.dir/drafter of an earlier run): the drafter's shape (layers, heads, sizes, block size, MASK token, sliding window, target layer ids) comes from it instead of the drafter.* keys; its hidden size, vocabulary and num_target_layers must match the target's", NULL, NOLIM},
-    {"train.steps", CFG_INT, F(steps), "100", "optimizer steps", NULL, 1, 1e12},
+    {"train.steps", CFG_INT, F(steps), "100", "optimizer steps", NULL, 1, STEPS_MAX},
     {"train.batches_per_step", CFG_INT, F(batches_per_step), "1", "packed batches per optimizer step over all students (a multiple of world.students); the loss is normalised over all of them", NULL, 1, 1e6},
     {"train.max_anchors", CFG_INT, F(max_anchors), "64", "anchors drawn per batch (fewer when the batch has fewer valid positions)", NULL, 1, 1e7},
     {"train.lr", CFG_FLOAT, F(lr), "0.0006", "peak learning rate (AdamW)", NULL, 0, 10},
     {"train.warmup_frac", CFG_FLOAT, F(warmup_frac), "0.04", "share of the steps with linear warmup, then cosine to 0", NULL, 0, 1},
     {"train.weight_decay", CFG_FLOAT, F(weight_decay), "0", "AdamW decoupled weight decay", NULL, 0, 10},
     {"train.grad_clip", CFG_FLOAT, F(grad_clip), "1", "global gradient-norm clip; 0 = none", NULL, 0, 1e9},
-    {"train.ema", CFG_FLOAT, F(ema_decay), "0", "EMA decay of the weights (e.g. 0.999); 0 = no EMA", NULL, 0, 1},
-    {"train.mem_budget", CFG_BYTES, F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, NOLIM},
+    {"train.ema", CFG_FLOAT, F(ema_decay), "0", "EMA decay of the weights (e.g. 0.999; below 1); 0 = no EMA", NULL, 0, 1},
+    {"train.mem_budget", CFG_BYTES, F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, SIZES},
     {"train.log_interval", CFG_INT, F(log_interval), "10", "steps between metrics lines", NULL, 1, 1e9},
     {"train.eval_interval", CFG_INT, F(eval_interval), "50", "steps between held-out evaluations (also at the start and the end)", NULL, 1, 1e9},
     {"train.eval_batches", CFG_INT, F(eval_batches), "8", "held-out batches per evaluation (at most the held-out set)", NULL, 1, 1e9},
@@ -61,11 +63,11 @@ const config_key config_keys[] = {
     {"loss.label", CFG_STRING, F(loss_label), "data", "CE label: the data token or the teacher's argmax", "data|teacher", NOLIM},
     {"transport.slots", CFG_INT, F(slots), "2", "batches in flight per teacher and student (credits)", NULL, 1, 64},
     {"transport.payload", CFG_STRING, F(payload), "auto", "how the features travel teacher -> student: nccl (GPU to GPU; needs every rank on its own GPU), mpi (from host memory), or auto (nccl when every rank has its own GPU, else mpi; the job's first log lines say which and why)", "auto|mpi|nccl", NOLIM},
-    {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, 1e12},
+    {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, STEPS_MAX},
     {"checkpoint.keep", CFG_INT, F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
     {"run.resume", CFG_BOOL, F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, NOLIM},
     {"run.rank_timeout", CFG_FLOAT, F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
-    {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, 1e12},
+    {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, STEPS_MAX},
     {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch; -1 = none", NULL, -1, 1e6},
     {"test.slow_ms", CFG_INT, F(test_slow_ms), "0", "testing: the slow teacher's delay per batch (ms)", NULL, 0, 1e7},
     {"data.path", CFG_STRING, F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, NOLIM},
@@ -73,7 +75,7 @@ const config_key config_keys[] = {
     {"data.features", CFG_STRING, F(data_features), "", "offline feature directory (dump-features); set: students train from it with no teacher ranks", NULL, NOLIM},
     {"data.max_tokens_per_batch", CFG_INT, F(max_tokens_per_batch), "2048", "tokens per packed batch", NULL, 1, 1073741824},
     {"data.heldout_samples", CFG_INT, F(heldout_samples), "16", "samples held out for evaluation (the last usable ones)", NULL, 0, 1e12},
-    {"data.bucket_size", CFG_INT, F(bucket_size), "256", "samples per length bucket when packing", NULL, 0, 1e12},
+    {"data.bucket_size", CFG_INT, F(bucket_size), "256", "samples per length bucket when packing", NULL, 1, 1e12},
 };
 const int config_nkeys = (int)(sizeof config_keys / sizeof config_keys[0]);
 
@@ -111,7 +113,7 @@ static int config_unknown(const char *key, const char *source) {
 
 static int config_check_range(const config_key *k, double v, const char *source) {
     if (v < k->min || v > k->max)
-        return error_set("%s: key '%s' = %g is outside [%g, %g]", source, k->key, v, k->min, k->max);
+        return error_set("%s: key '%s' = %.10g is outside [%.10g, %.10g]", source, k->key, v, k->min, k->max);
     return 0;
 }
 
@@ -129,12 +131,19 @@ static int config_check_choice(const config_key *k, const char *v, const char *s
 }
 
 // Parsers from text (command line, defaults). Each returns -1 with error_set on a bad value.
+// An integer is decimal ("010" is ten), or a number with an exponent that is a whole number
+// below 2^53 ("1e6" is a million).
 static int parse_int(const char *s, int64_t *out) {
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 0);
-    if (errno || end == s || *end) return -1;
-    *out = v;
+    long long v = strtoll(s, &end, 10);
+    if (!errno && end != s && !*end) {
+        *out = v;
+        return 0;
+    }
+    double d = strtod(s, &end);
+    if (end == s || *end || !(fabs(d) < 9007199254740992.0) || d != floor(d)) return -1;
+    *out = (int64_t)d;
     return 0;
 }
 
@@ -237,6 +246,7 @@ static int config_set_text(config *c, const config_key *k, const char *val, cons
     case CFG_BYTES: {
         size_t v;
         if (bytes_parse(val, &v)) return error_set("%s: key '%s' wants a size like 80GiB, got \"%s\"", source, k->key, val);
+        if (config_check_range(k, (double)v, source)) return -1;
         *(int64_t *)field = (int64_t)v;
         return 0;
     }
@@ -245,6 +255,8 @@ static int config_set_text(config *c, const config_key *k, const char *val, cons
         config_int_list *list = (config_int_list *)field;
         int64_t n = 0;
         char buf[CONFIG_STR];
+        if (strlen(val) >= sizeof buf)
+            return error_set("%s: key '%s' is longer than %zu characters", source, k->key, sizeof buf - 1);
         snprintf(buf, sizeof buf, "%s", val);
         for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
             int64_t v;
@@ -281,6 +293,7 @@ static int config_set_json(config *c, const config_key *k, const cJSON *v, const
     case CFG_INT:
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
             return error_set("%s: key '%s' wants an integer", source, k->key);
+        if (config_check_range(k, v->valuedouble, source)) return -1; // 1e300 too, before it is text
         snprintf(text, sizeof text, "%.0f", v->valuedouble);
         return config_set_text(c, k, text, source);
     case CFG_FLOAT:
@@ -297,6 +310,7 @@ static int config_set_json(config *c, const config_key *k, const cJSON *v, const
         if (cJSON_IsString(v)) return config_set_text(c, k, v->valuestring, source);
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
             return error_set("%s: key '%s' wants a size (bytes, or a string like \"80GiB\")", source, k->key);
+        if (config_check_range(k, v->valuedouble, source)) return -1;
         snprintf(text, sizeof text, "%.0f", v->valuedouble);
         return config_set_text(c, k, text, source);
     case CFG_INT_LIST: {
@@ -325,7 +339,11 @@ static int config_set_json(config *c, const config_key *k, const cJSON *v, const
             if (cJSON_IsString(e)) {
                 path = e->valuestring;
             } else if (cJSON_IsObject(e)) {
-                const cJSON *f;
+                const cJSON *f, *dup = json_duplicate_key(e);
+                if (dup) {
+                    rc = error_set("%s: key '%s': set %lld gives \"%s\" twice", source, k->key, (long long)sets->n, dup->string);
+                    break;
+                }
                 cJSON_ArrayForEach(f, e) {
                     if (strcmp(f->string, "path") == 0 && cJSON_IsString(f)) path = f->valuestring;
                     else if (strcmp(f->string, "weight") == 0 && cJSON_IsNumber(f)) weight = f->valuedouble;
@@ -353,7 +371,9 @@ static int config_set_json(config *c, const config_key *k, const cJSON *v, const
 }
 
 static int config_walk(config *c, const cJSON *obj, const char *prefix, const char *source) {
-    const cJSON *v;
+    const cJSON *v = json_duplicate_key(obj);
+    if (v) // JSON readers take the last one, or the first: neither is what the writer meant
+        return error_set("%s: key '%s%s%s' is given twice", source, prefix, *prefix ? "." : "", v->string);
     cJSON_ArrayForEach(v, obj) {
         char key[256];
         snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", v->string);
@@ -369,38 +389,57 @@ static int config_walk(config *c, const cJSON *obj, const char *prefix, const ch
     return 0;
 }
 
-int config_load_json(config *c, const char *json, const char *source) {
+// config_fail: the message just set, made one line (a key or value from the user may hold a
+// newline or other control characters); returns -1.
+static int config_fail(void) {
+    char one[1024];
+    text_one_line(error_msg(), one, sizeof one);
+    return error_set("%s", one);
+}
+
+static int config_load_text(config *c, const char *json, const char *source) {
     cJSON *root = json_parse_text(json, source);
     if (!root) return -1;
-    int rc = cJSON_IsObject(root) ? config_walk(c, root, "", source)
-                                  : error_set("%s: the configuration must be a JSON object", source);
+    char path[256];
+    int rc = !cJSON_IsObject(root) ? error_set("%s: the configuration must be a JSON object", source)
+             : json_find_nul(json, path, sizeof path)
+                 ? error_set("%s: key '%s' holds a NUL character (\\u0000), which would cut the value", source, path)
+                 : config_walk(c, root, "", source);
     cJSON_Delete(root);
     return rc;
 }
 
+int config_load_json(config *c, const char *json, const char *source) {
+    return config_load_text(c, json, source) ? config_fail() : 0;
+}
+
 int config_load_file(config *c, const char *path) {
-    char *buf = file_read_text(path, 64u << 20);
+    size_t len;
+    char *buf = file_read_text_len(path, 64u << 20, &len);
     if (!buf) {
         char why[1024];
         snprintf(why, sizeof why, "%s", error_msg());
-        return error_set("config %s", why);  // "config <path>: <reason>"
+        error_set("config %s", why); // "config <path>: <reason>"
+        return config_fail();
     }
-    int rc = config_load_json(c, buf, path);
+    size_t text = strlen(buf);
+    int rc = text < len ? error_set("%s: a NUL byte at offset %zu (a configuration is JSON text)", path, text)
+                        : config_load_text(c, buf, path);
     free(buf);
-    return rc;
+    return rc ? config_fail() : 0;
 }
 
 int config_set(config *c, const char *assignment) {
     const char *eq = strchr(assignment, '=');
-    if (!eq) return error_set("override '--%s': expected --key=value", assignment);
+    if (!eq) return error_set("override '--%s': expected --key=value", assignment), config_fail();
     char key[256];
     size_t n = (size_t)(eq - assignment);
     if (n >= sizeof key) n = sizeof key - 1;
     memcpy(key, assignment, n);
     key[n] = '\0';
     const config_key *k = config_find(key);
-    if (!k) return config_unknown(key, "command line");
-    return config_set_text(c, k, eq + 1, "command line");
+    if (!k) return config_unknown(key, "command line"), config_fail();
+    return config_set_text(c, k, eq + 1, "command line") ? config_fail() : 0;
 }
 
 // Find (or make) the section object of a dotted key in root; returns the leaf name.
@@ -468,7 +507,19 @@ void config_print_keys(FILE *f) {
     }
 }
 
-int config_check(const config *c) { return config_data_count(c) < 0 ? -1 : 0; }
+int config_check(const config *c) {
+    if (config_data_count(c) < 0) return config_fail();
+    int train = strcmp(c->mode, "train") == 0;
+    if (c->ema_decay >= 1)
+        return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
+                         "0 = no EMA", c->ema_decay);
+    if (train && !c->run_dir[0]) return error_set("run.dir is empty: a training job needs a run directory");
+    if (train && !c->data_features[0] && c->max_tokens_per_batch > c->teacher_max_tokens)
+        return error_set("data.max_tokens_per_batch = %lld is more than teacher.max_tokens = %lld: in train mode the "
+                         "teachers run the students' packed batches whole (lower the one or raise the other)",
+                         (long long)c->max_tokens_per_batch, (long long)c->teacher_max_tokens);
+    return 0;
+}
 
 int config_data_count(const config *c) {
     if (c->data_path[0] && c->data_sets.n > 0)

@@ -3,8 +3,9 @@
 // Every key has a type, a default and a line of documentation in config_keys (config.c); the same
 // table is printed by `dflash_rank --config-keys` and must match docs/config.md (a test checks).
 // In the JSON file keys nest by section ({"train": {"lr": 3e-4}}); on the command line they are
-// dotted (--train.lr=3e-4). An unknown key or a value of the wrong type is an error that names the
-// key, the expected type and what was found.
+// dotted (--train.lr=3e-4). An unknown key, a key given twice in one object, a NUL in a string, or
+// a value of the wrong type or outside its bounds is a one-line error that names the key, the
+// expected type or range and what was found.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -116,7 +117,8 @@ char *config_to_json(const config *c); // caller frees
 // config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
 void config_print_keys(FILE *f);
 // config_check: the checks across keys, once everything is applied (the file, then the overrides):
-// data.path and data.sets both set is an error naming both. -1 with error_set.
+// data.path and data.sets both set; train.ema = 1; in train mode an empty run.dir, and (with
+// teachers) data.max_tokens_per_batch above teacher.max_tokens. -1 with error_set naming the keys.
 int config_check(const config *c);
 // config_data_count: the training sets the configuration names: the entries of data.sets, or 1 for
 // data.path, 0 for neither; -1 with error_set when both are set (as config_check).

@@ -17,6 +17,11 @@ static char *file_read_fail(const char *path, const char *why, int err) {
 }
 
 char *file_read_text(const char *path, size_t max_bytes) {
+    size_t len;
+    return file_read_text_len(path, max_bytes, &len);
+}
+
+char *file_read_text_len(const char *path, size_t max_bytes, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         int err = errno;
@@ -48,6 +53,7 @@ char *file_read_text(const char *path, size_t max_bytes) {
         return file_read_fail(path, "read error", EIO);
     }
     buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
@@ -103,4 +109,89 @@ int json_get_string(const cJSON *obj, const char *key, const char *name, const c
     }
     *out = v->valuestring;
     return 0;
+}
+
+static int json_member_cmp(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+const cJSON *json_duplicate_key(const cJSON *obj) {
+    size_t n = 0;
+    for (const cJSON *v = obj ? obj->child : NULL; v; v = v->next) n++;
+    if (n < 2) return NULL;
+    const cJSON **m = xmalloc(n * sizeof *m); // sorted by name: a repeat sits next to its first
+    n = 0;
+    for (const cJSON *v = obj->child; v; v = v->next) m[n++] = v;
+    qsort(m, n, sizeof *m, json_member_cmp);
+    const cJSON *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (strcmp(m[i - 1]->string, m[i]->string) == 0) dup = m[i];
+    free(m);
+    return dup;
+}
+
+int json_find_nul(const char *json, char *path, size_t n) {
+    enum { MAX_DEPTH = 1100 }; // cJSON parses at most 1000 levels, and json parsed
+    size_t base[MAX_DEPTH];    // path length when each open object or array began
+    char is_obj[MAX_DEPTH];
+    char buf[1024] = "";       // the dotted path of the member being read
+    size_t len = 0;
+    int d = 0, expect_key = 0;
+    for (const char *p = json; *p; p++) {
+        if (*p == '{' || *p == '[') {
+            if (d >= MAX_DEPTH) return 0;
+            base[d] = len, is_obj[d] = *p == '{', expect_key = *p == '{';
+            d++;
+        } else if (*p == '}' || *p == ']') {
+            if (d > 0) len = base[--d], buf[len] = '\0';
+            expect_key = 0;
+        } else if (*p == ',') {
+            expect_key = d > 0 && is_obj[d - 1];
+        } else if (*p == ':') {
+            expect_key = 0;
+        } else if (*p == '"') {
+            const char *s = ++p;
+            int nul = 0;
+            for (; *p && *p != '"'; p++) {
+                if (*p != '\\') continue;
+                if (p[1] == 'u' && strncmp(p + 2, "0000", 4) == 0) nul = 1;
+                if (p[1]) p++;
+            }
+            if (expect_key && d > 0) { // a member's name: the path is its object's, then the name
+                size_t b = base[d - 1];
+                int w = snprintf(buf + b, sizeof buf - b, "%s%.*s", b ? "." : "", (int)(p - s), s);
+                len = b + (w > 0 ? (size_t)w : 0);
+                if (len >= sizeof buf) len = sizeof buf - 1;
+            }
+            if (nul) {
+                snprintf(path, n, "%s", buf);
+                return 1;
+            }
+            if (!*p) return 0;
+        }
+    }
+    return 0;
+}
+
+void text_one_line(const char *src, char *dst, size_t n) {
+    if (n == 0) return;
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+        char e[8];
+        if (*p == '\n') snprintf(e, sizeof e, "\\n");
+        else if (*p == '\t') snprintf(e, sizeof e, "\\t");
+        else if (*p == '\r') snprintf(e, sizeof e, "\\r");
+        else if (*p < 0x20 || *p == 0x7f) snprintf(e, sizeof e, "\\x%02x", *p);
+        else e[0] = (char)*p, e[1] = '\0';
+        size_t el = strlen(e);
+        if (o + el + 4 > n) { // no room for this and "...": cut here
+            if (p[1] || o + el + 1 > n) {
+                snprintf(dst + o, n - o, "%s", n - o > 3 ? "..." : "");
+                return;
+            }
+        }
+        memcpy(dst + o, e, el);
+        o += el;
+    }
+    dst[o] = '\0';
 }

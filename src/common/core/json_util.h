@@ -1,7 +1,8 @@
 // json_util.h: reading small text files (config.json, token lists) and the cJSON helpers the
 // config readers share: a parse that names the line of a syntax error, a field lookup that treats
-// null as absent, a string getter, a short printable form of a value for messages, and a float
-// written the way Python's json module writes one.
+// null as absent, a string getter, a short printable form of a value for messages, a float
+// written the way Python's json module writes one, and the checks cJSON does not make: a key given
+// twice in one object, a NUL (\u0000) inside a string, control characters in a message.
 #pragma once
 
 #include <stddef.h>
@@ -13,6 +14,9 @@
 // max_bytes, or a read fails; errno then says which: fopen's errno, EFBIG (too large) or EIO.
 // Pass SIZE_MAX for no limit.
 char *file_read_text(const char *path, size_t max_bytes);
+// file_read_text_len: the same, with the number of bytes read in *len (the text may hold NUL bytes
+// before that: strlen(text) < *len then).
+char *file_read_text_len(const char *path, size_t max_bytes, size_t *len);
 
 // json_parse_text: cJSON_Parse(json), or NULL after error_set("<source>: not valid JSON (near line N)").
 cJSON *json_parse_text(const char *json, const char *source);
@@ -31,3 +35,17 @@ void json_add_float_py(cJSON *o, const char *key, double v);
 // json_get_string: *out = obj[key] as a string (a pointer into the tree); absent or null leaves *out
 // as it is. -1 after error_set("<src>: '<name>' wants a string, got <value>") for another type.
 int json_get_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out);
+
+// json_duplicate_key: the first member of object obj whose name an earlier member of obj already
+// has (JSON allows it, cJSON keeps both and a reader would silently take one), or NULL.
+const cJSON *json_duplicate_key(const cJSON *obj);
+
+// json_find_nul: whether the JSON text (already parsed by cJSON, so valid) holds a \u0000 escape
+// in a string, which cJSON decodes to a NUL that cuts the string. When it does, the dotted path of
+// the object member that holds it (its key, or the key being named) goes to path (n bytes; "" at
+// the top level) and 1 is returned; 0 when there is none.
+int json_find_nul(const char *json, char *path, size_t n);
+
+// text_one_line: src with every control character (newline, tab, ...) written as an escape (\n,
+// \t, \xHH), cut to n bytes with "..." when long, so a message built from user text stays one line.
+void text_one_line(const char *src, char *dst, size_t n);
