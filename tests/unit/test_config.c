@@ -46,6 +46,56 @@ int main(void) {
     CHECK_ERR(config_load_file(&c, test_path("missing.json")), "missing.json");
     CHECK(c.seed == 99); // a failed override leaves the old value
 
+    // Nothing silent: a key twice, a NUL, a value out of its range, each one line naming the key.
+    CHECK_ERR(config_load_json(&c, "{\"train\": {\"lr\": 0.003, \"lr\": 5}}", "t.json"), "t.json: key 'train.lr' is given twice");
+    CHECK_ERR(config_load_json(&c, "{\"train\": {}, \"run\": {}, \"train\": {\"lr\": 5}}", "t.json"), "key 'train' is given twice");
+    CHECK(c.lr != 5);
+    CHECK_ERR(config_load_json(&c, "{\"data\": {\"sets\": [{\"path\": \"a.h5\", \"path\": \"b.h5\"}]}}", "t.json"),
+              "key 'data.sets': set 0 gives \"path\" twice");
+    CHECK_ERR(config_load_json(&c, "{\"run\": {\"dir\": \"a\\u0000b\"}}", "t.json"), "t.json: key 'run.dir' holds a NUL character");
+    CHECK_ERR(config_load_json(&c, "{\"run\": {\"seed\": 3}, \"data\": {\"sets\": [\"x.h5\", {\"path\": \"y\\u0000\"}]}}", "t.json"),
+              "key 'data.sets.path' holds a NUL");
+    CHECK_ERR(config_load_json(&c, "{\"ru\\u0000n\": {}}", "t.json"), "key 'ru\\u0000n' holds a NUL");
+    CHECK(config_load_json(&c, "{\"run\": {\"dir\": \"a\\\\u0000b\"}}", "t.json") == 0); // an escaped backslash, then text
+    CHECK(strcmp(c.run_dir, "a\\u0000b") == 0);
+    CHECK(test_write_file(test_path("nul.json"), "{\"run\": {\"seed\": 5}}\0{\"x\": 1}", 29) == 0);
+    CHECK_ERR(config_load_file(&c, test_path("nul.json")), "nul.json: a NUL byte at offset 20");
+    CHECK_ERR(config_set(&c, "data.bucket_size=0"), "key 'data.bucket_size' = 0 is outside [1, 1e+12]");
+    CHECK_ERR(config_set(&c, "train.steps=1e12"), "key 'train.steps' = 1e+12 is outside [1, 1000000000]");
+    CHECK_ERR(config_load_json(&c, "{\"train\": {\"steps\": 1e12}}", "t.json"), "t.json: key 'train.steps' = 1e+12 is outside");
+    CHECK_ERR(config_load_json(&c, "{\"train\": {\"steps\": 1e300}}", "t.json"), "'train.steps' = 1e+300 is outside");
+    CHECK_ERR(config_set(&c, "checkpoint.every=2000000000"), "'checkpoint.every' = 2000000000 is outside [0, 1000000000]");
+    CHECK_ERR(config_set(&c, "train.mem_budget=2000000T"), "'train.mem_budget' = 2.199023256e+18 is outside [0, 1e+18]");
+    CHECK_ERR(config_load_json(&c, "{\"teacher\": {\"mem_budget\": 1e300}}", "t.json"), "'teacher.mem_budget' = 1e+300 is outside");
+    CHECK_ERR(config_set(&c, "train.steps=1.5e0"), "'train.steps' wants an integer");
+    CHECK(config_set(&c, "train.steps=1e6") == 0 && c.steps == 1000000);
+    CHECK(config_set(&c, "run.seed=010") == 0 && c.seed == 10); // decimal, not octal
+    char long_list[700];
+    memset(long_list, '1', sizeof long_list - 1);
+    long_list[sizeof long_list - 1] = '\0';
+    memcpy(long_list, "target.layer_ids=", 17);
+    CHECK_ERR(config_set(&c, long_list), "'target.layer_ids' is longer than 511 characters");
+    // A key or value with a newline still makes one line.
+    CHECK_ERR(config_load_json(&c, "{\"ru\\nn\": {\"seed\": 1}}", "t.json"), "unknown key 'ru\\nn.seed'");
+    CHECK(!strchr(error_msg(), '\n'));
+    CHECK_ERR(config_set(&c, "run.device=cp\nu"), "\"cp\\nu\" is not one of");
+    CHECK(!strchr(error_msg(), '\n'));
+
+    // Across keys (config_check).
+    config x;
+    config_defaults(&x);
+    CHECK(config_check(&x) == 0);
+    CHECK(config_set(&x, "train.ema=1") == 0);
+    CHECK_ERR(config_check(&x), "train.ema = 1 never moves");
+    CHECK(config_set(&x, "train.ema=0.999") == 0 && config_check(&x) == 0);
+    CHECK(config_set(&x, "data.max_tokens_per_batch=10000") == 0);
+    CHECK_ERR(config_check(&x), "data.max_tokens_per_batch = 10000 is more than teacher.max_tokens = 8192");
+    CHECK(config_set(&x, "run.mode=dump-features") == 0 && config_check(&x) == 0); // dump-features: teacher.max_tokens alone
+    CHECK(config_set(&x, "run.mode=train") == 0 && config_set(&x, "data.features=/feat") == 0 && config_check(&x) == 0);
+    CHECK(config_set(&x, "data.features=") == 0 && config_set(&x, "teacher.max_tokens=10000") == 0 && config_check(&x) == 0);
+    CHECK(config_set(&x, "run.dir=") == 0);
+    CHECK_ERR(config_check(&x), "run.dir is empty");
+
     // The effective config round-trips through its own JSON, and the hash follows the content.
     char *json = config_to_json(&c);
     config d;

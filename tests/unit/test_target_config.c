@@ -329,6 +329,16 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, with(q, "\"head_dim\": 128", "\"head_dim\": 127")), "'head_dim' must be positive and even");
     CHECK_ERR(parse(&c, "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 8,}"), "m/config.json: not valid JSON");
     CHECK_ERR(parse(&c, "[1]"), "must be a JSON object");
+    // What Python's json would take silently: a key twice (the last one wins there), a NUL that cuts a string.
+    CHECK_ERR(parse(&c, with(q, "\"hidden_size\": 4096", "\"hidden_size\": 4096, \"hidden_size\": 8")),
+              "m/config.json: key 'hidden_size' is given twice");
+    CHECK_ERR(parse(&c, with(l, "\"factor\": 8.0", "\"factor\": 8.0, \"factor\": 2.0")), "key 'rope_scaling.factor' is given twice");
+    CHECK_ERR(parse(&c, with(q, "\"Qwen3ForCausalLM\"", "\"Qwen3ForCausalLM\\u0000Mistral\"")),
+              "m/config.json: key 'architectures' holds a NUL character");
+    CHECK_ERR(parse(&c, with(l, "\"rope_type\": \"llama3\"", "\"rope_type\": \"llama3\\u0000x\"")),
+              "key 'rope_scaling.rope_type' holds a NUL");
+    CHECK(parse(&c, with(q, "\"Qwen3ForCausalLM\"", "\"Qwen3ForCausalLM\\u0041\"")) < 0); // another escape: not a NUL
+    CHECK(!strstr(error_msg(), "NUL"));
 }
 
 int main(void) {
