@@ -8,7 +8,8 @@
 // false/true); absent = every token is trained on. Other keys are ignored. Lines are read one at a
 // time (memory follows the longest line, not the file). A bad line stops the conversion with one
 // error line naming the line number and the problem, exit 1, and no OUT file (the writer's
-// temporary is removed; an existing OUT is left as it was).
+// temporary is removed; an existing OUT is left as it was). So does an input with no sample to
+// write (empty, only blank lines, or every sample short of --min-loss-tokens).
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -262,6 +263,13 @@ int tool_convert_jsonl_main(int argc, char **argv) {
     free(line);
     free(s.ids);
     free(s.mask);
+    // a training set without samples fails every consumer later, with a less clear message
+    if (rc == 0 && w.n_samples == 0)
+        rc = skipped_short > 0 ? error_set("%s: no sample to write: all %lld have fewer than %lld loss tokens (no %s "
+                                           "written)", in_path, (long long)skipped_short, (long long)min_loss_tokens,
+                                           out_path)
+                               : error_set("%s: no sample to write: the file has no non-blank line (no %s written)",
+                                           in_path, out_path);
     if (rc == 0) {
         if (show_progress) progress_end(&p);
         rc = trainset_writer_close(&w);

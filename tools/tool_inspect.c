@@ -15,6 +15,7 @@
 
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/data/h5safe.h"
 #include "common/data/safetensors.h"
 #include "common/data/trainset.h"
 #include "tools/tools.h"
@@ -72,96 +73,120 @@ static const char *h5_space_str(hid_t space, char *buf, size_t n) {
     return buf;
 }
 
-// Print an attribute's value: numbers (up to 16), strings quoted, anything else by its type.
-static void print_attr_value(hid_t a) {
-    char tn[64];
+// The listing goes to a memory buffer first and to stdout only when the whole file was read, so a
+// file that fails midway gives its error line and nothing else.
+static FILE *out;
+
+// Print an attribute's value: numbers (up to 16), strings quoted, anything else by its type. Values
+// are read through h5safe (type, count and storage checked first; a variable-length string in a
+// child process): -1 with error_set when the attribute is corrupt.
+static int print_attr_value(hid_t a, const char *path, const char *name) {
+    char tn[64], e[256];
     hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    if (type < 0 || space < 0) {
+        if (type >= 0) H5Tclose(type);
+        if (space >= 0) H5Sclose(space);
+        return error_set("%s: attribute '%s' is corrupt (%s)", path, name, h5safe_error(e));
+    }
     hssize_t np = H5Sget_simple_extent_npoints(space);
     H5T_class_t cls = H5Tget_class(type);
-    int list = H5Sget_simple_extent_type(space) == H5S_SIMPLE;
-    if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && np >= 1 && np <= 16) {
+    int list = H5Sget_simple_extent_type(space) == H5S_SIMPLE, rc = 0;
+    if (cls == H5T_INTEGER && np >= 1 && np <= 16) {
         int64_t iv[16];
+        if ((rc = h5safe_attr_int(a, path, name, iv, 16)) >= 0) {
+            fprintf(out, "%s", list ? "[" : "");
+            for (hssize_t i = 0; i < np; i++) fprintf(out, "%s%" PRId64, i ? ", " : "", iv[i]);
+            fprintf(out, "%s", list ? "]" : "");
+        }
+    } else if (cls == H5T_FLOAT && np >= 1 && np <= 16 && H5Tget_size(type) <= 8) {
         double fv[16];
-        herr_t rc = cls == H5T_INTEGER ? H5Aread(a, H5T_NATIVE_INT64, iv) : H5Aread(a, H5T_NATIVE_DOUBLE, fv);
-        if (rc < 0) {
-            printf("<unreadable %s>", h5_type_str(type, tn, sizeof tn));
+        if (H5Aget_storage_size(a) != (hsize_t)np * H5Tget_size(type) || H5Aread(a, H5T_NATIVE_DOUBLE, fv) < 0) {
+            rc = error_set("%s: attribute '%s' is corrupt (%s)", path, name, h5safe_error(e));
         } else {
-            if (list) printf("[");
-            for (hssize_t i = 0; i < np; i++) {
-                if (i) printf(", ");
-                if (cls == H5T_INTEGER) printf("%" PRId64, iv[i]);
-                else printf("%.9g", fv[i]);
-            }
-            if (list) printf("]");
+            fprintf(out, "%s", list ? "[" : "");
+            for (hssize_t i = 0; i < np; i++) fprintf(out, "%s%.9g", i ? ", " : "", fv[i]);
+            fprintf(out, "%s", list ? "]" : "");
         }
     } else if (cls == H5T_STRING && np == 1) {
-        if (H5Tis_variable_str(type) > 0) {
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            H5Tset_cset(mt, H5Tget_cset(type));
-            char *s = NULL;
-            if (H5Aread(a, mt, &s) >= 0) printf("\"%s\"", s ? s : "");
-            else printf("<unreadable string>");
-            if (s) H5free_memory(s);
-            H5Tclose(mt);
-        } else {
-            size_t size = H5Tget_size(type);
-            char *buf = calloc(size + 1, 1);
-            hid_t mt = H5Tcopy(type);
-            if (buf && H5Aread(a, mt, buf) >= 0) printf("\"%s\"", buf);
-            else printf("<unreadable string>");
-            H5Tclose(mt);
-            free(buf);
-        }
+        char sv[4096];
+        if ((rc = h5safe_attr_str(a, path, name, sv, sizeof sv)) == 0) fprintf(out, "\"%s\"", sv);
     } else {
         char sp[128];
-        printf("<%s %s>", h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
+        fprintf(out, "<%s %s>", h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
     }
     H5Sclose(space);
     H5Tclose(type);
+    return rc < 0 ? -1 : 0;
 }
 
-static herr_t print_attr(hid_t loc, const char *name, const H5A_info_t *info, void *indent) {
+typedef struct {
+    const char *path, *indent;
+} attr_ctx;
+
+static herr_t print_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
+    (void)info;
+    const attr_ctx *c = data;
+    char e[256];
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a < 0) return 0;
-    printf("%s%s = ", (const char *)indent, name);
-    print_attr_value(a);
-    printf("\n");
+    if (a < 0) return error_set("%s: attribute '%s': %s", c->path, name, h5safe_error(e));
+    fprintf(out, "%s%s = ", c->indent, name);
+    int rc = print_attr_value(a, c->path, name);
+    fprintf(out, "\n");
     H5Aclose(a);
-    return 0;
+    return rc;
+}
+
+// All attributes of obj; -1 (error_set) when one is corrupt or the list cannot be read.
+static int print_attrs(hid_t obj, const char *path, const char *indent) {
+    char e[256];
+    attr_ctx c = {path, indent};
+    error_clear();
+    herr_t rc = H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, NULL, print_attr, &c);
+    if (rc < 0 && !error_msg()[0]) error_set("%s: cannot list attributes: %s", path, h5safe_error(e));
+    return rc < 0 ? -1 : 0;
 }
 
 // One line per dataset ("  /name  type  [shape]"), its attributes below it; groups as "/name/".
+// -1 (error_set) stops the walk: an object that cannot be opened is a corrupt file.
 static herr_t print_link(hid_t g, const char *name, const H5L_info_t *info, void *data) {
-    char tn[64], sp[256];
+    const char *path = data;
+    char tn[64], sp[256], e[256];
     if (info->type != H5L_TYPE_HARD) {
-        printf("  /%s  (link)\n", name);
+        fprintf(out, "  /%s  (link)\n", name);
         return 0;
     }
     hid_t o = H5Oopen(g, name, H5P_DEFAULT);
-    if (o < 0) return 0;
+    if (o < 0) return error_set("%s: cannot open /%s: %s", path, name, h5safe_error(e));
     H5I_type_t t = H5Iget_type(o);
+    int rc = 0;
     if (t == H5I_DATASET) {
-        hid_t type = H5Dget_type(o), space = H5Dget_space(o);
-        printf("  /%s  %s  %s", name, h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
-        hid_t dcpl = H5Dget_create_plist(o);
-        if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
-            hsize_t chunk[H5S_MAX_RANK];
-            int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
-            printf("  chunks [");
-            for (int i = 0; i < nd; i++) printf("%s%llu", i ? ", " : "", (unsigned long long)chunk[i]);
-            printf("]");
+        hid_t type = H5Dget_type(o), space = H5Dget_space(o), dcpl = H5Dget_create_plist(o);
+        if (type < 0 || space < 0 || dcpl < 0) {
+            rc = error_set("%s: dataset /%s is corrupt (%s)", path, name, h5safe_error(e));
+        } else {
+            fprintf(out, "  /%s  %s  %s", name, h5_type_str(type, tn, sizeof tn), h5_space_str(space, sp, sizeof sp));
+            H5D_layout_t layout = H5Pget_layout(dcpl);
+            if (layout == H5D_CHUNKED) {
+                hsize_t chunk[H5S_MAX_RANK];
+                int nd = H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk);
+                fprintf(out, "  chunks [");
+                for (int i = 0; i < nd; i++) fprintf(out, "%s%llu", i ? ", " : "", (unsigned long long)chunk[i]);
+                fprintf(out, "]");
+            } else if (layout == H5D_VIRTUAL) {
+                fprintf(out, "  virtual");
+            }
+            if (H5Pget_external_count(dcpl) > 0) fprintf(out, "  external");
+            fprintf(out, "\n");
+            rc = print_attrs(o, path, "      @");
         }
         if (dcpl >= 0) H5Pclose(dcpl);
-        printf("\n");
-        H5Sclose(space);
-        H5Tclose(type);
-        H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, NULL, print_attr, "      @");
+        if (space >= 0) H5Sclose(space);
+        if (type >= 0) H5Tclose(type);
     } else if (t == H5I_GROUP) {
-        printf("  /%s/\n", name);
+        fprintf(out, "  /%s/\n", name);
     }
     H5Oclose(o);
-    return 0;
+    return rc;
 }
 
 static void print_trainset(const trainset *ts, int64_t min_loss_tokens) {
@@ -173,63 +198,63 @@ static void print_trainset(const trainset *ts, int64_t min_loss_tokens) {
         usable_tokens += l;
     }
     int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
-    printf("training set:\n");
-    printf("  samples: %" PRId64 "\n", ts->n_raw);
-    printf("  usable samples: %" PRId64 "\n", ts->n);
-    printf("  rejected samples: %" PRId64 " (offsets not increasing %" PRId64 ", ids out of range %" PRId64
+    fprintf(out, "training set:\n");
+    fprintf(out, "  samples: %" PRId64 "\n", ts->n_raw);
+    fprintf(out, "  usable samples: %" PRId64 "\n", ts->n);
+    fprintf(out, "  rejected samples: %" PRId64 " (offsets not increasing %" PRId64 ", ids out of range %" PRId64
            ", fewer than %" PRId64 " loss tokens %" PRId64 ")\n",
            rejected, ts->rejected_offsets, ts->rejected_ids, min_loss_tokens, ts->rejected_short);
-    printf("  tokens: %" PRId64 "\n", ts->n_tokens);
-    printf("  usable tokens: %" PRId64 "\n", usable_tokens);
-    printf("  loss tokens: %" PRId64 "\n", ts->loss_tokens);
+    fprintf(out, "  tokens: %" PRId64 "\n", ts->n_tokens);
+    fprintf(out, "  usable tokens: %" PRId64 "\n", usable_tokens);
+    fprintf(out, "  loss tokens: %" PRId64 "\n", ts->loss_tokens);
     if (ts->n > 0)
-        printf("  sample length: min %" PRId64 ", mean %.2f, max %" PRId64 "\n", lmin,
+        fprintf(out, "  sample length: min %" PRId64 ", mean %.2f, max %" PRId64 "\n", lmin,
                (double)usable_tokens / (double)ts->n, lmax);
-    else printf("  sample length: no usable samples\n");
+    else fprintf(out, "  sample length: no usable samples\n");
 }
 
-// The innermost (most specific) description on the HDF5 error stack.
-static herr_t h5_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
-    return 0;
-}
-
-// A training set is opened (and validated) before anything is printed, so a bad one gives only
-// the error line.
-static int inspect_hdf5(const char *path, int64_t min_loss_tokens) {
-    H5E_auto2_t efunc;
-    void *edata;
-    H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        char desc[256] = "unknown HDF5 error";
-        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_error_walk, desc);
-        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
-        return error_set("%s: cannot open as HDF5: %s", path, desc);
-    }
-    int is_trainset = H5Lexists(f, "/tokens", H5P_DEFAULT) > 0 && H5Lexists(f, "/offsets", H5P_DEFAULT) > 0;
+// The file's listing into out; -1 with error_set when any part cannot be read. A training set is
+// opened (and validated, the tokenizer last) before anything else is read.
+static int inspect_hdf5_file(hid_t f, const char *path, int64_t min_loss_tokens) {
+    char e[256];
+    htri_t has_tokens = H5Lexists(f, "/tokens", H5P_DEFAULT), has_offsets = H5Lexists(f, "/offsets", H5P_DEFAULT);
+    if (has_tokens < 0 || has_offsets < 0)
+        return error_set("%s: cannot read the root group: %s", path, h5safe_error(e));
+    int is_trainset = has_tokens > 0 && has_offsets > 0;
     trainset ts;
-    if (is_trainset && trainset_open(&ts, path, min_loss_tokens) < 0) {
-        H5Fclose(f);
-        H5Eset_auto2(H5E_DEFAULT, efunc, edata);
-        return -1;
+    if (is_trainset && trainset_open(&ts, path, min_loss_tokens) < 0) return -1;
+    fprintf(out, "file: %s\nformat: HDF5\ndatasets:\n", path);
+    int rc = 0;
+    error_clear();
+    if (H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, print_link, (void *)path) < 0) {
+        if (!error_msg()[0]) error_set("%s: cannot list the file's groups: %s", path, h5safe_error(e));
+        rc = -1;
     }
-    printf("file: %s\nformat: HDF5\ndatasets:\n", path);
-    H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, print_link, NULL);
-    printf("attributes:\n");
-    hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
-    if (root >= 0) {
-        H5Aiterate2(root, H5_INDEX_NAME, H5_ITER_INC, NULL, print_attr, "  ");
-        H5Gclose(root);
+    if (rc == 0) {
+        fprintf(out, "attributes:\n");
+        hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
+        if (root < 0) rc = error_set("%s: cannot open the root group: %s", path, h5safe_error(e));
+        else {
+            rc = print_attrs(root, path, "  ");
+            H5Gclose(root);
+        }
     }
-    H5Fclose(f);
-    H5Eset_auto2(H5E_DEFAULT, efunc, edata);
     if (is_trainset) {
-        print_trainset(&ts, min_loss_tokens);
+        if (rc == 0) print_trainset(&ts, min_loss_tokens);
         trainset_close(&ts);
     }
-    return 0;
+    return rc;
+}
+
+static int inspect_hdf5(const char *path, int64_t min_loss_tokens) {
+    char e[256];
+    h5safe_quiet q = h5safe_quiet_begin();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int rc = f < 0 ? error_set("%s: cannot open as HDF5: %s", path, h5safe_error(e))
+                   : inspect_hdf5_file(f, path, min_loss_tokens);
+    if (f >= 0) H5Fclose(f);
+    h5safe_quiet_end(q);
+    return rc;
 }
 
 // ---------------------------------------------------------------- safetensors
@@ -240,7 +265,7 @@ static int inspect_safetensors(const char *path) {
     int width = 4;
     for (int i = 0; i < f.n; i++)
         if ((int)strlen(f.entries[i].name) > width) width = (int)strlen(f.entries[i].name);
-    printf("file: %s\nformat: safetensors\ntensors: %d\n", path, f.n);
+    fprintf(out, "file: %s\nformat: safetensors\ntensors: %d\n", path, f.n);
     int64_t elements = 0;
     size_t bytes = 0;
     for (int i = 0; i < f.n; i++) {
@@ -248,14 +273,14 @@ static int inspect_safetensors(const char *path) {
         char sh[256];
         int64_t numel = 1;
         for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
-        printf("  %-*s  %-4s  %-20s  %zu bytes\n", width, e->name, dtype_name(e->dt),
+        fprintf(out, "  %-*s  %-4s  %-20s  %zu bytes\n", width, e->name, dtype_name(e->dt),
                shape_str(e->ndim, e->shape, sh, sizeof sh), e->nbytes);
         elements += numel;
         bytes += e->nbytes;
     }
-    printf("metadata: %d\n", f.n_meta);
-    for (int i = 0; i < f.n_meta; i++) printf("  %s = %s\n", f.meta_keys[i], f.meta_values[i]);
-    printf("total: %d tensors, %" PRId64 " elements, %zu bytes of data, %zu bytes of file\n", f.n, elements,
+    fprintf(out, "metadata: %d\n", f.n_meta);
+    for (int i = 0; i < f.n_meta; i++) fprintf(out, "  %s = %s\n", f.meta_keys[i], f.meta_values[i]);
+    fprintf(out, "total: %d tensors, %" PRId64 " elements, %zu bytes of data, %zu bytes of file\n", f.n, elements,
            bytes, f.size);
     safetensors_close(&f);
     return 0;
@@ -306,7 +331,18 @@ int tool_inspect_main(int argc, char **argv) {
     size_t got = fread(sig, 1, sizeof sig, fp);
     fclose(fp);
     int hdf5 = got == 8 && memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+    char *text = NULL;
+    size_t text_len = 0;
+    out = open_memstream(&text, &text_len);
+    if (!out) {
+        log_error("%s: open_memstream: %s", path, strerror(errno));
+        return 1;
+    }
     int rc = hdf5 ? inspect_hdf5(path, min_loss_tokens) : inspect_safetensors(path);
+    fclose(out);
+    out = NULL;
+    if (rc == 0) fwrite(text, 1, text_len, stdout);
+    free(text);
     fflush(stdout);
     if (rc < 0) {
         log_error("%s", error_msg());

@@ -6,7 +6,9 @@
 #
 # KIND:
 #   mixed       the good samples, then N with an id outside [0, vocab_size), N with an id of -1 and
-#               N whose offsets decrease (end before start): the good ones stay usable
+#               N whose offsets decrease (end before start; each inserted after one of the first N
+#               good samples, whose successor then starts 3 tokens early): the good ones stay usable
+#               and the offsets still run from 0 to the length of /tokens
 #   all-bad-ids every sample has an id equal to vocab_size: nothing is usable
 #   no-tokens   /offsets, /loss_mask and the attributes, but no /tokens dataset
 #   offsets-out the last offset points past the end of /tokens (the whole file is unusable)
@@ -25,7 +27,7 @@ with h5py.File(good, "r") as f:
     attrs = {k: f.attrs[k] for k in f.attrs}
 vocab = int(attrs["vocab_size"])
 samples = [(tokens[a:b].copy(), mask[a:b].copy()) for a, b in zip(offsets[:-1], offsets[1:])]
-n_broken = 0  # samples appended at the end whose offsets decrease
+n_broken = 0  # samples whose offsets decrease
 
 if kind == "mixed":
     tok0, m0 = samples[0]
@@ -48,11 +50,12 @@ else:
 
 toks = np.concatenate([t for t, _ in samples]).astype(np.int32)
 msk = np.concatenate([m for _, m in samples]).astype(np.uint8)
-offs = [0]
-for t, _ in samples:
-    offs.append(offs[-1] + len(t))
-for i in range(n_broken):  # each ends before it starts: offsets[i + 1] < offsets[i], inside /tokens
-    offs.append(offs[-1] - 3)
+offs, end = [0], 0
+for i, (t, _) in enumerate(samples):
+    end += len(t)
+    offs.append(end)
+    if i < n_broken:  # a sample that ends 3 tokens before it starts, inside /tokens
+        offs.append(end - 3)
 offs = np.array(offs, np.int64)
 if kind == "offsets-out":
     offs[-1] = len(toks) + 5

@@ -93,7 +93,9 @@ with h5py.File(out, "r") as f:
     check(sorted(a.keys()) == ["format_version", "tokenizer", "vocab_size"], "attributes %s" % sorted(a.keys()))
     check(a["vocab_size"] == want_vocab and a["vocab_size"].dtype == np.int64, "vocab_size %r" % a["vocab_size"])
     check(a["format_version"] == 1 and a["format_version"].dtype == np.int64, "format_version %r" % a["format_version"])
-    check(a["tokenizer"] == tokenizer, "tokenizer %r" % a["tokenizer"])
+    # a fixed-length string (never the global heap, src/common/data/h5safe.h): h5py gives bytes
+    tk = a["tokenizer"]
+    check(isinstance(tk, bytes) and tk.decode() == tokenizer, "tokenizer %r" % tk)
     T, O, M = tok[:], off[:], msk[:]
     check(O[0] == 0 and O[-1] == n_tok, "offsets ends %d %d" % (O[0], O[-1]))
     bad = [i for i, (ids, mask) in enumerate(samples)
@@ -146,6 +148,15 @@ bad_case "id past int32" 'line 3: input_ids\[0\] = 3000000000' '{"input_ids": [3
 bad_case "id >= --vocab-size" 'line 3: input_ids\[0\] = 50 is not below the vocabulary size 50' '{"input_ids": [50]}' --vocab-size 50
 bad_case "mask value 2" 'line 3: loss_mask\[1\] = 2 is not 0 or 1' '{"input_ids": [1, 2], "loss_mask": [1, 2]}'
 bad_case "mask not an array" 'line 3: "loss_mask" is not an array' '{"input_ids": [1, 2], "loss_mask": 1}'
+# nothing to write: an empty input, only blank lines, every sample short of --min-loss-tokens
+: >"$TMP/empty.jsonl"
+expect_bad "empty input" 'empty.jsonl: no sample to write: the file has no non-blank line' "$TMP/bad.h5" \
+  $T convert-jsonl "$TMP/empty.jsonl" "$TMP/bad.h5"
+printf '\n  \n\n' >"$TMP/blank.jsonl"
+expect_bad "blank lines only" 'blank.jsonl: no sample to write' "$TMP/bad.h5" $T convert-jsonl "$TMP/blank.jsonl" "$TMP/bad.h5"
+printf '%s\n%s\n' "$good" "$good" >"$TMP/short.jsonl"
+expect_bad "every sample short" 'short.jsonl: no sample to write: all 2 have fewer than 5 loss tokens' "$TMP/bad.h5" \
+  $T convert-jsonl "$TMP/short.jsonl" "$TMP/bad.h5" --min-loss-tokens 5
 expect_bad "missing input file" 'nope.jsonl: cannot open' "$TMP/bad.h5" $T convert-jsonl "$TMP/nope.jsonl" "$TMP/bad.h5"
 expect_bad "output directory missing" 'cannot create' "$TMP/no/dir/x.h5" $T convert-jsonl "$TMP/in.jsonl" "$TMP/no/dir/x.h5"
 

@@ -1,10 +1,13 @@
 // test_trainset.c: the HDF5 training set (src/common/data/trainset.c): writer -> reader round trips, the
 // validation (rejected samples counted by reason), and files broken on purpose through the HDF5
 // API, each expecting the error or the rejection it should cause.
+#define _GNU_SOURCE // memmem
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/data/trainset.h"
@@ -17,6 +20,17 @@ static int tmp_exists(const char *path) {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     return file_exists(tmp);
+}
+
+// The whole file, malloc'd (NULL when it cannot be read); its size in *n.
+static char *read_file(const char *path, size_t *n) {
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+    char *buf = fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0 ? malloc((size_t)st.st_size) : NULL;
+    ssize_t got = buf ? read(fd, buf, (size_t)st.st_size) : -1;
+    if (fd >= 0) close(fd);
+    *n = got > 0 ? (size_t)got : 0;
+    return buf;
 }
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -347,12 +361,113 @@ static void test_broken_files(void) {
     CHECK(test_write_file(cut, buf, 100) == 0); // only the superblock's start
     CHECK_ERR(trainset_open(&ts, cut, 0), "cannot open as HDF5");
 
-    // zero samples is not an error
+    // zero samples (and zero tokens) is not an error here (dataset.c refuses it)
     int64_t off0[1] = {0};
-    write_raw(p, tok, mask, 12, off0, 1, o0);
+    write_raw(p, tok, mask, 0, off0, 1, o0);
     CHECK(trainset_open(&ts, p, 0) == 0);
     CHECK(ts.n_raw == 0 && ts.n == 0);
     trainset_close(&ts);
+
+    // tokens no sample holds: before the first offset, after the last
+    int64_t off_late[5] = {2, 3, 5, 9, 12};
+    write_raw(p, tok, mask, 12, off_late, 5, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "raw.h5: dataset /offsets: offsets[0] = 2, expected 0");
+    int64_t off_short[5] = {0, 3, 5, 9, 10};
+    write_raw(p, tok, mask, 12, off_short, 5, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "the last offset, offsets[4] = 10, is not the length of /tokens (12)");
+    write_raw(p, tok, mask, 12, off0, 1, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "offsets[0] = 0, is not the length of /tokens (12)");
+}
+
+// /tokens (12 values) as a virtual dataset over a missing file, or with external raw storage.
+static void write_not_stored(const char *path, const char *raw, int virtual_ds) {
+    int32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    uint8_t mask[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int64_t off[3] = {0, 6, 12};
+    hsize_t n = 12, noff = 3;
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t s = H5Screate_simple(1, &n, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (virtual_ds) H5Pset_virtual(dcpl, s, "absent_source.h5", "/tokens", s);
+    else H5Pset_external(dcpl, raw, 0, 12 * sizeof(int32_t));
+    hid_t d = H5Dcreate2(f, "/tokens", H5T_STD_I32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (!virtual_ds) H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(s);
+    write_ds(f, "/loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, &n, mask);
+    write_ds(f, "/offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, 1, &noff, off);
+    write_int_attr(f, "vocab_size", 100);
+    write_int_attr(f, "format_version", 1);
+    H5Fclose(f);
+}
+
+// Datasets whose data lives outside the file are refused, naming the dataset.
+static void test_not_stored(void) {
+    trainset ts;
+    const char *p = test_path("virtual.h5");
+    write_not_stored(p, NULL, 1);
+    CHECK_ERR(trainset_open(&ts, p, 0), "virtual.h5: dataset /tokens is a virtual dataset");
+    p = test_path("external.h5");
+    write_not_stored(p, test_path("external.raw"), 0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "external.h5: dataset /tokens has external storage (1 raw file(s)");
+}
+
+// The tokenizer attribute: fixed-length as written now (an h5py-readable string attribute of the
+// root, no global heap in the file), a legacy variable-length one read, a corrupt heap an error.
+static void test_tokenizer_attr(void) {
+    const char *p = test_path("tok.h5");
+    int32_t ids[5] = {1, 2, 3, 4, 5};
+    trainset_writer w;
+    trainset ts;
+    CHECK(trainset_writer_open(&w, p, 10, "org/tok-v2") == 0);
+    CHECK(trainset_writer_append(&w, ids, NULL, 5) == 0 && trainset_writer_close(&w) == 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t a = H5Aopen(f, "tokenizer", H5P_DEFAULT), type = H5Aget_type(a);
+    CHECK(H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) == 0 && H5Tget_size(type) == 10);
+    H5Tclose(type);
+    H5Aclose(a);
+    H5Fclose(f);
+    size_t n = 0;
+    char *bytes = read_file(p, &n);
+    CHECK(bytes && !memmem(bytes, n, "GCOL", 4)); // no global heap collection
+    free(bytes);
+    CHECK(trainset_open(&ts, p, 0) == 0 && strcmp(ts.tokenizer, "org/tok-v2") == 0);
+    trainset_close(&ts);
+    CHECK(trainset_writer_open(&w, p, 10, "") == 0); // an empty name: one NUL byte, read back as ""
+    CHECK(trainset_writer_append(&w, ids, NULL, 5) == 0 && trainset_writer_close(&w) == 0);
+    CHECK(trainset_open(&ts, p, 0) == 0 && ts.tokenizer[0] == '\0');
+    trainset_close(&ts);
+
+    // legacy: a variable-length string (what the writer and h5py wrote before)
+    int32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    uint8_t mask[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int64_t off[3] = {0, 6, 12};
+    raw_opts o0 = {NULL, 0, 0, -1, 0, 0};
+    write_raw(p, tok, mask, 12, off, 3, o0);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    hid_t space = H5Screate(H5S_SCALAR);
+    a = H5Acreate2(f, "tokenizer", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char *legacy = "legacy/tok";
+    H5Awrite(a, type, &legacy);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(f);
+    CHECK(trainset_open(&ts, p, 0) == 0 && strcmp(ts.tokenizer, "legacy/tok") == 0);
+    trainset_close(&ts);
+
+    // a corrupt object size in the heap block: libhdf5 crashes (or loops) reading it; here an error
+    bytes = read_file(p, &n);
+    char *gcol = bytes ? memmem(bytes, n, "GCOL", 4) : NULL;
+    CHECK(gcol != NULL && (size_t)(gcol - bytes) + 32 < n);
+    if (!gcol) return;
+    gcol[31] = (char)0xbb; // the top byte of the first object's size (8 bytes at offset 24)
+    const char *bad = test_path("tok_bad_heap.h5");
+    CHECK(test_write_file(bad, bytes, n) == 0);
+    free(bytes);
+    CHECK_ERR(trainset_open(&ts, bad, 0), "tok_bad_heap.h5: attribute 'tokenizer' is corrupt");
 }
 
 int main(void) {
@@ -362,5 +477,7 @@ int main(void) {
     test_writer_errors();
     test_abort();
     test_broken_files();
+    test_not_stored();
+    test_tokenizer_attr();
     return test_finish("test_trainset");
 }

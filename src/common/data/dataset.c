@@ -44,8 +44,13 @@ int dataset_open_sets(dataset *d, int n, const char *const *paths, const double 
         else if (i > 0 && d->tokenizer[0] && t->tokenizer[0] && strcmp(d->tokenizer, t->tokenizer) != 0)
             rc = error_set("training sets %s and %s were made with different tokenizers (\"%s\" and \"%s\")",
                            d->sets[tok_from].path, t->path, d->tokenizer, t->tokenizer);
-        else if (n > 1 && t->n == 0)
-            rc = error_set("training set %s has no usable samples (of %lld)", t->path, (long long)t->n_raw);
+        else if (t->n == 0) {
+            char why[512];
+            int64_t rejected = t->rejected_offsets + t->rejected_ids + t->rejected_short;
+            rc = error_set("training set %s has no usable samples (%lld samples, %lld rejected%s%s)", t->path,
+                           (long long)t->n_raw, (long long)rejected, rejected > 0 ? ": " : "",
+                           trainset_rejected_str(t, min_loss_tokens, why, sizeof why));
+        }
         if (rc) break;
         d->weights[i] = w;
         d->first[i + 1] = d->first[i] + t->n;

@@ -7,7 +7,7 @@
 // and how the held-out samples are spread over the sets is the batch plan's business (batchplan.h);
 // dataset_plan_sets gives it the sets. Every set must have the same vocab_size, and the same
 // tokenizer where both files name one; a file given twice (under two names) is an error, and so is
-// a set without usable samples when there are several sets.
+// a set without usable samples ("training set X has no usable samples (N samples, M rejected: ...)").
 #pragma once
 #include <stdint.h>
 

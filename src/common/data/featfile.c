@@ -8,6 +8,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/data/h5safe.h"
 
 #define FEAT_CHUNK_ROWS 256 // HDF5 chunk rows of the per-token datasets
 
@@ -122,28 +123,15 @@ void featfile_writer_abort(featfile_writer *w) {
     trainset_writer_abort(&w->ts);
 }
 
-// Read an int64 array attribute of up to n values; returns the count or -1.
-static int feat_read_i64(hid_t obj, const char *name, int64_t *v, int n) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t space = H5Aget_space(a);
-    hssize_t count = H5Sget_simple_extent_npoints(space);
-    int rc = -1;
-    if (count >= 1 && count <= n && H5Aread(a, H5T_NATIVE_INT64, v) >= 0) rc = (int)count;
-    H5Sclose(space);
-    H5Aclose(a);
-    return rc;
-}
-
 int featfile_check(const char *path, const featfile_info *info, int64_t n_samples) {
     if (access(path, F_OK) != 0) return 0;
     trainset ts;
     if (trainset_open(&ts, path, 0)) return error_prefix("existing feature shard");
     int64_t ids[64], h = 0, k = 0;
     hid_t root = H5Gopen2((hid_t)ts.file, "/", H5P_DEFAULT);
-    int n_ids = feat_read_i64(root, "target_layer_ids", ids, 64);
-    feat_read_i64(root, "hidden_size", &h, 1);
-    feat_read_i64(root, "topk", &k, 1);
+    int n_ids = h5safe_root_attr_int(root, path, "target_layer_ids", ids, 64);
+    h5safe_root_attr_int(root, path, "hidden_size", &h, 1);
+    h5safe_root_attr_int(root, path, "topk", &k, 1);
     H5Gclose(root);
     int rc = 1;
     int same_ids = n_ids == info->n_feat;

@@ -24,6 +24,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/data/h5safe.h"
 #include "common/data/trainset.h"
 
 #define FR_FORMAT_VERSION 1 // features.json "format_version"
@@ -64,44 +65,8 @@ struct featreader {
 
 // ---------------------------------------------------------------- HDF5 helpers
 
-// HDF5 prints its whole error stack on any failure unless told not to: every public function
-// turns that off on entry and restores the caller's setting on exit.
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} fr_quiet_state;
-
-static fr_quiet_state fr_quiet_begin(void) {
-    fr_quiet_state s = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &s.func, &s.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return s;
-}
-
-static void fr_quiet_end(fr_quiet_state s) { H5Eset_auto2(H5E_DEFAULT, s.func, s.data); }
-
-// The innermost (most specific) description on the HDF5 error stack.
-static herr_t fr_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
-    return 0;
-}
-
-static const char *fr_h5_error(char buf[256]) {
-    snprintf(buf, 256, "unknown HDF5 error");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, fr_error_walk, buf);
-    return buf;
-}
-
-// "int32", "uint16", "float32", ... for messages.
-static const char *fr_type_name(hid_t type, char *buf, size_t n) {
-    H5T_class_t cls = H5Tget_class(type);
-    size_t size = H5Tget_size(type);
-    if (cls == H5T_INTEGER) snprintf(buf, n, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
-    else if (cls == H5T_FLOAT) snprintf(buf, n, "float%zu", 8 * size);
-    else if (cls == H5T_STRING) snprintf(buf, n, "string");
-    else snprintf(buf, n, "HDF5 type class %d", (int)cls);
-    return buf;
-}
+// Every public function turns HDF5's error printing off on entry and restores the caller's setting
+// on exit (h5safe_quiet_begin / _end).
 
 // What a teacher dataset must be: "uint16" etc. and its column count (0: rank 1).
 typedef struct {
@@ -117,20 +82,21 @@ static int fr_check_dataset(hid_t file, const char *path, const char *name, cons
                             hid_t *out) {
     char e[256], tn[64];
     htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", path, name, fr_h5_error(e));
+    if (exists < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
     if (exists == 0) return error_set("%s: missing dataset %s (not a feature file?)", path, name);
     hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
-    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, fr_h5_error(e));
+    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, h5safe_error(e));
     *out = d;
+    if (h5safe_check_stored(d, path, name) < 0) return -1;
     hid_t type = H5Dget_type(d);
-    if (type < 0) return error_set("%s: dataset %s: %s", path, name, fr_h5_error(e));
+    if (type < 0) return error_set("%s: dataset %s: %s", path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == spec->cls && H5Tget_size(type) == spec->size &&
              (spec->cls != H5T_INTEGER || H5Tget_sign(type) == spec->sign);
-    fr_type_name(type, tn, sizeof tn);
+    h5safe_type_name(type, tn, sizeof tn);
     H5Tclose(type);
     if (!ok) return error_set("%s: dataset %s has type %s, expected %s", path, name, tn, spec->type);
     hid_t space = H5Dget_space(d);
-    if (space < 0) return error_set("%s: dataset %s: %s", path, name, fr_h5_error(e));
+    if (space < 0) return error_set("%s: dataset %s: %s", path, name, h5safe_error(e));
     int rank = H5Sget_simple_extent_ndims(space), want = spec->cols > 0 ? 2 : 1;
     hsize_t dims[H5S_MAX_RANK] = {0};
     if (rank >= 1 && rank <= H5S_MAX_RANK) H5Sget_simple_extent_dims(space, dims, NULL);
@@ -145,27 +111,6 @@ static int fr_check_dataset(hid_t file, const char *path, const char *name, cons
         return error_set("%s: dataset %s has shape %s, expected %s (rows = the tokens of /tokens)", path, name, have, expect);
     }
     return 0;
-}
-
-// An integer attribute (scalar or array) of the root into v[max]; returns the count, -1 with
-// error_set when it is absent, not integer, or longer than max.
-static int fr_attr_i64(hid_t file, const char *path, const char *name, int64_t *v, int max) {
-    char e[256];
-    if (H5Aexists(file, name) <= 0) return error_set("%s: missing root attribute %s", path, name);
-    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
-    if (a < 0) return error_set("%s: attribute %s: %s", path, name, fr_h5_error(e));
-    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
-    hssize_t count = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
-    int rc;
-    if (type < 0 || H5Tget_class(type) != H5T_INTEGER) rc = error_set("%s: attribute %s is not an integer", path, name);
-    else if (count < 1 || count > max)
-        rc = error_set("%s: attribute %s has %lld values, expected 1 to %d", path, name, (long long)count, max);
-    else if (H5Aread(a, H5T_NATIVE_INT64, v) < 0) rc = error_set("%s: attribute %s: %s", path, name, fr_h5_error(e));
-    else rc = (int)count;
-    if (type >= 0) H5Tclose(type);
-    if (space >= 0) H5Sclose(space);
-    H5Aclose(a);
-    return rc;
 }
 
 // Read rows [row, row + n) of a dataset with cols columns (0: rank 1) as mem_type into buf.
@@ -230,8 +175,8 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
     hid_t file = (hid_t)ts.file;
     int64_t ids[FR_MAX_LAYERS], h = 0, k = 0;
     int n_ids = 0;
-    if (rc == 0 && (fr_attr_i64(file, sh->path, "hidden_size", &h, 1) < 0 || fr_attr_i64(file, sh->path, "topk", &k, 1) < 0 ||
-                    (n_ids = fr_attr_i64(file, sh->path, "target_layer_ids", ids, FR_MAX_LAYERS)) < 0))
+    if (rc == 0 && (h5safe_root_attr_int(file, sh->path, "hidden_size", &h, 1) < 0 || h5safe_root_attr_int(file, sh->path, "topk", &k, 1) < 0 ||
+                    (n_ids = h5safe_root_attr_int(file, sh->path, "target_layer_ids", ids, FR_MAX_LAYERS)) < 0))
         rc = -1;
     if (rc == 0 && (h != r->hidden || k != r->topk))
         rc = error_set("%s: attributes hidden_size = %lld, topk = %lld; %s says %lld and %d", sh->path, (long long)h,
@@ -275,7 +220,7 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
     }
     char e[256];
     sh->file = H5Fopen(sh->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (sh->file < 0) return error_set("%s: cannot open: %s", sh->path, fr_h5_error(e));
+    if (sh->file < 0) return error_set("%s: cannot open: %s", sh->path, h5safe_error(e));
     r->n_open++;
     static const char *const ts_names[2] = {"/tokens", "/loss_mask"};
     hid_t *d[2 + FR_N_TEACHER] = {&sh->d_tokens, &sh->d_mask, &sh->d_teacher[0], &sh->d_teacher[1],
@@ -284,7 +229,7 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
         const char *name = k < 2 ? ts_names[k] : fr_teacher_names[k - 2];
         *d[k] = H5Dopen2(sh->file, name, H5P_DEFAULT);
         if (*d[k] < 0) {
-            int rc = error_set("%s: cannot open dataset %s: %s", sh->path, name, fr_h5_error(e));
+            int rc = error_set("%s: cannot open dataset %s: %s", sh->path, name, h5safe_error(e));
             fr_shard_close(r, sh);
             return rc;
         }
@@ -446,9 +391,9 @@ int featreader_open(featreader **out, const char *dir) {
     size_t n = strlen(dir) + sizeof "/features.json";
     r->index_path = xmalloc(n);
     snprintf(r->index_path, n, "%s/features.json", dir);
-    fr_quiet_state q = fr_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = fr_open_quiet(r, dir);
-    fr_quiet_end(q);
+    h5safe_quiet_end(q);
     if (rc) {
         featreader_close(r);
         return -1;
@@ -459,12 +404,12 @@ int featreader_open(featreader **out, const char *dir) {
 
 void featreader_close(featreader *r) {
     if (!r) return;
-    fr_quiet_state q = fr_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     for (int64_t s = 0; s < r->n_shards; s++) {
         fr_shard_close(r, &r->shards[s]);
         free(r->shards[s].path);
     }
-    fr_quiet_end(q);
+    h5safe_quiet_end(q);
     free(r->shards);
     for (int j = 0; j < r->n_sets && r->set_path; j++) free(r->set_path[j]);
     free(r->set_path);
@@ -503,7 +448,7 @@ int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, ui
     fr_shard *sh = &r->shards[lo];
     int64_t row = r->row[i], n = r->len[i], D = (int64_t)r->n_feat * r->hidden, k = r->topk;
     char e[256];
-    fr_quiet_state q = fr_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = fr_shard_acquire(r, sh);
     struct {
         hid_t d, type;
@@ -521,8 +466,8 @@ int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, ui
     for (int p = 0; p < 2 + FR_N_TEACHER && rc == 0; p++)
         if (parts[p].buf && fr_read_rows(parts[p].d, parts[p].type, row, n, parts[p].cols, parts[p].buf) < 0)
             rc = error_set("%s: reading sample %lld (rows %lld..%lld) from %s: %s", sh->path, (long long)(i - sh->first),
-                           (long long)row, (long long)(row + n), parts[p].name, fr_h5_error(e));
-    fr_quiet_end(q);
+                           (long long)row, (long long)(row + n), parts[p].name, h5safe_error(e));
+    h5safe_quiet_end(q);
     // as trainset_read: any nonzero mask value counts as 1
     if (rc == 0 && mask)
         for (int64_t t = 0; t < n; t++) mask[t] = mask[t] != 0;

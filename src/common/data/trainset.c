@@ -1,12 +1,14 @@
 // trainset.c: the HDF5 training set of SPEC §7, read and written (see trainset.h).
 //
 // Reader: open the file (HDF5's own error printing is off, a failure becomes one error_set line),
-// check the three datasets (integer class, element size, signedness, rank 1) and the root
-// attributes, read /offsets whole, then stream /tokens and /loss_mask once in bounded chunks to
+// check the three datasets (stored in the file, not virtual or external; integer class, element
+// size, signedness, rank 1) and the integer root attributes, read /offsets whole (offsets[0] = 0,
+// the last = the length of /tokens), then stream /tokens and /loss_mask once in bounded chunks to
 // find, for every sample, whether it holds an id outside [0, vocab_size) and how many loss tokens
 // it has. Samples may overlap or come in any order in the file, so the pass records running
 // counts (bad ids, loss tokens) at every offset position, in sorted order; a sample's counts are
-// then the difference of the counts at its two ends.
+// then the difference of the counts at its two ends. The tokenizer string comes last, through
+// h5safe_attr_str (a corrupt legacy variable-length string is an error, not a crash).
 //
 // Writer: three extensible chunked datasets in "<path>.tmp.<pid>", appends buffered in memory and
 // flushed in fixed-size pieces (memory does not grow with the number of samples), attributes
@@ -24,6 +26,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/data/h5safe.h"
 
 #define TS_READ_CHUNK ((int64_t)1 << 20)  // elements per read in the validation pass
 #define TS_H5_CHUNK ((hsize_t)1 << 16)    // HDF5 chunk size (elements) of the written datasets
@@ -32,47 +35,8 @@
 
 // ---------------------------------------------------------------- HDF5 helpers
 
-// HDF5 prints its whole error stack on any failure unless told not to. Every public function here
-// turns that off on entry and restores the caller's setting on exit.
-typedef struct {
-    H5E_auto2_t func;
-    void *data;
-} h5_quiet_state;
-
-static h5_quiet_state h5_quiet_begin(void) {
-    h5_quiet_state s = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &s.func, &s.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return s;
-}
-
-static void h5_quiet_end(h5_quiet_state s) { H5Eset_auto2(H5E_DEFAULT, s.func, s.data); }
-
-// The innermost (most specific) description on the HDF5 error stack, e.g. "truncated file: ...".
-static herr_t h5_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
-    return 0;
-}
-
-static const char *h5_last_error(char buf[256]) {
-    snprintf(buf, 256, "unknown HDF5 error");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_error_walk, buf);
-    return buf;
-}
-
-// h5_type_name: "int32", "uint8", "float32", "string", ... for messages.
-static const char *h5_type_name(hid_t type, char *buf, size_t n) {
-    H5T_class_t cls = H5Tget_class(type);
-    size_t size = H5Tget_size(type);
-    if (cls == H5T_INTEGER)
-        snprintf(buf, n, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", 8 * size);
-    else if (cls == H5T_FLOAT) snprintf(buf, n, "float%zu", 8 * size);
-    else if (cls == H5T_STRING) snprintf(buf, n, "string");
-    else if (cls == H5T_ENUM) snprintf(buf, n, "enum");
-    else if (cls == H5T_COMPOUND) snprintf(buf, n, "compound");
-    else snprintf(buf, n, "HDF5 type class %d", (int)cls);
-    return buf;
-}
+// Every public function turns HDF5's error printing off on entry and restores the caller's
+// setting on exit (h5safe_quiet_begin / _end).
 
 static void h5_close_dataset(int64_t *d) {
     if (*d > 0) H5Dclose((hid_t)*d);
@@ -115,21 +79,22 @@ static int ts_open_dataset(trainset *ts, const char *name, size_t size, H5T_sign
                            int64_t *len) {
     char e[256], tn[64];
     htri_t exists = H5Lexists((hid_t)ts->file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    if (exists < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
     if (exists == 0) return error_set("%s: missing dataset %s", ts->path, name);
     hid_t did = H5Dopen2((hid_t)ts->file, name, H5P_DEFAULT);
-    if (did < 0) return error_set("%s: cannot open dataset %s: %s", ts->path, name, h5_last_error(e));
+    if (did < 0) return error_set("%s: cannot open dataset %s: %s", ts->path, name, h5safe_error(e));
     *d = did;
+    if (h5safe_check_stored(did, ts->path, name) < 0) return -1;
     hid_t type = H5Dget_type(did);
-    if (type < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    if (type < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == size && H5Tget_sign(type) == sign;
-    h5_type_name(type, tn, sizeof tn);
+    h5safe_type_name(type, tn, sizeof tn);
     H5Tclose(type);
     if (!ok)
         return error_set("%s: dataset %s has type %s, expected %s%zu", ts->path, name, tn,
                          sign == H5T_SGN_NONE ? "uint" : "int", 8 * size);
     hid_t space = H5Dget_space(did);
-    if (space < 0) return error_set("%s: %s: %s", ts->path, name, h5_last_error(e));
+    if (space < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
     int ndim = H5Sget_simple_extent_ndims(space);
     hsize_t dims[H5S_MAX_RANK];
     if (ndim == 1) H5Sget_simple_extent_dims(space, dims, NULL);
@@ -139,88 +104,30 @@ static int ts_open_dataset(trainset *ts, const char *name, size_t size, H5T_sign
     return 0;
 }
 
-// Read a scalar (or one-element) integer attribute of the root group; 0 = absent (*found = 0).
-static int ts_read_int_attr(trainset *ts, hid_t root, const char *name, int64_t *value, int *found) {
-    char e[256], tn[64];
-    *found = 0;
+// Open attribute name of the root group: 0 with *a = -1 when it is absent.
+static int ts_open_attr(trainset *ts, hid_t root, const char *name, hid_t *a) {
+    char e[256];
+    *a = -1;
     htri_t exists = H5Aexists(root, name);
-    if (exists < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
+    if (exists < 0) return error_set("%s: attribute '%s': %s", ts->path, name, h5safe_error(e));
     if (exists == 0) return 0;
-    hid_t a = H5Aopen(root, name, H5P_DEFAULT);
-    if (a < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
-    int rc = 0;
-    if (type < 0 || space < 0) {
-        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    } else if (H5Tget_class(type) != H5T_INTEGER) {
-        rc = error_set("%s: attribute %s has type %s, expected an integer", ts->path, name,
-                       h5_type_name(type, tn, sizeof tn));
-    } else if (H5Sget_simple_extent_npoints(space) != 1) {
-        rc = error_set("%s: attribute %s has %lld values, expected 1", ts->path, name,
-                       (long long)H5Sget_simple_extent_npoints(space));
-    } else if (H5Aread(a, H5T_NATIVE_INT64, value) < 0) {
-        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    } else {
-        *found = 1;
-    }
-    if (space >= 0) H5Sclose(space);
-    if (type >= 0) H5Tclose(type);
-    H5Aclose(a);
-    return rc;
+    *a = H5Aopen(root, name, H5P_DEFAULT);
+    if (*a < 0) return error_set("%s: attribute '%s': %s", ts->path, name, h5safe_error(e));
+    return 0;
 }
 
-// Read a string attribute (fixed or variable length) of the root group into out[n]; absent = "".
-static int ts_read_str_attr(trainset *ts, hid_t root, const char *name, char *out, size_t n) {
-    char e[256], tn[64];
-    out[0] = '\0';
-    htri_t exists = H5Aexists(root, name);
-    if (exists < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    if (exists == 0) return 0;
-    hid_t a = H5Aopen(root, name, H5P_DEFAULT);
-    if (a < 0) return error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    hid_t type = H5Aget_type(a);
-    int rc = 0;
-    if (type < 0) {
-        rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-    } else if (H5Tget_class(type) != H5T_STRING) {
-        rc = error_set("%s: attribute %s has type %s, expected a string", ts->path, name,
-                       h5_type_name(type, tn, sizeof tn));
-    } else if (H5Tis_variable_str(type) > 0) {
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
-        H5Tset_cset(mt, H5Tget_cset(type));
-        char *s = NULL;
-        if (H5Aread(a, mt, &s) < 0) rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-        else if (s) snprintf(out, n, "%s", s);
-        if (s) H5free_memory(s);
-        H5Tclose(mt);
-    } else {
-        size_t size = H5Tget_size(type);
-        char *buf = xcalloc(size + 1, 1);
-        hid_t mt = H5Tcopy(type);
-        if (H5Aread(a, mt, buf) < 0) rc = error_set("%s: attribute %s: %s", ts->path, name, h5_last_error(e));
-        else snprintf(out, n, "%s", buf);
-        H5Tclose(mt);
-        free(buf);
-    }
-    if (type >= 0) H5Tclose(type);
-    H5Aclose(a);
-    return rc;
-}
-
+// The attributes the validation needs: vocab_size and format_version (stored in the root group's
+// header; no global heap is touched).
 static int ts_read_attrs(trainset *ts) {
     char e[256];
     hid_t root = H5Gopen2((hid_t)ts->file, "/", H5P_DEFAULT);
-    if (root < 0) return error_set("%s: cannot open the root group: %s", ts->path, h5_last_error(e));
-    int found_vocab = 0, found_version = 0, rc = 0;
-    if (ts_read_int_attr(ts, root, "vocab_size", &ts->vocab_size, &found_vocab) < 0 ||
-        ts_read_int_attr(ts, root, "format_version", &ts->format_version, &found_version) < 0 ||
-        ts_read_str_attr(ts, root, "tokenizer", ts->tokenizer, sizeof ts->tokenizer) < 0)
-        rc = -1;
+    if (root < 0) return error_set("%s: cannot open the root group: %s", ts->path, h5safe_error(e));
+    int rc = h5safe_root_attr_int(root, ts->path, "vocab_size", &ts->vocab_size, 1) < 0 ||
+                     h5safe_root_attr_int(root, ts->path, "format_version", &ts->format_version, 1) < 0
+                 ? -1
+                 : 0;
     H5Gclose(root);
     if (rc < 0) return -1;
-    if (!found_vocab) return error_set("%s: missing root attribute vocab_size", ts->path);
-    if (!found_version) return error_set("%s: missing root attribute format_version", ts->path);
     if (ts->format_version != TRAINSET_FORMAT_VERSION)
         return error_set("%s: attribute format_version = %lld, this program reads version %d", ts->path,
                          (long long)ts->format_version, TRAINSET_FORMAT_VERSION);
@@ -228,6 +135,19 @@ static int ts_read_attrs(trainset *ts) {
         return error_set("%s: attribute vocab_size = %lld, expected a positive number", ts->path,
                          (long long)ts->vocab_size);
     return 0;
+}
+
+// The optional tokenizer string, read last, once the rest of the file validated: a fixed-length
+// string from the attribute itself, a legacy variable-length one in a child process (h5safe.h).
+static int ts_read_tokenizer(trainset *ts) {
+    char e[256];
+    hid_t root = H5Gopen2((hid_t)ts->file, "/", H5P_DEFAULT), a = -1;
+    if (root < 0) return error_set("%s: cannot open the root group: %s", ts->path, h5safe_error(e));
+    int rc = ts_open_attr(ts, root, "tokenizer", &a);
+    if (rc == 0 && a >= 0) rc = h5safe_attr_str(a, ts->path, "tokenizer", ts->tokenizer, sizeof ts->tokenizer);
+    if (a >= 0) H5Aclose(a);
+    H5Gclose(root);
+    return rc;
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -246,12 +166,12 @@ static int64_t sorted_find(const int64_t *pos, int64_t n, int64_t v) {
     return lo;
 }
 
-// "K of N samples rejected (not used): A whose offsets do not increase, B with ids outside [0, V),
-// C with fewer than M loss tokens", naming only the reasons that occur.
-static const char *ts_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n) {
-    int64_t rejected = ts->rejected_offsets + ts->rejected_ids + ts->rejected_short;
-    int m = snprintf(buf, n, "%lld of %lld samples rejected (not used):", (long long)rejected, (long long)ts->n_raw);
-    const char *sep = " ";
+// "A whose offsets do not increase, B with ids outside [0, V), C with fewer than M loss tokens",
+// naming only the reasons that occur.
+const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n) {
+    int m = 0;
+    const char *sep = "";
+    buf[0] = '\0';
     if (ts->rejected_offsets > 0 && m < (int)n) {
         m += snprintf(buf + m, n - (size_t)m, "%s%lld whose offsets do not increase", sep, (long long)ts->rejected_offsets);
         sep = ", ";
@@ -290,12 +210,12 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         int64_t len = ts->n_tokens - c0 < TS_READ_CHUNK ? ts->n_tokens - c0 : TS_READ_CHUNK;
         if (h5_read_range((hid_t)ts->d_tokens, H5T_NATIVE_INT32, c0, len, tok) < 0) {
             rc = error_set("%s: reading /tokens [%lld, %lld): %s", ts->path, (long long)c0,
-                           (long long)(c0 + len), h5_last_error(e));
+                           (long long)(c0 + len), h5safe_error(e));
             goto done;
         }
         if (h5_read_range((hid_t)ts->d_mask, H5T_NATIVE_UINT8, c0, len, msk) < 0) {
             rc = error_set("%s: reading /loss_mask [%lld, %lld): %s", ts->path, (long long)c0,
-                           (long long)(c0 + len), h5_last_error(e));
+                           (long long)(c0 + len), h5safe_error(e));
             goto done;
         }
         for (int64_t k = 0; k < len; k++) {
@@ -339,8 +259,9 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     }
     if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0) {
         char why[512];
-        log_warn("%s: %s%s", ts->path, ts_rejected_str(ts, min_loss_tokens, why, sizeof why),
-                 ts->n == 0 ? "; no sample is usable" : "");
+        log_warn("%s: %lld of %lld samples rejected (not used): %s%s", ts->path,
+                 (long long)(ts->rejected_offsets + ts->rejected_ids + ts->rejected_short), (long long)ts->n_raw,
+                 trainset_rejected_str(ts, min_loss_tokens, why, sizeof why), ts->n == 0 ? "; no sample is usable" : "");
     }
 done:
     free(pos);
@@ -359,7 +280,7 @@ static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
         if (!file_has_hdf5_signature(path)) return error_set("%s: not an HDF5 file", path);
-        return error_set("%s: cannot open as HDF5: %s", path, h5_last_error(e));
+        return error_set("%s: cannot open as HDF5: %s", path, h5safe_error(e));
     }
     ts->file = f;
 
@@ -379,7 +300,7 @@ static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens
         if (!ts->offsets)
             rc = error_set("%s: out of memory reading /offsets (%lld elements)", path, (long long)n_off);
         else if (h5_read_range((hid_t)d_off, H5T_NATIVE_INT64, 0, n_off, ts->offsets) < 0)
-            rc = error_set("%s: reading /offsets: %s", path, h5_last_error(e));
+            rc = error_set("%s: reading /offsets: %s", path, h5safe_error(e));
     }
     h5_close_dataset(&d_off);
     if (rc < 0) return -1;
@@ -388,17 +309,25 @@ static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens
             return error_set("%s: dataset /offsets: offsets[%lld] = %lld is outside [0, %lld] (the "
                              "length of /tokens)", path, (long long)i, (long long)ts->offsets[i],
                              (long long)ts->n_tokens);
-    if (ts_read_attrs(ts) < 0) return -1;
-    return ts_validate(ts, min_loss_tokens);
+    // every token belongs to the sample space: none before the first offset or after the last
+    if (ts->offsets[0] != 0)
+        return error_set("%s: dataset /offsets: offsets[0] = %lld, expected 0 (tokens before it would belong "
+                         "to no sample)", path, (long long)ts->offsets[0]);
+    if (ts->offsets[n_off - 1] != ts->n_tokens)
+        return error_set("%s: dataset /offsets: the last offset, offsets[%lld] = %lld, is not the length of "
+                         "/tokens (%lld): the tokens after it would belong to no sample", path,
+                         (long long)(n_off - 1), (long long)ts->offsets[n_off - 1], (long long)ts->n_tokens);
+    if (ts_read_attrs(ts) < 0 || ts_validate(ts, min_loss_tokens) < 0) return -1;
+    return ts_read_tokenizer(ts);
 }
 
 int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens) {
     memset(ts, 0, sizeof *ts);
     ts->file = ts->d_tokens = ts->d_mask = -1;
     ts->path = xstrdup(path);
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = ts_open_quiet(ts, path, min_loss_tokens);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
     if (rc < 0) trainset_close(ts);
     return rc;
 }
@@ -413,25 +342,25 @@ int trainset_read(trainset *ts, int64_t i, int32_t *tokens, uint8_t *mask) {
     if (i < 0 || i >= ts->n)
         return error_set("%s: sample %lld out of range [0, %lld)", ts->path, (long long)i, (long long)ts->n);
     int64_t r = ts->index[i], a = ts->offsets[r], len = ts->offsets[r + 1] - a;
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = 0;
     if (tokens && h5_read_range((hid_t)ts->d_tokens, H5T_NATIVE_INT32, a, len, tokens) < 0)
-        rc = error_set("%s: reading sample %lld from /tokens: %s", ts->path, (long long)r, h5_last_error(e));
+        rc = error_set("%s: reading sample %lld from /tokens: %s", ts->path, (long long)r, h5safe_error(e));
     if (rc == 0 && mask && h5_read_range((hid_t)ts->d_mask, H5T_NATIVE_UINT8, a, len, mask) < 0)
         rc = error_set("%s: reading sample %lld from /loss_mask: %s", ts->path, (long long)r,
-                       h5_last_error(e));
-    h5_quiet_end(q);
+                       h5safe_error(e));
+    h5safe_quiet_end(q);
     if (rc == 0 && mask)
         for (int64_t k = 0; k < len; k++) mask[k] = mask[k] != 0;
     return rc;
 }
 
 void trainset_close(trainset *ts) {
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     h5_close_dataset(&ts->d_tokens);
     h5_close_dataset(&ts->d_mask);
     h5_close_file(&ts->file);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
     free(ts->path);
     free(ts->offsets);
     free(ts->index);
@@ -475,7 +404,7 @@ static int tw_flush_tokens(trainset_writer *w) {
     int64_t have = w->n_tokens - w->buf_n;
     if (tw_append_dataset((hid_t)w->d_tokens, H5T_NATIVE_INT32, have, w->buf_n, w->buf_tokens) < 0 ||
         tw_append_dataset((hid_t)w->d_mask, H5T_NATIVE_UINT8, have, w->buf_n, w->buf_mask) < 0)
-        return error_set("%s: writing tokens: %s", w->tmp_path, h5_last_error(e));
+        return error_set("%s: writing tokens: %s", w->tmp_path, h5safe_error(e));
     w->buf_n = 0;
     return 0;
 }
@@ -485,7 +414,7 @@ static int tw_flush_offsets(trainset_writer *w) {
     char e[256];
     int64_t have = w->n_samples + 1 - w->buf_noff;
     if (tw_append_dataset((hid_t)w->d_offsets, H5T_NATIVE_INT64, have, w->buf_noff, w->buf_offsets) < 0)
-        return error_set("%s: writing offsets: %s", w->tmp_path, h5_last_error(e));
+        return error_set("%s: writing offsets: %s", w->tmp_path, h5safe_error(e));
     w->buf_noff = 0;
     return 0;
 }
@@ -499,17 +428,24 @@ static herr_t tw_write_int_attr(hid_t root, const char *name, int64_t v) {
     return rc;
 }
 
-// A variable-length UTF-8 string (what h5py writes for a Python str, read back as str).
+// A fixed-length UTF-8 string (null-padded, at least one byte): stored in the attribute itself, so
+// reading it never touches the file's global heap (h5safe.h; h5py reads it as bytes).
 static herr_t tw_write_str_attr(hid_t root, const char *name, const char *s) {
+    size_t len = strlen(s);
     hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    hid_t space = H5Screate(H5S_SCALAR);
+    herr_t rc = type < 0 ? -1 : 0;
+    if (rc == 0 && (H5Tset_size(type, len > 0 ? len : 1) < 0 || H5Tset_strpad(type, H5T_STR_NULLPAD) < 0 ||
+                    H5Tset_cset(type, H5T_CSET_UTF8) < 0))
+        rc = -1;
+    hid_t space = rc < 0 ? -1 : H5Screate(H5S_SCALAR);
     hid_t a = space < 0 ? -1 : H5Acreate2(root, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, type, &s);
+    char *buf = xcalloc(len + 1, 1);
+    memcpy(buf, s, len);
+    rc = a < 0 ? -1 : H5Awrite(a, type, buf);
+    free(buf);
     if (a >= 0) H5Aclose(a);
     if (space >= 0) H5Sclose(space);
-    H5Tclose(type);
+    if (type >= 0) H5Tclose(type);
     return rc;
 }
 
@@ -541,11 +477,11 @@ int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_siz
     w->max_id = -1;
     snprintf(w->tokenizer, sizeof w->tokenizer, "%s", tokenizer ? tokenizer : "");
 
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = 0;
     hid_t f = H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) {
-        rc = error_set("%s: cannot create: %s", w->tmp_path, h5_last_error(e));
+        rc = error_set("%s: cannot create: %s", w->tmp_path, h5safe_error(e));
         free(w->tmp_path); // nothing was created: do not unlink a file of that name
         w->tmp_path = NULL;
     } else {
@@ -553,10 +489,10 @@ int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_siz
         w->d_tokens = tw_create_dataset(f, "/tokens", H5T_STD_I32LE);
         w->d_mask = w->d_tokens < 0 ? -1 : tw_create_dataset(f, "/loss_mask", H5T_STD_U8LE);
         w->d_offsets = w->d_mask < 0 ? -1 : tw_create_dataset(f, "/offsets", H5T_STD_I64LE);
-        if (w->d_offsets < 0) rc = error_set("%s: creating datasets: %s", w->tmp_path, h5_last_error(e));
+        if (w->d_offsets < 0) rc = error_set("%s: creating datasets: %s", w->tmp_path, h5safe_error(e));
     }
     if (rc < 0) tw_cleanup(w, 1);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
     if (rc < 0) return -1;
     w->buf_cap = TS_WRITE_BUF;
     w->buf_cap_off = TS_WRITE_BUF_OFF;
@@ -602,10 +538,10 @@ static int tw_append(trainset_writer *w, const int32_t *tokens, const uint8_t *m
 
 int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint8_t *mask, int64_t n) {
     if (w->file <= 0) return error_set("trainset writer: append after close or a failed call");
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = tw_append(w, tokens, mask, n);
     if (rc < 0) tw_cleanup(w, 1);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
     return rc;
 }
 
@@ -619,7 +555,7 @@ static int tw_close(trainset_writer *w) {
                     tw_write_int_attr(root, "format_version", TRAINSET_FORMAT_VERSION) < 0 ||
                     tw_write_str_attr(root, "tokenizer", w->tokenizer) < 0))
         rc = -1;
-    if (rc < 0) error_set("%s: writing attributes: %s", w->tmp_path, h5_last_error(e));
+    if (rc < 0) error_set("%s: writing attributes: %s", w->tmp_path, h5safe_error(e));
     if (root >= 0) H5Gclose(root);
     if (rc < 0) return -1;
     h5_close_dataset(&w->d_tokens);
@@ -627,7 +563,7 @@ static int tw_close(trainset_writer *w) {
     h5_close_dataset(&w->d_offsets);
     herr_t closed = H5Fclose((hid_t)w->file);
     w->file = -1;
-    if (closed < 0) return error_set("%s: closing: %s", w->tmp_path, h5_last_error(e));
+    if (closed < 0) return error_set("%s: closing: %s", w->tmp_path, h5safe_error(e));
     int fd = open(w->tmp_path, O_RDONLY);
     if (fd < 0 || fsync(fd) != 0) {
         int err = errno;
@@ -652,11 +588,11 @@ static int tw_close(trainset_writer *w) {
 
 int trainset_writer_close(trainset_writer *w) {
     if (w->file <= 0) return error_set("trainset writer: close after close or a failed call");
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     int rc = tw_close(w);
     int64_t n_samples = w->n_samples, n_tokens = w->n_tokens, vocab = w->vocab_size;
     tw_cleanup(w, rc < 0);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
     if (rc == 0) { // the summary stays readable
         w->n_samples = n_samples;
         w->n_tokens = n_tokens;
@@ -666,7 +602,7 @@ int trainset_writer_close(trainset_writer *w) {
 }
 
 void trainset_writer_abort(trainset_writer *w) {
-    h5_quiet_state q = h5_quiet_begin();
+    h5safe_quiet q = h5safe_quiet_begin();
     tw_cleanup(w, 1);
-    h5_quiet_end(q);
+    h5safe_quiet_end(q);
 }

@@ -3,16 +3,22 @@
 //   /tokens    int32 [N]    all samples' token ids, concatenated
 //   /offsets   int64 [n+1]  sample i is tokens[offsets[i]:offsets[i+1]]
 //   /loss_mask uint8 [N]    1 = a token the drafter is trained on (assistant turns)
-//   attributes on the root: vocab_size (int64), format_version (int64, = 1), tokenizer (string)
+//   attributes on the root: vocab_size (int64), format_version (int64, = 1), tokenizer (string;
+//   written as a fixed-length UTF-8 string, a variable-length one of older files is read too)
 //
 // Datasets are chunked (readable by h5py and by partial reads). Opening reads the offsets, then
 // streams through tokens and mask once to validate every sample; a sample is rejected (counted,
 // one warning line with the counts) when its offsets do not increase, an id is outside
 // [0, vocab_size), or it has fewer than min_loss_tokens tokens with loss_mask = 1. A file that is
-// not HDF5, lacks a dataset, has a dataset of the wrong type or rank, or whose offsets run outside
-// /tokens is an error naming the dataset; so is a missing vocab_size or format_version attribute or
-// a format_version other than 1 (tokenizer is optional: "" when absent).
+// not HDF5, lacks a dataset, has a dataset of the wrong type or rank, a virtual dataset or one with
+// external storage (its data would come from other files), offsets that run outside /tokens, a
+// first offset other than 0 or a last one other than the length of /tokens (tokens no sample
+// holds) is an error naming the dataset; so is a missing vocab_size or format_version attribute, a
+// format_version other than 1, or an attribute whose type, size or storage is wrong (tokenizer is
+// optional: "" when absent). Attributes are read defensively (h5safe.h): a corrupt legacy
+// variable-length tokenizer is an error naming the file, never a crash.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #define TRAINSET_FORMAT_VERSION 1
@@ -35,6 +41,9 @@ typedef struct {
 // trainset_open: -1 with error_set when the file is unusable (see above). Zero usable samples is
 // not an error here (the caller decides).
 int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens);
+// trainset_rejected_str: the reasons samples were rejected, "3 whose offsets do not increase, 2 with
+// ids outside [0, V), 1 with fewer than M loss tokens" (those that occur; "" for none), into buf.
+const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n);
 // trainset_len: length of usable sample i (0 <= i < ts->n).
 int64_t trainset_len(const trainset *ts, int64_t i);
 // trainset_read: usable sample i into tokens[len] and mask[len] (either may be NULL); -1 on I/O error.
