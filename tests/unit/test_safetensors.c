@@ -17,6 +17,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "common/core/half.h"
 #include "common/data/safetensors.h"
 #include "testing.h"
 
@@ -220,6 +221,39 @@ static void test_valid_by_hand(void) {
     CHECK(f.n == 2 && strcmp(f.entries[0].name, "hi") == 0);
     const st_entry *e = safetensors_find(&f, "hi");
     CHECK(e && e->dt == DT_U16 && e->nbytes == 4 && memcmp(e->data, data + 2, 4) == 0);
+    safetensors_close(&f);
+}
+
+// An odd header length (valid: Python's safetensors loads it) leaves every tensor's data at an odd
+// file offset, and an F32 after a 6-byte BF16 is misaligned whatever the header: the reader hands
+// out aligned copies, so in-place loads of the element type (what convert_to_f32 and the CPU
+// backend do; UBSan checks them in the sanitizer build) read the right values.
+static void test_misaligned(void) {
+    char h[256];
+    const char *body = "{" ENT("w", "BF16", "[3]", 0, 6) "," ENT("f", "F32", "[2]", 6, 14) ","
+                       ENT("h", "F16", "[1]", 14, 16) "}";
+    snprintf(h, sizeof h, "%s%s", body, strlen(body) % 2 ? "" : " "); // odd length
+    size_t hl = strlen(h);
+    CHECK(hl % 2 == 1);
+    unsigned char data[16];
+    uint16_t w[3] = {bf16_from_f32(1.5f), bf16_from_f32(-2.0f), bf16_from_f32(3.0f)}, hh = f16_from_f32(0.5f);
+    float fv[2] = {0.25f, 7.0f};
+    memcpy(data, w, 6);
+    memcpy(data + 6, fv, 8);
+    memcpy(data + 14, &hh, 2);
+    const char *path = write_raw("odd.safetensors", hl, h, hl, data, sizeof data);
+    st_file f;
+    CHECK(safetensors_open(&f, path) == 0);
+    if (f.n != 3) return;
+    for (int i = 0; i < f.n; i++) CHECK((uintptr_t)f.entries[i].data % dtype_size(f.entries[i].dt) == 0);
+    const st_entry *ew = safetensors_find(&f, "w"), *ef = safetensors_find(&f, "f"), *eh = safetensors_find(&f, "h");
+    float out[3] = {0};
+    CHECK(ew && convert_to_f32(out, ew->data, ew->dt, 3) == 0);
+    CHECK(out[0] == 1.5f && out[1] == -2.0f && out[2] == 3.0f);
+    const float *in_place = ef ? (const float *)ef->data : NULL;
+    CHECK(in_place && in_place[0] == 0.25f && in_place[1] == 7.0f);
+    CHECK(eh && convert_to_f32(out, eh->data, eh->dt, 1) == 0 && out[0] == 0.5f);
+    CHECK(memcmp(ew->data, data, 6) == 0 && memcmp(ef->data, data + 6, 8) == 0);
     safetensors_close(&f);
 }
 
@@ -626,6 +660,7 @@ static void test_c_fixture(void) {
 int main(void) {
     test_round_trip();
     test_valid_by_hand();
+    test_misaligned();
     test_malformed();
     test_dirs();
     test_writer_failures();

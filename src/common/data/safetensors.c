@@ -65,6 +65,7 @@ static void st_file_free(st_file *f) {
     }
     free(f->meta_keys);
     free(f->meta_values);
+    free(f->aligned);
     if (f->map) munmap(f->map, f->size);
     free(f->path);
     memset(f, 0, sizeof *f);
@@ -239,6 +240,31 @@ static int st_check_layout(const st_file *f, size_t data_size) {
     return rc;
 }
 
+// Entries whose data is not aligned to their element size (an odd header length, or a writer that
+// does not order tensors by element size) get a copy in one aligned buffer: in place, a uint16_t
+// or float load from them would be undefined behaviour (UBSan aborts; some CPUs trap).
+static int st_align_entries(st_file *f) {
+    size_t need = 0;
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = &f->entries[i];
+        if ((uintptr_t)e->data % dtype_size(e->dt) != 0) need += (e->nbytes + 63) & ~(size_t)63;
+    }
+    if (need == 0) return 0;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, need) != 0)
+        return error_set("%s: out of memory copying %zu bytes of misaligned tensor data to aligned memory", f->path,
+                         need);
+    char *buf = f->aligned = mem;
+    for (int i = 0; i < f->n; i++) {
+        st_entry *e = &f->entries[i];
+        if ((uintptr_t)e->data % dtype_size(e->dt) == 0) continue;
+        memcpy(buf, e->data, e->nbytes);
+        e->data = buf;
+        buf += (e->nbytes + 63) & ~(size_t)63;
+    }
+    return 0;
+}
+
 // Parses and validates the header of the mapped file f.
 static int st_parse(st_file *f) {
     const unsigned char *p = f->map;
@@ -303,6 +329,7 @@ static int st_parse(st_file *f) {
         if (st_parse_entry(f, item, e, data_size) != 0) goto done;
     }
     rc = st_check_layout(f, data_size);
+    if (rc == 0) rc = st_align_entries(f);
 done:
     cJSON_Delete(root);
     free(text);

@@ -21,8 +21,9 @@
 //
 // Alignment: files written by the Python/Rust package and by this writer pad the header to a
 // multiple of 8 bytes and place tensors by decreasing element size, so entry data is aligned to its
-// element size. Other writers may leave data misaligned; such files are accepted, so code reading
-// elements in place from a file of unknown origin should check the alignment (or memcpy).
+// element size. Other writers may leave data misaligned (an odd header length is valid): such files
+// are accepted, and every entry whose data is not aligned to its element size is copied at open
+// into an aligned buffer the st_file owns, so entry data can always be read in place as its dtype.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +48,7 @@ typedef struct {
     st_entry *entries;
     int n_meta;        // __metadata__ pairs
     char **meta_keys, **meta_values;
+    void *aligned;     // copies of the entries whose data in the file is misaligned (NULL: none)
 } st_file;
 
 // safetensors_open: map and validate path. -1 with error_set on any problem (file untouched).

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# test_fuzz_files.sh: hostile data files never crash a tool. With a fixed seed, a few hundred
+# mutants of real files go through real consumers:
+#   safetensors  the model.safetensors of a tiny target: header JSON mutated (dtypes, shapes,
+#                offsets, keys, names, metadata, stray bytes), the length field changed (an odd,
+#                padded header length is valid and must load), data truncated or extended; read by
+#                `dflash_tool inspect` and, every other one, loaded and run by `teacher-dump`
+#   training set a make-data set (fixed-length tokenizer) and a legacy one written by h5py with a
+#                variable-length tokenizer in the global heap (GCOL block): bytes flipped in the
+#                metadata and anywhere, 0xbb at every byte of the heap block's header and first
+#                object, truncations; read by `dflash_tool inspect` and, some, by a
+#                `dflash_rank --mode dump-features` run (opens the set and reads every sample)
+# Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
+# a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
+source "$DFLASH_SRC/tests/cli/lib.sh"
+T=$BUILD/dflash_tool
+R=$BUILD/dflash_rank
+PY=/usr/bin/python3 # Debian's, with numpy and h5py (no PyPI packages)
+if ! $PY -c 'import h5py, numpy' 2>/dev/null; then
+  echo "test_fuzz_files: $PY lacks h5py/numpy (scripts/install-deps.sh installs python3-h5py)" >&2
+  exit 1
+fi
+
+# ---------------------------------------------------------------- the real files
+"$T" make-target "$TMP/tgt" --arch qwen3 --layers 2 --hidden 32 --heads 2 --kv-heads 1 --vocab 100 \
+  --max-positions 64 --seed 3 >/dev/null 2>&1 || bad "make-target"
+"$T" make-data "$TMP/set.h5" --target "$TMP/tgt" --samples 6 --prompt-len 4 --gen-len 12 --seed 1 >/dev/null 2>&1 ||
+  bad "make-data"
+echo '{"sequences": [[1, 2, 3, 4, 5, 6, 7, 8]]}' >"$TMP/toks.json"
+# the legacy file: the same samples, the tokenizer a variable-length string (h5py's default for str)
+$PY - "$TMP/set.h5" "$TMP/legacy.h5" <<'PYEOF' || bad "legacy training set"
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
+    for k in ("tokens", "loss_mask", "offsets"):
+        g.create_dataset(k, data=f[k][...], chunks=True, maxshape=(None,))
+    g.attrs["vocab_size"] = f.attrs["vocab_size"]
+    g.attrs["format_version"] = f.attrs["format_version"]
+    g.attrs["tokenizer"] = "legacy/" + f.attrs["tokenizer"].decode()
+assert open(sys.argv[2], "rb").read().find(b"GCOL") > 0, "no global heap in the legacy file"
+PYEOF
+# the unmutated files pass every consumer (so a refusal below is the mutation's doing)
+expect_ok "inspect the target's weights" "$T" inspect "$TMP/tgt/model.safetensors"
+expect_ok "teacher-dump" "$T" teacher-dump "$TMP/tgt" "$TMP/toks.json" "$TMP/dump.st" --layers 0,1 --topk 4 --device cpu
+expect_ok "inspect the set" "$T" inspect "$TMP/set.h5"
+expect_ok "inspect the legacy set" "$T" inspect "$TMP/legacy.h5"
+grep -q 'tokenizer = "legacy/random-prompts' "$TMP/out" && ok || bad "legacy tokenizer not read: $(cat "$TMP/out")"
+
+# ---------------------------------------------------------------- mutate and run
+mkdir -p "$TMP/m"
+SECONDS=0
+$PY - "$TMP" "$T" "$R" <<'PYEOF'
+import json, os, random, shutil, struct, subprocess, sys
+
+tmp, tool, rank = sys.argv[1:4]
+rng = random.Random(1414)
+counts = {"ran": 0, "accepted": 0, "refused": 0, "heap": 0}
+failures = []
+BAD_WORDS = ("runtime error", "AddressSanitizer", "LeakSanitizer", "Segmentation", "core dumped")
+
+
+def run(what, cmd, leaks=True):
+    env = dict(os.environ)
+    if not leaks:  # Open MPI's plugins leak at MPI_Finalize (tests/cli/lib.sh)
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    p = subprocess.run(["timeout", "20"] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    err = p.stderr.decode(errors="replace")
+    text = err + p.stdout.decode(errors="replace")
+    n_err = sum(1 for line in err.splitlines() if "error:" in line)
+    counts["ran"] += 1
+    why = None
+    if p.returncode == 124:
+        why = "hang (timeout 20 s)"
+    elif p.returncode >= 128 or p.returncode < 0:
+        why = "signal (exit %d)" % p.returncode
+    elif any(w in text for w in BAD_WORDS):
+        why = "sanitizer report or crash"
+    elif p.returncode != 0 and n_err != 1:
+        why = "exit %d with %d error lines" % (p.returncode, n_err)
+    if why:
+        failures.append("%s: %s\n  %s\n%s" % (what, why, " ".join(cmd), "\n".join(err.splitlines()[-8:])))
+    counts["accepted" if p.returncode == 0 else "refused"] += 1
+    counts["heap"] += "from the global heap" in err  # a corrupt heap met by the child process (h5safe.h)
+
+
+# ---- safetensors
+model = open(os.path.join(tmp, "tgt", "model.safetensors"), "rb").read()
+hlen = struct.unpack("<Q", model[:8])[0]
+header = json.loads(model[8:8 + hlen])
+data = model[8 + hlen:]
+names = [k for k in header if k != "__metadata__"]
+DTYPES = ["F32", "F16", "BF16", "F64", "I8", "U8", "I32", "I64", "BOOL", "F8", "bf16", "", 7, None]
+ODD_VALUES = [-1, 0, 1, 2**31, 2**53, 2**53 + 1, 2**64, 1.5, "3", None, [], {}, True]
+
+
+def mutate_header():
+    h = json.loads(json.dumps(header))
+    name = rng.choice(names)
+    e = h[name]
+    k = rng.randrange(12)
+    if k == 0:
+        e["dtype"] = rng.choice(DTYPES)
+    elif k == 1 and e["shape"]:
+        d = rng.randrange(len(e["shape"]))
+        e["shape"][d] = rng.choice(ODD_VALUES + [e["shape"][d] + 1, e["shape"][d] - 1])
+    elif k == 2:
+        e["shape"] = rng.choice([[], [1] * 9, e["shape"] + [1], e["shape"][::-1], "x", [0]])
+    elif k == 3:
+        i = rng.randrange(2)
+        e["data_offsets"][i] = rng.choice(ODD_VALUES + [e["data_offsets"][i] + rng.choice([-2, -1, 1, 2])])
+    elif k == 4:
+        e["data_offsets"] = rng.choice([e["data_offsets"][::-1], [0], [0, 0, 0], "0,1", None])
+    elif k == 5:
+        del e[rng.choice(["dtype", "shape", "data_offsets"])]
+    elif k == 6:
+        del h[name]
+    elif k == 7:
+        h[name + ".x"] = h.pop(name)
+    elif k == 8:
+        other = rng.choice(names)
+        e["data_offsets"] = list(h[other]["data_offsets"])
+    elif k == 9:
+        h["__metadata__"] = rng.choice([{"format": 5}, [], "pt", {"a": None}, None])
+    elif k == 10:
+        h[name] = rng.choice([[], 5, "t", None])
+    else:
+        e["extra"] = rng.choice(ODD_VALUES)
+    return json.dumps(h, separators=(",", ":")).encode()
+
+
+def st_mutant():
+    k = rng.randrange(10)
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    if k <= 3:
+        hb = mutate_header()
+    elif k == 4:  # stray bytes in the header text
+        hb = bytearray(hb)
+        for _ in range(rng.randrange(1, 4)):
+            hb[rng.randrange(len(hb))] = rng.choice(b'{}[]",:0 \x00\xff\\')
+        hb = bytes(hb)
+    elif k == 5:  # duplicate key, as text
+        n = rng.choice(names)
+        hb = hb[:-1] + b',"' + n.encode() + b'":' + json.dumps(header[n]).encode() + b"}"
+    elif k == 6:  # padding: an odd (valid) or any header length
+        hb = hb + b" " * rng.randrange(0, 9)
+    length = len(hb)
+    body = data
+    if k == 7:
+        length = rng.choice([0, 1, 7, length - 1, length + 1, len(model), 2**40, 2**64 - 1])
+    elif k == 8:
+        body = data[:rng.randrange(len(data) + 1)]
+    elif k == 9:
+        body = data + bytes(rng.randrange(1, 9))
+    return struct.pack("<Q", length) + hb + body
+
+
+tdir = os.path.join(tmp, "m", "tgt")
+os.makedirs(tdir, exist_ok=True)
+shutil.copy(os.path.join(tmp, "tgt", "config.json"), tdir)
+N_ST = 160
+for i in range(N_ST):
+    path = os.path.join(tdir, "model.safetensors")
+    with open(path, "wb") as f:
+        f.write(st_mutant())
+    run("safetensors mutant %d (inspect)" % i, [tool, "inspect", path])
+    if i % 2 == 0:
+        run("safetensors mutant %d (teacher-dump)" % i,
+            [tool, "teacher-dump", tdir, os.path.join(tmp, "toks.json"), os.path.join(tmp, "m", "dump.st"),
+             "--layers", "0,1", "--topk", "4", "--device", "cpu"])
+n_st = counts["ran"]
+
+# ---- training sets
+sets = {name: open(os.path.join(tmp, name), "rb").read() for name in ("set.h5", "legacy.h5")}
+gcol = sets["legacy.h5"].find(b"GCOL")
+
+
+def h5_mutant(i):
+    name = "legacy.h5" if i % 3 == 0 else "set.h5"
+    b = bytearray(sets[name])
+    if name == "legacy.h5" and i // 3 < 48:  # 0xbb at each byte of the heap header and first object
+        b[gcol + i // 3] = 0xBB
+        return name, b
+    k = rng.randrange(8)
+    if k == 0:  # truncated
+        return name, b[:rng.randrange(len(b))]
+    if name == "legacy.h5" and k == 1:  # anywhere in the heap block
+        b[gcol + rng.randrange(4096)] = rng.randrange(256)
+        return name, b
+    for _ in range(rng.randrange(1, 4)):  # metadata (the first 8 KiB) mostly, or anywhere
+        at = rng.randrange(8192) if rng.random() < 0.8 else rng.randrange(len(b))
+        b[at] = rng.choice([0x00, 0xFF, 0xBB, b[at] ^ (1 << rng.randrange(8)), rng.randrange(256)])
+    return name, b
+
+
+N_H5 = 180
+dump_every = 12
+for i in range(N_H5):
+    name, b = h5_mutant(i)
+    path = os.path.join(tmp, "m", "ts_%03d.h5" % i)
+    with open(path, "wb") as f:
+        f.write(b)
+    run("%s mutant %d (inspect)" % (name, i), [tool, "inspect", path])
+    if i % dump_every == 1:
+        run("%s mutant %d (dump-features)" % (name, i),
+            [rank, "--mode", "dump-features", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"),
+             "--target.layer_ids=0,1", "--drafter.block_size=2", "--data.path=" + path, "--teacher.topk=4",
+             "--features.dir=" + os.path.join(tmp, "m", "feat_%03d" % i), "--run.dir=" + os.path.join(tmp, "m", "run")],
+            leaks=False)
+    os.remove(path)
+
+print("fuzz: %d runs of %d safetensors mutants and %d training-set mutants: %d accepted, %d refused "
+      "with one error line, %d wrong" % (counts["ran"], N_ST, N_H5, counts["accepted"], counts["refused"],
+                                         len(failures)))
+print("fuzz: %d of the runs read safetensors, %d training sets; %d refusals were a corrupt global heap"
+      % (n_st, counts["ran"] - n_st, counts["heap"]))
+for f in failures[:20]:
+    print("FAIL: " + f, file=sys.stderr)
+with open(os.path.join(tmp, "fuzz.result"), "w") as f:
+    f.write("%d %d %d\n" % (counts["ran"], len(failures), counts["heap"]))
+PYEOF
+read -r ran wrong heap <"$TMP/fuzz.result" 2>/dev/null || { ran=0; wrong=1; heap=0; }
+echo "test_fuzz_files: $ran runs in ${SECONDS}s"
+[ "$ran" -ge 300 ] && ok || bad "only $ran runs"
+[ "$heap" -ge 5 ] && ok || bad "only $heap mutants reached the corrupt-heap path (the heap block mutants missed it?)"
+[ "$wrong" -eq 0 ] && ok || bad "$wrong mutants crashed, hung or printed other than one error line"
+finish
