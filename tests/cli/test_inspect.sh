@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_inspect.sh: `dflash_tool inspect`. A training set (made with convert-jsonl, known counts),
 # a generic HDF5 file and a safetensors file (written byte by byte by Python) are inspected and key
-# lines of the output checked; bad files exit 1 with one stderr line; usage errors exit 2.
+# lines of the output checked; bad files (corrupt groups, heaps and attributes, virtual datasets
+# included) exit 1 with one stderr line and nothing on stdout; usage errors exit 2.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
 PY=/usr/bin/python3 # Debian's, with numpy and h5py (a pyenv python3 on PATH may lack them)
@@ -151,6 +152,49 @@ with h5py.File(sys.argv[1], "w") as f:
     f.attrs["format_version"] = 1
 PYEOF
 expect_bad "training set without /loss_mask" "missing dataset /loss_mask" $T inspect "$TMP/nomask.h5"
+
+# corrupt files: the root group's local heap (its free list offset), a legacy variable-length
+# tokenizer whose global heap object has a corrupt size (libhdf5 crashes reading it in-process), a
+# virtual /tokens over a missing file, a corrupt string attribute of a file that is no training set
+$PY - "$TMP/ts.h5" "$TMP" <<'PYEOF'
+import sys, h5py, numpy as np
+good, tmp = sys.argv[1], sys.argv[2]
+b = bytearray(open(good, "rb").read())
+i = b.find(b"HEAP")
+assert i > 0, "no local heap"
+b[i + 16:i + 18] = b"\x77\x03"  # offset to the head of the free list: past the heap
+open(tmp + "/bad_group.h5", "wb").write(b)
+with h5py.File(good, "r") as f, h5py.File(tmp + "/vlen.h5", "w") as g:
+    for k in ("tokens", "loss_mask", "offsets"):
+        g[k] = f[k][...]
+    g.attrs["vocab_size"] = 100
+    g.attrs["format_version"] = 1
+    g.attrs["tokenizer"] = "vlen/tok"  # a Python str: variable length, in the global heap
+with h5py.File(tmp + "/generic_vlen.h5", "w") as g:
+    g["x"] = np.zeros(3, np.float32)
+    g.attrs["note"] = "in the heap"
+for src, dst in (("vlen.h5", "vlen_bad.h5"), ("generic_vlen.h5", "generic_vlen_bad.h5")):
+    b = bytearray(open(tmp + "/" + src, "rb").read())
+    i = b.find(b"GCOL")
+    assert i > 0, "no global heap in " + src
+    b[i + 31] = 0xBB  # the top byte of the first object's size
+    open(tmp + "/" + dst, "wb").write(b)
+with h5py.File(tmp + "/virtual.h5", "w") as g:
+    lay = h5py.VirtualLayout(shape=(13,), dtype=np.int32)
+    lay[:] = h5py.VirtualSource(tmp + "/absent_source.h5", "tokens", shape=(13,))
+    g.create_virtual_dataset("tokens", lay, fillvalue=0)
+    with h5py.File(good, "r") as f:
+        g["loss_mask"] = f["loss_mask"][...]
+        g["offsets"] = f["offsets"][...]
+    g.attrs["vocab_size"] = 100
+    g.attrs["format_version"] = 1
+PYEOF
+expect_bad "corrupt root group" "bad_group.h5: cannot read the root group: bad heap free list" $T inspect "$TMP/bad_group.h5"
+expect_ok "legacy vlen tokenizer" $T inspect "$TMP/vlen.h5"
+has "legacy vlen tokenizer read" '  tokenizer = "vlen/tok"'
+expect_bad "corrupt vlen tokenizer" "vlen_bad.h5: attribute 'tokenizer' is corrupt" $T inspect "$TMP/vlen_bad.h5"
+expect_bad "corrupt vlen attribute" "generic_vlen_bad.h5: attribute 'note' is corrupt" $T inspect "$TMP/generic_vlen_bad.h5"
+expect_bad "virtual /tokens" "virtual.h5: dataset /tokens is a virtual dataset" $T inspect "$TMP/virtual.h5"
 
 # ---------------------------------------------------------------- usage
 expect_rc "no arguments" 2 $T inspect
