@@ -213,6 +213,23 @@ static void test_errors(void) {
     H5Fclose(f);
     CHECK_ERR(featreader_open(&r, nolse), "features-00000-of-00002.h5: missing dataset /lse");
 
+    // a shard whose /lse is a virtual dataset over a missing file (HDF5 would read fill values)
+    const char *vlse = test_path("vlse");
+    write_set(vlse, 5, 3, 1);
+    snprintf(p, sizeof p, "%s/features-00000-of-00002.h5", vlse);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0 && H5Ldelete(f, "/lse", H5P_DEFAULT) >= 0);
+    hid_t dl = H5Dopen2(f, "/tokens", H5P_DEFAULT), sp = H5Dget_space(dl), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    CHECK(H5Pset_virtual(dcpl, sp, "absent_source.h5", "/lse", sp) >= 0);
+    hid_t dv = H5Dcreate2(f, "/lse", H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    CHECK(dv >= 0);
+    H5Dclose(dv);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Dclose(dl);
+    H5Fclose(f);
+    CHECK_ERR(featreader_open(&r, vlse), "features-00000-of-00002.h5: dataset /lse is a virtual dataset");
+
     // a shard without the training-set part (/offsets) fails in trainset_open, naming it
     const char *nooff = test_path("nooff");
     write_set(nooff, 5, 3, 1);
