@@ -15,9 +15,11 @@
 //                  every rank a student, reading the offline features)
 #include <mpi.h>
 #include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
@@ -64,6 +66,29 @@ static void usage(FILE *f) {
             DFLASH_VERSION);
 }
 
+// The rank the launcher gave this process (mpirun, srun, PMIx), read before MPI starts: -1 when
+// there is no launcher.
+static int launcher_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return -1;
+}
+
+// An error found before MPI starts (a bad argument or config): every rank finds it and exits, and
+// the first prints it, so mpirun -np N shows one line, not N.
+static void __attribute__((format(printf, 1, 2))) early_error(const char *fmt, ...) {
+    if (launcher_rank() > 0) return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "error: %s\n", msg);
+}
+
 static int preflight_only; // --preflight (preflight.h)
 
 // Arguments are read before MPI starts so --help and --version work without mpirun.
@@ -74,7 +99,7 @@ static int args_parse(int argc, char **argv, config *cfg) {
     // The config file first, so overrides apply on top of it whatever their order.
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc) { fprintf(stderr, "error: --config needs a file\n"); return -1; }
+            if (i + 1 >= argc) { early_error("--config needs a file"); return -1; }
             config_path = argv[++i];
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
             config_path = argv[i] + 9;
@@ -82,7 +107,7 @@ static int args_parse(int argc, char **argv, config *cfg) {
     }
     config_defaults(cfg);
     if (config_path && config_load_file(cfg, config_path)) {
-        fprintf(stderr, "error: %s\n", error_msg());
+        early_error("%s", error_msg());
         return -1;
     }
     for (int i = 1; i < argc; i++) {
@@ -112,11 +137,11 @@ static int args_parse(int argc, char **argv, config *cfg) {
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=')) {
             a += 2;
         } else {
-            fprintf(stderr, "error: unknown argument '%s' (dflash_rank --help lists the options)\n", a);
+            early_error("unknown argument '%s' (dflash_rank --help lists the options)", a);
             return -1;
         }
         if (config_set(cfg, a)) {
-            fprintf(stderr, "error: %s\n", error_msg());
+            early_error("%s", error_msg());
             return -1;
         }
     }
@@ -128,6 +153,10 @@ static int args_parse(int argc, char **argv, config *cfg) {
     }
     return 0;
 }
+
+// Who watches whom in a training job: a student every rank, a teacher the students only.
+static int run_teachers;
+static int train_watches(int watcher, int peer) { return watcher >= run_teachers || peer >= run_teachers; }
 
 // For the watchdog's message when a peer dies or hangs: where the run can be resumed from.
 static const config *run_cfg;
@@ -154,7 +183,7 @@ static int train_payload_links(const world *w, const config *cfg, backend *be, n
     if (nccl_links_open(links, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
         fatal("%s", error_msg());
     if (!*links && strcmp(cfg->payload, "nccl") == 0) {
-        if (w->rank == 0) fprintf(stderr, "error: transport.payload = nccl, but NCCL cannot carry the payloads: %s\n", why);
+        if (w->rank == 0) early_error("transport.payload = nccl, but NCCL cannot carry the payloads: %s", why);
         return -1;
     }
     if (w->rank == 0) {
@@ -208,12 +237,12 @@ int main(int argc, char **argv) {
 
     // What a training job cannot start without, said before any rank starts working.
     if (config_check(&cfg)) { // e.g. data.path and data.sets both set
-        fprintf(stderr, "error: %s\n", error_msg());
+        early_error("%s", error_msg());
         return 2;
     }
     if (!preflight_only && strcmp(cfg.mode, "train") == 0 && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
-        fprintf(stderr, "error: train needs target.path (the target model directory) and data.path (a training set), "
-                        "data.sets (several) or data.features (an offline feature directory)\n");
+        early_error("train needs target.path (the target model directory) and data.path (a training set), "
+                    "data.sets (several) or data.features (an offline feature directory)");
         return 2;
     }
     world w;
@@ -271,7 +300,11 @@ int main(int argc, char **argv) {
     if (strcmp(cfg.mode, "train") == 0) {
         train_install_signals();
         run_cfg = &cfg;
-        if (!cfg.plan_only && w.size > 1) watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
+        if (!cfg.plan_only && w.size > 1) {
+            run_teachers = w.teachers;
+            watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
+            watchdog_set_watchers(train_watches);
+        }
         nccl_links *links = NULL;
         if (!cfg.plan_only && !offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
             world_finalize();
@@ -281,6 +314,13 @@ int main(int argc, char **argv) {
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
         int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be, links))
                                         : student_train(&w, &cfg, &be, role_comm, links);
+        if (rc == TRAIN_REPORTED_ELSEWHERE) { // another student prints the reason and ends the job
+            for (int i = 0; i < 600; i++) {
+                struct timespec pause = {0, 100 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+            }
+            fatal("the student that stopped the job did not end it within 60 s");
+        }
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
         nccl_links_close(links);
         watchdog_stop();

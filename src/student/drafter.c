@@ -11,6 +11,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/half.h"
 #include "common/core/rng.h"
 #include "common/kernels/ops.h"
@@ -288,14 +289,8 @@ int drafter_export(const drafter *d, const char *dir, int bf16) {
         snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
         int had = rename(dir, old) == 0;
         if (rename(tmp, dir) != 0) rc = error_set("export %s: %s", dir, strerror(errno));
-        if (had) {
-            snprintf(path, sizeof path, "rm -rf '%s'", old);
-            if (system(path) != 0) rc = rc ? rc : error_set("export: could not remove %s", old);
-        }
+        if (had && fs_remove_tree(old) != 0) rc = rc ? rc : error_set("export: could not remove %s: %s", old, strerror(errno));
     }
-    if (rc) {
-        snprintf(path, sizeof path, "rm -rf '%s'", tmp);
-        if (system(path) != 0) { /* best effort */ }
-    }
+    if (rc) fs_remove_tree(tmp); // best effort: the error says what failed
     return rc;
 }

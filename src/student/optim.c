@@ -52,6 +52,10 @@ double optim_step(optim *o, float *master, float *grad, double sum_w) {
     const optim_config *c = &o->cfg;
     double scale = sum_w > 0 ? 1.0 / sum_w : 0.0;
     double norm = sqrt(optim_sum_squares(o->be, grad, o->n)) * scale;
+    if (!isfinite(norm)) { // NaN or inf somewhere: no update, the weights stay as they were
+        backend_memset_zero(o->be, grad, (size_t)o->n * sizeof(float));
+        return norm;
+    }
     double clip = c->clip > 0 && norm > c->clip ? c->clip / (norm + 1e-6) : 1.0;
     double lr = optim_lr(c, o->step);
     o->step++;

@@ -32,7 +32,8 @@ void optim_init(optim *o, const optim_config *c, backend *be, int64_t n, arena *
 double optim_lr(const optim_config *c, int64_t step);
 // optim_step: grad holds the un-normalised sum over the step; it is scaled by 1/sum_w, clipped to
 // the global norm `clip`, and applied. Returns the gradient norm before clipping. The grad buffer is
-// zeroed for the next step.
+// zeroed for the next step. A non-finite norm (NaN or inf in the gradients) is returned without an
+// update: the weights, the moments and the step count stay as they were.
 double optim_step(optim *o, float *master, float *grad, double sum_w);
 
 // The element-wise kernels (CPU here, CUDA in optim_cuda.cu).

@@ -1,6 +1,7 @@
 // train.c: the student's training loop (see train.h).
 #include "student/train.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "common/comm/wire.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "student/anchors.h"
 #include "student/batch_source.h"
@@ -54,11 +56,43 @@ void train_install_signals(void) {
     signal(SIGXFSZ, SIG_IGN);
 }
 
+// A non-finite value at step + 1: the first student's error line (the last good checkpoint named),
+// TRAIN_REPORTED_ELSEWHERE on the others.
+static int train_nonfinite(int s, const config *cfg, int64_t step, const char *what, double value) {
+    if (s != 0) return TRAIN_REPORTED_ELSEWHERE;
+    int found = 0;
+    int64_t last = checkpoint_latest(cfg->run_dir, &found);
+    char good[CONFIG_STR + 64] = "none";
+    if (found) snprintf(good, sizeof good, "step %lld in %s/checkpoints", (long long)last, cfg->run_dir);
+    return error_set("step %lld: %s is %g: training stopped before the update (nothing written, no drafter exported); "
+                     "the last good checkpoint: %s (lower train.lr, or check the data)", (long long)step + 1, what,
+                     value, good);
+}
+
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
     if (train_check_roles(w, cfg)) return -1;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
     students_set_ranks(T, T + S - 1);
+    // One job per run directory, for the job's life; the second is refused before it writes anything.
+    int lock_fd = -1;
+    if (s == 0 && !cfg->plan_only && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &lock_fd))) return -1;
+    // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
+    int64_t start_step = 0;
+    int resume_found = 0;
+    if (cfg->resume && !cfg->plan_only) {
+        if (checkpoint_find_resume(cfg->run_dir, &start_step, &resume_found)) return -1;
+        if (resume_found && s == 0 && checkpoint_check_resume(cfg->run_dir, start_step, cfg)) return -1;
+        if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
+            if (s == 0)
+                log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
+                         (long long)start_step, (long long)cfg->steps, cfg->run_dir);
+            batch_source done = {.live = live, .T = T, .my_rank = w->rank};
+            batch_source_stop_teachers(&done);
+            fs_unlock_dir(lock_fd);
+            return 0;
+        }
+    }
 
     // The target: its shape, and only its embedding and lm_head (SPEC §3).
     target_config tc;
@@ -119,17 +153,11 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     oc.total_steps = cfg->steps, oc.ema_decay = cfg->ema_decay;
     optim opt;
     optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
-    int64_t start_step = 0;
-    if (cfg->resume) { // every student loads the same checkpoint
-        int found = 0;
-        int64_t latest = checkpoint_latest(cfg->run_dir, &found);
-        if (found) {
-            if (checkpoint_read(cfg->run_dir, latest, &d, &opt)) return -1;
-            start_step = latest;
-            if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)latest);
-        } else if (s == 0) {
-            log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
-        }
+    if (cfg->resume && resume_found) { // every student loads the same checkpoint
+        if (checkpoint_read(cfg->run_dir, start_step, &d, &opt)) return -1;
+        if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)start_step);
+    } else if (cfg->resume && s == 0) {
+        log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
     }
     loss_config lc;
     loss_config_default(&lc, (int)dc.block_size);
@@ -190,10 +218,17 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         int bad = rc ? 1 : 0;
         students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to finish the step");
         if (bad) {
-            if (!rc) rc = error_set("another student failed (see its message)");
+            if (!rc) rc = TRAIN_REPORTED_ELSEWHERE; // the student that failed says why
             break;
         }
         train_stats_allreduce(&cur, comm);
+        // NaN or inf: stop before it reaches the weights, a checkpoint or the export (every student
+        // sees the same sums; the first says it).
+        double loss = train_stats_loss(&cur, &lc);
+        if (!isfinite(loss)) {
+            rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss);
+            break;
+        }
         if (kind == WIRE_HELDOUT) { // evaluation: the gradients it left are discarded
             backend_memset_zero(be, d.grad, (size_t)d.numel * sizeof(float));
             if (evals == 0) first_eval = cur;
@@ -206,6 +241,10 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         if (S > 1) students_allreduce_grads(&d, comm, host_grad);
         double lr = optim_lr(&oc, opt.step);
         last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
+        if (!isfinite(last_norm)) { // optim_step left the weights as they were
+            rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm);
+            break;
+        }
         drafter_sync_compute(&d);
         train_stats_add(&interval, &cur);
         total_block += cur.block_tokens;
@@ -232,7 +271,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             }
         }
         if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
-            checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
+            checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
             rc = -1; // the previous checkpoints are intact; the job stops with the reason
             break;
         }
@@ -241,7 +280,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         students_allreduce(&stop, 1, MPI_INT, MPI_MAX, comm, "the other students after the step");
         if (stop && step < cfg->steps) {
             if (s == 0) {
-                if (checkpoint_write(cfg->run_dir, step, &d, &opt, config_hash(cfg), (int)cfg->ckpt_keep)) {
+                if (checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
                     rc = -1;
                     break;
                 }
@@ -288,5 +327,6 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     arena_free(&opt_mem);
     drafter_free(&d);
     batchplan_free(&bp);
+    fs_unlock_dir(lock_fd);
     return rc;
 }

@@ -33,5 +33,11 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
 // features, down to a feasible batch plan. 0, or -1 with error_set.
 int train_check_inputs(const world *w, const config *cfg);
 // student_train: students_comm holds the student ranks only; links (NULL: MPI only) brings the
-// features GPU to GPU. 0 on success, -1 with error_set.
+// features GPU to GPU. 0 on success, -1 with error_set, or TRAIN_REPORTED_ELSEWHERE when another
+// student stops the job with the error line (this rank then prints nothing and waits to be ended).
+// Run on every student of the job: the first holds run.dir's lock (one job per run directory), and
+// a resumed run must be the same run (checkpoint_check_resume); one already at train.steps returns
+// 0 at once, writing nothing. NaN or inf in the loss or the gradient norm stops the job with the
+// step named, before the update.
+#define TRAIN_REPORTED_ELSEWHERE 1
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm, nccl_links *links);

@@ -64,10 +64,15 @@ void train_stats_allreduce(step_stats *s, MPI_Comm comm) {
     memcpy(s->slot_correct, i + 3 + STEP_MAX_SLOTS, sizeof s->slot_correct);
 }
 
+double train_stats_loss(const step_stats *s, const loss_config *lc) {
+    double W = s->sum_w > 0 ? s->sum_w : 1;
+    return (1 - lc->alpha) * s->sum_w_ce / W + lc->alpha * s->sum_w_kl / W + lc->lambda * s->sum_w_cap / W;
+}
+
 void train_log_line(train_log *lg, const char *split, int64_t step, const step_stats *s, const loss_config *lc, int B,
                      double lr, double grad_norm, double seconds, double wait_frac, const int64_t *peaks, int n_peaks) {
     double W = s->sum_w > 0 ? s->sum_w : 1, ce = s->sum_w_ce / W, kl = s->sum_w_kl / W, cap = s->sum_w_cap / W;
-    double loss = (1 - lc->alpha) * ce + lc->alpha * kl + lc->lambda * cap;
+    double loss = train_stats_loss(s, lc);
     double tau = s->anchors ? s->tau_chain_sum / (double)s->anchors : 0;
     FILE *f = lg->jsonl;
     fprintf(f, "{\"step\": %lld, ", (long long)step);

@@ -21,6 +21,8 @@ int train_log_open(train_log *lg, const config *cfg, int append);
 void train_stats_add(step_stats *a, const step_stats *b);
 // train_stats_allreduce: s summed over the students (collective over comm).
 void train_stats_allreduce(step_stats *s, MPI_Comm comm);
+// train_stats_loss: the loss the statistics add up to ((1 - alpha) CE + alpha KL + lambda CAP).
+double train_stats_loss(const step_stats *s, const loss_config *lc);
 // train_log_line: one metrics line for step; split = "heldout" for an evaluation (lr, grad_norm,
 // seconds, wait_frac and peaks unused), NULL for a training interval of `seconds` seconds. B is the
 // block size (acceptance per slot 1..B-1).

@@ -5,6 +5,7 @@
 #                                    problem in one line), which matches PATTERN; log lines before
 #                                    it (which backend, what is loading) are allowed
 #   finish                           prints "N passed, M failed" and exits 1 on any failure
+#   tiny_job                         makes $TMP/target and $TMP/data.h5 (the small job most tests run)
 set -u
 BUILD=${DFLASH_BUILD:?run through ctest (DFLASH_BUILD unset)}
 SRC=${DFLASH_SRC:?run through ctest (DFLASH_SRC unset)}
@@ -20,6 +21,15 @@ failed=0
 # which no suppression can name. Scripts that start MPI jobs call this; the rest of the programs
 # (dflash_tool, the unit tests) keep leak checking.
 mpi_jobs_without_leak_check() { export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"; }
+
+# tiny_job: the small target ($TMP/target: llama, 2 layers, hidden 32, vocabulary 150) and training
+# set ($TMP/data.h5: 24 samples the target generated) most job tests train on; T and R name the tools.
+T=$BUILD/dflash_tool
+R=$BUILD/dflash_rank
+tiny_job() {
+  "$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target"
+  "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
+}
 
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }

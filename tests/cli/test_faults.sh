@@ -5,11 +5,10 @@
 # newest). Also: one SIGINT stops like SIGTERM (checkpoint, exit 0), a second SIGINT aborts at once.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
-T=$BUILD/dflash_tool
-R=$BUILD/dflash_rank
-"$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target"
-"$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
-timeout_s=10
+tiny_job
+# short enough for the hang cases to end soon, long enough that the start-up allowance (5 x) covers
+# a sanitizer build on a loaded machine
+timeout_s=15
 base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
       --drafter.block_size=6 --train.max_anchors=8 --train.log_interval=5 --train.eval_interval=100000000
       --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6
@@ -51,8 +50,9 @@ start_job() {
 fault() {
   local name=$1 sig=$2 victim=$3 limit=$4 pattern=$5
   start_job 3 || return
-  local pid t0 rc el
+  local pid t0 rc el ranks p
   pid=$(rank_pid "$job" "$victim")
+  ranks=$(pgrep -P "$job")
   [ -n "$pid" ] || { bad "$name: no pid for rank $victim"; kill -9 "$job"; wait "$job"; return; }
   t0=$(date +%s.%N)
   kill -"$sig" "$pid"
@@ -60,6 +60,16 @@ fault() {
   rc=$?
   el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   [ "$rc" -ne 0 ] && ok || bad "$name: the job exited 0"
+  # A rank may outlive its mpirun while it winds down (a stopped victim woken at the end finishes its
+  # step and checkpoints); it holds run.dir's lock until it exits, so the resume below waits for it.
+  local alive
+  for _ in $(seq 1 600); do # a hang bound: 60 s
+    alive=0
+    for p in $ranks; do [ -d "/proc/$p" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  [ "$alive" = 0 ] && ok || bad "$name: a rank of the job still runs 60 s after it ended"
   awk -v e="$el" -v l="$limit" 'BEGIN { exit !(e < l) }' && ok || bad "$name: the job took $el s to end (limit $limit s)"
   local first step
   first=$(grep -m1 "error:" "$TMP/job.err")
@@ -75,6 +85,11 @@ fault() {
   [ -n "$named" ] && { [ -d "$RUN/checkpoints/step-$(printf %08d "$named")" ] || [ "${step:-0}" -gt "$named" ]; } && ok ||
     bad "$name: first error line does not name a checkpoint that exists or was superseded (${named:-none}; newest ${step:-none})"
   if grep -qiE "segmentation|core dumped" "$TMP/job.err"; then bad "$name: a rank crashed"; else ok; fi
+  # one rank says it, not every rank that saw it (a stopped victim that mpirun's SIGCONT wakes at
+  # the end sees the job's ranks gone and may say so: not one of those that saw the fault)
+  local lines
+  lines=$(grep -E "^\[r[0-9]+\] error:" "$TMP/job.err" | grep -vc "^\[r$victim\]")
+  [ "$lines" -eq 1 ] && ok || { bad "$name: $lines error lines, wanted one"; grep "error:" "$TMP/job.err" >&2; }
   # the newest checkpoint loads: a resumed run continues from it
   expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --run.dir="$RUN" --train.steps=$((step + 5)) --run.resume=true
   grep -q "resuming from .*step-0*$step" "$TMP/err" && ok || bad "$name: the resumed job did not start from step $step"
@@ -96,7 +111,8 @@ fault "student hang" STOP 2 "$hang_limit" "student rank 2 (on [^)]*) sent nothin
 # SIGINT to the student: once = stop with a checkpoint, exit 0; twice = abort at once (no new
 # checkpoint). The teacher is slowed (0.2 s a batch) so that the second SIGINT lands while the
 # student still finishes its step.
-slow=(--test.slow_teacher=0 --test.slow_ms=200)
+# (no hang is tested here: the default timeout, so a loaded machine cannot end these jobs early)
+slow=(--test.slow_teacher=0 --test.slow_ms=200 --rank-timeout 600)
 start_job 2 5 "${slow[@]}" && {
   kill -INT "$(rank_pid "$job" 1)"
   wait "$job"

@@ -4,10 +4,7 @@
 # the resumed run continues from that checkpoint.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
-T=$BUILD/dflash_tool
-R=$BUILD/dflash_rank
-"$T" make-target "$TMP/target" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target"
-"$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
+tiny_job
 base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
       --drafter.block_size=6 --train.max_anchors=8 --train.log_interval=5 --train.eval_interval=100000000
       --train.eval_batches=1 --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6 --run.dir="$TMP/run")

@@ -1,9 +1,13 @@
-// test_fsutil.c: fs_mkdirs (nested, existing, blocked by a file) and fs_write_text (written back
-// byte for byte; a path it cannot write gives the OS's reason and leaves nothing behind).
+// test_fsutil.c: fs_mkdirs (nested, existing, blocked by a file), fs_write_text (written back
+// byte for byte; a path it cannot write gives the OS's reason and leaves nothing behind),
+// fs_remove_tree (names with quotes, spaces, $(), newlines; a symbolic link is removed, not
+// followed) and fs_lock_dir (a second holder is refused naming the first; released on close and
+// when the holder dies).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/core/fsutil.h"
@@ -12,6 +16,74 @@
 static int is_dir(const char *p) {
     struct stat st;
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int exists(const char *p) {
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+// A tree whose names would break any shell command built from them, with a link out of it.
+static void check_remove_tree(void) {
+    static const char *names[] = {"it's", "a b", "$(touch pwned)", "new\nline", "`x`;rm -rf ~", "\"q\""};
+    char root[1024], keep[1024], path[2048];
+    snprintf(root, sizeof root, "%s/tree '$(x)' \n", test_tmpdir());
+    snprintf(keep, sizeof keep, "%s/keep", test_tmpdir());
+    CHECK(fs_mkdirs(keep) == 0);
+    snprintf(path, sizeof path, "%s/precious", keep);
+    CHECK(test_write_file(path, "x", 1) == 0);
+    CHECK(fs_mkdirs(root) == 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, names[i]);
+        CHECK(fs_mkdirs(path) == 0);
+        snprintf(path, sizeof path, "%s/%s/%s.bin", root, names[i], names[i]);
+        CHECK(test_write_file(path, "data", 4) == 0);
+    }
+    snprintf(path, sizeof path, "%s/link", root);
+    CHECK(symlink(keep, path) == 0);
+    CHECK(fs_remove_tree(root) == 0);
+    CHECK(!exists(root));
+    snprintf(path, sizeof path, "%s/precious", keep);
+    CHECK_MSG(exists(path), "the tree's link was followed: %s is gone", path);
+    CHECK(access("pwned", F_OK) != 0);
+    CHECK(fs_remove_tree(root) == 0); // already gone: fine
+    CHECK(fs_remove_tree(path) == 0); // a plain file
+    CHECK(!exists(path));
+}
+
+static void check_lock(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/run dir's", test_tmpdir());
+    CHECK(fs_mkdirs(dir) == 0);
+    int fd = -1;
+    CHECK(fs_lock_dir(dir, &fd) == 0 && fd >= 0);
+    // fcntl locks belong to the process: a second holder has to be another process
+    pid_t child = fork();
+    if (child == 0) {
+        int fd2 = -1;
+        int rc = fs_lock_dir(dir, &fd2);
+        const char *m = error_msg();
+        char pid[32];
+        snprintf(pid, sizeof pid, "pid %lld", (long long)getppid());
+        _exit(rc != 0 && strstr(m, "is in use by another job") && strstr(m, pid) && strstr(m, "host ") ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a second process took the lock, or its message lacks the holder");
+    fs_unlock_dir(fd);
+    // released: another process takes it; it dies holding it (no unlock), and the lock is free again
+    child = fork();
+    if (child == 0) {
+        int fd2 = -1;
+        _exit(fs_lock_dir(dir, &fd2) == 0 ? 0 : 1);
+    }
+    waitpid(child, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(fs_lock_dir(dir, &fd) == 0);
+    fs_unlock_dir(fd);
+    char missing[1100];
+    snprintf(missing, sizeof missing, "%s/no/such/dir", test_tmpdir());
+    CHECK_ERR(fs_lock_dir(missing, &fd), "cannot open its lock file");
 }
 
 int main(void) {
@@ -49,5 +121,7 @@ int main(void) {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", nested, (int)getpid());
     CHECK(access(tmp, F_OK) != 0);
+    check_remove_tree();
+    check_lock();
     return test_finish("test_fsutil");
 }

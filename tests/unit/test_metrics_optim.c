@@ -80,6 +80,18 @@ static void test_adamw(void) {
         CHECK_CLOSE(o.ema[i], 0.5 * w0[i] + 0.5 * w[i], 1e-6);
         CHECK(g[i] == 0); // zeroed for the next step
     }
+    // A NaN (or inf) in the gradient: no update at all; the norm says so and the step count stays
+    float w1[4], m1[4], v1[4], e1[4];
+    memcpy(w1, w, sizeof w), memcpy(m1, o.m, sizeof m1), memcpy(v1, o.v, sizeof v1), memcpy(e1, o.ema, sizeof e1);
+    int64_t steps = o.step;
+    for (int bad = 0; bad < 2; bad++) {
+        float g2[4] = {1, bad ? INFINITY : NAN, 0, 2};
+        CHECK(!isfinite(optim_step(&o, w, g2, 2.0)));
+        CHECK(o.step == steps);
+        CHECK(memcmp(w, w1, sizeof w) == 0 && memcmp(o.m, m1, sizeof m1) == 0 && memcmp(o.v, v1, sizeof v1) == 0 &&
+              memcmp(o.ema, e1, sizeof e1) == 0);
+        CHECK(g2[0] == 0 && g2[3] == 0); // zeroed all the same
+    }
     arena_free(&a);
     backend_close(&be);
 }

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/core/fsutil.h"
+
 int test_passed = 0, test_failed = 0;
 static char tmpdir[512];
 
@@ -63,9 +65,7 @@ int test_finish(const char *name) {
     }
     printf("%s: %d passed, %d failed\n", name, test_passed, test_failed);
     if (test_failed == 0 && tmpdir[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", name, tmpdir);
+        if (fs_remove_tree(tmpdir) != 0) fprintf(stderr, "%s: could not remove %s\n", name, tmpdir);
     }
     return test_failed ? 1 : 0;
 }

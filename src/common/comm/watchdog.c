@@ -36,6 +36,9 @@ static struct {
     const char *wait_what;
     double wait_since;
     int *quiet;                   // [size] seen ending the job itself: its exit is no news
+    double *deferred;             // [size] when this rank first saw the peer dead and left the report to a lower rank
+    double hang_deferred;         // the same for the wait that timed out (0: not deferred)
+    int (*watches)(int watcher, int peer); // NULL: every rank watches every other
     int (*check)(void *ctx, char *msg, size_t n);
     void *check_ctx;
     pthread_t thread;
@@ -84,6 +87,25 @@ static int peer_alive(int r) {
     return start == wd.start_ns[r] && st != 'Z' && st != 'X';
 }
 
+// One rank reports a death (or a hang), not every rank that sees it: the lowest live rank on this host (all of
+// them see a same-host death within 0.1 s) of those that watch the dead one. Another defers to it, and reports itself only if the
+// job has not ended WATCHDOG_DEFER_S later (the lower rank may not watch the dead one, or be hung).
+#define WATCHDOG_DEFER_S 5.0
+static int watchdog_defer(int peer, double *since) {
+    double now = now_s();
+    // Another rank here has said its line and is ending the job: so does this one, without a line of
+    // its own (mpirun would end it too, but maybe only after a grace period).
+    for (int q = 0; q < wd.w.size; q++)
+        if (q != wd.w.rank && wd.start_ns[q] && (peer_alive(q), wd.quiet[q])) _exit(1);
+    if (*since > 0) return now - *since < WATCHDOG_DEFER_S;
+    for (int q = 0; q < wd.w.rank; q++)
+        if (q != peer && wd.start_ns[q] && (!wd.watches || wd.watches(q, peer)) && peer_alive(q)) {
+            *since = now;
+            return 1;
+        }
+    return 0;
+}
+
 static const char *rank_role_name(int r) { return r < wd.w.teachers ? "teacher" : "student"; }
 
 // One line, then exit 1: mpirun ends the job when a rank exits without MPI_Finalize.
@@ -117,6 +139,7 @@ static void *watchdog_loop(void *arg) {
                 wd.watched[r] = 0;
                 continue;
             }
+            if (watchdog_defer(r, &wd.deferred[r])) continue;
             snprintf(msg, sizeof msg, "%s rank %d (pid %lld on %s) died%s%s", rank_role_name(r), r, wd.peers[r].pid,
                      wd.peers[r].host, waiting ? " while this rank waited for " : "", waiting ? what : "");
             pthread_mutex_unlock(&wd.mu);
@@ -127,7 +150,9 @@ static void *watchdog_loop(void *arg) {
             watchdog_fail(msg);
         }
         double waited = waiting ? now_s() - wd.wait_since : 0;
-        if (waiting && wd.timeout_s > 0 && waited > wd.timeout_s * wd.wait_patience) {
+        // a wait that timed out: the same rule (the teachers of a hung student time out together)
+        if (waiting && wd.timeout_s > 0 && waited > wd.timeout_s * wd.wait_patience &&
+            !watchdog_defer(wd.wait_first, &wd.hang_deferred)) {
             int f = wd.wait_first, l = wd.wait_last;
             if (f == l)
                 snprintf(msg, sizeof msg, "%s rank %d (on %s) sent nothing for %.0f s while this rank waited for %s "
@@ -153,6 +178,7 @@ void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report)
     wd.start_ns = xcalloc((size_t)w->size, sizeof(unsigned long long));
     wd.watched = xcalloc((size_t)w->size, sizeof(int));
     wd.quiet = xcalloc((size_t)w->size, sizeof(int));
+    wd.deferred = xcalloc((size_t)w->size, sizeof(double));
     peer_id me = {.pid = (long long)getpid()};
     if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
     mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, wd.peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD));
@@ -171,6 +197,8 @@ void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report)
     check_set_ending_hook(watchdog_mark_ending); // a fatal error on this rank is not a dead peer
 }
 
+void watchdog_set_watchers(int (*watches)(int watcher, int peer)) { wd.watches = watches; }
+
 void watchdog_watch(int rank, int on) {
     if (!wd.started || rank < 0 || rank >= wd.w.size || rank == wd.w.rank) return;
     pthread_mutex_lock(&wd.mu);
@@ -187,6 +215,7 @@ void watchdog_wait_begin(int first, int last, double patience, const char *what)
     wd.wait_patience = patience;
     wd.wait_what = what;
     wd.wait_since = now_s();
+    wd.hang_deferred = 0;
     pthread_mutex_unlock(&wd.mu);
 }
 
@@ -231,7 +260,8 @@ void watchdog_stop(void) {
     free(wd.start_ns);
     free(wd.watched);
     free(wd.quiet);
-    wd.peers = NULL, wd.start_ns = NULL, wd.watched = NULL, wd.quiet = NULL;
+    free(wd.deferred);
+    wd.peers = NULL, wd.start_ns = NULL, wd.watched = NULL, wd.quiet = NULL, wd.deferred = NULL;
     wd.started = 0;
     wd.check = NULL;
     check_set_ending_hook(NULL);

@@ -22,6 +22,10 @@ typedef void (*watchdog_report_fn)(char *buf, size_t n);
 
 // watchdog_start: collective over MPI_COMM_WORLD; no peer is watched until watchdog_watch.
 void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report);
+// watchdog_set_watchers: which ranks watch which (watches(watcher, peer)), so that of the ranks that
+// see a peer on their host die, only the lowest that watches it reports it (the others wait 5 s for
+// the job to end before reporting it themselves). NULL (the default): every rank watches every other.
+void watchdog_set_watchers(int (*watches)(int watcher, int peer));
 // watchdog_watch: start (on = 1) or stop watching world rank `rank`'s liveness.
 void watchdog_watch(int rank, int on);
 // watchdog_wait_begin: this rank now waits on world ranks first..last (one rank, or the students

@@ -1,10 +1,14 @@
 // fsutil.c: see fsutil.h.
 #include "common/core/fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/core/error.h"
@@ -43,4 +47,69 @@ int fs_write_text(const char *path, const char *text) {
         return error_set("%s: %s", path, strerror(err));
     }
     return 0;
+}
+
+int fs_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
+    DIR *dp = opendir(path);
+    if (!dp) return -1;
+    size_t n = strlen(path);
+    int rc = 0, first_errno = 0;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        size_t m = strlen(e->d_name);
+        char *child = malloc(n + m + 2);
+        if (!child) {
+            rc = -1, first_errno = first_errno ? first_errno : ENOMEM;
+            continue;
+        }
+        memcpy(child, path, n);
+        child[n] = '/';
+        memcpy(child + n + 1, e->d_name, m + 1);
+        if (fs_remove_tree(child) != 0) rc = -1, first_errno = first_errno ? first_errno : errno;
+        free(child);
+    }
+    closedir(dp);
+    if (rmdir(path) != 0 && errno != ENOENT) rc = -1, first_errno = first_errno ? first_errno : errno;
+    if (rc) errno = first_errno;
+    return rc;
+}
+
+int fs_lock_dir(const char *dir, int *fd_out) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return error_set("run.dir %s: cannot open its lock file %s: %s", dir, path, strerror(errno));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        int err = errno;
+        char holder[256] = "";
+        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        long long pid = fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (long long)who.l_pid : -1;
+        close(fd);
+        if (err != EACCES && err != EAGAIN) return error_set("run.dir %s: cannot lock %s: %s", dir, path, strerror(err));
+        return error_set("run.dir %s is in use by another job (%s%s; pid %lld as this host sees it): one job per run "
+                         "directory; wait for it to end or choose another run.dir",
+                         dir, holder[0] ? "holder: " : "holder unknown", holder, pid);
+    }
+    char host[128] = "?", when[64] = "?", text[320];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S %z", &tm);
+    int len = snprintf(text, sizeof text, "host %s pid %lld started %s\n", host, (long long)getpid(), when);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) { /* the holder line is a courtesy */ }
+    *fd_out = fd;
+    return 0;
+}
+
+void fs_unlock_dir(int fd) {
+    if (fd >= 0) close(fd);
 }

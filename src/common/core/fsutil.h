@@ -8,3 +8,14 @@ int fs_mkdirs(const char *dir);
 // (a reader never sees half a file); -1 with error_set naming the path and the OS's reason (a full
 // disk shows here, not later), the temporary file removed and path untouched.
 int fs_write_text(const char *path, const char *text);
+// fs_remove_tree: rm -rf without a shell (no quoting of the path, no fork inside an MPI process;
+// unlink needs no disk space, so it works on a full disk). Symbolic links are removed, never
+// followed. A path that does not exist is fine. -1 with errno of the first failure otherwise.
+int fs_remove_tree(const char *path);
+// fs_lock_dir: an exclusive lock on dir for this process's life: dir/.lock, locked with fcntl
+// (released by the kernel when the process dies, so a crashed job never blocks its own resume),
+// holding "host pid start-time" of the holder. 0 and *fd_out (keep it open), or -1 with error_set
+// naming the directory and the holder when another process has it.
+int fs_lock_dir(const char *dir, int *fd_out);
+// fs_unlock_dir: release it (closing the descriptor; the lock file stays).
+void fs_unlock_dir(int fd);
