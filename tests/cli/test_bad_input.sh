@@ -159,7 +159,7 @@ expect_fail_job drafter-config-missing "drafter.config: $TMP/none.json: No such 
 
 # ---------------------------------------------------------------- checkpoints that do not load
 cp -r "$TMP/r_exp" "$TMP/r_ck"
-expect_fail_job resume-other-shape "run.resume: checkpoint step 5: .*missing drafter tensor layers.2" \
+expect_fail_job resume-other-shape "run.resume: the checkpoint .*step-00000005 belongs to another run: drafter.layers 2 -> 3" \
   job "${good[@]}" --run.dir="$TMP/r_ck" --drafter.layers=3 --train.steps=10 --run.resume=true
 truncate -s 1000 "$TMP/r_ck/checkpoints/step-00000005/optimizer.safetensors"
 expect_fail_job resume-truncated "run.resume: checkpoint step 5: .*optimizer.safetensors: .*truncated" \
