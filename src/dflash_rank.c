@@ -314,12 +314,12 @@ int main(int argc, char **argv) {
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
         int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be, links))
                                         : student_train(&w, &cfg, &be, role_comm, links);
-        if (rc == TRAIN_REPORTED_ELSEWHERE) { // another student prints the reason and ends the job
+        if (rc == WORLD_REPORTED_ELSEWHERE) { // another rank of the role prints the reason and ends the job
             for (int i = 0; i < 600; i++) {
                 struct timespec pause = {0, 100 * 1000 * 1000};
                 nanosleep(&pause, NULL);
             }
-            fatal("the student that stopped the job did not end it within 60 s");
+            fatal("the rank that stopped the job did not end it within 60 s");
         }
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
         nccl_links_close(links);

@@ -39,5 +39,5 @@ int train_check_inputs(const world *w, const config *cfg);
 // a resumed run must be the same run (checkpoint_check_resume); one already at train.steps returns
 // 0 at once, writing nothing. NaN or inf in the loss or the gradient norm stops the job with the
 // step named, before the update.
-#define TRAIN_REPORTED_ELSEWHERE 1
+#define TRAIN_REPORTED_ELSEWHERE WORLD_REPORTED_ELSEWHERE
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm, nccl_links *links);

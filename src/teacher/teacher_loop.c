@@ -79,7 +79,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     target_outputs o;
     if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
         teacher_train_budget(cfg, &m, &o, tc.max_tokens))
-        return -1;
+        return w->role_index == 0 ? -1 : WORLD_REPORTED_ELSEWHERE; // the same on every teacher: the first says it
     if (target_load(&m, cfg->target_path, be)) return -1;
     dataset ts;
     if (dataset_open(&ts, cfg, 2 * cfg->block_size)) return -1;

@@ -28,7 +28,8 @@ typedef struct {
 int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c);
 
 // teacher_serve: answer the students' requests until every student has stopped. links (NULL: MPI
-// only) carries the features GPU to GPU, the rest of each payload going over MPI.
+// only) carries the features GPU to GPU, the rest of each payload going over MPI. 0, -1 with
+// error_set, or WORLD_REPORTED_ELSEWHERE on every teacher but the first for an error all find alike.
 int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links);
 // teacher_plan_print: the teacher's memory (weights + work for data.max_tokens_per_batch) from the
 // target's config.json alone, printed by the first teacher (--plan); no weight is read.

@@ -49,6 +49,9 @@ expect_fail_mpi plan-budget "teacher.mem_budget 20.0 KiB holds teacher batches o
 grep -q "budget (teacher.mem_budget) .*(too small)" "$TMP/out" && ok || { bad "plan: no budget line"; cat "$TMP/out" >&2; }
 expect_fail_mpi train-budget "teacher.mem_budget .* holds teacher batches of .* tokens, less than the students' data.max_tokens_per_batch = 200" \
   mpirun -np 2 "$R" "${base[@]}" --teacher.mem_budget=20KiB
+# two teachers find it: one line, not two
+expect_fail_mpi train-budget-2t "teacher.mem_budget .* holds teacher batches of .* tokens" \
+  mpirun -np 3 "$R" "${base[@]}" --teacher.mem_budget=20KiB --world.students=1
 [ ! -d "$TMP/run/drafter" ] && ok || bad "a job refused for its teacher budget exported a drafter"
 
 # ---------------------------------------------------------------- a tied target that also has lm_head.weight

@@ -7,6 +7,11 @@
 
 typedef enum { ROLE_TEACHER = 0, ROLE_STUDENT = 1 } rank_role;
 
+// WORLD_REPORTED_ELSEWHERE: what a role returns when every rank of it finds the same error and
+// another rank prints it and ends the job: this rank prints nothing and waits to be ended (one line
+// for the job, not one per rank).
+#define WORLD_REPORTED_ELSEWHERE 1
+
 typedef struct {
     int rank, size;             // in MPI_COMM_WORLD
     int local_rank, local_size; // on this host
