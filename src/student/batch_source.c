@@ -14,43 +14,58 @@
 
 // ----------------------------------------------------------------------------- the schedule
 
+// The schedule is arithmetic, not a list: O(1) memory for any train.steps. Groups, in order: an
+// evaluation (when there are held-out batches), then per period of I = eval_interval steps the I
+// training steps and an evaluation; the last period may be shorter, and ends with an evaluation too.
+// This student's items: Tc = G/S per training step (global batches t*G + s, t*G + s + S, ...) and e per
+// evaluation (held-out batches s, s + S, ... below ev).
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches) {
     int64_t G = cfg->batches_per_step, ev = cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
-    int64_t n_evals = ev > 0 ? 2 + cfg->steps / cfg->eval_interval : 0;
-    int64_t cap = (cfg->steps * G) / S + G + n_evals * (ev / S + 1) + 1;
-    batch_item *it = xmalloc((size_t)cap * sizeof *it);
-    batch_group *g = xmalloc((size_t)(cfg->steps + n_evals + 1) * sizeof *g);
-    int64_t n = 0, ng = 0;
-#define EVAL()                                                                     \
-    if (ev > 0) {                                                                  \
-        g[ng] = (batch_group){WIRE_HELDOUT, n, 0};                                 \
-        for (int64_t h = s; h < ev; h += S) it[n++] = (batch_item){WIRE_HELDOUT, h}; \
-        g[ng].count = n - g[ng].first;                                             \
-        ng++;                                                                      \
-    }
-    EVAL();
-    for (int64_t t = 0; t < cfg->steps; t++) {
-        g[ng] = (batch_group){WIRE_TRAIN, n, 0};
-        for (int64_t j = s; j < G; j += S) it[n++] = (batch_item){WIRE_TRAIN, t * G + j};
-        g[ng].count = n - g[ng].first;
-        ng++;
-        if ((t + 1) % cfg->eval_interval == 0 || t + 1 == cfg->steps) EVAL();
-    }
-#undef EVAL
-    *sc = (batch_schedule){.items = it, .n_items = n, .groups = g, .n_groups = ng};
+    *sc = (batch_schedule){.s = s, .S = S, .G = G, .steps = cfg->steps, .interval = cfg->eval_interval};
+    sc->tc = (G - s + S - 1) / S; // G is a multiple of S: G / S
+    sc->evals = ev > 0;
+    sc->e = ev > s ? (ev - s + S - 1) / S : 0;
+    int64_t after = sc->steps / sc->interval + (sc->steps % sc->interval != 0); // evaluations after a step
+    sc->n_items = sc->evals * sc->e * (1 + after) + sc->steps * sc->tc;
+    sc->n_groups = sc->evals * (1 + after) + sc->steps;
 }
 
-void batch_schedule_free(batch_schedule *sc) {
-    free(sc->items);
-    free(sc->groups);
-    memset(sc, 0, sizeof *sc);
+void batch_schedule_free(batch_schedule *sc) { memset(sc, 0, sizeof *sc); }
+
+// The first item of training step t's group.
+static int64_t schedule_train_first(const batch_schedule *sc, int64_t t) {
+    return sc->evals * sc->e * (1 + t / sc->interval) + t * sc->tc;
 }
 
+batch_group batch_schedule_group(const batch_schedule *sc, int64_t gi) {
+    if (sc->evals && gi == 0) return (batch_group){WIRE_HELDOUT, 0, sc->e};
+    int64_t per = sc->interval + sc->evals, k = (gi - sc->evals) / per, r = (gi - sc->evals) % per;
+    int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
+    if (r < in_period) return (batch_group){WIRE_TRAIN, schedule_train_first(sc, k * sc->interval + r), sc->tc};
+    // the evaluation after the period's last step
+    return (batch_group){WIRE_HELDOUT, schedule_train_first(sc, k * sc->interval + in_period - 1) + sc->tc, sc->e};
+}
+
+int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t) {
+    return sc->evals + (t / sc->interval) * (sc->interval + sc->evals) + t % sc->interval;
+}
+
+batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
+    int64_t e = sc->evals * sc->e;
+    if (n < e) return (batch_item){WIRE_HELDOUT, sc->s + n * sc->S};
+    // periods of I steps of tc items, then e items of an evaluation
+    int64_t m = n - e, per = sc->interval * sc->tc + e, k = m / per, r = m % per;
+    int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
+    if (r < in_period * sc->tc) {
+        int64_t t = k * sc->interval + r / sc->tc, j = r % sc->tc;
+        return (batch_item){WIRE_TRAIN, t * sc->G + sc->s + j * sc->S};
+    }
+    return (batch_item){WIRE_HELDOUT, sc->s + (r - in_period * sc->tc) * sc->S};
+}
 
 // ----------------------------------------------------------------------------- set-up
 
-void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int64_t n_items,
-                            int n_buf, nccl_links *links, size_t feat_bytes, backend *be) {
+void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int n_buf, nccl_links *links, size_t feat_bytes, backend *be) {
     memset(s, 0, sizeof *s);
     s->live = 1, s->T = T, s->slots = slots, s->my_rank = my_rank, s->max_bytes = max_bytes;
     s->outstanding = xcalloc((size_t)T, sizeof(int));
@@ -59,13 +74,14 @@ void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size
     s->bufs = xmalloc((size_t)n_buf * sizeof(char *));
     s->buf_free = xmalloc((size_t)n_buf * sizeof(int));
     for (int i = 0; i < n_buf; i++) s->bufs[i] = xmalloc(max_bytes), s->buf_free[i] = 1;
-    s->buf_of = xmalloc((size_t)n_items * sizeof(int));
-    s->teacher_of = xmalloc((size_t)n_items * sizeof(int));
-    s->recv = xmalloc((size_t)n_items * sizeof(MPI_Request));
-    s->landed = xcalloc((size_t)n_items, sizeof(int));
-    s->arrived = xcalloc((size_t)n_items, sizeof(int));
-    s->bytes_of = xcalloc((size_t)n_items, sizeof(int));
-    s->posted = xcalloc((size_t)n_items, sizeof(int));
+    // per item in flight: a ring of n_buf (each requested, unconsumed item holds a buffer)
+    s->buf_of = xmalloc((size_t)n_buf * sizeof(int));
+    s->teacher_of = xmalloc((size_t)n_buf * sizeof(int));
+    s->recv = xmalloc((size_t)n_buf * sizeof(MPI_Request));
+    s->landed = xcalloc((size_t)n_buf, sizeof(int));
+    s->arrived = xcalloc((size_t)n_buf, sizeof(int));
+    s->bytes_of = xcalloc((size_t)n_buf, sizeof(int));
+    s->posted = xcalloc((size_t)n_buf, sizeof(int));
     s->blocked = xcalloc((size_t)T, sizeof(int));
     if (links) {
         s->links = links;
@@ -106,36 +122,36 @@ static int source_free_buf(batch_source *s) {
 static int source_progress(batch_source *s) {
     for (int t = 0; t < s->T; t++) s->blocked[t] = 0;
     for (int64_t n = s->next_consume; n < s->next_request; n++) {
-        int t = s->teacher_of[n], b = s->buf_of[n];
-        if (!s->landed[n]) {
+        int t = s->teacher_of[n % s->n_buf], b = s->buf_of[n % s->n_buf];
+        if (!s->landed[n % s->n_buf]) {
             int done = 0;
             MPI_Status st;
-            mpi_check(MPI_Test(&s->recv[n], &done, &st));
+            mpi_check(MPI_Test(&s->recv[n % s->n_buf], &done, &st));
             if (done) {
-                MPI_Get_count(&st, MPI_BYTE, &s->bytes_of[n]);
-                s->landed[n] = 1;
+                MPI_Get_count(&st, MPI_BYTE, &s->bytes_of[n % s->n_buf]);
+                s->landed[n % s->n_buf] = 1;
                 s->outstanding[t]--;
-                if (!s->links) s->arrived[n] = 1;
+                if (!s->links) s->arrived[n % s->n_buf] = 1;
             }
         }
-        if (!s->links || s->arrived[n]) continue;
-        if (!s->posted[n]) {
-            if (!s->landed[n] || s->blocked[t]) {
+        if (!s->links || s->arrived[n % s->n_buf]) continue;
+        if (!s->posted[n % s->n_buf]) {
+            if (!s->landed[n % s->n_buf] || s->blocked[t]) {
                 s->blocked[t] = 1;
                 continue;
             }
             wire_batch wb;
-            if (wire_read(s->bufs[b], (size_t)s->bytes_of[n], &wb)) return error_prefix("batch from teacher %d", t);
+            if (wire_read(s->bufs[b], (size_t)s->bytes_of[n % s->n_buf], &wb)) return error_prefix("batch from teacher %d", t);
             if (!wb.features_on_link) return error_set("teacher %d sent its features over MPI; NCCL links expected", t);
             if ((size_t)wb.S * (size_t)wb.D * 2 > s->feat_bytes)
                 return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
                                  (long long)wb.D);
             if (nccl_link_recv(s->links, t, s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
-            s->posted[n] = 1;
+            s->posted[n % s->n_buf] = 1;
         }
         int done = nccl_ticket_done(&s->tickets[b]);
         if (done < 0) return error_prefix("features from teacher %d", t);
-        s->arrived[n] = done;
+        s->arrived[n % s->n_buf] = done;
     }
     return 0;
 }
@@ -155,10 +171,12 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
         int b = source_free_buf(s);
         if (b < 0) return 0; // every buffer holds a batch not yet consumed
         int64_t n = s->next_request++;
-        s->buf_of[n] = b;
-        s->teacher_of[n] = best;
-        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, best, TAG_DATA, MPI_COMM_WORLD, &s->recv[n]));
-        int64_t req[WIRE_REQUEST] = {sc->items[n].kind, sc->items[n].index, s->my_rank};
+        int64_t r = n % s->n_buf;
+        s->buf_of[r] = b, s->teacher_of[r] = best;
+        s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
+        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, best, TAG_DATA, MPI_COMM_WORLD, &s->recv[n % s->n_buf]));
+        batch_item it = batch_schedule_item(sc, n);
+        int64_t req[WIRE_REQUEST] = {it.kind, it.index, s->my_rank};
         mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, best, TAG_REQUEST, MPI_COMM_WORLD));
         s->outstanding[best]++;
     }
@@ -172,31 +190,32 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
         if (source_pump(s, sc)) return -1;
         double t0 = time_now();
         // a teacher's first batch also waits for it to load the target: 5 x the timeout
-        if (!s->arrived[n])
-            watchdog_wait_begin(s->teacher_of[n], s->teacher_of[n], s->served[s->teacher_of[n]] ? 1 : 5, "a batch");
-        while (!s->arrived[n]) { // keep handing out work while this batch is on its way
+        if (!s->arrived[n % s->n_buf])
+            watchdog_wait_begin(s->teacher_of[n % s->n_buf], s->teacher_of[n % s->n_buf], s->served[s->teacher_of[n % s->n_buf]] ? 1 : 5, "a batch");
+        while (!s->arrived[n % s->n_buf]) { // keep handing out work while this batch is on its way
             if (source_pump(s, sc)) return -1;
-            if (s->arrived[n]) break;
+            if (s->arrived[n % s->n_buf]) break;
             struct timespec pause = {0, 100000}; // 0.1 ms
             nanosleep(&pause, NULL);
         }
         watchdog_wait_end();
         s->wait_s += time_now() - t0;
-        int t = s->teacher_of[n];
+        int t = s->teacher_of[n % s->n_buf];
         s->served[t]++;
-        if (wire_read(s->bufs[s->buf_of[n]], (size_t)s->bytes_of[n], wb)) return error_prefix("batch from teacher %d", t);
-        if (wb->kind != sc->items[n].kind || wb->index != sc->items[n].index)
+        if (wire_read(s->bufs[s->buf_of[n % s->n_buf]], (size_t)s->bytes_of[n % s->n_buf], wb)) return error_prefix("batch from teacher %d", t);
+        batch_item it = batch_schedule_item(sc, n);
+        if (wb->kind != it.kind || wb->index != it.index)
             return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
-                             (long long)wb->index, (long long)sc->items[n].kind, (long long)sc->items[n].index);
-        if (wb->features_on_link) s->features_dev = s->feat_dev[s->buf_of[n]];
+                             (long long)wb->index, (long long)it.kind, (long long)it.index);
+        if (wb->features_on_link) s->features_dev = s->feat_dev[s->buf_of[n % s->n_buf]];
         if (t < 1024) s->last_peak[t] = wb->peak_bytes;
         return source_pump(s, sc); // keep the teachers busy while this batch is computed
     }
     // offline: pack the batch's samples from the feature files into the same layout
-    const batch_ref *b = sc->items[n].kind == WIRE_TRAIN ? batchplan_train_batch(s->bp, sc->items[n].index, NULL)
-                                                     : batchplan_heldout_batch(s->bp, sc->items[n].index);
+    batch_item it = batch_schedule_item(sc, n);
+    const batch_ref *b = it.kind == WIRE_TRAIN ? batchplan_train_batch(s->bp, it.index, NULL) : batchplan_heldout_batch(s->bp, it.index);
     int64_t S = b->tokens, D = featreader_feat_dim(s->fr), k = featreader_topk(s->fr);
-    *wb = (wire_batch){.kind = sc->items[n].kind, .index = sc->items[n].index, .S = S, .n_seq = b->n, .k = k, .D = D};
+    *wb = (wire_batch){.kind = it.kind, .index = it.index, .S = S, .n_seq = b->n, .k = k, .D = D};
     wire_layout(s->offline_buf, wb);
     int64_t t = 0;
     wb->cu[0] = 0;
@@ -217,7 +236,7 @@ int batch_source_drain(batch_source *s) {
     if (!s->live) return 0;
     watchdog_wait_begin(0, s->T - 1, 1, "the batches requested before the stop");
     for (int64_t n = s->next_consume; n < s->next_request; n++)
-        while (!s->arrived[n]) {
+        while (!s->arrived[n % s->n_buf]) {
             if (source_progress(s)) {
                 watchdog_wait_end();
                 return -1;
@@ -230,7 +249,7 @@ int batch_source_drain(batch_source *s) {
 }
 
 void batch_source_release(batch_source *s, int64_t n) {
-    if (s->live) s->buf_free[s->buf_of[n]] = 1;
+    if (s->live) s->buf_free[s->buf_of[n % s->n_buf]] = 1;
 }
 
 void batch_source_stop_teachers(batch_source *s) {

@@ -31,16 +31,24 @@ typedef struct {
     int64_t first, count; // items of this student
 } batch_group;
 
+// The schedule is computed, not stored: any train.steps costs nothing up front.
 typedef struct {
-    batch_item *items;   // [n_items] in consumption order
-    int64_t n_items;
-    batch_group *groups; // [n_groups]
-    int64_t n_groups;
+    int s, S;
+    int64_t G, steps, interval; // train.batches_per_step, train.steps, train.eval_interval
+    int64_t tc, e;              // this student's items per training step and per evaluation
+    int64_t evals;              // 1 when there are evaluations (held-out batches), else 0
+    int64_t n_items, n_groups;
 } batch_schedule;
 
 // batch_schedule_make: student s of S; evaluations over min(train.eval_batches, n_heldout_batches).
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches);
 void batch_schedule_free(batch_schedule *sc);
+// batch_schedule_item: item n (0 <= n < n_items) of this student, in consumption order.
+batch_item batch_schedule_item(const batch_schedule *sc, int64_t n);
+// batch_schedule_group: group gi (0 <= gi < n_groups), in order.
+batch_group batch_schedule_group(const batch_schedule *sc, int64_t gi);
+// batch_schedule_group_of_step: the index of training step t's group (t < steps).
+int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t);
 
 typedef struct {
     int live;
@@ -51,13 +59,14 @@ typedef struct {
     int64_t *served;             // [T] batches each teacher sent us
     int n_buf;
     char **bufs;
-    int *buf_of;                 // item -> buffer
-    int *teacher_of;             // item -> teacher
-    MPI_Request *recv;           // item -> request
     int *buf_free;               // [n_buf]
-    int *landed;                 // item -> its MPI payload is here (its teacher's credit is back)
-    int *arrived;                // item -> ready to be consumed (with NCCL: its features are here too)
-    int *bytes_of;               // item -> payload bytes
+    // per item n in flight, at n mod n_buf:
+    int *buf_of;                 // its buffer
+    int *teacher_of;             // its teacher
+    MPI_Request *recv;           // its receive
+    int *landed;                 // its MPI payload is here (its teacher's credit is back)
+    int *arrived;                // ready to be consumed (with NCCL: its features are here too)
+    int *bytes_of;               // payload bytes
     int64_t next_request, next_consume;
     double wait_s;               // time spent waiting for data
     int64_t last_peak[1024];     // teachers' reported peak bytes
@@ -67,7 +76,7 @@ typedef struct {
     size_t feat_bytes;           // one batch's features, bf16
     void **feat_dev;             // [n_buf] GPU buffers for the features
     nccl_ticket *tickets;        // [n_buf] their receives
-    int *posted;                 // item -> its features' receive is enqueued
+    int *posted;                 // its features' receive is enqueued
     int *blocked;                // [T] scratch of the progress pass
     void *features_dev;          // the batch batch_source_get returned: its features in GPU memory
     // offline
@@ -77,10 +86,10 @@ typedef struct {
 } batch_source;
 
 // batch_source_init_live: T teachers (world ranks 0..T-1), n_buf payload buffers (in flight and
-// arrived, not yet consumed), n_items the schedule's items; links (NULL: MPI only) with one GPU
-// buffer of feat_bytes per payload buffer, allocated from be.
-void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int64_t n_items,
-                            int n_buf, nccl_links *links, size_t feat_bytes, backend *be);
+// arrived, not yet consumed: the per-item state is a ring of that size); links (NULL: MPI only)
+// with one GPU buffer of feat_bytes per payload buffer, allocated from be.
+void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int n_buf,
+                            nccl_links *links, size_t feat_bytes, backend *be);
 // batch_source_init_offline: batches packed from fr by the plan bp (fr and bp stay the caller's).
 void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes);
 // batch_source_start_at: the first item to request and consume (a resumed run skips the groups

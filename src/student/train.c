@@ -172,7 +172,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     batch_source src;
     int64_t D = (int64_t)ct.n_feat * tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
-    if (live) batch_source_init_live(&src, T, (int)cfg->slots, w->rank, max_bytes, sc.n_items, n_buf, links, feat_bytes, be);
+    if (live) batch_source_init_live(&src, T, (int)cfg->slots, w->rank, max_bytes, n_buf, links, feat_bytes, be);
     else batch_source_init_offline(&src, fr, &bp, max_bytes);
 
     // Run directory and metrics (first student).
@@ -191,12 +191,11 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     memset(&last_eval, 0, sizeof last_eval);
     int64_t step = start_step, evals = 0, total_block = 0, total_ctx = 0;
     // A resumed run skips the groups before its checkpoint (and asks no teacher for their batches).
-    int64_t first_group = 0;
-    for (int64_t t = 0; first_group < sc.n_groups && t < start_step; first_group++)
-        t += sc.groups[first_group].kind == WIRE_TRAIN;
-    if (first_group < sc.n_groups) batch_source_start_at(&src, sc.groups[first_group].first);
+    // (the evaluation after the checkpoint's step, when one is due, runs after the resume)
+    int64_t first_group = start_step > 0 ? batch_schedule_group_of_step(&sc, start_step - 1) + 1 : 0;
+    if (first_group < sc.n_groups) batch_source_start_at(&src, batch_schedule_group(&sc, first_group).first);
     for (int64_t gi = first_group; gi < sc.n_groups; gi++) {
-        const batch_group *g = &sc.groups[gi];
+        const batch_group group = batch_schedule_group(&sc, gi), *g = &group;
         int64_t kind = g->kind;
         memset(&cur, 0, sizeof cur);
         for (int64_t n = g->first; n < g->first + g->count && rc == 0; n++) {

@@ -9,6 +9,7 @@
 #   - resuming must be the same run: a changed block size or seed is refused naming the keys, a
 #     changed lr is said in one line; a newest checkpoint without state.json, or with an impossible
 #     optim_step, is refused; a run already at train.steps says so, exits 0 and rewrites nothing;
+#   - train.steps = 1e9 starts at once (nothing is allocated per configured step);
 #   - an error found before MPI starts is printed once under mpirun -np 3, not three times.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -136,7 +137,12 @@ expect_ok finished mpirun -np 2 "$R" "${base[@]}" --run.dir="$good" --train.step
 grep -q "already finished at step 5" "$TMP/err" && ok || bad "no 'already finished' line: $(tail -3 "$TMP/err")"
 [ -z "$(stamp)" ] && ok || bad "the finished run rewrote $(stamp)"
 
-# --- 5. one line, not one per rank -------------------------------------------------------------------
+# --- 5. the largest train.steps costs nothing up front (the schedule is computed, not listed: a
+# list would take about 40 GB here)
+expect_ok steps-1e9 mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/long" --train.steps=1000000000 --test.stop_at_step=3
+grep -q '"step": 3,' "$TMP/long/metrics.jsonl" 2>/dev/null || grep -q "stopping after step 3" "$TMP/err" && ok || bad "the 1e9-step run did not run"
+
+# --- 6. one line, not one per rank -------------------------------------------------------------------
 mpirun -np 3 "$R" "${base[@]}" --run.dir="$TMP/x" --train.lr=fast >"$TMP/out" 2>"$TMP/err"
 rc=$?
 [ "$rc" -ne 0 ] && [ "$(errors "$TMP/err")" -eq 1 ] && ok || bad "a config error under -np 3: exit $rc, $(errors "$TMP/err") error lines"
