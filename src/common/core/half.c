@@ -90,16 +90,16 @@ int convert_to_f32(float *dst, const void *src, dtype src_dt, int64_t n) {
     case DT_F32:
         if (n > 0 && (const void *)dst != src) memmove(dst, src, (size_t)n * sizeof(float));
         return 0;
-    case DT_BF16: {
-        const uint16_t *s = src;
+    case DT_BF16:
+    case DT_F16: { // src may come straight from a file's bytes: each value loaded through memcpy (any alignment)
+        const unsigned char *s = src;
+        int bf = src_dt == DT_BF16;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) dst[i] = f32_from_bf16(s[i]);
-        return 0;
-    }
-    case DT_F16: {
-        const uint16_t *s = src;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++) dst[i] = f32_from_f16(s[i]);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, sizeof h);
+            dst[i] = bf ? f32_from_bf16(h) : f32_from_f16(h);
+        }
         return 0;
     }
     default:
