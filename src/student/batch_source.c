@@ -20,7 +20,8 @@
 // This student's items: Tc = G/S per training step (global batches t*G + s, t*G + s + S, ...) and e per
 // evaluation (held-out batches s, s + S, ... below ev).
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches) {
-    int64_t G = cfg->batches_per_step, ev = cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
+    int64_t G = cfg->batches_per_step;
+    int64_t ev = cfg->eval_batches > 0 && cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
     *sc = (batch_schedule){.s = s, .S = S, .G = G, .steps = cfg->steps, .interval = cfg->eval_interval};
     sc->tc = (G - s + S - 1) / S; // G is a multiple of S: G / S
     sc->evals = ev > 0;

@@ -40,7 +40,8 @@ typedef struct {
     int64_t n_items, n_groups;
 } batch_schedule;
 
-// batch_schedule_make: student s of S; evaluations over min(train.eval_batches, n_heldout_batches).
+// batch_schedule_make: student s of S; evaluations over min(train.eval_batches, n_heldout_batches)
+// batches (train.eval_batches 0: all of them).
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches);
 void batch_schedule_free(batch_schedule *sc);
 // batch_schedule_item: item n (0 <= n < n_items) of this student, in consumption order.

@@ -263,7 +263,7 @@ static void cpu_forward_backward(backend *be, const loss_config *cfg, const loss
     for (int64_t r0 = 0; r0 < n; r0 += plan->row_chunk) {
         const int64_t nr = n - r0 < plan->row_chunk ? n - r0 : plan->row_chunk;
         const float *xc = x + r0 * H;
-        float *dxc = dx + r0 * H;
+        float *dxc = dx ? dx + r0 * H : NULL;
         for (int64_t i = 0; i < nr; i++) stats_init(&w, i, k, K);
 
         // pass 1: statistics over every tile (one tile of width V in mode ROWS)
@@ -279,6 +279,7 @@ static void cpu_forward_backward(backend *be, const loss_config *cfg, const loss
 #pragma omp parallel for schedule(static) if (par)
         for (int64_t i = 0; i < nr; i++) loss_finish_row(cfg, b, K, r0 + i, i, &w, rows);
         chunk_weights(cfg, b, r0, nr, rows);
+        if (!dx) continue; // forward only: the per-row terms are all
 
         // pass 2: dlogits and dx. Mode ROWS still holds the chunk's logits; mode TILES recomputes
         // each tile and accumulates its share of dx.

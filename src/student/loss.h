@@ -69,6 +69,7 @@ typedef struct {
 // loss_workspace_bytes: device bytes loss_forward_backward needs for this plan.
 size_t loss_workspace_bytes(const loss_plan *p, int64_t hidden, int64_t vocab, int k);
 // loss_forward_backward: per-row terms into rows, dx [n, H] act = d(sum_r w_r slot_loss_r)/dx.
+// dx NULL: forward only (the per-row terms; no dlogits and no second GEMM).
 // workspace: loss_workspace_bytes(...) bytes of device memory.
 void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
                            const loss_batch *b, loss_rows *rows, void *dx);

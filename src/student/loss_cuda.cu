@@ -295,6 +295,7 @@ extern "C" void loss_cuda_forward_backward(backend *be, const loss_config *cfg, 
         weights_kernel<<<grid_for(ceil_div(n_anchors, ELEM_THREADS)), ELEM_THREADS, 0, st>>>(n_anchors, r0, *cfg, *b,
                                                                                               *rows);
         cuda_check_launch();
+        if (!dxo) continue; // forward only: the per-row terms are all
 
         // pass 2: dlogits (bf16, in place) and dx
         for (int64_t v0 = 0; v0 < V; v0 += width) {

@@ -11,6 +11,27 @@ double metrics_tau_chain(const int32_t *argmax, const int32_t *greedy, int n) {
     return (double)k; // 1 (the anchor's own bonus token) + accepted slots
 }
 
+void metrics_decode_walk(const uint8_t *loss_mask, const int32_t *cu_seqlens, int n_seq, const int32_t *matches_at,
+                         int64_t *tokens, int64_t *steps) {
+    for (int s = 0; s < n_seq; s++)
+        for (int64_t r0 = cu_seqlens[s], end = cu_seqlens[s + 1]; r0 < end;) {
+            if (!loss_mask[r0]) {
+                r0++;
+                continue;
+            }
+            int64_t r1 = r0;
+            while (r1 < end && loss_mask[r1]) r1++; // the region [r0, r1)
+            for (int64_t p = r0; p < r1 - 1;) {
+                int64_t m = matches_at[p], left = r1 - 1 - p;
+                int64_t a = 1 + (m < left ? m : left);
+                *tokens += a;
+                *steps += 1;
+                p += a;
+            }
+            r0 = r1;
+        }
+}
+
 typedef struct {
     int depth;     // 1..n (slot)
     int rank;      // candidate index at that slot

@@ -10,6 +10,17 @@
 #pragma once
 #include <stdint.h>
 
+// metrics_decode_walk: the teacher-forced decoding walk of SPEC §6 over one packed batch, the
+// acceptance length that greedy speculative decoding would see. In every loss-masked region
+// [r0, r1) of every sequence (a maximal run of loss_mask = 1: an assistant turn), the first anchor
+// is r0 (the first generated token); from anchor p a drafting step accepts a = 1 + min(m[p],
+// r1 - 1 - p) tokens (m[p] = matches_at[p]: leading slots of the block at p whose argmax is the
+// target's greedy token; capped at the region's end) and the next anchor is p + a; the walk ends
+// when an anchor reaches the region's last token. matches_at is indexed by packed position and read
+// only at the anchors the walk visits (all in [r0, r1 - 2]). Adds the tokens and the steps:
+// tau_decode = tokens / steps.
+void metrics_decode_walk(const uint8_t *loss_mask, const int32_t *cu_seqlens, int n_seq, const int32_t *matches_at,
+                         int64_t *tokens, int64_t *steps);
 // argmax[k], greedy[k] for k = 1..n (index 0 unused).
 double metrics_tau_chain(const int32_t *argmax, const int32_t *greedy, int n);
 // topk_idx/topk_logp: [n][K], row k-1 for slot k, candidates sorted by log-prob, descending.

@@ -479,7 +479,9 @@ static int chunk_prepare(drafter *d, const loss_config *lc, student_work *w, con
 }
 
 // Per-chunk statistics from the loss rows (host).
-static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st) {
+// matches (NULL: not wanted): per anchor, the number of leading slots whose argmax is the target's
+// greedy token (the chain acceptance less the bonus token).
+static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st, int32_t *matches) {
     backend *be = d->be;
     int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK;
     backend_copy_to_host(be, w->h_w, w->rows.w, (size_t)R * sizeof(float));
@@ -508,7 +510,9 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
             gr[j] = w->h_greedy[r];
         }
         st->anchors++;
-        st->tau_chain_sum += metrics_tau_chain(am, gr, n);
+        double chain = metrics_tau_chain(am, gr, n);
+        st->tau_chain_sum += chain;
+        if (matches) matches[i] = (int32_t)chain - 1;
         const int32_t *ti = w->h_s_idx + (size_t)i * (B - 1) * K; // slot j's candidates in row j-1
         const float *tl = w->h_s_logp + (size_t)i * (B - 1) * K;
         for (int t = 0; t < STEP_TREE_BUDGETS; t++) st->tau_tree_sum[t] += metrics_tau_tree(ti, tl, K, gr, n, step_tree_budgets[t]);
@@ -541,10 +545,38 @@ int student_step(drafter *d, const loss_config *lc, const student_plan *p, stude
         backend_memset_zero(be, w->du, (size_t)N * H * e);
         ops_copy_2d(be, (char *)w->du + (size_t)H * e, (int64_t)B * H, w->dxs, (int64_t)(B - 1) * H, C, (int64_t)(B - 1) * H);
         chunk_backward(d, w, C);
-        chunk_stats(d, w, C, st);
+        chunk_stats(d, w, C, st, NULL);
         st->block_tokens += N;
     }
     context_backward(d, w, b->S);
+    backend_sync(be);
+    st->ctx_tokens += b->S;
+    return 0;
+}
+
+int student_eval(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
+                 const int32_t *anchors, int n_anchors, step_stats *st, int32_t *matches) {
+    const drafter_config *c = &d->cfg;
+    backend *be = d->be;
+    int B = (int)c->block_size, H = (int)c->hidden;
+    size_t e = dtype_size(ops_act_dtype(be));
+    if (B - 1 >= STEP_MAX_SLOTS) return error_set("block size %d is larger than %d", B, STEP_MAX_SLOTS);
+    if (batch_check(d, p, b)) return -1;
+    batch_upload(d, w, b);
+    context_forward(d, w, b->S);
+    for (int i0 = 0; i0 < n_anchors; i0 += p->chunk_anchors) {
+        int C = n_anchors - i0 < p->chunk_anchors ? n_anchors - i0 : p->chunk_anchors;
+        if (chunk_prepare(d, lc, w, b, anchors + i0, C)) return -1;
+        chunk_forward(d, w, C);
+        ops_copy_2d(be, w->xs, (int64_t)(B - 1) * H, (char *)w->x + (size_t)H * e, (int64_t)B * H, C, (int64_t)(B - 1) * H);
+        loss_batch lb = {.n = C * (B - 1), .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
+                         .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
+                         .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
+        loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
+        loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, NULL); // no dx: forward only
+        chunk_stats(d, w, C, st, matches ? matches + i0 : NULL);
+        st->block_tokens += C * B;
+    }
     backend_sync(be);
     st->ctx_tokens += b->S;
     return 0;

@@ -49,6 +49,7 @@ typedef struct {
     int64_t slot_scored[STEP_MAX_SLOTS];         // slots k = 1..B-1 with mask 1
     int64_t slot_correct[STEP_MAX_SLOTS];        // ... whose argmax equals the label
     double tau_chain_sum;                        // sum over anchors of the chain acceptance length
+    int64_t decode_tokens, decode_steps;         // the decode walk (metrics_decode_walk): tau_decode = tokens / steps
     double tau_tree_sum[STEP_TREE_BUDGETS];      // ... of the tree acceptance length at each budget
     int64_t ctx_tokens, block_tokens;
 } step_stats;
@@ -70,3 +71,8 @@ void student_work_destroy(student_work *w);
 // -1 with error_set on a batch or anchor that does not fit the plan.
 int student_step(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
                  const int32_t *anchors, int n_anchors, step_stats *st);
+// student_eval: the same forward and loss terms, forward only: no backward, d->grad untouched (an
+// evaluation). matches (NULL: not wanted) gets, per anchor, its leading slots whose argmax is the
+// target's greedy token (the chain acceptance less 1), for metrics_decode_walk.
+int student_eval(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
+                 const int32_t *anchors, int n_anchors, step_stats *st, int32_t *matches);

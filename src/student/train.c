@@ -20,6 +20,7 @@
 #include "student/checkpoint.h"
 #include "student/drafter.h"
 #include "student/loss_config.h"
+#include "student/metrics.h"
 #include "student/optim.h"
 #include "student/plan.h"
 #include "student/step.h"
@@ -182,6 +183,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
     int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
     int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
+    int32_t *matches = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));    // per held-out anchor
+    int32_t *matches_at = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t)); // ... by position
     float *host_grad = be->kind == BACKEND_CPU || S == 1 ? NULL : xmalloc((size_t)d.numel * sizeof(float));
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
@@ -208,9 +211,16 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             b.features = src.features_dev ? tensor_make(DT_BF16, src.features_dev, DEVICE_CUDA, 2, shape)
                                           : tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
             int nv = anchors_valid(wb.mask, wb.cu, (int)wb.n_seq, valid);
-            uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
-            int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
-            if (na > 0) rc = student_step(&d, &lc, &plan, sw, &b, anchors, na, &cur);
+            if (kind == WIRE_HELDOUT) { // every anchor, forward only, then the decode walk over them
+                if (nv > 0 && (rc = student_eval(&d, &lc, &plan, sw, &b, valid, nv, &cur, matches)) == 0) {
+                    for (int i = 0; i < nv; i++) matches_at[valid[i]] = matches[i];
+                    metrics_decode_walk(wb.mask, wb.cu, (int)wb.n_seq, matches_at, &cur.decode_tokens, &cur.decode_steps);
+                }
+            } else {
+                uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
+                int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
+                if (na > 0) rc = student_step(&d, &lc, &plan, sw, &b, anchors, na, &cur);
+            }
             batch_source_release(&src, n);
         }
         // A failure on one student must not leave the others waiting in a collective: agree first.
@@ -228,8 +238,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss);
             break;
         }
-        if (kind == WIRE_HELDOUT) { // evaluation: the gradients it left are discarded
-            backend_memset_zero(be, d.grad, (size_t)d.numel * sizeof(float));
+        if (kind == WIRE_HELDOUT) { // evaluation (forward only: the gradients are untouched)
             if (evals == 0) first_eval = cur;
             last_eval = cur;
             evals++;
@@ -318,6 +327,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     free(peaks);
     free(valid);
     free(anchors);
+    free(matches);
+    free(matches_at);
     free(host_grad);
     batch_source_free(&src);
     if (fr) featreader_close(fr);

@@ -23,6 +23,13 @@ void train_stats_add(step_stats *a, const step_stats *b);
 void train_stats_allreduce(step_stats *s, MPI_Comm comm);
 // train_stats_loss: the loss the statistics add up to ((1 - alpha) CE + alpha KL + lambda CAP).
 double train_stats_loss(const step_stats *s, const loss_config *lc);
+// train_stats_tau_decode: decode_tokens / decode_steps (0 without steps).
+double train_stats_tau_decode(const step_stats *s);
+// train_stats_json: the statistics' fields of a JSON object (no braces): tau_decode, its steps and
+// tokens (when walked), loss, ce, kl, cap, acc (slots 1..B-1), tau_chain, tau_tree, anchors.
+void train_stats_json(FILE *f, const step_stats *s, const loss_config *lc, int B);
+// train_log_eval_text: the terminal line of an evaluation, tau_decode first, after `what`.
+void train_log_eval_text(const char *what, const step_stats *s, const loss_config *lc);
 // train_log_line: one metrics line for step; split = "heldout" for an evaluation (lr, grad_norm,
 // seconds, wait_frac and peaks unused), NULL for a training interval of `seconds` seconds. B is the
 // block size (acceptance per slot 1..B-1).

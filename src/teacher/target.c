@@ -332,14 +332,20 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
         ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
         linear(be, w->xn, w->gate, L->w_down, T, I, H);
         ops_add(be, w->x, w->xn, (int64_t)T * H);
-        // features: the hidden state after this layer, into its column block
+        // features: HF hidden_states[l + 1], the residual stream after this layer, into its column
+        // block; the last layer's comes after the final norm, below
         for (int f = 0; f < nf; f++)
-            if (o->layer_ids[f] == l)
+            if (o->layer_ids[f] == l && l < (int)c->n_layers - 1)
                 ops_copy_2d(be, (char *)w->features + (size_t)f * H * e, (int64_t)nf * H, w->x, H, T, H);
     }
 
     // lm_head over vocabulary tiles: running top-k and LSE, never [T, V]
     ops_rmsnorm(be, w->xn, w->x, m->final_norm, T, H, eps);
+    // features of the last layer (id L-1): HF hidden_states[L] is model.norm(h), not h (SPEC §2;
+    // what the dflash package and the engines feed the drafter)
+    for (int f = 0; f < nf; f++)
+        if (o->layer_ids[f] == c->n_layers - 1)
+            ops_copy_2d(be, (char *)w->features + (size_t)f * H * e, (int64_t)nf * H, w->xn, H, T, H);
     ops_topk_lse_init(be, w->topk_val, w->topk_idx, w->m, w->s, T, k);
     dtype dt = ops_act_dtype(be);
     for (int v0 = 0; v0 < V; v0 += w->vocab_tile) {

@@ -1,6 +1,10 @@
 // target.h: the frozen target LLM on one teacher rank: weights resident on the backend's device,
 // and the forward over a packed batch that yields what the drafter learns from (SPEC §2):
-//   features [T, n_feat*H]  hidden states after the layers in layer_ids (before the final norm)
+//   features [T, n_feat*H]  for each id of layer_ids, HF hidden_states[id + 1]: the residual stream
+//                           after decoder layer id, except id = L-1 (the last layer), whose
+//                           features are after the final norm, model.norm(h), as transformers'
+//                           last hidden state is; exactly what the dflash package and the engines
+//                           feed the drafter (SPEC §2)
 //   topk_idx/val [T, k]     the k largest logits of lm_head(norm(h)), sorted descending
 //   lse [T]                 log-sum-exp of the full-vocabulary logits
 // The lm_head runs over vocabulary tiles with a running top-k and LSE: [T, V] never exists.
@@ -39,7 +43,7 @@ size_t target_weight_bytes(const target_config *c, dtype dt);
 // What a forward produces.
 typedef struct {
     int n_feat;
-    int64_t layer_ids[TARGET_MAX_FEAT]; // after which decoder layers (0-based) features are taken
+    int64_t layer_ids[TARGET_MAX_FEAT]; // decoder layers (0-based) whose hidden_states[id + 1] are the features
     int topk;                           // k (<= OPS_TOPK_MAX)
     int vocab_tile;                     // lm_head vocabulary tile (0 = choose)
 } target_outputs;

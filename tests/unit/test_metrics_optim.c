@@ -1,5 +1,6 @@
-// test_metrics_optim.c: the acceptance-length metrics on hand-built cases, the learning-rate
-// schedule, and one AdamW update with clipping against the formulas written out here.
+// test_metrics_optim.c: the acceptance-length metrics on hand-built cases (chain, tree, the decode
+// walk), the learning-rate schedule, and one AdamW update with clipping against the formulas
+// written out here.
 #include <math.h>
 #include <string.h>
 
@@ -36,6 +37,43 @@ static void test_tree(void) {
     int32_t idx1[3] = {7, 8, 4};
     float lp1[3] = {0, 0, 0};
     CHECK_CLOSE(metrics_tau_tree(idx1, lp1, 1, greedy, 3, 100), 3.0, 0);
+}
+
+// The decode walk: every step's acceptance written out by hand.
+static void test_decode_walk(void) {
+    // two sequences: [0, 16) and [16, 24). Regions (loss_mask 1): [2, 12) and [14, 15) in the
+    // first (the second is one token: no step), [17, 20) and [21, 24) in the second.
+    uint8_t mask[24] = {0};
+    for (int p = 2; p < 12; p++) mask[p] = 1;
+    mask[14] = 1;
+    for (int p = 17; p < 20; p++) mask[p] = 1;
+    for (int p = 21; p < 24; p++) mask[p] = 1;
+    int32_t cu[3] = {0, 16, 24}, m[24];
+    int64_t tok = 0, steps = 0;
+    // an all-accepting drafter of block 4 (3 matches everywhere): [2, 12): 2 -> 6 -> 10 -> 12 (the
+    // last step capped at the region's end: 1 + 1); [17, 20): 17 -> 20 (1 + 2); [21, 24): 21 -> 24
+    for (int p = 0; p < 24; p++) m[p] = 3;
+    metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
+    CHECK(tok == 4 + 4 + 2 + 3 + 3 && steps == 5);
+    // a drafter that never matches: one token a step, every anchor of each region but its last
+    for (int p = 0; p < 24; p++) m[p] = 0;
+    tok = steps = 0;
+    metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
+    CHECK(tok == 9 + 2 + 2 && steps == 9 + 2 + 2);
+    // in between: the walk visits only some anchors, and only their matches count. [2, 12):
+    // 2 (m 1) -> 4 (m 0) -> 5 (m 2) -> 8 (m 3: capped at 3) -> 12; unvisited anchors hold 99
+    for (int p = 0; p < 24; p++) m[p] = 99;
+    m[2] = 1, m[4] = 0, m[5] = 2, m[8] = 3;
+    m[17] = 0, m[18] = 0, m[21] = 1; // [17, 20): 17 -> 18 -> 19; [21, 24): 21 -> 23
+    tok = steps = 0;
+    metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
+    CHECK(tok == (2 + 1 + 3 + 4) + (1 + 1) + 2 && steps == 4 + 2 + 1);
+    // a region running to the end of its sequence and one packed right after it stay apart
+    uint8_t all[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    int32_t cu2[3] = {0, 3, 8}, m2[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+    tok = steps = 0;
+    metrics_decode_walk(all, cu2, 2, m2, &tok, &steps);
+    CHECK(tok == 3 + 5 && steps == 2); // [0, 3): 0 -> 3; [3, 8): 3 -> 8
 }
 
 static void test_schedule(void) {
@@ -99,6 +137,7 @@ static void test_adamw(void) {
 int main(void) {
     test_chain();
     test_tree();
+    test_decode_walk();
     test_schedule();
     test_adamw();
     return test_finish("test_metrics_optim");

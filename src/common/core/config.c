@@ -55,7 +55,7 @@ const config_key config_keys[] = {
     {"train.mem_budget", CFG_BYTES, F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, SIZES},
     {"train.log_interval", CFG_INT, F(log_interval), "10", "steps between metrics lines", NULL, 1, 1e9},
     {"train.eval_interval", CFG_INT, F(eval_interval), "50", "steps between held-out evaluations (also at the start and the end)", NULL, 1, 1e9},
-    {"train.eval_batches", CFG_INT, F(eval_batches), "8", "held-out batches per evaluation (at most the held-out set)", NULL, 1, 1e9},
+    {"train.eval_batches", CFG_INT, F(eval_batches), "0", "held-out batches per evaluation: 0 = the whole held-out split (every anchor of every batch, forward only); N = the first N", NULL, 0, 1e9},
     {"loss.alpha", CFG_FLOAT, F(loss_alpha), "0.15", "share of the top-k/tail KL in the slot loss", NULL, 0, 1},
     {"loss.lambda", CFG_FLOAT, F(loss_lambda), "0.1", "weight of the confidence-aware penalty (CAP)", NULL, 0, 100},
     {"loss.gamma", CFG_FLOAT, F(loss_gamma), "0", "slot-weight decay constant; 0 = 7 for B <= 16, 10 above", NULL, 0, 1e6},
