@@ -2,7 +2,8 @@
 //
 // Runs the target (teacher) forward over the sequences of TOKENS.json ({"sequences": [[ids], ...]},
 // packed in the given order) and writes what a teacher rank produces, in fp32:
-//   features    f32 [T, n_feat*H]  hidden states after the layers in layer_ids
+//   features    f32 [T, n_feat*H]  HF hidden_states[id + 1] for each id of layer_ids (after the final
+//                                  norm for id = L-1; target.h)
 //   topk_idx    i32 [T, k]         top-k vocabulary ids, sorted by logit, descending
 //   topk_val    f32 [T, k]         their logits
 //   lse         f32 [T]            log-sum-exp of the full-vocabulary logits
@@ -31,8 +32,8 @@ static void teacher_dump_usage(FILE *f) {
     fprintf(f, "usage: dflash_tool teacher-dump MODEL_DIR TOKENS.json OUT.safetensors [--device auto|cpu|cuda]\n"
                "                                [--layers 1,9,17] [--topk K] [--vocab-tile N]\n"
                "  TOKENS.json: {\"sequences\": [[id, ...], ...]}, packed in order\n"
-               "  --layers: target layers (0-based) whose outputs form the features; default: SPEC section 2's\n"
-               "            formula for 5 features\n"
+               "  --layers: target layers (0-based) whose HF hidden_states[id + 1] form the features (the last\n"
+               "            layer's after the final norm); default: SPEC section 2's formula for 5 features\n"
                "  --topk:   k of the top-k logits (default 32)\n"
                "  --repeat N: run the forward N more times and print its median time and tokens/s (benchmarks)\n");
 }

@@ -9,22 +9,32 @@ For each configuration below this script
      sequences: positions restart at 0, attention never crosses the boundary), and
   4. writes, under tests/reference/data/:
        teacher_<name>.safetensors   tokens i32 [T], cu_seqlens i32 [3], layer_ids i32 [n],
-                                    features f32 [T, n*H] (outputs of the decoder layers in
-                                    layer_ids, in that order: HF hidden_states[id + 1]),
+                                    features f32 [T, n*H] (HF hidden_states[id + 1] for each id
+                                    of layer_ids, in that order: the output of decoder layer id,
+                                    after the final norm for id = L-1),
                                     topk_idx i32 [T, k], topk_val f32 [T, k] (descending),
                                     lse f32 [T] (logsumexp of the fp32 logits),
                                     logits_last f32 [2, V] (each sequence's last position)
        teacher_<name>.args          the make-target arguments, layer ids and k (bash-sourceable)
        teacher_tokens_<name>.json   {"sequences": [[...], [...]]}, the input of teacher-dump
+       teacher_<name>.prenorm.safetensors  (only when L-1 is among the ids) features f32 [T, n*H]
+                                    in the old convention: the last layer's block before the final
+                                    norm (the decoder layer's own output); the other blocks equal.
+                                    The test shows it fails against the reference.
      and the console output into teacher_fixtures.log.
 
 The C side rebuilds the identical model from the .args line (weights are a pure function of the
 arguments) and runs `dflash_tool teacher-dump MODEL teacher_tokens_<name>.json OUT --layers IDS
 --topk K` on it.
 
-Layer ids stay below L-1 on purpose: transformers' hidden_states[L] is taken *after* the final
-norm, while SPEC section 2 wants the output of the last decoder layer itself; for ids < L-1 the two
-readings agree (the script checks hidden_states[id + 1] against a forward hook on the layer).
+The features are exactly what the z-lab dflash package feeds the drafter
+(dflash/model.py, extract_context_feature: hidden_states[layer_id + 1] of output_hidden_states=True).
+In transformers 5.x the hidden states are recorded by hooks on the decoder layers
+(utils/output_capturing.py, capture_outputs), and the last entry is then replaced by
+last_hidden_state, which LlamaModel/Qwen3Model.forward compute as self.norm(hidden_states): so
+hidden_states[id + 1] is decoder layer id's output for id < L-1, and model.norm of it for id = L-1.
+The script checks both against a forward hook on the layer. Two fixtures (one Qwen3, one Llama)
+include the last layer among their ids, next to earlier ones; the others use earlier ids only.
 
 The seed of each model is the first one, counting from the configured start, for which every gap
 between consecutive values among the top k+1 logits (so both the order and the set of the top k)
@@ -55,7 +65,7 @@ FIXTURES = [
     ("qwen3_gqa",
      "--arch qwen3 --layers 3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --intermediate 96"
      " --vocab 307 --dtype bf16 --rope-theta 1000000",
-     1, [0, 1]),
+     1, [0, 2]),   # 2 = L-1: after the final norm
     # (b) Qwen3, tied embeddings, a single kv head, head_dim 12 = 48/4
     ("qwen3_tied_mqa",
      "--arch qwen3 --layers 3 --hidden 48 --heads 4 --kv-heads 1 --intermediate 80"
@@ -66,7 +76,7 @@ FIXTURES = [
     ("llama3_rope",
      "--arch llama --layers 4 --hidden 64 --heads 4 --kv-heads 2 --intermediate 128"
      " --vocab 389 --dtype f32 --rope-llama3 8 --rope-original-max 64",
-     1, [0, 1, 2]),
+     1, [0, 1, 3]),   # 3 = L-1: after the final norm
     # (d) Llama, tied, weights in 2 shards (model.safetensors.index.json), f16 weights
     ("llama_tied_shards",
      "--arch llama --layers 3 --hidden 96 --heads 6 --kv-heads 3 --intermediate 160"
@@ -88,24 +98,34 @@ def make_sequences(name, vocab):
 
 
 def run_sequence(model, ids, layer_ids):
-    """Run one sequence (positions 0..n-1). Returns (features [n, len(ids)*H], logits [n, V])."""
+    """Run one sequence (positions 0..n-1). Returns (features [n, len(ids)*H], logits [n, V],
+    prenorm features [n, len(ids)*H]: the decoder layers' own outputs, the old convention)."""
     captured = {}
     hooks = [model.model.layers[i].register_forward_hook(
         lambda mod, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
-        for i in layer_ids]
+        for i in sorted(set(layer_ids))]
     try:
         with torch.no_grad():
             out = model(input_ids=torch.tensor([ids], dtype=torch.long), output_hidden_states=True,
                         use_cache=False)
+            L = model.config.num_hidden_layers
+            assert len(out.hidden_states) == L + 1, f"{len(out.hidden_states)} hidden states for {L} layers"
+            feats, prenorm = [], []
+            for i in layer_ids:
+                hs = out.hidden_states[i + 1][0]   # exactly dflash's extract_context_feature
+                layer_out = captured[i][0]
+                if i < L - 1:
+                    assert torch.equal(hs, layer_out), f"hidden_states[{i + 1}] is not layer {i}'s output"
+                else:
+                    assert torch.equal(hs, model.model.norm(layer_out)), \
+                        f"hidden_states[{L}] is not model.norm of layer {i}'s output"
+                    assert not torch.allclose(hs, layer_out), f"hidden_states[{L}] equals the pre-norm output"
+                feats.append(hs)
+                prenorm.append(layer_out)
     finally:
         for h in hooks:
             h.remove()
-    feats = []
-    for i in layer_ids:
-        hs = out.hidden_states[i + 1][0]
-        assert torch.equal(hs, captured[i][0]), f"hidden_states[{i + 1}] is not layer {i}'s output"
-        feats.append(hs)
-    return torch.cat(feats, dim=-1).float(), out.logits[0].float()
+    return torch.cat(feats, dim=-1).float(), out.logits[0].float(), torch.cat(prenorm, dim=-1).float()
 
 
 def min_topk_gap(logits, k):
@@ -137,7 +157,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
         for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
             assert not info.get(key), f"{name}: {key} {info.get(key)}"
         L = model.config.num_hidden_layers
-        assert all(0 <= i < L - 1 for i in layer_ids), f"{name}: layer ids must be in [0, L-1)"
+        assert all(0 <= i < L for i in layer_ids), f"{name}: layer ids must be in [0, L)"
         results = [run_sequence(model, s, layer_ids) for s in seqs]
         logits = torch.cat([r[1] for r in results])
         gap = min_topk_gap(logits, K)
@@ -148,6 +168,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
         raise SystemExit(f"{name}: no seed with top-k gaps >= {MIN_GAP}")
 
     features = torch.cat([r[0] for r in results]).contiguous()
+    prenorm = torch.cat([r[2] for r in results]).contiguous()
     topk = torch.topk(logits, K, dim=-1)
     lse = torch.logsumexp(logits, dim=-1)
     T = sum(len(s) for s in seqs)
@@ -172,6 +193,24 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
     save_file(tensors, st_path, metadata={
         "format": "pt", "made_by": "tests/reference/make_teacher_fixtures.py",
         "torch": torch.__version__, "transformers": transformers.__version__})
+    paths = [st_path]
+    last = L - 1 in layer_ids
+    if last:  # the old convention (pre-norm last layer), to show the test tells them apart
+        H = model.config.hidden_size
+        for f, i in enumerate(layer_ids):
+            blk = slice(f * H, (f + 1) * H)
+            if i < L - 1:
+                assert torch.equal(prenorm[:, blk], features[:, blk])
+            else:
+                d = (prenorm[:, blk] - features[:, blk]).abs().max().item()
+                rel = d / features.abs().max().item()
+                log(lines, f"  {name}: feature block {f} (id {i} = L-1): max |post-norm - pre-norm| {d:.4f}"
+                           f" = {rel:.3g} of the features' scale")
+        pre_path = os.path.join(out_dir, f"teacher_{name}.prenorm.safetensors")
+        save_file({"features": prenorm}, pre_path, metadata={
+            "format": "pt", "made_by": "tests/reference/make_teacher_fixtures.py",
+            "convention": "old: layer L-1 before the final norm (not what dflash feeds)"})
+        paths.append(pre_path)
     tok_path = os.path.join(out_dir, f"teacher_tokens_{name}.json")
     with open(tok_path, "w") as f:
         json.dump({"sequences": seqs}, f)
@@ -186,7 +225,8 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
                 f"layer_ids={','.join(str(i) for i in layer_ids)}\n"
                 f"topk={K}\n"
                 f"tokens=teacher_tokens_{name}.json\n"
-                f"reference=teacher_{name}.safetensors\n")
+                f"reference=teacher_{name}.safetensors\n"
+                + (f"last_id={L - 1}\nprenorm=teacher_{name}.prenorm.safetensors\n" if last else ""))
 
     rope = model.config.rope_parameters
     log(lines, f"{name}: {cls}, L={L}, H={model.config.hidden_size}, heads {model.config.num_attention_heads}/"
@@ -197,7 +237,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
     log(lines, f"  max |logit| {logits.abs().max().item():.4f}, lse in [{lse.min().item():.4f}, "
                f"{lse.max().item():.4f}], max |feature| {features.abs().max().item():.4f}")
     log(lines, f"  min gap between consecutive top-{K + 1} logits: {gap:.4g} (>= {MIN_GAP:g})")
-    for p in (st_path, args_path, tok_path):
+    for p in paths + [args_path, tok_path]:
         log(lines, f"  {os.path.relpath(p, out_dir)}: {os.path.getsize(p)} bytes")
         assert os.path.getsize(p) < 100_000, f"{p} is too big for a committed fixture"
 
