@@ -125,7 +125,8 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
     fprintf(f, ",\n");
     fprintf(f, "  \"target_layer_ids\": [");
     for (int i = 0; i < info->n_feat; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)info->layer_ids[i]);
-    fprintf(f, "],\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"shards\": [\n",
+    // features = HF hidden_states[id + 1] (target.h): the last layer's after the final norm
+    fprintf(f, "],\n  \"feature_convention\": \"hidden_states[id+1]\",\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"shards\": [\n",
             (long long)info->hidden, info->topk, (long long)n_samples);
     for (int64_t s = 0; s < n_shards; s++) {
         char p[CONFIG_STR + 64];

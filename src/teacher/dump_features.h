@@ -5,7 +5,9 @@
 // going to rank s mod world size. Each shard is one file, features-SSSSS-of-NNNNN.h5, written under a
 // temporary name and renamed when complete; a rerun skips every shard already there (after checking
 // it was made with the same settings), so an interrupted dump resumes where it stopped. Rank 0 then
-// writes features.json, the index of the shards. Samples are packed into batches of up to
+// writes features.json, the index of the shards. The features are what target_forward gives: HF
+// hidden_states[id + 1], the last layer's after the final norm (target.h); features.json records it
+// as "feature_convention": "hidden_states[id+1]". Samples are packed into batches of up to
 // teacher.max_tokens tokens (attention never crosses a sample), each batch one target forward.
 #pragma once
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_dump_features.sh: `dflash_rank --mode dump-features` under mpirun with 2 teacher ranks:
 # the feature file has the documented datasets and attributes (read back with h5py), matches
-# teacher-dump on the same sequences, resumes without redoing finished shards, and refuses shards
+# teacher-dump on the same sequences, has the last layer's features (id 2 of 3) after the final
+# norm (hidden_states[id+1], SPEC section 2), resumes without redoing finished shards, and refuses shards
 # made with other settings.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -68,7 +69,22 @@ for a, b, name in ((np.concatenate(vals), st("topk_val", np.float32), "topk_val"
     e = np.abs(a - b).max() / np.abs(b).max()
     assert e <= 1e-5, f"{name} differs by {e}"
 assert (np.concatenate(tops) == st("topk_idx", np.int32)).mean() > 0.99, "top-k ids differ"
-print("feature file matches teacher-dump")
+assert idx.get("feature_convention") == "hidden_states[id+1]", idx.get("feature_convention")
+# id 2 is the target's last layer (3 layers): HF hidden_states[3] is model.norm(h) = w * h / rms(h),
+# so every row of that block divided by model.norm.weight has RMS 1 (bf16 storage: ~2^-8 per
+# element, so 1e-2); the block of id 0, the raw residual stream, must not (the check can fail).
+raw_m = open(f"{tmp}/target/model.safetensors", "rb").read()
+nm = struct.unpack("<Q", raw_m[:8])[0]
+e = json.loads(raw_m[8:8 + nm])["model.norm.weight"]
+b, end = e["data_offsets"]
+wb = raw_m[8 + nm + b:8 + nm + end]
+w = {"F32": lambda: np.frombuffer(wb, np.float32), "F16": lambda: np.frombuffer(wb, np.float16).astype(np.float32),
+     "BF16": lambda: (np.frombuffer(wb, np.uint16).astype(np.uint32) << 16).view(np.float32)}[e["dtype"]]()
+rms = lambda blk: np.sqrt(np.mean((blk / w) ** 2, axis=1))
+last, first = rms(F[:, 48:96]), rms(F[:, 0:48])
+assert np.abs(last - 1).max() <= 1e-2, f"layer 2 (the last) is not after the final norm: row RMS of h/w in [{last.min()}, {last.max()}]"
+assert np.abs(first - 1).max() > 0.1, f"layer 0 looks final-normed too: row RMS of h/w in [{first.min()}, {first.max()}]"
+print(f"feature file matches teacher-dump; last layer post-norm: |RMS(h/w) - 1| <= {np.abs(last - 1).max():.2g} (layer 0: up to {np.abs(first - 1).max():.2g})")
 PYEOF
 then ok; else bad "feature file does not match teacher-dump"; fi
 
