@@ -13,6 +13,8 @@
 //   transport-test deterministic payloads teacher -> student, checked element by element
 //   train          teachers serve batches, students train the drafter (with data.features set:
 //                  every rank a student, reading the offline features)
+//   eval           the same roles: eval.drafter evaluated on every sample of the data, forward only
+//                  (run.dir/eval.json: tau_decode first)
 #include <mpi.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -52,7 +54,7 @@ static void usage(FILE *f) {
             "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
-            "  --mode M             same as --run.mode=M (train | check | dump-features | transport-test)\n"
+            "  --mode M             same as --run.mode=M (train | eval | check | dump-features | transport-test)\n"
             "  --rank-timeout S     same as --run.rank_timeout=S: seconds a rank waits on a peer before ending the job\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --plan               train mode: print each rank's memory plan (teacher and student) and exit\n"
@@ -240,9 +242,14 @@ int main(int argc, char **argv) {
         early_error("%s", error_msg());
         return 2;
     }
-    if (!preflight_only && strcmp(cfg.mode, "train") == 0 && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
-        early_error("train needs target.path (the target model directory) and data.path (a training set), "
-                    "data.sets (several) or data.features (an offline feature directory)");
+    int job = strcmp(cfg.mode, "train") == 0 || strcmp(cfg.mode, "eval") == 0; // teachers feed students
+    if (strcmp(cfg.mode, "eval") == 0 && eval_config_prepare(&cfg)) { // the drafter's shape, every sample held out
+        early_error("%s", error_msg());
+        return 2;
+    }
+    if (!preflight_only && job && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
+        early_error("%s needs target.path (the target model directory) and data.path (a training set), "
+                    "data.sets (several) or data.features (an offline feature directory)", cfg.mode);
         return 2;
     }
     world w;
@@ -259,7 +266,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
-    int offline = strcmp(cfg.mode, "train") == 0 && cfg.data_features[0]; // every rank a student
+    int offline = job && cfg.data_features[0]; // every rank a student
     long long want_t = dump ? w.size : offline ? 0 : cfg.teachers, want_s = dump ? 0 : offline ? w.size : cfg.students;
     if (world_roles(&w, w.rank, w.size, want_t, want_s)) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
@@ -275,12 +282,12 @@ int main(int argc, char **argv) {
         status = 1;
     }
     // The training sets exist: checked on rank 0 only, so a missing file is one error line, not one per rank.
-    if (status == 0 && w.rank == 0 && (dump || (strcmp(cfg.mode, "train") == 0 && !offline)) && dataset_preflight(&cfg)) {
+    if (status == 0 && w.rank == 0 && (dump || (job && !offline)) && dataset_preflight(&cfg)) {
         log_error("%s", error_msg());
         status = 1;
     }
     // A training job's inputs, once on rank 0: one error line for what every rank would find.
-    if (status == 0 && w.rank == 0 && strcmp(cfg.mode, "train") == 0 && train_check_inputs(&w, &cfg)) {
+    if (status == 0 && w.rank == 0 && job && train_check_inputs(&w, &cfg)) {
         log_error("%s", error_msg());
         status = 1;
     }
@@ -297,7 +304,7 @@ int main(int argc, char **argv) {
         world_finalize();
         return wrong ? 1 : 0;
     }
-    if (strcmp(cfg.mode, "train") == 0) {
+    if (job) {
         train_install_signals();
         run_cfg = &cfg;
         if (!cfg.plan_only && w.size > 1) {

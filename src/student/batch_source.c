@@ -31,6 +31,12 @@ void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, in
     sc->n_groups = sc->evals * (1 + after) + sc->steps;
 }
 
+void batch_schedule_eval_only(batch_schedule *sc) {
+    sc->steps = 0;
+    sc->n_items = sc->evals * sc->e;
+    sc->n_groups = sc->evals;
+}
+
 void batch_schedule_free(batch_schedule *sc) { memset(sc, 0, sizeof *sc); }
 
 // The first item of training step t's group.

@@ -43,6 +43,8 @@ typedef struct {
 // batch_schedule_make: student s of S; evaluations over min(train.eval_batches, n_heldout_batches)
 // batches (train.eval_batches 0: all of them).
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches);
+// batch_schedule_eval_only: no training step, the first evaluation alone (--mode eval).
+void batch_schedule_eval_only(batch_schedule *sc);
 void batch_schedule_free(batch_schedule *sc);
 // batch_schedule_item: item n (0 <= n < n_items) of this student, in consumption order.
 batch_item batch_schedule_item(const batch_schedule *sc, int64_t n);

@@ -19,6 +19,7 @@
 #include "student/batch_source.h"
 #include "student/checkpoint.h"
 #include "student/drafter.h"
+#include "student/eval.h"
 #include "student/loss_config.h"
 #include "student/metrics.h"
 #include "student/optim.h"
@@ -72,6 +73,7 @@ static int train_nonfinite(int s, const config *cfg, int64_t step, const char *w
 
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
+    int eval = strcmp(cfg->mode, "eval") == 0; // --mode eval: one evaluation of eval.drafter, no training
     if (train_check_roles(w, cfg)) return -1;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
     students_set_ranks(T, T + S - 1);
@@ -81,7 +83,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
     int64_t start_step = 0;
     int resume_found = 0;
-    if (cfg->resume && !cfg->plan_only) {
+    if (cfg->resume && !cfg->plan_only && !eval) {
         if (checkpoint_find_resume(cfg->run_dir, &start_step, &resume_found)) return -1;
         if (resume_found && s == 0 && checkpoint_check_resume(cfg->run_dir, start_step, cfg)) return -1;
         if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
@@ -121,7 +123,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // Memory: the plan, then every allocation up front.
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
-                       .adam = 1, .ema = cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+                       .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
     int n_buf = 2 * (int)cfg->slots * T + 1;
     size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
@@ -144,16 +146,19 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
     if (drafter_init(&d, &dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
     safetensors_dir_close(&td);
-    arena work, opt_mem;
+    if (eval && eval_load_drafter(&d, cfg)) return -1;
+    arena work, opt_mem = {0};
     if (arena_init(&work, "student work", be, student_work_bytes(&d, &plan))) return -1;
-    if (arena_init(&opt_mem, "optimizer", be, optim_bytes(d.numel, cfg->ema_decay > 0))) return -1;
     student_work *sw = student_work_create(&d, &plan, &work);
     optim_config oc;
     optim_config_default(&oc);
     oc.lr = cfg->lr, oc.warmup_frac = cfg->warmup_frac, oc.weight_decay = cfg->weight_decay, oc.clip = cfg->grad_clip;
     oc.total_steps = cfg->steps, oc.ema_decay = cfg->ema_decay;
-    optim opt;
-    optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
+    optim opt = {0};
+    if (!eval) {
+        if (arena_init(&opt_mem, "optimizer", be, optim_bytes(d.numel, cfg->ema_decay > 0))) return -1;
+        optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
+    }
     if (cfg->resume && resume_found) { // every student loads the same checkpoint
         if (checkpoint_read(cfg->run_dir, start_step, &d, &opt)) return -1;
         if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)start_step);
@@ -168,8 +173,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     lc.label_teacher = strcmp(cfg->loss_label, "teacher") == 0;
 
     // The source of batches.
-    batch_schedule sc;
+    batch_schedule sc; // --mode eval: no step, one evaluation over all the (held-out) batches
     batch_schedule_make(&sc, cfg, s, S, bp.n_heldout_batches);
+    if (eval) batch_schedule_eval_only(&sc);
     batch_source src;
     int64_t D = (int64_t)ct.n_feat * tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
@@ -178,7 +184,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
 
     // Run directory and metrics (first student).
     train_log lg = {0};
-    if (s == 0 && train_log_open(&lg, cfg, start_step > 0)) return -1;
+    if (s == 0 && !eval && train_log_open(&lg, cfg, start_step > 0)) return -1;
     int n_ranks = w->size;
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
     int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
@@ -242,7 +248,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             if (evals == 0) first_eval = cur;
             last_eval = cur;
             evals++;
-            if (s == 0) train_log_line(&lg, "heldout", step, &cur, &lc, (int)dc.block_size, 0, 0, 0, 0, NULL, 0);
+            if (s == 0 && !eval) train_log_line(&lg, "heldout", step, &cur, &lc, (int)dc.block_size, 0, 0, 0, 0, NULL, 0);
             continue;
         }
         // An optimizer step: all-reduce the un-normalised gradients, then one update.
@@ -314,7 +320,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         log_info("student %d: batches received per teacher: [%s]", s, served);
     }
     double wall = time_now() - t_run;
-    if (rc == 0 && s == 0) {
+    if (rc == 0 && s == 0 && eval) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_samples);
+    else if (rc == 0 && s == 0) {
         char dir[CONFIG_STR + 16];
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
         if (drafter_export(&d, dir, 0)) rc = -1;

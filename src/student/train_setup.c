@@ -6,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/json_util.h"
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 
@@ -170,7 +174,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
 
 int train_check_roles(const world *w, const config *cfg) {
     if (w->students < 1) return error_set("a training job needs a student rank (world.students)");
-    if (cfg->batches_per_step % w->students)
+    if (strcmp(cfg->mode, "eval") != 0 && cfg->batches_per_step % w->students) // (eval: no step)
         return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)",
                          (long long)cfg->batches_per_step, w->students);
     if (!cfg->data_features[0] && w->teachers == 0)
@@ -195,3 +199,52 @@ int train_check_inputs(const world *w, const config *cfg) {
     return 0;
 }
 
+
+int eval_config_prepare(config *cfg) {
+    char path[CONFIG_STR + 32];
+    struct stat st;
+    if (stat(cfg->eval_drafter, &st) != 0 || !S_ISDIR(st.st_mode))
+        return error_set("eval.drafter %s: not a directory (an exported drafter or a checkpoint)", cfg->eval_drafter);
+    snprintf(path, sizeof path, "%s/model.safetensors", cfg->eval_drafter);
+    if (access(path, R_OK) != 0) return error_set("eval.drafter %s: no readable model.safetensors (%s)", cfg->eval_drafter, strerror(errno));
+    snprintf(path, sizeof path, "%s/config.json", cfg->eval_drafter);
+    if (access(path, R_OK) == 0) { // an exported drafter: its config.json is the shape, and the layers it reads
+        drafter_config dc;
+        if (drafter_config_load(&dc, path)) return error_prefix("eval.drafter");
+        snprintf(cfg->drafter_config_path, sizeof cfg->drafter_config_path, "%s", cfg->eval_drafter);
+        if (cfg->target_layer_ids.n == 0) { // the teachers send what the drafter reads
+            cfg->target_layer_ids.n = dc.n_feat;
+            for (int i = 0; i < dc.n_feat; i++) cfg->target_layer_ids.v[i] = dc.target_layer_ids[i];
+        }
+        cfg->block_size = dc.block_size;
+    } else { // a checkpoint: the shape, layers and loss of the run that wrote it (its state.json)
+        snprintf(path, sizeof path, "%s/state.json", cfg->eval_drafter);
+        char *text = file_read_text(path, 64 << 20);
+        if (!text)
+            return error_set("eval.drafter %s: neither config.json (an exported drafter) nor state.json (a checkpoint)",
+                             cfg->eval_drafter);
+        cJSON *root = cJSON_Parse(text);
+        free(text);
+        const cJSON *saved = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+        char *json = cJSON_IsObject(saved) ? cJSON_PrintUnformatted(saved) : NULL;
+        cJSON_Delete(root);
+        if (!json) return error_set("eval.drafter: %s holds no configuration (a checkpoint of an older version)", path);
+        config run;
+        config_defaults(&run);
+        int rc = config_load_json(&run, json, path);
+        cJSON_free(json);
+        if (rc) return error_prefix("eval.drafter");
+        memcpy(cfg->drafter_config_path, run.drafter_config_path, sizeof run.drafter_config_path);
+        cfg->drafter_layers = run.drafter_layers, cfg->drafter_intermediate = run.drafter_intermediate;
+        cfg->drafter_heads = run.drafter_heads, cfg->drafter_kv_heads = run.drafter_kv_heads;
+        cfg->drafter_head_dim = run.drafter_head_dim, cfg->mask_token_id = run.mask_token_id;
+        cfg->sliding_window = run.sliding_window, cfg->block_size = run.block_size;
+        cfg->target_layer_ids = run.target_layer_ids, cfg->n_features = run.n_features;
+        cfg->loss_alpha = run.loss_alpha, cfg->loss_lambda = run.loss_lambda, cfg->loss_gamma = run.loss_gamma;
+        memcpy(cfg->loss_weighting, run.loss_weighting, sizeof run.loss_weighting);
+        memcpy(cfg->loss_label, run.loss_label, sizeof run.loss_label);
+    }
+    cfg->heldout_samples = BATCHPLAN_ALL_HELDOUT; // every sample of the data counts
+    cfg->eval_batches = 0;
+    return 0;
+}

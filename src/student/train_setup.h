@@ -27,6 +27,12 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
 // open for reading; NULL when live). -1 with error_set.
 int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
                     featreader **fr);
+// eval_config_prepare: --mode eval: cfg made to evaluate eval.drafter on every sample of the data:
+// the drafter's shape and target layers from its config.json (an exported drafter; target.layer_ids
+// defaults to the drafter's) or from the configuration its checkpoint was written with (state.json:
+// shape, layers, block, loss), every sample held out, every held-out batch evaluated. Run on every
+// rank before the roles start. -1 with error_set naming the directory.
+int eval_config_prepare(config *cfg);
 // train_check_roles: the role counts fit the job (a student; batches_per_step a multiple of the
 // students; teachers unless data.features). -1 with error_set.
 int train_check_roles(const world *w, const config *cfg);

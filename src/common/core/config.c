@@ -19,11 +19,12 @@
 
 // The table. Adding a key: a field in config.h, a row here, a row in docs/config.md.
 const config_key config_keys[] = {
+    {"eval.drafter", CFG_STRING, F(eval_drafter), "", "--mode eval: the drafter to evaluate: an exported drafter directory (config.json + model.safetensors, the dflash package's format, e.g. run.dir/drafter or a published one) or a checkpoint directory (run.dir/checkpoints/step-N)", NULL, NOLIM},
     {"run.dir", CFG_STRING, F(run_dir), "runs/dflash", "run directory: metrics.jsonl, checkpoints, the effective config", NULL, NOLIM},
     {"run.seed", CFG_INT, F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
     {"run.device", CFG_STRING, F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", NOLIM},
     {"run.log_level", CFG_STRING, F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", NOLIM},
-    {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir) or transport-test (payloads teacher -> student checked element by element, bandwidth printed)", "check|dump-features|train|transport-test", NOLIM},
+    {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir), eval (a drafter, eval.drafter, evaluated on every sample of the data: run.dir/eval.json) or transport-test (payloads teacher -> student checked element by element, bandwidth printed)", "check|dump-features|eval|train|transport-test", NOLIM},
     {"world.teachers", CFG_INT, F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
     {"world.students", CFG_INT, F(students), "1", "student ranks (the last ranks of the world)", NULL, 1, 1e6},
     {"target.path", CFG_STRING, F(target_path), "", "Hugging Face model directory of the target (config.json + safetensors)", NULL, NOLIM},
@@ -509,7 +510,10 @@ void config_print_keys(FILE *f) {
 
 int config_check(const config *c) {
     if (config_data_count(c) < 0) return config_fail();
-    int train = strcmp(c->mode, "train") == 0;
+    int eval = strcmp(c->mode, "eval") == 0, train = strcmp(c->mode, "train") == 0 || eval; // eval: a job of the same roles
+    if (eval && !c->eval_drafter[0])
+        return error_set("--mode eval needs eval.drafter: an exported drafter directory (config.json + model.safetensors) "
+                         "or a checkpoint directory (run.dir/checkpoints/step-N)");
     if (c->ema_decay >= 1)
         return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
                          "0 = no EMA", c->ema_decay);

@@ -36,7 +36,8 @@ typedef struct {
     int64_t seed;
     char device[16];      // auto | cpu | cuda
     char log_level[16];   // debug | info | warn | error
-    char mode[32];        // check (for now)
+    char mode[32];        // train | check | dump-features | eval | transport-test
+    char eval_drafter[CONFIG_STR]; // --mode eval: the drafter (exported directory or checkpoint)
     // world
     int64_t teachers;     // -1: world size - students
     int64_t students;

@@ -135,7 +135,9 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
     if (!sets || n_sets == 0) sets = &one, n_sets = 1;
     if (max_tokens < 1)
         return error_set("batch plan: max_tokens_per_batch = %lld, expected at least 1", (long long)max_tokens);
-    if (n_heldout < 0 || n_heldout >= n_samples)
+    int all_heldout = n_heldout == BATCHPLAN_ALL_HELDOUT && n_samples > 0; // an evaluation plan
+    if (all_heldout) n_heldout = n_samples;
+    else if (n_heldout < 0 || n_heldout >= n_samples)
         return error_set("batch plan: %lld held-out samples of %lld usable ones leave none to train on "
                          "(data.heldout_samples must be less than the usable samples)",
                          (long long)n_heldout, (long long)n_samples);
@@ -186,6 +188,7 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
         first += s->n;
         int rc = 0;
         if (s->n == 0) rc = error_set("batch plan: set %d has no usable samples", i);
+        else if (all_heldout) continue; // no training batches: nothing is drawn
         else if (s->n_train < 1)
             rc = error_set("batch plan: set %d: its share of the held-out samples (%lld) takes all its %lld usable "
                            "samples (lower data.heldout_samples)", i, (long long)s->n_heldout, (long long)s->n);

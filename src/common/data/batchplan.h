@@ -74,6 +74,9 @@ typedef struct {
 // training sample would be left), when the sets' sizes do not add up to n_samples, a weight is not
 // finite and > 0, the held-out share of a set takes all its samples, or a set's weight draws no
 // sample per epoch (naming the set by its index). bucket_size <= 0: one bucket holding the whole epoch.
+// n_heldout = BATCHPLAN_ALL_HELDOUT: every sample is held out (an evaluation of the whole data,
+// --mode eval): the held-out batches cover each sample once, and there are no training batches.
+#define BATCHPLAN_ALL_HELDOUT (-1)
 int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, const batchplan_set *sets, int n_sets,
                     int64_t n_heldout, int64_t max_tokens, int64_t bucket_size, uint64_t seed);
 void batchplan_free(batchplan *p);
