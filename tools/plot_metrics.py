@@ -6,11 +6,13 @@
 metrics.jsonl holds one JSON object per line (docs/student.md): training lines
 ({"step", "loss", "ce", "kl", "cap", "tau_chain", "tau_tree": {"<budget>": tau, ...},
 "block_tokens_per_s", "ctx_tokens_per_s", ...}), held-out lines (the same with
-"split": "heldout", without the throughput keys) and a final {"summary": true, ...} line.
+"split": "heldout" and "tau_decode", the acceptance length decoding sees, without the throughput
+keys) and a final {"summary": true, ...} line.
 
 Panels, all against the step:
   1. losses: loss, ce, kl, cap of the training lines (solid) and held-out loss (markers)
-  2. acceptance: tau_chain and each tau_tree budget, training (thin) and held-out (markers, bold)
+  2. acceptance: the held-out tau_decode first (what serving sees: the headline, black, thickest),
+     then tau_chain and each tau_tree budget, training (thin) and held-out (markers, bold)
   3. throughput: block_tokens_per_s and ctx_tokens_per_s of the training lines
 A key missing from every line is left out (its legend entry too), a line with no "step" or with
 "summary" is ignored, and lines that are not JSON objects are skipped with a count on stderr. A panel
@@ -109,6 +111,11 @@ def plot(train, held, out, title):
 
     ax = axes[1]
     drawn = 0
+    xs, ys = series(held, "tau_decode")
+    if xs:
+        ax.plot(xs, ys, "s-", color="black", lw=2.5, ms=6, label="held-out tau_decode (decoding)")
+        drawn += 1
+        ax.set_title("held-out tau_decode %.3f -> %.3f" % (ys[0], ys[-1]), fontsize=9)
     curves = [("tau_chain", None, "chain")] + [("tau_tree", b, f"tree@{b}") for b in tree_budgets(train + held)]
     for i, (k, sub, name) in enumerate(curves):
         c = colors[i % len(colors)]
