@@ -209,7 +209,20 @@ static void test_errors(void) {
     len[2] = 7;
     CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 10, MAXTOK, 0, 1), "10 held-out samples of 10");
     CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 11, MAXTOK, 0, 1), "11 held-out samples of 10");
-    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, -1, MAXTOK, 0, 1), "held-out");
+    CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, -2, MAXTOK, 0, 1), "held-out");
+    // BATCHPLAN_ALL_HELDOUT (--mode eval): every sample held out once, no training batch
+    CHECK(batchplan_build(&p, len, 10, NULL, 0, BATCHPLAN_ALL_HELDOUT, MAXTOK, 0, 1) == 0);
+    {
+        int seen[10] = {0}, total = 0;
+        for (int64_t b = 0; b < p.n_heldout_batches; b++) {
+            const batch_ref *r = batchplan_heldout_batch(&p, b);
+            for (int64_t i = 0; i < r->n; i++) seen[r->samples[i]]++, total++;
+        }
+        int once = 1;
+        for (int i = 0; i < 10; i++) once = once && seen[i] == 1;
+        CHECK(total == 10 && once && p.n_train == 0 && p.n_epoch == 0);
+    }
+    batchplan_free(&p);
     CHECK_ERR(batchplan_build(&p, len, 0, NULL, 0, 0, MAXTOK, 0, 1), "0 held-out samples of 0");
     CHECK_ERR(batchplan_build(&p, len, 10, NULL, 0, 0, 0, 0, 1), "max_tokens_per_batch = 0");
     // one training sample: one batch per epoch
