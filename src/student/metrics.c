@@ -22,8 +22,8 @@ void metrics_decode_walk(const uint8_t *loss_mask, const int32_t *cu_seqlens, in
             int64_t r1 = r0;
             while (r1 < end && loss_mask[r1]) r1++; // the region [r0, r1)
             for (int64_t p = r0; p < r1 - 1;) {
-                int64_t m = matches_at[p], left = r1 - 1 - p;
-                int64_t a = 1 + (m < left ? m : left);
+                int64_t m = matches_at[p], left = r1 - 1 - p; // tokens of the region still to come
+                int64_t a = 1 + m < left ? 1 + m : left;
                 *tokens += a;
                 *steps += 1;
                 p += a;

@@ -13,10 +13,12 @@
 // metrics_decode_walk: the teacher-forced decoding walk of SPEC §6 over one packed batch, the
 // acceptance length that greedy speculative decoding would see. In every loss-masked region
 // [r0, r1) of every sequence (a maximal run of loss_mask = 1: an assistant turn), the first anchor
-// is r0 (the first generated token); from anchor p a drafting step accepts a = 1 + min(m[p],
+// is r0 (the first generated token); from anchor p a drafting step accepts a = min(1 + m[p],
 // r1 - 1 - p) tokens (m[p] = matches_at[p]: leading slots of the block at p whose argmax is the
-// target's greedy token; capped at the region's end) and the next anchor is p + a; the walk ends
-// when an anchor reaches the region's last token. matches_at is indexed by packed position and read
+// target's greedy token, plus the target's own token; capped at the region's end, as decoding
+// stops there: the dflash package's acceptance with max_length at the region's end, step for step)
+// and the next anchor is p + a; the walk ends when an anchor reaches the region's last token, so a
+// region adds r1 - 1 - r0 tokens. matches_at is indexed by packed position and read
 // only at the anchors the walk visits (all in [r0, r1 - 2]). Adds the tokens and the steps:
 // tau_decode = tokens / steps.
 void metrics_decode_walk(const uint8_t *loss_mask, const int32_t *cu_seqlens, int n_seq, const int32_t *matches_at,

@@ -50,30 +50,30 @@ static void test_decode_walk(void) {
     for (int p = 21; p < 24; p++) mask[p] = 1;
     int32_t cu[3] = {0, 16, 24}, m[24];
     int64_t tok = 0, steps = 0;
-    // an all-accepting drafter of block 4 (3 matches everywhere): [2, 12): 2 -> 6 -> 10 -> 12 (the
-    // last step capped at the region's end: 1 + 1); [17, 20): 17 -> 20 (1 + 2); [21, 24): 21 -> 24
+    // an all-accepting drafter of block 4 (3 matches everywhere): [2, 12): 2 -> 6 -> 10 -> 11 (the
+    // last step capped at the region's end: 1 token); [17, 20): 17 -> 19 (2); [21, 24): 21 -> 23
     for (int p = 0; p < 24; p++) m[p] = 3;
     metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
-    CHECK(tok == 4 + 4 + 2 + 3 + 3 && steps == 5);
+    CHECK(tok == 4 + 4 + 1 + 2 + 2 && steps == 5);
     // a drafter that never matches: one token a step, every anchor of each region but its last
     for (int p = 0; p < 24; p++) m[p] = 0;
     tok = steps = 0;
     metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
     CHECK(tok == 9 + 2 + 2 && steps == 9 + 2 + 2);
     // in between: the walk visits only some anchors, and only their matches count. [2, 12):
-    // 2 (m 1) -> 4 (m 0) -> 5 (m 2) -> 8 (m 3: capped at 3) -> 12; unvisited anchors hold 99
+    // 2 (m 1) -> 4 (m 0) -> 5 (m 2) -> 8 (m 3: 4 capped at 3) -> 11; unvisited anchors hold 99
     for (int p = 0; p < 24; p++) m[p] = 99;
     m[2] = 1, m[4] = 0, m[5] = 2, m[8] = 3;
     m[17] = 0, m[18] = 0, m[21] = 1; // [17, 20): 17 -> 18 -> 19; [21, 24): 21 -> 23
     tok = steps = 0;
     metrics_decode_walk(mask, cu, 2, m, &tok, &steps);
-    CHECK(tok == (2 + 1 + 3 + 4) + (1 + 1) + 2 && steps == 4 + 2 + 1);
+    CHECK(tok == (2 + 1 + 3 + 3) + (1 + 1) + 2 && steps == 4 + 2 + 1);
     // a region running to the end of its sequence and one packed right after it stay apart
     uint8_t all[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     int32_t cu2[3] = {0, 3, 8}, m2[8] = {5, 5, 5, 5, 5, 5, 5, 5};
     tok = steps = 0;
     metrics_decode_walk(all, cu2, 2, m2, &tok, &steps);
-    CHECK(tok == 3 + 5 && steps == 2); // [0, 3): 0 -> 3; [3, 8): 3 -> 8
+    CHECK(tok == 2 + 4 && steps == 2); // [0, 3): 0 -> 2; [3, 8): 3 -> 7
 }
 
 static void test_schedule(void) {
