@@ -31,6 +31,31 @@ tiny_job() {
   "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
 }
 
+# run_dir_free DIR [SECONDS]: waits (default 60 s) until no process holds DIR/.lock, the run
+# directory's lock (a rank may outlive its mpirun while it winds down: a thread in fsync, a stopped
+# rank woken at the end); 0 once free, 1 if still held. A zombie holds no lock, so this is the
+# test, not the pids.
+run_dir_free() {
+  /usr/bin/python3 - "$1/.lock" "${2:-60}" <<'PYEOF'
+import fcntl, os, sys, time
+path, limit = sys.argv[1], float(sys.argv[2])
+end = time.time() + limit
+while True:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        sys.exit(0)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        sys.exit(0)
+    except OSError:
+        os.close(fd)
+        if time.time() > end:
+            sys.exit(1)
+        time.sleep(0.1)
+PYEOF
+}
+
 ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
 

@@ -50,9 +50,8 @@ start_job() {
 fault() {
   local name=$1 sig=$2 victim=$3 limit=$4 pattern=$5
   start_job 3 || return
-  local pid t0 rc el ranks p
+  local pid t0 rc el
   pid=$(rank_pid "$job" "$victim")
-  ranks=$(pgrep -P "$job")
   [ -n "$pid" ] || { bad "$name: no pid for rank $victim"; kill -9 "$job"; wait "$job"; return; }
   t0=$(date +%s.%N)
   kill -"$sig" "$pid"
@@ -62,14 +61,7 @@ fault() {
   [ "$rc" -ne 0 ] && ok || bad "$name: the job exited 0"
   # A rank may outlive its mpirun while it winds down (a stopped victim woken at the end finishes its
   # step and checkpoints); it holds run.dir's lock until it exits, so the resume below waits for it.
-  local alive
-  for _ in $(seq 1 600); do # a hang bound: 60 s
-    alive=0
-    for p in $ranks; do [ -d "/proc/$p" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  [ "$alive" = 0 ] && ok || bad "$name: a rank of the job still runs 60 s after it ended"
+  run_dir_free "$RUN" 60 && ok || bad "$name: a rank of the job still holds $RUN 60 s after the job ended"
   awk -v e="$el" -v l="$limit" 'BEGIN { exit !(e < l) }' && ok || bad "$name: the job took $el s to end (limit $limit s)"
   local first step
   first=$(grep -m1 "error:" "$TMP/job.err")

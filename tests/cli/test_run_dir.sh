@@ -51,16 +51,10 @@ grep "in use by another job" "$TMP/err" | grep -q "host .* pid [0-9]* started [0
   bad "the refusal does not name the holder (host, pid, start time): $(grep error: "$TMP/err")"
 after=$(md5sum "$run/metrics.jsonl" "$run/config.json" | cut -c1-32 | tr '\n' ' ')
 [ "$before" = "$after" ] && ok || bad "the refused job wrote into the run directory"
-ranks=$(pgrep -P "$first")
-for p in $ranks; do kill -KILL "$p"; done
+for p in $(pgrep -P "$first"); do kill -KILL "$p"; done
 kill -KILL "$first" 2>/dev/null
 wait "$first" 2>/dev/null
-for _ in $(seq 1 300); do # until the killed ranks are gone (a hang bound: 30 s)
-  alive=0
-  for p in $ranks; do [ -d "/proc/$p" ] && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ] && alive=1; done
-  [ "$alive" = 0 ] && break
-  sleep 0.1
-done
+run_dir_free "$run" 60 && ok || bad "the killed job's lock is still held 60 s later"
 # the kernel released the lock with the killed process: the resume runs
 expect_ok resume-after-kill mpirun -np 2 "$R" "${base[@]}" --run.dir="$run" --train.steps=12 --checkpoint.every=5 --run.resume=true
 grep -q "resuming from" "$TMP/err" && ok || bad "the resume after the killed job did not resume"

@@ -93,10 +93,16 @@ static int peer_alive(int r) {
 #define WATCHDOG_DEFER_S 5.0
 static int watchdog_defer(int peer, double *since) {
     double now = now_s();
-    // Another rank here has said its line and is ending the job: so does this one, without a line of
-    // its own (mpirun would end it too, but maybe only after a grace period).
+    // Another rank here is ending the job with its own line: this one says nothing, and once that
+    // rank has had time to write its line (it waits 0.3 s first: watchdog_mark_ending) this one ends
+    // too, without a line (mpirun would end it, but maybe only after a grace period).
+    static double quiet_seen;
     for (int q = 0; q < wd.w.size; q++)
-        if (q != wd.w.rank && wd.start_ns[q] && (peer_alive(q), wd.quiet[q])) _exit(1);
+        if (q != wd.w.rank && wd.start_ns[q] && (peer_alive(q), wd.quiet[q])) {
+            if (quiet_seen == 0) quiet_seen = now;
+            if (now - quiet_seen > 2.0) _exit(1);
+            return 1;
+        }
     if (*since > 0) return now - *since < WATCHDOG_DEFER_S;
     for (int q = 0; q < wd.w.rank; q++)
         if (q != peer && wd.start_ns[q] && (!wd.watches || wd.watches(q, peer)) && peer_alive(q)) {
