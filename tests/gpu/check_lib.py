@@ -123,6 +123,8 @@ def losses(path, nums):
     put(nums, "loss_first", train[0]["loss"])
     put(nums, "loss_last", train[-1]["loss"])
     if held:
+        put(nums, "heldout_tau_decode_first", held[0].get("tau_decode"))
+        put(nums, "heldout_tau_decode_last", held[-1].get("tau_decode"))
         put(nums, "heldout_tau_first", held[0].get("tau_chain"))
         put(nums, "heldout_tau_last", held[-1].get("tau_chain"))
     if summ:
