@@ -152,6 +152,18 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
             *fr = NULL;
             return rc;
         }
+        int n_ids;
+        const int64_t *ids = featreader_layer_ids(*fr, &n_ids);
+        for (int i = 0; i < n_ids; i++)
+            if (ids[i] == tc->n_layers - 1 && !featreader_post_norm_last(*fr)) {
+                int rc = error_set("data.features %s was dumped before the last layer's features were taken after the final "
+                                   "norm (hidden_states[id+1], what the engines feed the drafter; SPEC §2): its layer %lld "
+                                   "features are not what serving sees; dump them again", cfg->data_features,
+                                   (long long)ids[i]);
+                featreader_close(*fr);
+                *fr = NULL;
+                return rc;
+            }
         n_samples = featreader_samples(*fr);
         lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
         for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(*fr, i);

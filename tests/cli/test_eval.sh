@@ -76,5 +76,11 @@ expect_fail_mpi no-model "eval.drafter $TMP/empty: no readable model.safetensors
 expect_fail_mpi other-layers "'target_layer_ids' is \[0,1\] but the teachers send layers \[1\]" \
   mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/data.h5" --eval.drafter="$TMP/run/drafter" --target.layer_ids=1 --run.dir="$TMP/e-bad"
 expect_fail_mpi no-drafter "needs eval.drafter" mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/data.h5" --run.dir="$TMP/e-bad"
+# features dumped before the last layer was taken after the final norm (no feature_convention in
+# features.json) are refused when they hold the last layer (layer 1 of 2 here)
+cp -r "$TMP/feat" "$TMP/feat-old"
+sed -i '/"feature_convention"/d' "$TMP/feat-old/features.json"
+expect_fail_mpi old-features "was dumped before the last layer's features were taken after the final norm" \
+  mpirun -np 1 "$R" "${ev[@]}" --data.features="$TMP/feat-old" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/e-bad"
 [ ! -e "$TMP/e-bad/eval.json" ] && ok || bad "a refused evaluation wrote eval.json"
 finish

@@ -54,6 +54,7 @@ struct featreader {
     int64_t hidden, vocab;
     int topk, n_feat;
     int64_t layer_ids[FR_MAX_LAYERS];
+    int post_norm_last;       // features.json says "feature_convention": "hidden_states[id+1]"
     int n_open;               // shards open now
     uint64_t clock;
     // the training sets dumped (the index's "sets"; one set of every sample when it has none)
@@ -301,6 +302,8 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
         else r->layer_ids[j] = (int64_t)v->valuedouble;
     }
     r->n_feat = n_ids;
+    const cJSON *conv = cJSON_GetObjectItemCaseSensitive(root, "feature_convention");
+    r->post_norm_last = cJSON_IsString(conv) && strcmp(conv->valuestring, "hidden_states[id+1]") == 0;
     if (rc == 0 && (int64_t)r->n_feat * r->hidden > 0x7fffffff)
         rc = error_set("%s: %d layers of hidden_size %lld are too many feature columns", path, r->n_feat, (long long)r->hidden);
 
@@ -473,3 +476,10 @@ int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, ui
         for (int64_t t = 0; t < n; t++) mask[t] = mask[t] != 0;
     return rc;
 }
+
+const int64_t *featreader_layer_ids(const featreader *r, int *n) {
+    *n = r->n_feat;
+    return r->layer_ids;
+}
+
+int featreader_post_norm_last(const featreader *r) { return r->post_norm_last; }

@@ -20,6 +20,11 @@ int64_t featreader_len(const featreader *r, int64_t i);
 int featreader_topk(const featreader *r);       // k
 int featreader_feat_dim(const featreader *r);   // n_feat * H
 int featreader_vocab(const featreader *r);      // vocab_size attribute
+// featreader_layer_ids: the target layers of the feature columns (n of them).
+const int64_t *featreader_layer_ids(const featreader *r, int *n);
+// featreader_post_norm_last: features.json declares the convention hidden_states[id+1] (the last
+// layer's features after the final norm, SPEC §2); 0 for directories written before it.
+int featreader_post_norm_last(const featreader *r);
 // featreader_n_sets: training sets the features were dumped from (>= 1).
 int featreader_n_sets(const featreader *r);
 // featreader_set: samples of set i (the next ones after set i-1's); its weight at dump time and
