@@ -519,28 +519,46 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
     }
 }
 
-int student_step(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
-                 const int32_t *anchors, int n_anchors, step_stats *st) {
-    const drafter_config *c = &d->cfg;
-    backend *be = d->be;
-    int B = (int)c->block_size, H = (int)c->hidden;
-    size_t e = dtype_size(ops_act_dtype(be));
+// The batch on the device and its context (both the step and the evaluation begin so).
+static int step_begin(drafter *d, const student_plan *p, student_work *w, const student_batch *b) {
+    int B = (int)d->cfg.block_size;
     if (B - 1 >= STEP_MAX_SLOTS) return error_set("block size %d is larger than %d", B, STEP_MAX_SLOTS);
     if (batch_check(d, p, b)) return -1;
     batch_upload(d, w, b);
     context_forward(d, w, b->S);
+    return 0;
+}
+
+// One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:
+// forward only, no loss gradient).
+static int chunk_forward_loss(drafter *d, const loss_config *lc, const student_plan *p, student_work *w,
+                              const student_batch *b, const int32_t *anchors, int C, void *dx) {
+    const drafter_config *c = &d->cfg;
+    backend *be = d->be;
+    int B = (int)c->block_size, H = (int)c->hidden;
+    size_t e = dtype_size(ops_act_dtype(be));
+    if (chunk_prepare(d, lc, w, b, anchors, C)) return -1;
+    chunk_forward(d, w, C);
+    // the scored rows: slots 1..B-1 of each anchor, contiguous per anchor
+    ops_copy_2d(be, w->xs, (int64_t)(B - 1) * H, (char *)w->x + (size_t)H * e, (int64_t)B * H, C, (int64_t)(B - 1) * H);
+    loss_batch lb = {.n = C * (B - 1), .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
+                     .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
+                     .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
+    loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
+    loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, dx);
+    return 0;
+}
+
+int student_step(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
+                 const int32_t *anchors, int n_anchors, step_stats *st) {
+    backend *be = d->be;
+    int B = (int)d->cfg.block_size, H = (int)d->cfg.hidden;
+    size_t e = dtype_size(ops_act_dtype(be));
+    if (step_begin(d, p, w, b)) return -1;
     for (int i0 = 0; i0 < n_anchors; i0 += p->chunk_anchors) {
         int C = n_anchors - i0 < p->chunk_anchors ? n_anchors - i0 : p->chunk_anchors;
-        int N = C * B, R = C * (B - 1);
-        if (chunk_prepare(d, lc, w, b, anchors + i0, C)) return -1;
-        chunk_forward(d, w, C);
-        // the scored rows: slots 1..B-1 of each anchor, contiguous per anchor
-        ops_copy_2d(be, w->xs, (int64_t)(B - 1) * H, (char *)w->x + (size_t)H * e, (int64_t)B * H, C, (int64_t)(B - 1) * H);
-        loss_batch lb = {.n = R, .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
-                         .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
-                         .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
-        loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
-        loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, w->dxs);
+        int N = C * B;
+        if (chunk_forward_loss(d, lc, p, w, b, anchors + i0, C, w->dxs)) return -1;
         // dx of the block rows: 0 for slot 0 (never scored), the loss gradient elsewhere
         backend_memset_zero(be, w->du, (size_t)N * H * e);
         ops_copy_2d(be, (char *)w->du + (size_t)H * e, (int64_t)B * H, w->dxs, (int64_t)(B - 1) * H, C, (int64_t)(B - 1) * H);
@@ -556,28 +574,15 @@ int student_step(drafter *d, const loss_config *lc, const student_plan *p, stude
 
 int student_eval(drafter *d, const loss_config *lc, const student_plan *p, student_work *w, const student_batch *b,
                  const int32_t *anchors, int n_anchors, step_stats *st, int32_t *matches) {
-    const drafter_config *c = &d->cfg;
-    backend *be = d->be;
-    int B = (int)c->block_size, H = (int)c->hidden;
-    size_t e = dtype_size(ops_act_dtype(be));
-    if (B - 1 >= STEP_MAX_SLOTS) return error_set("block size %d is larger than %d", B, STEP_MAX_SLOTS);
-    if (batch_check(d, p, b)) return -1;
-    batch_upload(d, w, b);
-    context_forward(d, w, b->S);
+    int B = (int)d->cfg.block_size;
+    if (step_begin(d, p, w, b)) return -1;
     for (int i0 = 0; i0 < n_anchors; i0 += p->chunk_anchors) {
         int C = n_anchors - i0 < p->chunk_anchors ? n_anchors - i0 : p->chunk_anchors;
-        if (chunk_prepare(d, lc, w, b, anchors + i0, C)) return -1;
-        chunk_forward(d, w, C);
-        ops_copy_2d(be, w->xs, (int64_t)(B - 1) * H, (char *)w->x + (size_t)H * e, (int64_t)B * H, C, (int64_t)(B - 1) * H);
-        loss_batch lb = {.n = C * (B - 1), .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
-                         .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
-                         .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
-        loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
-        loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, NULL); // no dx: forward only
+        if (chunk_forward_loss(d, lc, p, w, b, anchors + i0, C, NULL)) return -1; // no dx: forward only
         chunk_stats(d, w, C, st, matches ? matches + i0 : NULL);
         st->block_tokens += C * B;
     }
-    backend_sync(be);
+    backend_sync(d->be);
     st->ctx_tokens += b->S;
     return 0;
 }
