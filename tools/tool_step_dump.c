@@ -34,10 +34,11 @@
 static void step_dump_usage(FILE *f) {
     fprintf(f, "usage: dflash_tool step-dump IN.safetensors CONFIG.json OUT.safetensors [--device auto|cpu|cuda]\n"
                "        [--mem-budget BYTES] [--chunk-anchors N] [--loss-mode rows|tiles] [--row-chunk N]\n"
-               "        [--vocab-tile N] [--plan]\n"
+               "        [--vocab-tile N] [--plan] [--eval]\n"
                "  --mem-budget: let the planner choose the chunking for this budget (e.g. 64MiB)\n"
                "  --chunk-anchors, --loss-mode, --row-chunk, --vocab-tile: force the chunking\n"
                "  --plan: print the memory plan and exit\n"
+               "  --eval: the evaluation instead of the step (forward only: the same loss terms, no gradient)\n"
                "  --export DIR: also export the drafter of IN (config.json + model.safetensors, the dflash format)\n");
 }
 
@@ -66,11 +67,12 @@ static void *step_dump_copy(const st_entry *e) {
 
 int tool_step_dump_main(int argc, char **argv) {
     const char *pos[3] = {0}, *device = "auto", *budget_s = NULL, *mode_s = NULL, *export_dir = NULL;
-    int npos = 0, chunk = 0, row_chunk = 0, vocab_tile = 0, plan_only = 0;
+    int npos = 0, chunk = 0, row_chunk = 0, vocab_tile = 0, plan_only = 0, eval_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { step_dump_usage(stdout); return 0; }
         if (strcmp(a, "--plan") == 0) { plan_only = 1; continue; }
+        if (strcmp(a, "--eval") == 0) { eval_only = 1; continue; }
         if (i + 1 < argc && (strcmp(a, "--device") == 0 || strcmp(a, "--mem-budget") == 0 || strcmp(a, "--chunk-anchors") == 0 ||
                              strcmp(a, "--loss-mode") == 0 || strcmp(a, "--row-chunk") == 0 || strcmp(a, "--vocab-tile") == 0 ||
                              strcmp(a, "--export") == 0)) {
@@ -188,7 +190,11 @@ int tool_step_dump_main(int argc, char **argv) {
     student_work *w = student_work_create(&d, &plan, &work);
     step_stats st;
     memset(&st, 0, sizeof st);
-    if (student_step(&d, &lc, &plan, w, &b, anchor_list, A, &st)) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
+    if ((eval_only ? student_eval(&d, &lc, &plan, w, &b, anchor_list, A, &st, NULL)
+                   : student_step(&d, &lc, &plan, w, &b, anchor_list, A, &st))) {
+        fprintf(stderr, "error: %s\n", error_msg());
+        return 1;
+    }
     if (!(st.sum_w > 0)) { fprintf(stderr, "error: %s: no anchor has a scored slot (sum of weights is 0)\n", pos[0]); return 1; }
 
     // Normalise by the sum of weights and write OUT.

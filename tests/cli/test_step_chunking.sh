@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_step_chunking.sh: the anchor-chunked step gives the same loss and gradients however it is
 # chunked (1, 2, several, all anchors per chunk; loss mode rows or tiles, budgets that force each),
-# and its measured memory stays flat while the anchors per step grow 1 -> 4 -> 16 times.
+# and its measured memory stays flat while the anchors per step grow 1 -> 4 -> 16 times; the
+# evaluation (student_eval: forward only) gives the step's loss terms and touches no gradient.
 # Tolerance: 1e-5 relative to each tensor's scale — the chunkings differ only in fp32 summation order.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
@@ -16,6 +17,25 @@ for variant in full sliding; do
   in=$TMP/$variant.in.safetensors
   cfg=$TMP/$variant.config.json
   expect_ok "$variant ref" "$T" step-dump "$in" "$cfg" "$TMP/ref.safetensors" --device cpu --chunk-anchors 12 --loss-mode rows
+  # the evaluation (forward only, in chunks of 5): the same loss terms to fp32 summation order, and
+  # no gradient at all (every grad.* tensor exactly 0)
+  expect_ok "$variant eval" "$T" step-dump "$in" "$cfg" "$TMP/eval.safetensors" --device cpu --chunk-anchors 5 --eval
+  "$PY" - "$TMP/ref.safetensors" "$TMP/eval.safetensors" <<'PYEOF' && ok || bad "$variant: the evaluation's loss terms differ from the step's, or it left a gradient"
+import json, struct, sys
+import numpy as np
+def load(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
+            for k, v in h.items() if k != "__metadata__"}
+ref, ev = load(sys.argv[1]), load(sys.argv[2])
+for k in ("loss", "ce", "kl", "cap"):
+    assert abs(float(ev[k][0]) - float(ref[k][0])) <= 1e-5 * max(1.0, abs(float(ref[k][0]))), k
+grads = [k for k in ev if k.startswith("grad.")]
+assert grads and all(not ev[k].any() for k in grads)
+assert any(ref[k].any() for k in grads)  # the step itself has gradients: the check can fail
+PYEOF
   for opts in "--chunk-anchors 1" "--chunk-anchors 2" "--chunk-anchors 5" "--chunk-anchors 12 --loss-mode tiles --vocab-tile 50" \
               "--chunk-anchors 3 --loss-mode tiles --vocab-tile 1" "--chunk-anchors 4 --loss-mode rows --row-chunk $((2 * slots))"; do
     rm -f "$TMP/out.safetensors"
