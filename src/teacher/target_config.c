@@ -330,14 +330,9 @@ static int tc_no_duplicates(const cJSON *obj, const char *prefix, const char *so
 
 int target_config_parse(target_config *c, const char *json, const char *source) {
     memset(c, 0, sizeof *c);
-    cJSON *root = json_parse_text(json, source);
+    cJSON *root = json_parse_object(json, source, "config.json");
     if (!root) return -1;
-    char nul_at[256];
-    int rc = !cJSON_IsObject(root) ? error_set("%s: config.json must be a JSON object", source)
-             : json_find_nul(json, nul_at, sizeof nul_at)
-                 ? error_set("%s: key '%s' holds a NUL character (\\u0000)", source, nul_at)
-             : tc_no_duplicates(root, "", source) ? -1
-                                                  : tc_parse_root(c, root, source);
+    int rc = tc_no_duplicates(root, "", source) ? -1 : tc_parse_root(c, root, source);
     cJSON_Delete(root);
     if (rc) memset(c, 0, sizeof *c);
     return rc;

@@ -399,13 +399,9 @@ static int config_fail(void) {
 }
 
 static int config_load_text(config *c, const char *json, const char *source) {
-    cJSON *root = json_parse_text(json, source);
+    cJSON *root = json_parse_object(json, source, "the configuration");
     if (!root) return -1;
-    char path[256];
-    int rc = !cJSON_IsObject(root) ? error_set("%s: the configuration must be a JSON object", source)
-             : json_find_nul(json, path, sizeof path)
-                 ? error_set("%s: key '%s' holds a NUL character (\\u0000), which would cut the value", source, path)
-                 : config_walk(c, root, "", source);
+    int rc = config_walk(c, root, "", source);
     cJSON_Delete(root);
     return rc;
 }

@@ -99,6 +99,18 @@ void json_add_float_py(cJSON *o, const char *key, double v) {
     cJSON_AddRawToObject(o, key, buf);
 }
 
+cJSON *json_parse_object(const char *json, const char *source, const char *what) {
+    cJSON *root = json_parse_text(json, source);
+    if (!root) return NULL;
+    char path[256];
+    if (!cJSON_IsObject(root)) error_set("%s: %s must be a JSON object", source, what);
+    else if (json_find_nul(json, path, sizeof path))
+        error_set("%s: key '%s' holds a NUL character (\\u0000), which would cut the value", source, path);
+    else return root;
+    cJSON_Delete(root);
+    return NULL;
+}
+
 int json_get_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out) {
     const cJSON *v = json_field(obj, key);
     if (!v) return 0;

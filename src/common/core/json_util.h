@@ -21,6 +21,11 @@ char *file_read_text_len(const char *path, size_t max_bytes, size_t *len);
 // json_parse_text: cJSON_Parse(json), or NULL after error_set("<source>: not valid JSON (near line N)").
 cJSON *json_parse_text(const char *json, const char *source);
 
+// json_parse_object: a config file's text as a JSON object: json_parse_text, then NULL after
+// error_set("<source>: <what> must be a JSON object") or ("<source>: key '<k>' holds a NUL
+// character (\u0000), which would cut the value"). The caller frees the tree (cJSON_Delete).
+cJSON *json_parse_object(const char *json, const char *source, const char *what);
+
 // json_field: obj[key], or NULL when obj is NULL, or the key is absent or null.
 const cJSON *json_field(const cJSON *obj, const char *key);
 
