@@ -1,4 +1,4 @@
-// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch qwen3|llama ...`
+// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl ...`
 //
 // Writes a random-weight target model directory in the exact Hugging Face layout (SPEC §2), which
 // transformers loads with AutoModelForCausalLM.from_pretrained: config.json, and model.safetensors
@@ -13,6 +13,18 @@
 //   linear weights [out, in]       N(0, 1/in)        (each projection keeps the scale of its input)
 //   embed_tokens, lm_head [V, H]   N(0, 16/H)        (logits of std ~4 behind the final RMSNorm)
 //   RMSNorm weights (all of them)  1 + 0.1 N(0, 1)   (so a missing or misplaced norm shows)
+// and for the Qwen3.5 hybrid (SPEC §2.1; qwen3_5 is Qwen3_5ForCausalLM, qwen3_5_vl the
+// Qwen3_5ForConditionalGeneration layout with text tensors under model.language_model.):
+//   zero-centred RMSNorms          0.1 N(0, 1)       (every norm but the gated one: the forward
+//                                                     multiplies by 1 + w)
+//   linear_attn.norm (gated)       1 + 0.1 N(0, 1)   (multiplies by w)
+//   linear_attn.conv1d [C, 1, K]   N(0, 1/K)         (the linear rule, fan-in K)
+//   linear_attn.A_log [Hv]         ln 0.3 + 0.4 N(0, 1)
+//   linear_attn.dt_bias [Hv]       -0.5 + 0.5 N(0, 1)
+//     so the per-token decay exp(-exp(A_log) * softplus(a + dt_bias)), a ~ N(0, 1), lies mostly
+//     in [0.6, 0.98]: the recurrent state carries over tens of tokens
+//   model.visual.*, mtp.* (qwen3_5_vl only; never read by the teacher): linear rule for weights,
+//     0.02 N(0, 1) for biases, 1 + 0.1 N(0, 1) for LayerNorm weights
 // drawn in fp32 and rounded to --dtype (round to nearest even).
 //
 // The directory is built under OUT_DIR.tmp.<pid> and renamed to OUT_DIR at the end, so a failed
@@ -39,36 +51,62 @@
 
 static void make_target_usage(FILE *f) {
     fprintf(f,
-            "usage: dflash_tool make-target OUT_DIR --arch qwen3|llama --layers L --hidden H --heads NQ\n"
-            "                               --kv-heads NKV --vocab V [--head-dim D] [--intermediate I]\n"
+            "usage: dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl --layers L --hidden H\n"
+            "                               --heads NQ --kv-heads NKV --vocab V [--head-dim D] [--intermediate I]\n"
             "                               [--seed S] [--tie] [--rope-theta X] [--rope-llama3 FACTOR]\n"
             "                               [--rope-original-max P0] [--dtype bf16|f16|f32] [--shards N]\n"
             "                               [--max-positions P] [--eps E]\n"
+            "                               qwen3_5*: [--lin-k-heads HK] [--lin-v-heads HV] [--lin-k-dim DK]\n"
+            "                               [--lin-v-dim DV] [--conv-kernel K] [--full-interval N | --layer-types LIST]\n"
+            "                               [--partial-rotary F]\n"
             "\n"
-            "Write a random-weight Qwen3ForCausalLM / LlamaForCausalLM model directory in the Hugging Face\n"
-            "layout (config.json + model.safetensors, or N shards + model.safetensors.index.json).\n"
+            "Write a random-weight model directory in the Hugging Face layout (config.json + model.safetensors,\n"
+            "or N shards + model.safetensors.index.json):\n"
+            "  qwen3       Qwen3ForCausalLM            llama       LlamaForCausalLM\n"
+            "  qwen3_5     Qwen3_5ForCausalLM (the Qwen3.5/3.6 hybrid, text only: tensors model.*)\n"
+            "  qwen3_5_vl  Qwen3_5ForConditionalGeneration (the multimodal wrapper: text tensors under\n"
+            "              model.language_model., a small model.visual.* tower and mtp.* tensors besides)\n"
             "\n"
             "  --head-dim D          default H / NQ\n"
             "  --intermediate I      MLP width, default 3*H\n"
             "  --seed S              weights are a function of the arguments and S (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight, the embedding serves\n"
             "  --rope-theta X        default 10000\n"
-            "  --rope-llama3 FACTOR  llama3 RoPE scaling (low_freq_factor 1, high_freq_factor 4)\n"
+            "  --rope-llama3 FACTOR  llama3 RoPE scaling (low_freq_factor 1, high_freq_factor 4; not qwen3_5*)\n"
             "  --rope-original-max P0  its original_max_position_embeddings (default 8192)\n"
             "  --dtype               weight dtype (default bf16)\n"
             "  --shards N            split the weights into N files (default 1)\n"
             "  --max-positions P     max_position_embeddings (default 32768)\n"
-            "  --eps E               rms_norm_eps (default 1e-6)\n");
+            "  --eps E               rms_norm_eps (default 1e-6)\n"
+            "qwen3_5 / qwen3_5_vl (Gated DeltaNet layers and gated full attention):\n"
+            "  --lin-k-heads HK      linear_num_key_heads (default NKV)\n"
+            "  --lin-v-heads HV      linear_num_value_heads, a multiple of HK (default NQ)\n"
+            "  --lin-k-dim DK        linear_key_head_dim (default D)\n"
+            "  --lin-v-dim DV        linear_value_head_dim (default D)\n"
+            "  --conv-kernel K       linear_conv_kernel_dim (default 4)\n"
+            "  --full-interval N     every N-th layer is full attention (full_attention_interval; default 4)\n"
+            "  --layer-types LIST    explicit layer_types, L entries of linear|full: linear,linear,full,...\n"
+            "  --partial-rotary F    partial_rotary_factor (default 0.25): RoPE on int(D*F) dims, even\n");
 }
 
 // ---------------------------------------------------------------- the tensor list
 
-typedef enum { MT_LINEAR, MT_VOCAB, MT_NORM } mt_kind;
+typedef enum {
+    MT_LINEAR, // N(0, 1/fan_in), fan_in = the product of the dims after the first
+    MT_VOCAB,  // N(0, 16/H)
+    MT_NORM,   // 1 + 0.1 N(0, 1)
+    MT_NORM0,  // 0.1 N(0, 1): a zero-centred RMSNorm (Qwen3.5: x * rsqrt(..) * (1 + w))
+    MT_A_LOG,  // ln 0.3 + 0.4 N(0, 1)
+    MT_DT_BIAS, // -0.5 + 0.5 N(0, 1)
+    MT_BIAS,   // 0.02 N(0, 1)
+} mt_kind;
+
+#define MT_MAX_DIMS 5
 
 typedef struct {
-    char name[96];
+    char name[128];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[MT_MAX_DIMS];
     mt_kind kind;
     int shard; // 0-based file index
 } mt_tensor;
@@ -78,46 +116,133 @@ typedef struct {
     mt_tensor *t;
 } mt_list;
 
-// mt_add: "model.layers.{layer}.{name}", or `name` itself when layer < 0; cols 0 = a vector.
-static void mt_add(mt_list *l, mt_kind kind, int64_t rows, int64_t cols, int64_t layer, const char *name) {
+// mt_add_nd: tensor `name` of ndim dims (shape[0..ndim)).
+static void mt_add_nd(mt_list *l, mt_kind kind, int ndim, const int64_t *shape, const char *name) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
     }
     mt_tensor *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
-    if (layer < 0) snprintf(t->name, sizeof t->name, "%s", name);
-    else snprintf(t->name, sizeof t->name, "model.layers.%lld.%s", (long long)layer, name);
+    snprintf(t->name, sizeof t->name, "%s", name);
     t->kind = kind;
-    t->ndim = cols > 0 ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
+}
+
+// mt_add: "{prefix}layers.{layer}.{name}", or `name` itself when layer < 0; cols 0 = a vector.
+static void mt_add(mt_list *l, mt_kind kind, int64_t rows, int64_t cols, const char *prefix, int64_t layer,
+                   const char *name) {
+    char full[128];
+    if (layer < 0) snprintf(full, sizeof full, "%s", name);
+    else snprintf(full, sizeof full, "%slayers.%lld.%s", prefix, (long long)layer, name);
+    int64_t shape[2] = {rows, cols};
+    mt_add_nd(l, kind, cols > 0 ? 2 : 1, shape, full);
+}
+
+// mt_add_linear_attn: a Gated DeltaNet layer's tensors (transformers' Qwen3_5GatedDeltaNet).
+static void mt_add_linear_attn(mt_list *l, const target_config *c, const char *p, int64_t i) {
+    int64_t H = c->hidden, kd = c->lin_k_heads * c->lin_k_dim, vd = c->lin_v_heads * c->lin_v_dim;
+    int64_t conv = 2 * kd + vd;
+    mt_add(l, MT_LINEAR, conv, H, p, i, "linear_attn.in_proj_qkv.weight");
+    mt_add(l, MT_LINEAR, vd, H, p, i, "linear_attn.in_proj_z.weight");
+    mt_add(l, MT_LINEAR, c->lin_v_heads, H, p, i, "linear_attn.in_proj_b.weight");
+    mt_add(l, MT_LINEAR, c->lin_v_heads, H, p, i, "linear_attn.in_proj_a.weight");
+    char name[128];
+    snprintf(name, sizeof name, "%slayers.%lld.linear_attn.conv1d.weight", p, (long long)i);
+    int64_t conv_shape[3] = {conv, 1, c->lin_conv_kernel};
+    mt_add_nd(l, MT_LINEAR, 3, conv_shape, name); // fan-in K: N(0, 1/K)
+    mt_add(l, MT_DT_BIAS, c->lin_v_heads, 0, p, i, "linear_attn.dt_bias");
+    mt_add(l, MT_A_LOG, c->lin_v_heads, 0, p, i, "linear_attn.A_log");
+    mt_add(l, MT_NORM, c->lin_v_dim, 0, p, i, "linear_attn.norm.weight"); // gated norm: w, not 1 + w
+    mt_add(l, MT_LINEAR, H, vd, p, i, "linear_attn.out_proj.weight");
+}
+
+// The vision tower that tc_hybrid_to_json describes (depth 1, width 32, MLP 64, patch 4,
+// temporal patch 2, spatial merge 2, 64 position embeddings, 3 input channels): every tensor of
+// transformers' Qwen3_5VisionModel, so the wrapper loads with nothing missing. The teacher skips them.
+enum { MT_VIS_W = 32, MT_VIS_MLP = 64, MT_VIS_PATCH = 4, MT_VIS_TPATCH = 2, MT_VIS_MERGE = 2, MT_VIS_POS = 64 };
+
+static void mt_add_vision(mt_list *l, const target_config *c) {
+    const int64_t W = MT_VIS_W, M = MT_VIS_MLP, Wm = MT_VIS_W * MT_VIS_MERGE * MT_VIS_MERGE;
+    const int64_t patch[5] = {W, 3, MT_VIS_TPATCH, MT_VIS_PATCH, MT_VIS_PATCH};
+    mt_add_nd(l, MT_LINEAR, 5, patch, "model.visual.patch_embed.proj.weight");
+    mt_add(l, MT_BIAS, W, 0, "", -1, "model.visual.patch_embed.proj.bias");
+    mt_add(l, MT_LINEAR, MT_VIS_POS, W, "", -1, "model.visual.pos_embed.weight");
+    static const struct {
+        const char *name;
+        mt_kind kind;
+        int rows, cols; // 0: W, -1: M, -2: 3W
+    } blk[] = {
+        {"norm1.weight", MT_NORM, 0, 0},          {"norm1.bias", MT_BIAS, 0, 0},
+        {"norm2.weight", MT_NORM, 0, 0},          {"norm2.bias", MT_BIAS, 0, 0},
+        {"attn.qkv.weight", MT_LINEAR, -2, 0},    {"attn.qkv.bias", MT_BIAS, -2, 0},
+        {"attn.proj.weight", MT_LINEAR, 0, 0},    {"attn.proj.bias", MT_BIAS, 0, 0},
+        {"mlp.linear_fc1.weight", MT_LINEAR, -1, 0}, {"mlp.linear_fc1.bias", MT_BIAS, -1, 0},
+        {"mlp.linear_fc2.weight", MT_LINEAR, 0, -1}, {"mlp.linear_fc2.bias", MT_BIAS, 0, 0},
+    };
+    for (size_t b = 0; b < sizeof blk / sizeof blk[0]; b++) {
+        int64_t rows = blk[b].rows == 0 ? W : blk[b].rows == -1 ? M : 3 * W;
+        int64_t cols = blk[b].kind != MT_LINEAR ? 0 : blk[b].cols == 0 ? W : M;
+        char name[128];
+        snprintf(name, sizeof name, "model.visual.blocks.0.%s", blk[b].name);
+        mt_add(l, blk[b].kind, rows, cols, "", -1, name);
+    }
+    mt_add(l, MT_NORM, W, 0, "", -1, "model.visual.merger.norm.weight");
+    mt_add(l, MT_BIAS, W, 0, "", -1, "model.visual.merger.norm.bias");
+    mt_add(l, MT_LINEAR, Wm, Wm, "", -1, "model.visual.merger.linear_fc1.weight");
+    mt_add(l, MT_BIAS, Wm, 0, "", -1, "model.visual.merger.linear_fc1.bias");
+    mt_add(l, MT_LINEAR, c->hidden, Wm, "", -1, "model.visual.merger.linear_fc2.weight");
+    mt_add(l, MT_BIAS, c->hidden, 0, "", -1, "model.visual.merger.linear_fc2.bias");
 }
 
 // mt_build_list: the SPEC §2 tensor names, in the order written (and numbered for the RNG).
 static void mt_build_list(mt_list *l, const target_config *c) {
     int64_t H = c->hidden, D = c->head_dim, I = c->intermediate;
-    mt_add(l, MT_VOCAB, c->vocab, H, -1, "model.embed_tokens.weight");
+    int hybrid = c->arch == ARCH_QWEN3_5;
+    const char *p = target_tensor_prefix(c); // "model." or "model.language_model."
+    mt_kind norm = hybrid ? MT_NORM0 : MT_NORM;
+    char name[128];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", p);
+    mt_add(l, MT_VOCAB, c->vocab, H, "", -1, name);
     for (int64_t i = 0; i < c->n_layers; i++) {
-        mt_add(l, MT_NORM, H, 0, i, "input_layernorm.weight");
-        mt_add(l, MT_LINEAR, c->n_heads * D, H, i, "self_attn.q_proj.weight");
-        mt_add(l, MT_LINEAR, c->n_kv_heads * D, H, i, "self_attn.k_proj.weight");
-        mt_add(l, MT_LINEAR, c->n_kv_heads * D, H, i, "self_attn.v_proj.weight");
-        mt_add(l, MT_LINEAR, H, c->n_heads * D, i, "self_attn.o_proj.weight");
-        if (c->arch == ARCH_QWEN3) {
-            mt_add(l, MT_NORM, D, 0, i, "self_attn.q_norm.weight");
-            mt_add(l, MT_NORM, D, 0, i, "self_attn.k_norm.weight");
+        mt_add(l, norm, H, 0, p, i, "input_layernorm.weight");
+        if (target_layer_is_linear(c, i)) {
+            mt_add_linear_attn(l, c, p, i);
+        } else {
+            // Qwen3.5's gated attention: q_proj gives [query | gate] per head.
+            mt_add(l, MT_LINEAR, c->n_heads * D * (hybrid ? 2 : 1), H, p, i, "self_attn.q_proj.weight");
+            mt_add(l, MT_LINEAR, c->n_kv_heads * D, H, p, i, "self_attn.k_proj.weight");
+            mt_add(l, MT_LINEAR, c->n_kv_heads * D, H, p, i, "self_attn.v_proj.weight");
+            mt_add(l, MT_LINEAR, H, c->n_heads * D, p, i, "self_attn.o_proj.weight");
+            if (c->arch != ARCH_LLAMA) {
+                mt_add(l, norm, D, 0, p, i, "self_attn.q_norm.weight");
+                mt_add(l, norm, D, 0, p, i, "self_attn.k_norm.weight");
+            }
         }
-        mt_add(l, MT_NORM, H, 0, i, "post_attention_layernorm.weight");
-        mt_add(l, MT_LINEAR, I, H, i, "mlp.gate_proj.weight");
-        mt_add(l, MT_LINEAR, I, H, i, "mlp.up_proj.weight");
-        mt_add(l, MT_LINEAR, H, I, i, "mlp.down_proj.weight");
+        mt_add(l, norm, H, 0, p, i, "post_attention_layernorm.weight");
+        mt_add(l, MT_LINEAR, I, H, p, i, "mlp.gate_proj.weight");
+        mt_add(l, MT_LINEAR, I, H, p, i, "mlp.up_proj.weight");
+        mt_add(l, MT_LINEAR, H, I, p, i, "mlp.down_proj.weight");
     }
-    mt_add(l, MT_NORM, H, 0, -1, "model.norm.weight");
-    if (!c->tie_embeddings) mt_add(l, MT_VOCAB, c->vocab, H, -1, "lm_head.weight");
+    snprintf(name, sizeof name, "%snorm.weight", p);
+    mt_add(l, norm, H, 0, "", -1, name);
+    if (!c->tie_embeddings) mt_add(l, MT_VOCAB, c->vocab, H, "", -1, "lm_head.weight");
+    if (!c->multimodal) return;
+    mt_add_vision(l, c);
+    // A few tensors of the multi-token-prediction head, as Qwen3.5 checkpoints carry it
+    // (transformers ignores ^mtp.*; so must the teacher).
+    mt_add(l, MT_LINEAR, H, 2 * H, "", -1, "mtp.fc.weight");
+    mt_add(l, MT_NORM0, H, 0, "", -1, "mtp.pre_fc_norm_embedding.weight");
+    mt_add(l, MT_NORM0, H, 0, "", -1, "mtp.pre_fc_norm_hidden.weight");
+    mt_add(l, MT_NORM0, H, 0, "", -1, "mtp.norm.weight");
 }
 
-static int64_t mt_numel(const mt_tensor *t) { return t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]; }
+static int64_t mt_numel(const mt_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
 
 // mt_assign_shards: consecutive runs of tensors of about total/N bytes each, none empty.
 static void mt_assign_shards(mt_list *l, int n_shards, size_t elem) {
@@ -143,10 +268,19 @@ static void mt_fill(const mt_tensor *t, const target_config *c, uint64_t seed, u
     rng r;
     rng_init(&r, seed, 0, id);
     int64_t n = mt_numel(t);
-    double std = t->kind == MT_LINEAR ? 1.0 / sqrt((double)t->shape[1]) : 4.0 / sqrt((double)c->hidden);
+    double std = t->kind == MT_LINEAR ? 1.0 / sqrt((double)(n / t->shape[0])) : 4.0 / sqrt((double)c->hidden);
     for (int64_t j = 0; j < n; j++) {
         double z = rng_normal(&r);
-        v[j] = (float)(t->kind == MT_NORM ? 1.0 + 0.1 * z : std * z);
+        double x;
+        switch (t->kind) {
+        case MT_NORM: x = 1.0 + 0.1 * z; break;
+        case MT_NORM0: x = 0.1 * z; break;
+        case MT_A_LOG: x = log(0.3) + 0.4 * z; break;
+        case MT_DT_BIAS: x = -0.5 + 0.5 * z; break;
+        case MT_BIAS: x = 0.02 * z; break;
+        default: x = std * z; break; // MT_LINEAR, MT_VOCAB
+        }
+        v[j] = (float)x;
     }
 }
 
@@ -287,12 +421,105 @@ static int mt_num(const char *opt, const char *s, double *out) {
     return 0;
 }
 
+// ---------------------------------------------------------------- the Qwen3.5 hybrid's options
+
+typedef struct {
+    int64_t k_heads, v_heads, k_dim, v_dim, conv, interval; // -1: not given
+    const char *types;                                      // --layer-types, NULL: not given
+    double partial;                                         // -1: not given
+    const char *given;                                      // the first hybrid option seen (for the error)
+} mt_hybrid_args;
+
+// mt_hybrid_opt: option a (value v) if it is one of the hybrid's: 0, or -1 after a usage error; 1 if it is not.
+static int mt_hybrid_opt(mt_hybrid_args *h, const char *a, const char *v) {
+    static const char *const ints[6] = {"--lin-k-heads", "--lin-v-heads", "--lin-k-dim",
+                                        "--lin-v-dim",   "--conv-kernel", "--full-interval"};
+    int64_t *dst[6] = {&h->k_heads, &h->v_heads, &h->k_dim, &h->v_dim, &h->conv, &h->interval};
+    int rc = 1;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(a, ints[i]) == 0) rc = mt_int(a, v, dst[i]);
+    if (strcmp(a, "--layer-types") == 0) h->types = v, rc = 0;
+    if (strcmp(a, "--partial-rotary") == 0) rc = mt_num(a, v, &h->partial);
+    if (rc != 1 && !h->given) h->given = a;
+    return rc;
+}
+
+// mt_layer_types: "linear,full,..." (or linear_attention / full_attention) into c->layer_linear.
+static int mt_layer_types(target_config *c, const char *list, char *msg, size_t n) {
+    int64_t i = 0;
+    for (const char *p = list;; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int lin = (len == 6 && strncmp(p, "linear", 6) == 0) || (len == 16 && strncmp(p, "linear_attention", 16) == 0);
+        int full = (len == 4 && strncmp(p, "full", 4) == 0) || (len == 14 && strncmp(p, "full_attention", 14) == 0);
+        if (!lin && !full) {
+            snprintf(msg, n, "--layer-types entry %lld is '%.*s': want linear or full", (long long)i, (int)len, p);
+            return -1;
+        }
+        if (i < c->n_layers) c->layer_linear[i] = (uint8_t)lin;
+        if (!end) break;
+        p = end + 1;
+    }
+    if (i + 1 != c->n_layers) {
+        snprintf(msg, n, "--layer-types has %lld entries for --layers %lld", (long long)(i + 1), (long long)c->n_layers);
+        return -1;
+    }
+    return 0;
+}
+
+// mt_hybrid_setup: the Qwen3.5 fields of c (shape fields already set) from the options, with
+// defaults: linear key heads = --kv-heads, value heads = --heads, both head dims = head_dim,
+// kernel 4, full attention every 4th layer, partial rotary 0.25. -1 with msg on a bad value.
+static int mt_hybrid_setup(target_config *c, const mt_hybrid_args *h, char *msg, size_t n) {
+    c->norm_zero_centred = 1;
+    c->gated_attention = 1;
+    c->lin_k_heads = h->k_heads >= 0 ? h->k_heads : c->n_kv_heads;
+    c->lin_v_heads = h->v_heads >= 0 ? h->v_heads : c->n_heads;
+    c->lin_k_dim = h->k_dim >= 0 ? h->k_dim : c->head_dim;
+    c->lin_v_dim = h->v_dim >= 0 ? h->v_dim : c->head_dim;
+    c->lin_conv_kernel = h->conv >= 0 ? h->conv : 4;
+    c->partial_rotary = h->partial >= 0.0 ? h->partial : 0.25;
+    const int64_t big = (int64_t)1 << 16;
+    const char *why = NULL;
+    if (c->lin_k_heads < 1 || c->lin_k_heads > big) why = "--lin-k-heads must be in [1, 65536]";
+    else if (c->lin_v_heads < 1 || c->lin_v_heads > big) why = "--lin-v-heads must be in [1, 65536]";
+    else if (c->lin_v_heads % c->lin_k_heads != 0) {
+        snprintf(msg, n, "--lin-v-heads %lld is not a multiple of --lin-k-heads %lld", (long long)c->lin_v_heads,
+                 (long long)c->lin_k_heads);
+        return -1;
+    } else if (c->lin_k_dim < 1 || c->lin_k_dim > 4096) why = "--lin-k-dim must be in [1, 4096]";
+    else if (c->lin_v_dim < 1 || c->lin_v_dim > 4096) why = "--lin-v-dim must be in [1, 4096]";
+    else if (c->lin_conv_kernel < 1 || c->lin_conv_kernel > 64) why = "--conv-kernel must be in [1, 64]";
+    else if (h->types && h->interval >= 0) why = "give --full-interval or --layer-types, not both";
+    else if (h->interval == 0 || h->interval < -1) why = "--full-interval must be positive";
+    else if (!(c->partial_rotary > 0.0 && c->partial_rotary <= 1.0)) why = "--partial-rotary must be in (0, 1]";
+    if (why) {
+        snprintf(msg, n, "%s", why);
+        return -1;
+    }
+    c->rope_dim = (int64_t)((double)c->head_dim * c->partial_rotary); // Python's int(): truncation
+    if (c->rope_dim < 2 || c->rope_dim % 2 != 0) {
+        snprintf(msg, n, "--partial-rotary %g gives %lld rotary dims of head_dim %lld: need an even number >= 2",
+                 c->partial_rotary, (long long)c->rope_dim, (long long)c->head_dim);
+        return -1;
+    }
+    if (h->types) {
+        c->full_interval = 0;
+        return mt_layer_types(c, h->types, msg, n);
+    }
+    c->full_interval = h->interval > 0 ? h->interval : 4;
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_linear[i] = (uint8_t)((i + 1) % c->full_interval != 0);
+    return 0;
+}
+
 int tool_make_target_main(int argc, char **argv) {
     const char *out_dir = NULL, *arch = NULL, *dtype_name_arg = "bf16";
     int64_t layers = -1, hidden = -1, heads = -1, kv_heads = -1, head_dim = 0, inter = 0, vocab = -1;
     int64_t seed = 0, shards = 1, max_pos = 32768, orig_max = 8192;
     double theta = 10000.0, llama3 = 0.0, eps = 1e-6;
     int tie = 0;
+    mt_hybrid_args hy = {.k_heads = -1, .v_heads = -1, .k_dim = -1, .v_dim = -1, .conv = -1, .interval = -1,
+                         .partial = -1.0};
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -317,7 +544,7 @@ int tool_make_target_main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        int bad = 0;
+        int bad = 0, hbad;
         if (strcmp(a, "--arch") == 0) arch = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name_arg = v;
         else if (strcmp(a, "--layers") == 0) bad = mt_int(a, v, &layers);
@@ -334,6 +561,7 @@ int tool_make_target_main(int argc, char **argv) {
         else if (strcmp(a, "--rope-theta") == 0) bad = mt_num(a, v, &theta);
         else if (strcmp(a, "--rope-llama3") == 0) bad = mt_num(a, v, &llama3);
         else if (strcmp(a, "--eps") == 0) bad = mt_num(a, v, &eps);
+        else if ((hbad = mt_hybrid_opt(&hy, a, v)) != 1) bad = hbad;
         else {
             fprintf(stderr, "error: make-target: unknown option '%s' (dflash_tool make-target --help)\n", a);
             return 2;
@@ -361,8 +589,15 @@ int tool_make_target_main(int argc, char **argv) {
     }
     if (strcmp(arch, "qwen3") == 0) c.arch = ARCH_QWEN3;
     else if (strcmp(arch, "llama") == 0) c.arch = ARCH_LLAMA;
+    else if (strcmp(arch, "qwen3_5") == 0) c.arch = ARCH_QWEN3_5;
+    else if (strcmp(arch, "qwen3_5_vl") == 0) c.arch = ARCH_QWEN3_5, c.multimodal = 1;
     else {
-        fprintf(stderr, "error: make-target: --arch '%s' is not one of qwen3|llama\n", arch);
+        fprintf(stderr, "error: make-target: --arch '%s' is not one of qwen3|llama|qwen3_5|qwen3_5_vl\n", arch);
+        return 2;
+    }
+    int hybrid = c.arch == ARCH_QWEN3_5;
+    if (!hybrid && hy.given) {
+        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5|qwen3_5_vl\n", hy.given);
         return 2;
     }
     if (!inter) inter = 3 * hidden;
@@ -397,6 +632,11 @@ int tool_make_target_main(int argc, char **argv) {
     else if (llama3 != 0.0 && (orig_max < 1 || orig_max >= max_pos))
         why = "--rope-original-max must be in [1, --max-positions) (transformers warns otherwise)";
     else if (!(eps > 0.0 && eps < 1.0)) why = "--eps must be in (0, 1)";
+    else if (hybrid && llama3 != 0.0) why = "--rope-llama3 is not supported for --arch qwen3_5|qwen3_5_vl";
+    else if (hybrid && layers > TARGET_MAX_LAYERS) {
+        snprintf(msg, sizeof msg, "--layers must be in [1, %d] for --arch qwen3_5|qwen3_5_vl", TARGET_MAX_LAYERS);
+        why = msg;
+    }
     if (why) {
         fprintf(stderr, "error: make-target: %s\n", why);
         return 1;
@@ -414,7 +654,16 @@ int tool_make_target_main(int argc, char **argv) {
     c.rms_eps = eps;
     c.rope_theta = theta;
     c.tie_embeddings = tie;
-    snprintf(c.arch_name, sizeof c.arch_name, "%s", c.arch == ARCH_QWEN3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+    c.partial_rotary = 1.0;
+    c.rope_dim = head_dim;
+    if (hybrid && mt_hybrid_setup(&c, &hy, msg, sizeof msg)) {
+        fprintf(stderr, "error: make-target: %s\n", msg);
+        return 1;
+    }
+    snprintf(c.arch_name, sizeof c.arch_name, "%s",
+             c.arch == ARCH_QWEN3 ? "Qwen3ForCausalLM"
+             : c.arch == ARCH_LLAMA ? "LlamaForCausalLM"
+             : c.multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM");
     snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s", torch_dtype);
     if (llama3 != 0.0) {
         c.rope_llama3 = 1;
@@ -481,9 +730,17 @@ int tool_make_target_main(int argc, char **argv) {
 
     int64_t params = 0;
     for (int i = 0; i < list.n; i++) params += mt_numel(&list.t[i]);
-    printf("make-target: wrote %s: %s, %lld layers, hidden %lld, %lld/%lld heads x %lld, vocab %lld, %s%s,"
+    char extra[160] = "";
+    if (hybrid) {
+        int64_t n_lin = 0;
+        for (int64_t i = 0; i < layers; i++) n_lin += c.layer_linear[i];
+        snprintf(extra, sizeof extra, " (%lld linear: %lld/%lld heads x %lld/%lld, kernel %lld; rope dims %lld)",
+                 (long long)n_lin, (long long)c.lin_k_heads, (long long)c.lin_v_heads, (long long)c.lin_k_dim,
+                 (long long)c.lin_v_dim, (long long)c.lin_conv_kernel, (long long)c.rope_dim);
+    }
+    printf("make-target: wrote %s: %s, %lld layers%s, hidden %lld, %lld/%lld heads x %lld, vocab %lld, %s%s,"
            " %lld parameters in %lld file%s\n",
-           out_dir, c.arch_name, (long long)layers, (long long)hidden, (long long)heads, (long long)kv_heads,
+           out_dir, c.arch_name, (long long)layers, extra, (long long)hidden, (long long)heads, (long long)kv_heads,
            (long long)head_dim, (long long)vocab, dtype_name_arg, tie ? ", tied" : "", (long long)params,
            (long long)shards, shards == 1 ? "" : "s");
     free(list.t);
