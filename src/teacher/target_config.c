@@ -98,6 +98,8 @@ typedef struct {
 static const tc_arch_row tc_archs[] = {
     {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
     {"LlamaForCausalLM", "llama", ARCH_LLAMA},
+    {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN3_5}, // Qwen3.5 / Qwen3.6, multimodal wrapper
+    {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN3_5},          // the text-only layout
 };
 #define TC_NARCHS (int)(sizeof tc_archs / sizeof tc_archs[0])
 
@@ -120,7 +122,8 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
         for (int i = 0; i < TC_NARCHS; i++)
             if (strcmp(model_type, tc_archs[i].model_type) == 0) name = tc_archs[i].arch_name;
         if (!name)
-            return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are qwen3, llama",
+            return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are qwen3, llama, qwen3_5,"
+                             " qwen3_5_text",
                              src, model_type);
     } else {
         return error_set("%s: missing 'architectures' (and 'model_type')", src);
@@ -131,10 +134,12 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
             return error_set("%s: 'model_type' is \"%s\" but 'architectures' is [\"%s\"] (expected model_type \"%s\")",
                              src, model_type, name, tc_archs[i].model_type);
         c->arch = tc_archs[i].arch;
+        c->multimodal = strcmp(name, "Qwen3_5ForConditionalGeneration") == 0;
         snprintf(c->arch_name, sizeof c->arch_name, "%s", name);
         return 0;
     }
-    return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: Qwen3ForCausalLM, LlamaForCausalLM)",
+    return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: Qwen3ForCausalLM, LlamaForCausalLM,"
+                     " Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM)",
                      src, name);
 }
 
@@ -178,16 +183,24 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
         return error_set("%s: 'rope_theta' must be a finite number > 1, got %g", src, c->rope_theta);
 
-    // partial_rotary_factor: only 1 (the whole head rotates).
-    double partial = 1.0;
+    // partial_rotary_factor: RoPE on the first int(head_dim * factor) dims of a head. Qwen3.5 only
+    // (its default is 0.25); the other architectures rotate the whole head.
+    int hybrid = c->arch == ARCH_QWEN3_5;
+    double partial = hybrid ? 0.25 : 1.0;
     if (tc_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
         if (tc_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
     }
-    if (partial != 1.0)
-        return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported",
-                         src, partial);
+    if (!hybrid && partial != 1.0)
+        return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported for %s",
+                         src, partial, c->arch_name);
+    c->partial_rotary = partial;
+    c->rope_dim = (int64_t)((double)c->head_dim * partial); // Python's int(): truncation
+    if (!(partial > 0.0 && partial <= 1.0) || c->rope_dim < 2 || c->rope_dim % 2 != 0)
+        return error_set("%s: 'partial_rotary_factor' %g gives %lld rotary dims of head_dim %lld: need an even"
+                         " number >= 2 (0 < factor <= 1)",
+                         src, partial, (long long)c->rope_dim, (long long)c->head_dim);
 
     c->rope_llama3 = 0;
     c->rope_factor = 1.0;
@@ -233,9 +246,74 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
 
 // ---------------------------------------------------------------- parse
 
-static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
-    if (tc_parse_arch(c, root, src)) return -1;
-    int qwen3 = c->arch == ARCH_QWEN3;
+// tc_parse_hybrid: the Qwen3.5 / Qwen3.6 keys (Qwen3_5TextConfig's names and defaults): the layer
+// types, given as layer_types or derived from full_attention_interval (full when (i+1) % interval
+// == 0, interval 4), and the Gated DeltaNet shape.
+static int tc_parse_hybrid(target_config *c, const cJSON *root, const char *src) {
+    c->norm_zero_centred = 1;
+    c->gated_attention = 1;
+    if (c->n_layers > TARGET_MAX_LAYERS)
+        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
+                         (long long)c->n_layers, TARGET_MAX_LAYERS);
+    static const char *const keys[5] = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                        "linear_value_head_dim", "linear_conv_kernel_dim"};
+    int64_t *vals[5] = {&c->lin_k_heads, &c->lin_v_heads, &c->lin_k_dim, &c->lin_v_dim, &c->lin_conv_kernel};
+    const int64_t defaults[5] = {16, 32, 128, 128, 4};
+    for (int i = 0; i < 5; i++) {
+        *vals[i] = defaults[i];
+        if (tc_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
+        if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
+    }
+    if (c->lin_v_heads % c->lin_k_heads != 0)
+        return error_set("%s: 'linear_num_value_heads' %lld is not a multiple of 'linear_num_key_heads' %lld", src,
+                         (long long)c->lin_v_heads, (long long)c->lin_k_heads);
+    if (c->lin_conv_kernel > 64)
+        return error_set("%s: 'linear_conv_kernel_dim' %lld is over 64", src, (long long)c->lin_conv_kernel);
+    char s[160];
+    const cJSON *types = json_field(root, "layer_types");
+    if (types) {
+        json_value_str(types, s, sizeof s);
+        if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
+        if (cJSON_GetArraySize(types) != c->n_layers)
+            return error_set("%s: 'layer_types' has %d entries for %lld layers ('num_hidden_layers')", src,
+                             cJSON_GetArraySize(types), (long long)c->n_layers);
+        int i = 0;
+        for (const cJSON *t = types->child; t; t = t->next, i++) {
+            int lin = cJSON_IsString(t) && strcmp(t->valuestring, "linear_attention") == 0;
+            int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
+            if (!lin && !full) {
+                json_value_str(t, s, sizeof s);
+                return error_set("%s: 'layer_types[%d]' is %s: want \"linear_attention\" or \"full_attention\"", src,
+                                 i, s);
+            }
+            c->layer_linear[i] = (uint8_t)lin;
+        }
+        c->full_interval = 0;
+    } else {
+        c->full_interval = 4;
+        if (tc_int(root, "full_attention_interval", "full_attention_interval", src, &c->full_interval, NULL)) return -1;
+        if (c->full_interval <= 0)
+            return error_set("%s: 'full_attention_interval' must be positive, got %lld", src,
+                             (long long)c->full_interval);
+        for (int64_t i = 0; i < c->n_layers; i++) c->layer_linear[i] = (uint8_t)((i + 1) % c->full_interval != 0);
+    }
+    return 0;
+}
+
+static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src) {
+    if (tc_parse_arch(c, top, top_src)) return -1;
+    int qwen3 = c->arch == ARCH_QWEN3, hybrid = c->arch == ARCH_QWEN3_5;
+    // The multimodal wrapper keeps the text model's keys under text_config (SPEC §2.1); messages name it.
+    const cJSON *root = top;
+    const char *src = top_src;
+    char text_src[4200];
+    if (c->multimodal) {
+        root = json_field(top, "text_config");
+        if (!root || !cJSON_IsObject(root))
+            return error_set("%s: %s needs a 'text_config' object (the text model's keys)", top_src, c->arch_name);
+        snprintf(text_src, sizeof text_src, "%s: text_config", top_src);
+        src = text_src;
+    }
 
     if (tc_required(root, "num_hidden_layers", src, &c->n_layers)) return -1;
     if (tc_required(root, "hidden_size", src, &c->hidden)) return -1;
@@ -254,8 +332,8 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     int have_head_dim = 0;
     if (tc_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
     if (!have_head_dim) {
-        if (qwen3) {
-            c->head_dim = 128; // Qwen3Config's default, whatever hidden_size is
+        if (qwen3 || hybrid) {
+            c->head_dim = qwen3 ? 128 : 256; // Qwen3Config's / Qwen3_5TextConfig's default, whatever hidden_size is
         } else {
             if (c->hidden % c->n_heads != 0)
                 return error_set("%s: 'hidden_size' %lld is not a multiple of 'num_attention_heads' %lld"
@@ -268,7 +346,7 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
         return error_set("%s: 'head_dim' must be positive and even (RoPE rotates pairs), got %lld", src,
                          (long long)c->head_dim);
 
-    c->max_positions = qwen3 ? 32768 : 2048;
+    c->max_positions = qwen3 || hybrid ? 32768 : 2048;
     if (tc_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
     if (c->max_positions <= 0)
         return error_set("%s: 'max_position_embeddings' must be positive, got %lld", src, (long long)c->max_positions);
@@ -278,8 +356,10 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     if (!(c->rms_eps > 0.0) || !(c->rms_eps < 1.0))
         return error_set("%s: 'rms_norm_eps' must be in (0, 1), got %g", src, c->rms_eps);
 
+    // transformers ties on the loaded class's own config: the wrapper's top level for
+    // Qwen3_5ForConditionalGeneration (text_config's value is not read), the text config otherwise.
     c->tie_embeddings = 0;
-    if (tc_bool(root, "tie_word_embeddings", src, &c->tie_embeddings)) return -1;
+    if (tc_bool(top, "tie_word_embeddings", top_src, &c->tie_embeddings)) return -1;
 
     const char *act = "silu";
     if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
@@ -291,7 +371,9 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
     if (tc_refuse_true(root, "use_sliding_window", src, "sliding-window attention is not supported for the target"))
         return -1;
     const cJSON *types = json_field(root, "layer_types");
-    if (types) {
+    if (hybrid) {
+        if (tc_parse_hybrid(c, root, src)) return -1;
+    } else if (types) {
         char s[160];
         json_value_str(types, s, sizeof s);
         if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
@@ -307,8 +389,8 @@ static int tc_parse_root(target_config *c, const cJSON *root, const char *src) {
 
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";
-    if (json_get_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
-    if (json_get_string(root, "dtype", "dtype", src, &dt)) return -1;
+    if (json_get_string(top, "torch_dtype", "torch_dtype", top_src, &dt)) return -1;
+    if (json_get_string(top, "dtype", "dtype", top_src, &dt)) return -1;
     snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
     return 0;
 }
@@ -355,7 +437,75 @@ int target_config_load(target_config *c, const char *dir) {
 
 // ---------------------------------------------------------------- write
 
+// tc_hybrid_to_json: a Qwen3.5 config.json: the text-only Qwen3_5ForCausalLM (keys at the top), or
+// the Qwen3_5ForConditionalGeneration wrapper (keys under text_config, plus a small vision_config:
+// the wrapper's class builds its vision tower from it; the teacher never reads it).
+static char *tc_hybrid_to_json(const target_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(c->multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM"));
+    cJSON *t = o;
+    if (c->multimodal) {
+        cJSON_AddStringToObject(o, "model_type", "qwen3_5");
+        cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
+        t = cJSON_AddObjectToObject(o, "text_config");
+    }
+    cJSON_AddStringToObject(t, "model_type", "qwen3_5_text");
+    cJSON_AddNumberToObject(t, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(t, "hidden_size", (double)c->hidden);
+    cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
+    cJSON_AddNumberToObject(t, "num_hidden_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(t, "num_attention_heads", (double)c->n_heads);
+    cJSON_AddNumberToObject(t, "num_key_value_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(t, "head_dim", (double)c->head_dim);
+    cJSON_AddNumberToObject(t, "linear_num_key_heads", (double)c->lin_k_heads);
+    cJSON_AddNumberToObject(t, "linear_num_value_heads", (double)c->lin_v_heads);
+    cJSON_AddNumberToObject(t, "linear_key_head_dim", (double)c->lin_k_dim);
+    cJSON_AddNumberToObject(t, "linear_value_head_dim", (double)c->lin_v_dim);
+    cJSON_AddNumberToObject(t, "linear_conv_kernel_dim", (double)c->lin_conv_kernel);
+    if (c->full_interval > 0) {
+        cJSON_AddNumberToObject(t, "full_attention_interval", (double)c->full_interval);
+    } else {
+        cJSON *types = cJSON_AddArrayToObject(t, "layer_types");
+        for (int64_t i = 0; i < c->n_layers; i++)
+            cJSON_AddItemToArray(types, cJSON_CreateString(c->layer_linear[i] ? "linear_attention" : "full_attention"));
+    }
+    cJSON_AddStringToObject(t, "hidden_act", "silu");
+    cJSON_AddNumberToObject(t, "max_position_embeddings", (double)c->max_positions);
+    json_add_float_py(t, "rms_norm_eps", c->rms_eps);
+    cJSON *r = cJSON_AddObjectToObject(t, "rope_parameters");
+    cJSON_AddStringToObject(r, "rope_type", "default");
+    json_add_float_py(r, "rope_theta", c->rope_theta);
+    json_add_float_py(r, "partial_rotary_factor", c->partial_rotary);
+    // Also under text_config for the wrapper (the same value): AutoModelForCausalLM loads the
+    // wrapper's directory as Qwen3_5ForCausalLM from text_config alone, and would untie otherwise.
+    cJSON_AddBoolToObject(t, "tie_word_embeddings", c->tie_embeddings != 0);
+    cJSON_AddBoolToObject(t, "attention_bias", 0);
+    json_add_float_py(t, "attention_dropout", 0.0);
+    json_add_float_py(t, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(t, "use_cache", 1);
+    if (c->multimodal) {
+        cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
+        cJSON_AddStringToObject(v, "model_type", "qwen3_5_vision");
+        cJSON_AddNumberToObject(v, "depth", 1);
+        cJSON_AddNumberToObject(v, "hidden_size", 32);
+        cJSON_AddNumberToObject(v, "intermediate_size", 64);
+        cJSON_AddNumberToObject(v, "num_heads", 2);
+        cJSON_AddNumberToObject(v, "patch_size", 4);
+        cJSON_AddNumberToObject(v, "spatial_merge_size", 2);
+        cJSON_AddNumberToObject(v, "temporal_patch_size", 2);
+        cJSON_AddNumberToObject(v, "out_hidden_size", (double)c->hidden);
+        cJSON_AddNumberToObject(v, "num_position_embeddings", 64);
+    }
+    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) fatal("target_config_to_json: out of memory");
+    return text;
+}
+
 char *target_config_to_json(const target_config *c) {
+    if (c->arch == ARCH_QWEN3_5) return tc_hybrid_to_json(c);
     int qwen3 = c->arch == ARCH_QWEN3;
     cJSON *o = cJSON_CreateObject();
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
@@ -419,7 +569,7 @@ char *target_config_to_json(const target_config *c) {
 //   inv_llama = where(!(wavelen < high_wl) & !(wavelen > low_wl), smoothed, inv_llama)
 // (torch evaluates `scalar / tensor` as reciprocal(tensor) * scalar.)
 void target_rope_inv_freq(const target_config *c, float *inv_freq) {
-    int64_t dim = c->head_dim;
+    int64_t dim = c->rope_dim; // head_dim, or its rotary part (partial_rotary_factor)
     float base = (float)c->rope_theta;
     for (int64_t i = 0; i < dim / 2; i++) {
         float e = (float)(2 * i) / (float)dim;

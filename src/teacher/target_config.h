@@ -1,13 +1,17 @@
 // target_config.h: a target model's shape, read from a Hugging Face config.json (SPEC §2).
 //
-// Supported: "Qwen3ForCausalLM" (per-head q_norm/k_norm before RoPE) and "LlamaForCausalLM"
-// (rope_scaling.rope_type "llama3" or none). Anything else — another architecture, attention or MLP
+// Supported: "Qwen3ForCausalLM" (per-head q_norm/k_norm before RoPE), "LlamaForCausalLM"
+// (rope_scaling.rope_type "llama3" or none), and the Qwen3.5 / Qwen3.6 hybrid family (SPEC §2.1):
+// "Qwen3_5ForConditionalGeneration" (model_type qwen3_5, the text model's keys under text_config,
+// tensors under model.language_model.) and the text-only "Qwen3_5ForCausalLM" (qwen3_5_text). Anything else — another architecture, attention or MLP
 // biases, a rope_scaling type we do not implement, sliding-window attention in use — is refused with
 // a one-line error naming the field and its value, as is a key given twice or a NUL (\u0000) in a string.
 #pragma once
 #include <stdint.h>
 
-typedef enum { ARCH_QWEN3 = 0, ARCH_LLAMA = 1 } target_arch;
+typedef enum { ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2 } target_arch;
+
+#define TARGET_MAX_LAYERS 1024
 
 typedef struct {
     target_arch arch;
@@ -29,7 +33,29 @@ typedef struct {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_positions;
     char torch_dtype[16];     // "bfloat16" | "float16" | "float32" (informational)
+    int64_t rope_dim;         // dims of a head under RoPE: head_dim * partial_rotary_factor (head_dim unless Qwen3.5)
+    double partial_rotary;    // partial_rotary_factor (1 unless Qwen3.5; its default is 0.25)
+    // Qwen3.5 / Qwen3.6 hybrid (ARCH_QWEN3_5); zero for the other architectures
+    int multimodal;           // Qwen3_5ForConditionalGeneration: text tensors under "model.language_model."
+    int norm_zero_centred;    // every RMSNorm of the model is x * rsqrt(...) * (1 + w)
+    int gated_attention;      // q_proj gives [query | gate] per head; output * sigmoid(gate)
+    int64_t lin_k_heads;      // linear_num_key_heads
+    int64_t lin_v_heads;      // linear_num_value_heads (a multiple of lin_k_heads)
+    int64_t lin_k_dim;        // linear_key_head_dim
+    int64_t lin_v_dim;        // linear_value_head_dim
+    int64_t lin_conv_kernel;  // linear_conv_kernel_dim
+    int64_t full_interval;    // full_attention_interval when layer_types was derived from it (0: given)
+    uint8_t layer_linear[TARGET_MAX_LAYERS]; // 1: layer i is linear_attention (Gated DeltaNet), 0: full attention
 } target_config;
+
+// target_layer_is_linear: layer l is a Gated DeltaNet layer.
+static inline int target_layer_is_linear(const target_config *c, int64_t l) {
+    return c->arch == ARCH_QWEN3_5 && c->layer_linear[l];
+}
+// target_tensor_prefix: "model.language_model." for the multimodal wrapper, else "model.".
+static inline const char *target_tensor_prefix(const target_config *c) {
+    return c->multimodal ? "model.language_model." : "model.";
+}
 
 // target_config_load: dir/config.json. -1 with error_set naming the file and the field.
 int target_config_load(target_config *c, const char *dir);
@@ -38,7 +64,7 @@ int target_config_parse(target_config *c, const char *json, const char *source);
 // target_config_to_json: a config.json that transformers loads as the named architecture
 // (used by dflash_tool make-target). Caller frees.
 char *target_config_to_json(const target_config *c);
-// target_rope_inv_freq: inv_freq[head_dim/2] as transformers computes it, llama3 scaling included.
+// target_rope_inv_freq: inv_freq[rope_dim/2] as transformers computes it, llama3 scaling included.
 void target_rope_inv_freq(const target_config *c, float *inv_freq);
 // target_default_layer_ids: SPEC §2 default: round(1 + i*(L-4)/(n-1)), i < n (n = 1: L/2), Python's
 // round-half-even. -1 (error_set) when n < 1 or the rule leaves [0, L) (targets of 1-2 layers); a
