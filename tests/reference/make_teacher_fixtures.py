@@ -5,18 +5,21 @@ For each configuration below this script
   1. makes a random-weight model directory with `dflash_tool make-target` (the C tool),
   2. loads it with AutoModelForCausalLM.from_pretrained(dir, dtype=float32) and checks that
      transformers sees the named architecture, with no missing or unexpected weights,
-  3. runs two token sequences of different lengths, each on its own (a packed batch of two
-     sequences: positions restart at 0, attention never crosses the boundary), and
+  3. runs two token sequences of different lengths (three for the Qwen3.5 hybrids, one longer than
+     the 64-token chunk of the chunked delta rule), each on its own (a packed batch: positions
+     restart at 0, attention and the linear-attention state never cross a boundary; transformers'
+     torch fallback for the hybrid ignores packing, so each sequence runs alone and the outputs are
+     concatenated), and
   4. writes, under tests/reference/data/:
-       teacher_<name>.safetensors   tokens i32 [T], cu_seqlens i32 [3], layer_ids i32 [n],
+       teacher_<name>.safetensors   tokens i32 [T], cu_seqlens i32 [S+1], layer_ids i32 [n],
                                     features f32 [T, n*H] (HF hidden_states[id + 1] for each id
                                     of layer_ids, in that order: the output of decoder layer id,
                                     after the final norm for id = L-1),
                                     topk_idx i32 [T, k], topk_val f32 [T, k] (descending),
                                     lse f32 [T] (logsumexp of the fp32 logits),
-                                    logits_last f32 [2, V] (each sequence's last position)
+                                    logits_last f32 [S, V] (each sequence's last position)
        teacher_<name>.args          the make-target arguments, layer ids and k (bash-sourceable)
-       teacher_tokens_<name>.json   {"sequences": [[...], [...]]}, the input of teacher-dump
+       teacher_tokens_<name>.json   {"sequences": [[...], ...]}, the input of teacher-dump
        teacher_<name>.prenorm.safetensors  (only when L-1 is among the ids) features f32 [T, n*H]
                                     in the old convention: the last layer's block before the final
                                     norm (the decoder layer's own output); the other blocks equal.
@@ -35,10 +38,18 @@ last_hidden_state, which LlamaModel/Qwen3Model.forward compute as self.norm(hidd
 hidden_states[id + 1] is decoder layer id's output for id < L-1, and model.norm of it for id = L-1.
 The script checks both against a forward hook on the layer. Two fixtures (one Qwen3, one Llama)
 include the last layer among their ids, next to earlier ones; the others use earlier ids only.
+Qwen3.5 (SPEC section 2.1) records them the same way (Qwen3_5TextModel: capture_outputs on
+Qwen3_5DecoderLayer, the last replaced by self.norm's output); the multimodal wrapper
+(Qwen3_5ForConditionalGeneration) returns its language model's. Those fixtures load the directory
+with the named class (Qwen3_5ForCausalLM / Qwen3_5ForConditionalGeneration), require no missing,
+unexpected or mismatched weights, and check that the checkpoint's tensors the model does not hold
+are exactly the mtp.* ones (transformers ignores them; the teacher must skip them and model.visual.*).
+They also log the per-token decay exp(g) of every linear-attention layer (it must lie mostly in
+[0.5, 0.99] for the recurrent state to matter).
 
 The seed of each model is the first one, counting from the configured start, for which every gap
 between consecutive values among the top k+1 logits (so both the order and the set of the top k)
-is at least MIN_GAP: a reimplementation that is right to 1e-4 cannot flip the order.
+is at least MIN_GAP (MIN_GAP_HYBRID for the hybrids): a reimplementation that is right to 1e-4 cannot flip the order.
 
 Not part of CI: it needs torch + transformers. Run it from the repository root:
     python3 tests/reference/make_teacher_fixtures.py [--tool build/dflash_tool] [--out DIR]
@@ -57,6 +68,10 @@ import torch
 
 K = 8                # top-k written
 MIN_GAP = 5e-3       # smallest acceptable gap between consecutive top-(k+1) logits
+# The hybrids' fixtures have ~90 positions, so ~700 gaps, all >= 5e-3 in almost no seed: 1e-3 there
+# (still ~1000 x the fp32 disagreement of two implementations; compare excuses near-tie swaps anyway).
+MIN_GAP_HYBRID = 1e-3
+SEEDS = 100          # seeds tried per fixture
 SEQ_LENS = (13, 6)   # two sequences of different lengths
 
 # name, make-target arguments (without OUT_DIR and --seed), first seed to try, layer ids
@@ -82,9 +97,37 @@ FIXTURES = [
      "--arch llama --layers 3 --hidden 96 --heads 6 --kv-heads 3 --intermediate 160"
      " --vocab 500 --dtype f16 --tie --shards 2 --eps 1e-5",
      1, [0, 1]),
+    # Qwen3.5 hybrids (Gated DeltaNet + gated attention), three sequences each, one over 64 tokens.
+    # (e) text-only, linear value/key heads 6/2, key/value head dims 12/20, head_dim 24 with partial
+    #     rotary 0.25 (6 rotary dims), kernel 3, explicit layer_types ending in a linear layer,
+    #     untied, bf16 weights
+    ("qwen35_ratio",
+     "--arch qwen3_5 --layers 4 --hidden 48 --heads 2 --kv-heads 1 --head-dim 24 --intermediate 72"
+     " --vocab 173 --dtype bf16 --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 12 --lin-v-dim 20"
+     " --conv-kernel 3 --layer-types linear,full,linear,linear --rope-theta 1000000",
+     1, [0, 1, 3], (70, 13, 5)),   # 3 = L-1, a linear layer: after the final norm
+    # (f) the multimodal wrapper (text under model.language_model., model.visual.* and mtp.* to
+    #     skip), tied (the wrapper's top-level tie_word_embeddings), 2 shards, layer types derived
+    #     from full_attention_interval 2, head_dim 12 with partial rotary 0.5, value/key heads 3/1,
+    #     bf16 weights
+    ("qwen35_vl_tied_shards",
+     "--arch qwen3_5_vl --layers 4 --hidden 40 --heads 4 --kv-heads 2 --head-dim 12 --intermediate 64"
+     " --vocab 157 --dtype bf16 --tie --shards 2 --lin-k-heads 1 --lin-v-heads 3 --lin-k-dim 16"
+     " --lin-v-dim 12 --conv-kernel 4 --full-interval 2 --partial-rotary 0.5",
+     1, [1, 2], (66, 9, 17)),
+    # (g) text-only, layer types from full_attention_interval 3 (linear, linear, full, linear,
+    #     linear: the last layer linear), linear heads 3/3 with dims 20/12, GQA 4/2 x 20 (5 rotary
+    #     dims would be odd: partial 0.3 gives 6), f32 weights, eps 1e-5
+    ("qwen35_interval",
+     "--arch qwen3_5 --layers 5 --hidden 56 --heads 4 --kv-heads 2 --head-dim 20 --intermediate 88"
+     " --vocab 199 --dtype f32 --lin-k-heads 3 --lin-v-heads 3 --lin-k-dim 20 --lin-v-dim 12"
+     " --conv-kernel 4 --full-interval 3 --partial-rotary 0.3 --eps 1e-5",
+     1, [0, 2, 4], (5, 77, 21)),   # 4 = L-1, a linear layer
 ]
 
-ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
+              "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_5_vl": "Qwen3_5ForConditionalGeneration"}
+MAX_BYTES = {"qwen3": 100_000, "llama": 100_000, "qwen3_5": 300_000, "qwen3_5_vl": 300_000}
 
 
 def log(lines, msg=""):
@@ -92,23 +135,29 @@ def log(lines, msg=""):
     lines.append(msg)
 
 
-def make_sequences(name, vocab):
+def make_sequences(name, vocab, lens=SEQ_LENS):
     rng = random.Random("teacher-" + name)
-    return [[rng.randrange(vocab) for _ in range(n)] for n in SEQ_LENS]
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lens]
+
+
+def text_model(model):
+    """The decoder stack: model.model, or the multimodal wrapper's model.model.language_model."""
+    return getattr(model.model, "language_model", model.model)
 
 
 def run_sequence(model, ids, layer_ids):
     """Run one sequence (positions 0..n-1). Returns (features [n, len(ids)*H], logits [n, V],
     prenorm features [n, len(ids)*H]: the decoder layers' own outputs, the old convention)."""
     captured = {}
-    hooks = [model.model.layers[i].register_forward_hook(
+    tm = text_model(model)
+    hooks = [tm.layers[i].register_forward_hook(
         lambda mod, inp, out, i=i: captured.__setitem__(i, out[0] if isinstance(out, tuple) else out))
         for i in sorted(set(layer_ids))]
     try:
         with torch.no_grad():
             out = model(input_ids=torch.tensor([ids], dtype=torch.long), output_hidden_states=True,
                         use_cache=False)
-            L = model.config.num_hidden_layers
+            L = model.config.get_text_config().num_hidden_layers
             assert len(out.hidden_states) == L + 1, f"{len(out.hidden_states)} hidden states for {L} layers"
             feats, prenorm = [], []
             for i in layer_ids:
@@ -117,7 +166,7 @@ def run_sequence(model, ids, layer_ids):
                 if i < L - 1:
                     assert torch.equal(hs, layer_out), f"hidden_states[{i + 1}] is not layer {i}'s output"
                 else:
-                    assert torch.equal(hs, model.model.norm(layer_out)), \
+                    assert torch.equal(hs, tm.norm(layer_out)), \
                         f"hidden_states[{L}] is not model.norm of layer {i}'s output"
                     assert not torch.allclose(hs, layer_out), f"hidden_states[{L}] equals the pre-norm output"
                 feats.append(hs)
@@ -140,32 +189,100 @@ def build(tool, name, margs, seed, tmp):
     return model_dir
 
 
-def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
-    from transformers import AutoModelForCausalLM
+def load_model(model_dir, arch, name):
+    """The directory loaded as transformers does: AutoModelForCausalLM for Qwen3/Llama, the named
+    class for the Qwen3.5 layouts. Checks the class and that no weight is missing, unexpected or
+    mismatched; for Qwen3.5 also that the checkpoint's tensors the model does not hold are exactly
+    the mtp.* ones (the multimodal layout must have some) and that only a tied lm_head is not in it."""
+    import transformers
+    klass = transformers.AutoModelForCausalLM if arch in ("qwen3", "llama") else getattr(transformers, ARCH_CLASS[arch])
+    model, info = klass.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager",
+                                        output_loading_info=True)
+    model.eval()
+    cls = type(model).__name__
+    assert cls == ARCH_CLASS[arch], f"{name}: transformers made a {cls}"
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info.get(key), f"{name}: {key} {info.get(key)}"
+    if arch in ("qwen3", "llama"):
+        return model, cls, []
+    from safetensors import safe_open
+    ckpt = set()
+    for f in sorted(os.listdir(model_dir)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(model_dir, f), "pt") as st:
+                ckpt.update(st.keys())
+    held = set(model.state_dict().keys())
+    skipped = sorted(ckpt - held)
+    assert all(k.startswith("mtp.") for k in skipped), f"{name}: checkpoint tensors not loaded: {skipped}"
+    assert (arch == "qwen3_5_vl") == bool(skipped), f"{name}: mtp.* tensors {skipped}"
+    absent = held - ckpt
+    assert absent <= ({"lm_head.weight"} if model.config.tie_word_embeddings else set()), f"{name}: {absent}"
+    if arch == "qwen3_5_vl":
+        assert any(k.startswith("model.visual.") for k in ckpt & held), f"{name}: no model.visual.* loaded"
+    return model, cls, skipped
 
+
+def decay_stats(model, seqs):
+    """Per linear-attention layer: the share of the per-token, per-head decays exp(g),
+    g = -exp(A_log) * softplus(a + dt_bias), inside [0.5, 0.99], and their median."""
+    tm, got = text_model(model), {}
+    hooks = []
+    for i, layer in enumerate(tm.layers):
+        la = getattr(layer, "linear_attn", None)
+        if la is None:
+            continue
+        def hook(mod, inp, out, i=i, la=la):
+            g = -la.A_log.float().exp() * torch.nn.functional.softplus(out.float() + la.dt_bias)
+            got.setdefault(i, []).append(g.exp().flatten())
+        hooks.append(la.in_proj_a.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            for s in seqs:
+                model(input_ids=torch.tensor([s], dtype=torch.long), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = {}
+    for i, v in sorted(got.items()):
+        d = torch.cat(v)
+        out[i] = (((d >= 0.5) & (d <= 0.99)).float().mean().item(), d.median().item())
+    return out
+
+
+def save_if_changed(tensors, path, metadata):
+    """safetensors' save_file, except that an existing file with the same tensors and metadata is
+    kept as it is (safetensors orders the metadata keys differently from run to run, so a rerun
+    would otherwise change the bytes of every fixture)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    if os.path.exists(path):
+        with safe_open(path, "pt") as f:
+            same = f.metadata() == metadata and set(f.keys()) == set(tensors) and all(
+                f.get_tensor(k).dtype == v.dtype and torch.equal(f.get_tensor(k), v) for k, v in tensors.items())
+        if same:
+            return
+    save_file(tensors, path, metadata=metadata)
+
+
+def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids, seq_lens=SEQ_LENS):
     arch = shlex.split(margs)[shlex.split(margs).index("--arch") + 1]
     vocab = int(shlex.split(margs)[shlex.split(margs).index("--vocab") + 1])
-    seqs = make_sequences(name, vocab)
-    for seed in range(seed0, seed0 + 50):
+    seqs = make_sequences(name, vocab, seq_lens)
+    min_gap = MIN_GAP if arch in ("qwen3", "llama") else MIN_GAP_HYBRID
+    for seed in range(seed0, seed0 + SEEDS):
         model_dir = build(tool, name, margs, seed, tmp)
-        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                           attn_implementation="eager",
-                                                           output_loading_info=True)
-        model.eval()
-        cls = type(model).__name__
-        assert cls == ARCH_CLASS[arch], f"{name}: transformers made a {cls}"
-        for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-            assert not info.get(key), f"{name}: {key} {info.get(key)}"
-        L = model.config.num_hidden_layers
+        model, cls, skipped = load_model(model_dir, arch, name)
+        tcfg = model.config.get_text_config()
+        L = tcfg.num_hidden_layers
         assert all(0 <= i < L for i in layer_ids), f"{name}: layer ids must be in [0, L)"
         results = [run_sequence(model, s, layer_ids) for s in seqs]
         logits = torch.cat([r[1] for r in results])
         gap = min_topk_gap(logits, K)
-        if gap >= MIN_GAP:
+        if gap >= min_gap:
             break
-        log(lines, f"  {name}: seed {seed}: min top-{K + 1} gap {gap:.3g} < {MIN_GAP:g}, next seed")
+        log(lines, f"  {name}: seed {seed}: min top-{K + 1} gap {gap:.3g} < {min_gap:g}, next seed")
     else:
-        raise SystemExit(f"{name}: no seed with top-k gaps >= {MIN_GAP}")
+        raise SystemExit(f"{name}: no seed with top-k gaps >= {min_gap}")
 
     features = torch.cat([r[0] for r in results]).contiguous()
     prenorm = torch.cat([r[2] for r in results]).contiguous()
@@ -185,18 +302,17 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
         "lse": lse.contiguous(),
         "logits_last": torch.stack([r[1][-1] for r in results]).contiguous(),
     }
-    assert tensors["features"].shape == (T, len(layer_ids) * model.config.hidden_size)
+    assert tensors["features"].shape == (T, len(layer_ids) * tcfg.hidden_size)
 
-    from safetensors.torch import save_file
     import transformers
     st_path = os.path.join(out_dir, f"teacher_{name}.safetensors")
-    save_file(tensors, st_path, metadata={
+    save_if_changed(tensors, st_path, metadata={
         "format": "pt", "made_by": "tests/reference/make_teacher_fixtures.py",
         "torch": torch.__version__, "transformers": transformers.__version__})
     paths = [st_path]
     last = L - 1 in layer_ids
     if last:  # the old convention (pre-norm last layer), to show the test tells them apart
-        H = model.config.hidden_size
+        H = tcfg.hidden_size
         for f, i in enumerate(layer_ids):
             blk = slice(f * H, (f + 1) * H)
             if i < L - 1:
@@ -207,7 +323,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
                 log(lines, f"  {name}: feature block {f} (id {i} = L-1): max |post-norm - pre-norm| {d:.4f}"
                            f" = {rel:.3g} of the features' scale")
         pre_path = os.path.join(out_dir, f"teacher_{name}.prenorm.safetensors")
-        save_file({"features": prenorm}, pre_path, metadata={
+        save_if_changed({"features": prenorm}, pre_path, metadata={
             "format": "pt", "made_by": "tests/reference/make_teacher_fixtures.py",
             "convention": "old: layer L-1 before the final norm (not what dflash feeds)"})
         paths.append(pre_path)
@@ -228,18 +344,25 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids):
                 f"reference=teacher_{name}.safetensors\n"
                 + (f"last_id={L - 1}\nprenorm=teacher_{name}.prenorm.safetensors\n" if last else ""))
 
-    rope = model.config.rope_parameters
-    log(lines, f"{name}: {cls}, L={L}, H={model.config.hidden_size}, heads {model.config.num_attention_heads}/"
-               f"{model.config.num_key_value_heads} x {model.config.head_dim}, V={model.config.vocab_size}, "
+    rope = tcfg.rope_parameters
+    log(lines, f"{name}: {cls}, L={L}, H={tcfg.hidden_size}, heads {tcfg.num_attention_heads}/"
+               f"{tcfg.num_key_value_heads} x {tcfg.head_dim}, V={tcfg.vocab_size}, "
                f"tied={model.config.tie_word_embeddings}, rope={dict(rope)}")
+    if arch not in ("qwen3", "llama"):
+        log(lines, f"  layer_types {tcfg.layer_types}")
+        log(lines, f"  linear attention: key/value heads {tcfg.linear_num_key_heads}/{tcfg.linear_num_value_heads}"
+                   f" x {tcfg.linear_key_head_dim}/{tcfg.linear_value_head_dim}, conv kernel"
+                   f" {tcfg.linear_conv_kernel_dim}; skipped checkpoint tensors {skipped}")
+        for i, (share, med) in decay_stats(model, seqs).items():
+            log(lines, f"  layer {i} decay exp(g): {100 * share:.1f}% in [0.5, 0.99], median {med:.3f}")
     log(lines, f"  make-target {full_args}")
     log(lines, f"  layer_ids {layer_ids}, k {K}, sequences {[len(s) for s in seqs]} (T={T})")
     log(lines, f"  max |logit| {logits.abs().max().item():.4f}, lse in [{lse.min().item():.4f}, "
                f"{lse.max().item():.4f}], max |feature| {features.abs().max().item():.4f}")
-    log(lines, f"  min gap between consecutive top-{K + 1} logits: {gap:.4g} (>= {MIN_GAP:g})")
+    log(lines, f"  min gap between consecutive top-{K + 1} logits: {gap:.4g} (>= {min_gap:g})")
     for p in paths + [args_path, tok_path]:
         log(lines, f"  {os.path.relpath(p, out_dir)}: {os.path.getsize(p)} bytes")
-        assert os.path.getsize(p) < 100_000, f"{p} is too big for a committed fixture"
+        assert os.path.getsize(p) < MAX_BYTES[arch], f"{p} is too big for a committed fixture"
 
 
 def main():
@@ -249,7 +372,7 @@ def main():
     ap.add_argument("--tool", default=os.environ.get("DFLASH_TOOL", os.path.join(root, "build", "dflash_tool")),
                     help="dflash_tool binary (default $DFLASH_TOOL, else build/dflash_tool)")
     ap.add_argument("--out", default=os.path.join(here, "data"), help="output folder (default tests/reference/data)")
-    ap.add_argument("--only", default=None, help="make only this fixture")
+    ap.add_argument("--only", default=None, help="make only these fixtures (comma-separated; the log is not written)")
     a = ap.parse_args()
     if not os.access(a.tool, os.X_OK):
         sys.exit(f"error: {a.tool} is not an executable dflash_tool (build it, or pass --tool / DFLASH_TOOL)")
@@ -265,10 +388,10 @@ def main():
                f" safetensors {safetensors.__version__}")
     log(lines, f"tool {a.tool}")
     with tempfile.TemporaryDirectory(prefix="dflash_teacher_fixtures_") as tmp:
-        for name, margs, seed0, layer_ids in FIXTURES:
-            if a.only and name != a.only:
+        for name, margs, seed0, layer_ids, *seq_lens in FIXTURES:
+            if a.only and name not in a.only.split(","):
                 continue
-            make_fixture(a.tool, a.out, tmp, lines, name, margs, seed0, layer_ids)
+            make_fixture(a.tool, a.out, tmp, lines, name, margs, seed0, layer_ids, *seq_lens)
     if not a.only:
         with open(os.path.join(a.out, "teacher_fixtures.log"), "w") as f:
             f.write("\n".join(lines) + "\n")
