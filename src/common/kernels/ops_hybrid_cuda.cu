@@ -1,0 +1,399 @@
+// ops_hybrid_cuda.cu: the CUDA kernels of the hybrid-target ops (see ops_hybrid.h and ops_hybrid_cuda.h).
+//
+// Written C-style, as ops_cuda.cu: bf16 activations and weights, fp32 gates, state and every sum; all
+// work on the backend's stream, nothing waits for it; int64 indices where a product of two sizes can
+// pass 2^31; grid-stride loops. Each kernel computes the formula of its CPU twin (ops_hybrid_cpu.c) in
+// the same order where that is cheap, so the GPU test can hold it to bf16 tolerances.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cuda_bf16.h>
+
+#include "common/backend/backend_cuda.h"
+#include "common/backend/check_cuda.h"
+#include "common/kernels/ops_hybrid_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+#include "common/kernels/cuda_reduce.cuh"
+
+static cudaStream_t hy_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }
+
+#define HY_THREADS 256
+// blocks of HY_THREADS for a grid-stride loop over n units (capped; never 0)
+static unsigned hy_blocks(int64_t n) {
+    int64_t b = (n + HY_THREADS - 1) / HY_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
+}
+#define HY_STRIDE(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+static __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+
+// ---------------------------------------------------------------------------- norms
+
+// One warp per row (as rmsnorm_kernel in ops_cuda.cu): y = x r * (zc ? 1 + w : w) * (z ? silu(z) : 1),
+// r = 1/sqrt(mean(x^2) + eps) in fp32 (the CPU twin sums in double: ~D 2^-24 relative at worst, far
+// below bf16). out may alias in: each lane reads x[i] before it writes y[i] itself.
+#define NORM_WARPS 8
+static __global__ void norm_kernel(bf16 *out, const bf16 *in, const bf16 *w, const bf16 *z, int R, int D, float eps,
+                                   int zc) {
+    int lane = threadIdx.x % 32;
+    for (int64_t r = (int64_t)blockIdx.x * NORM_WARPS + threadIdx.x / 32; r < R; r += (int64_t)gridDim.x * NORM_WARPS) {
+        const bf16 *x = in + r * D;
+        bf16 *y = out + r * D;
+        float ss = 0.0f;
+        for (int i = lane; i < D; i += 32) ss += bf(x[i]) * bf(x[i]);
+        ss = warp_sum(ss);
+        float inv = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int i = lane; i < D; i += 32) {
+            float v = bf(x[i]) * inv * (zc ? 1.0f + bf(w[i]) : bf(w[i]));
+            y[i] = __float2bfloat16(z ? v * silu_f(bf(z[r * D + i])) : v);
+        }
+    }
+}
+
+static void norm_launch(backend *be, void *out, const void *in, const void *w, const void *z, int R, int D, float eps,
+                        int zc) {
+    if (R <= 0 || D <= 0) return;
+    int64_t blocks = ((int64_t)R + NORM_WARPS - 1) / NORM_WARPS;
+    norm_kernel<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), NORM_WARPS * 32, 0, hy_stream(be)>>>(
+        (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)z, R, D, eps, zc);
+    cuda_check_launch();
+}
+
+extern "C" void cuda_rmsnorm_zc(backend *be, void *out, const void *in, const void *w, int R, int D, float eps) {
+    norm_launch(be, out, in, w, NULL, R, D, eps, 1);
+}
+
+extern "C" void cuda_gated_rmsnorm(backend *be, void *out, const void *x, const void *z, const void *w, int R, int D,
+                                   float eps) {
+    norm_launch(be, out, x, w, z, R, D, eps, 0);
+}
+
+// ---------------------------------------------------------------------------- partial RoPE, gate
+
+// One thread per (token, frequency i < rot/2): the fp32 angle (float)pos * inv_freq as the CPU forms
+// it, precise sincosf, then the pair (i, i + rot/2) of every head.
+static __global__ void rope_partial_kernel(bf16 *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd,
+                                           int rot) {
+    int half = rot / 2;
+    HY_STRIDE(u, (int64_t)T * half) {
+        int64_t t = u / half;
+        int i = (int)(u % half);
+        float s, c;
+        sincosf((float)pos[t] * inv_freq[i], &s, &c);
+        for (int h = 0; h < nh; h++) {
+            bf16 *v = x + (t * nh + h) * hd;
+            float a = bf(v[i]), b = bf(v[i + half]);
+            v[i] = __float2bfloat16(a * c - b * s);
+            v[i + half] = __float2bfloat16(b * c + a * s);
+        }
+    }
+}
+
+extern "C" void cuda_rope_partial(backend *be, void *x, const int32_t *pos, const float *inv_freq, int T, int nh,
+                                  int hd, int rot) {
+    if (T <= 0 || nh <= 0 || rot < 2) return;
+    rope_partial_kernel<<<hy_blocks((int64_t)T * (rot / 2)), HY_THREADS, 0, hy_stream(be)>>>((bf16 *)x, pos, inv_freq,
+                                                                                          T, nh, hd, rot);
+    cuda_check_launch();
+}
+
+static __global__ void sigmoid_mul_kernel(bf16 *x, const bf16 *g, int64_t n) {
+    HY_STRIDE(i, n) x[i] = __float2bfloat16(bf(x[i]) * (1.0f / (1.0f + expf(-bf(g[i])))));
+}
+
+extern "C" void cuda_sigmoid_mul(backend *be, void *x, const void *g, int64_t n) {
+    if (n <= 0) return;
+    sigmoid_mul_kernel<<<hy_blocks(n), HY_THREADS, 0, hy_stream(be)>>>((bf16 *)x, (const bf16 *)g, n);
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------- causal conv1d + SiLU
+
+// the sequence holding token t: the last s with cu[s] <= t
+static __device__ int seq_of(const int32_t *cu, int n_seq, int64_t t) {
+    int lo = 0, hi = n_seq; // cu[lo] <= t < cu[hi]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (cu[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// One thread per (token, channel): the K taps in the CPU's order, inputs before the sequence start
+// from the state (or 0).
+static __global__ void conv_kernel(bf16 *out, const bf16 *x, const bf16 *w, const int32_t *cu, int n_seq, int T, int C,
+                                   int K, const bf16 *state) {
+    int S = K - 1;
+    HY_STRIDE(u, (int64_t)T * C) {
+        int64_t t = u / C;
+        int c = (int)(u % C), s = seq_of(cu, n_seq, t);
+        int64_t start = cu[s], i = t - start;
+        float acc = 0.0f;
+        for (int j = 0; j < K; j++) {
+            int64_t p = i - S + j;
+            float xv = p >= 0 ? bf(x[(start + p) * C + c]) : (state ? bf(state[((int64_t)s * S + S + p) * C + c]) : 0.0f);
+            acc += bf(w[(int64_t)c * K + j]) * xv;
+        }
+        out[u] = __float2bfloat16(silu_f(acc));
+    }
+}
+
+// One thread per (sequence, channel), rows in increasing order (see cpu_conv1d_silu: in place is safe).
+// Runs after conv_kernel on the stream, so every output read the old state.
+static __global__ void conv_state_kernel(bf16 *state, const bf16 *x, const int32_t *cu, int n_seq, int C, int K) {
+    int S = K - 1;
+    HY_STRIDE(u, (int64_t)n_seq * C) {
+        int s = (int)(u / C), c = (int)(u % C);
+        int64_t start = cu[s], L = cu[s + 1] - start;
+        bf16 *st = state + (int64_t)s * S * C;
+        for (int r = 0; r < S; r++) {
+            int64_t p = L - S + r;
+            st[(int64_t)r * C + c] = p >= 0 ? x[(start + p) * C + c] : st[(r + L) * C + c];
+        }
+    }
+}
+
+extern "C" void cuda_conv1d_silu(backend *be, void *out, const void *x, const void *w, const int32_t *cu_seqlens,
+                                 int n_seq, int T, int C, int K, void *state) {
+    if (n_seq <= 0 || C <= 0) return;
+    if (T > 0) {
+        conv_kernel<<<hy_blocks((int64_t)T * C), HY_THREADS, 0, hy_stream(be)>>>(
+            (bf16 *)out, (const bf16 *)x, (const bf16 *)w, cu_seqlens, n_seq, T, C, K, (const bf16 *)state);
+        cuda_check_launch();
+    }
+    if (state && K > 1) {
+        conv_state_kernel<<<hy_blocks((int64_t)n_seq * C), HY_THREADS, 0, hy_stream(be)>>>(
+            (bf16 *)state, (const bf16 *)x, cu_seqlens, n_seq, C, K);
+        cuda_check_launch();
+    }
+}
+
+// ---------------------------------------------------------------------------- gates
+
+static __global__ void gates_kernel(float *beta, float *g, const bf16 *b, const bf16 *a, const float *A_log,
+                                    const float *dt_bias, int T, int Hv) {
+    HY_STRIDE(i, (int64_t)T * Hv) {
+        int h = (int)(i % Hv);
+        float u = bf(a[i]) + dt_bias[h];
+        float sp = u > 20.0f ? u : log1pf(expf(u)); // torch's softplus (threshold 20)
+        beta[i] = 1.0f / (1.0f + expf(-bf(b[i])));
+        g[i] = -expf(A_log[h]) * sp;
+    }
+}
+
+extern "C" void cuda_gdn_gates(backend *be, float *beta, float *g, const void *b, const void *a, const float *A_log,
+                               const float *dt_bias, int T, int Hv) {
+    if (T <= 0 || Hv <= 0) return;
+    gates_kernel<<<hy_blocks((int64_t)T * Hv), HY_THREADS, 0, hy_stream(be)>>>(beta, g, (const bf16 *)b,
+                                                                             (const bf16 *)a, A_log, dt_bias, T, Hv);
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------- gated delta rule
+//
+// One block per (value head, sequence, slice of W value columns): the columns of the state S [dk, dv]
+// evolve independently (d_c = beta (v_c - S[:, c] . k), S[:, c] += k d_c, o_c = S[:, c] . q), so a
+// block owns S[:, dv0 : dv0 + W] and the matching columns of v and out. The block walks its
+// sequence in chunks of C tokens (64, fewer where shared memory is short), the algebra of
+// cpu_gated_delta_rule (ops_hybrid_cpu.c) step for step, everything in shared memory, fp32:
+//
+//   load   q, k rows L2-normalised (a warp per row; q scaled by dk^-0.5), v columns into U, the
+//          cumulative gate gam and beta (thread 0: the CPU's sequential sum)
+//   A      A_ij = beta_i e^(gam_i - gam_j) k_i . k_j (j < i);  R_ic = beta_i (v_ic - e^gam_i (K S)_ic)
+//          into U;  o_ic = e^gam_i (Q S)_ic kept in registers (each thread the same elements later)
+//   solve  (I + A) U = R by forward substitution, one thread per column (no barrier inside)
+//   P      P_ij = e^(gam_i - gam_j) q_i . k_j (j <= i) over A;  the state decays e^(gam_last - gam_j)
+//          over beta (no longer needed)
+//   out    o_ic += (P U)_ic, to bf16;  S = e^gam_last S + (diag(decay) K)^T U
+//
+// Shared memory (floats): S dk*W, Q and K C*dk each, U C*W, A C*C, gam and beta C. dk = dv = 128,
+// C = 64, W = 128: 176.5 KiB (fits sm_90's 227 KiB); smaller devices get narrower slices, then smaller
+// chunks. Tensor cores are not used yet: the products are fp32 dot products over shared memory.
+#define GDR_THREADS 256
+#define GDR_WARPS (GDR_THREADS / 32)
+#define GDR_CHUNK 64
+#define GDR_W_MAX 128
+#define GDR_OREG (GDR_CHUNK * GDR_W_MAX / GDR_THREADS) // output elements per thread
+
+static size_t gdr_smem_bytes(int C, int W, int dk) {
+    return ((size_t)dk * W + 2 * (size_t)C * dk + (size_t)C * W + (size_t)C * C + 2 * (size_t)C) * sizeof(float);
+}
+
+static __global__ void __launch_bounds__(GDR_THREADS)
+    gdr_kernel(bf16 *out, const bf16 *qkv, const float *g, const float *beta, const int32_t *cu, int Hk, int Hv, int dk,
+               int dv, int Wmax, int C, float *state) {
+    extern __shared__ float gdr_smem[];
+    int h = blockIdx.x, s = blockIdx.y, dv0 = blockIdx.z * Wmax;
+    int W = min(Wmax, dv - dv0), kh = h / (Hv / Hk);
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int64_t ld = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
+    float *S = gdr_smem, *Q = S + (size_t)dk * W, *K = Q + (size_t)C * dk, *U = K + (size_t)C * dk;
+    float *A = U + (size_t)C * W, *gam = A + (size_t)C * C, *bet = gam + C;
+    float *st = state ? state + ((int64_t)s * Hv + h) * dk * dv + dv0 : NULL;
+    float qscale = 1.0f / sqrtf((float)dk);
+
+    for (int e = tid; e < dk * W; e += GDR_THREADS) S[e] = st ? st[(int64_t)(e / W) * dv + e % W] : 0.0f;
+    int end = cu[s + 1];
+    for (int c0 = cu[s]; c0 < end; c0 += C) {
+        int n = min(C, end - c0);
+        __syncthreads(); // the previous chunk is consumed (the first time: S is written)
+        // load
+        for (int r = warp; r < 2 * n; r += GDR_WARPS) {
+            int is_k = r >= n, i = is_k ? r - n : r;
+            const bf16 *src = qkv + (int64_t)(c0 + i) * ld + (int64_t)(is_k ? Hk + kh : kh) * dk;
+            float *dst = (is_k ? K : Q) + (size_t)i * dk;
+            float ss = 0.0f;
+            for (int d = lane; d < dk; d += 32) {
+                float v = bf(src[d]);
+                dst[d] = v;
+                ss += v * v;
+            }
+            float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f) * (is_k ? 1.0f : qscale);
+            for (int d = lane; d < dk; d += 32) dst[d] *= inv; // this lane's own elements
+        }
+        for (int e = tid; e < n * W; e += GDR_THREADS)
+            U[e] = bf(qkv[(int64_t)(c0 + e / W) * ld + 2 * (int64_t)Hk * dk + (int64_t)h * dv + dv0 + e % W]);
+        if (tid == 0) {
+            float acc = 0.0f;
+            for (int i = 0; i < n; i++) {
+                acc += g[(int64_t)(c0 + i) * Hv + h];
+                gam[i] = acc;
+                bet[i] = beta[(int64_t)(c0 + i) * Hv + h];
+            }
+        }
+        __syncthreads();
+        // A, the right-hand side, the inter-chunk output
+        for (int e = tid; e < n * n; e += GDR_THREADS) {
+            int i = e / n, j = e % n;
+            float a = 0.0f;
+            if (j < i) {
+                float dot = 0.0f;
+                for (int d = 0; d < dk; d++) dot += K[(size_t)i * dk + d] * K[(size_t)j * dk + d];
+                a = dot * (bet[i] * expf(gam[i] - gam[j]));
+            }
+            A[(size_t)i * C + j] = a;
+        }
+        float oreg[GDR_OREG];
+#pragma unroll
+        for (int r = 0; r < GDR_OREG; r++) {
+            int e = tid + r * GDR_THREADS;
+            oreg[r] = 0.0f;
+            if (e < n * W) {
+                int i = e / W, c = e % W;
+                float ks = 0.0f, qs = 0.0f;
+                for (int d = 0; d < dk; d++) {
+                    float sv = S[(size_t)d * W + c];
+                    ks += K[(size_t)i * dk + d] * sv;
+                    qs += Q[(size_t)i * dk + d] * sv;
+                }
+                float eg = expf(gam[i]);
+                U[e] = bet[i] * (U[e] - eg * ks);
+                oreg[r] = qs * eg;
+            }
+        }
+        __syncthreads();
+        // (I + A) U = R, column by column
+        for (int c = tid; c < W; c += GDR_THREADS)
+            for (int i = 1; i < n; i++) {
+                float acc = U[(size_t)i * W + c];
+                for (int j = 0; j < i; j++) acc -= A[(size_t)i * C + j] * U[(size_t)j * W + c];
+                U[(size_t)i * W + c] = acc;
+            }
+        __syncthreads();
+        // P over A; the state's decays over beta
+        float glast = gam[n - 1];
+        for (int e = tid; e < n * n; e += GDR_THREADS) {
+            int i = e / n, j = e % n;
+            float p = 0.0f;
+            if (j <= i) {
+                float dot = 0.0f;
+                for (int d = 0; d < dk; d++) dot += Q[(size_t)i * dk + d] * K[(size_t)j * dk + d];
+                p = dot * expf(gam[i] - gam[j]);
+            }
+            A[(size_t)i * C + j] = p;
+        }
+        for (int j = tid; j < n; j += GDR_THREADS) bet[j] = expf(glast - gam[j]);
+        __syncthreads();
+        // out, and the state at the chunk's end
+#pragma unroll
+        for (int r = 0; r < GDR_OREG; r++) {
+            int e = tid + r * GDR_THREADS;
+            if (e < n * W) {
+                int i = e / W, c = e % W;
+                float acc = oreg[r];
+                for (int j = 0; j <= i; j++) acc += A[(size_t)i * C + j] * U[(size_t)j * W + c];
+                out[((int64_t)(c0 + i) * Hv + h) * dv + dv0 + c] = __float2bfloat16(acc);
+            }
+        }
+        float el = expf(glast);
+        for (int e = tid; e < dk * W; e += GDR_THREADS) {
+            int d = e / W, c = e % W;
+            float acc = 0.0f;
+            for (int j = 0; j < n; j++) acc += K[(size_t)j * dk + d] * bet[j] * U[(size_t)j * W + c];
+            S[e] = S[e] * el + acc;
+        }
+    }
+    // each thread wrote (and first read) only its own elements e of S: no barrier needed
+    if (st)
+        for (int e = tid; e < dk * W; e += GDR_THREADS) st[(int64_t)(e / W) * dv + e % W] = S[e];
+}
+
+extern "C" size_t cuda_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int Hk, int Hv, int dk,
+                                                   int dv) {
+    return 0; // everything lives in shared memory
+}
+
+// The chunk C and slice width W: DFLASH_CUDA_GDR="CxW" forces them (tests); otherwise C = 64 and the
+// widest W <= 128 (W = ceil(dv / slices)) that fits the device's shared memory, halving C when even
+// W = 32 does not fit. Slices are also added (W down to 32) while the grid would leave SMs idle.
+static void gdr_plan(int n_blocks, int dk, int dv, int *C_out, int *W_out) {
+    int dev = 0, optin = 0, sms = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const char *env = getenv("DFLASH_CUDA_GDR");
+    int C = GDR_CHUNK, W = 0;
+    if (env && *env) {
+        if (sscanf(env, "%dx%d", &C, &W) != 2 || C < 1 || C > GDR_CHUNK || W < 1 || W > GDR_W_MAX)
+            fatal("DFLASH_CUDA_GDR=%s: expected CxW, chunk C <= %d, slice width W <= %d", env, GDR_CHUNK, GDR_W_MAX);
+        if (gdr_smem_bytes(C, W, dk) > (size_t)optin)
+            fatal("DFLASH_CUDA_GDR=%s: %zu bytes of shared memory at dk %d, more than the device's %d", env,
+                  gdr_smem_bytes(C, W, dk), dk, optin);
+    } else {
+        int slices = (dv + GDR_W_MAX - 1) / GDR_W_MAX;
+        W = (dv + slices - 1) / slices;
+        while (W > 32 && ((int64_t)n_blocks * slices < 2 * (int64_t)sms || gdr_smem_bytes(C, W, dk) > (size_t)optin)) {
+            slices *= 2;
+            W = (dv + slices - 1) / slices;
+        }
+        while (C > 1 && gdr_smem_bytes(C, W, dk) > (size_t)optin) C /= 2;
+        if (gdr_smem_bytes(C, W, dk) > (size_t)optin)
+            fatal("gated delta rule on CUDA: key head dim %d needs more shared memory than the device's %d bytes", dk,
+                  optin);
+    }
+    *C_out = C;
+    *W_out = W < dv ? W : dv;
+}
+
+extern "C" void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
+                                      const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv,
+                                      float *state, void *work) {
+    if (n_seq <= 0 || Hv <= 0) return;
+    if (Hk < 1 || Hv % Hk) fatal("gated delta rule: %d value heads do not group over %d key heads", Hv, Hk);
+    if (n_seq > 65535) fatal("gated delta rule on CUDA: %d sequences exceed the grid's y limit", n_seq);
+    int C, W;
+    gdr_plan(n_seq * Hv, dk, dv, &C, &W);
+    size_t smem = gdr_smem_bytes(C, W, dk);
+    if (smem > 48 * 1024)
+        cuda_check(cudaFuncSetAttribute(gdr_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)Hv, (unsigned)n_seq, (unsigned)((dv + W - 1) / W));
+    gdr_kernel<<<grid, GDR_THREADS, smem, hy_stream(be)>>>((bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, Hk, Hv,
+                                                          dk, dv, W, C, state);
+    cuda_check_launch();
+}
