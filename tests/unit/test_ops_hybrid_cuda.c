@@ -1,0 +1,367 @@
+// test_ops_hybrid_cuda.c: every hybrid-target op (ops_hybrid.h) on CUDA against the CPU reference
+// (skipped, exit 77, without a GPU; runs in the emulator build).
+//
+// As test_ops_cuda.c: both sides get the same inputs, rounded to bf16 first (the CPU gets those exact
+// values as fp32), so only the precision of the computation differs. Per op one line
+// `op  max_err  tol  ok|FAIL`, max_err = max |cuda - cpu| / max |cpu|. Tolerances:
+//   bf16 outputs (norms, rope, gate, conv,   1e-2: the GPU computes in fp32 and rounds the result to
+//     delta rule output)                       bf16 once (<= 2^-8 ~ 3.9e-3 relative to the element);
+//                                              the fp32 work before differs from the CPU's by ~1e-6
+//                                              (~1e-5 for the delta rule, whose output the CPU test
+//                                              bounds at 2e-5 against the exact recurrence). A wrong
+//                                              index, mask, decay or state errs by O(1).
+//   the conv state out                       0: bf16 inputs moved, not computed
+//   fp32 gates from bf16 inputs              1e-5: expf/log1pf differ by an ulp or two between the
+//                                              CUDA and glibc libraries, nothing else
+//   the delta rule's fp32 state out          5e-5: both sides are within 2e-5 of the exact recurrence
+//                                              (test_ops_hybrid.c), so within 4e-5 of each other
+// The delta rule also runs with forced chunk and slice sizes (DFLASH_CUDA_GDR=CxW): the
+// shared-memory fallbacks of small devices, and value columns split over blocks.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend/backend.h"
+#include "common/core/check.h"
+#include "common/core/half.h"
+#include "common/kernels/ops_hybrid.h"
+#include "testing.h"
+
+#define TOL_BF16 1e-2
+#define TOL_GATES 1e-5
+#define TOL_STATE 5e-5
+
+static backend cpu, gpu;
+
+static uint64_t lcg = 777001;
+static float rand_pm1(void) { // uniform in [-1, 1)
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
+static float *rand_bf16(size_t n, float amp) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
+    return x;
+}
+
+static float *randv(size_t n, float amp) { // fp32 (for the fp32 inputs: gates' parameters, state)
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
+    return x;
+}
+
+static float *copyv(const float *x, size_t n) {
+    float *y = xmalloc((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static void *gpu_alloc(size_t bytes) {
+    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
+    if (!d) {
+        fprintf(stderr, "%s\n", error_msg());
+        exit(1);
+    }
+    return d;
+}
+
+static void *up_bf16(const float *x, size_t n) {
+    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
+    void *d = gpu_alloc(n * sizeof(uint16_t));
+    backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
+    free(h);
+    return d;
+}
+
+static void *up_raw(const void *x, size_t bytes) {
+    void *d = gpu_alloc(bytes);
+    backend_copy_to_device(&gpu, d, x, bytes);
+    return d;
+}
+
+static float *down_bf16(const void *d, size_t n) {
+    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
+    backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
+    free(h);
+    return x;
+}
+
+static float *down_f32(const void *d, size_t n) {
+    float *h = xmalloc((n ? n : 1) * sizeof(float));
+    backend_copy_to_host(&gpu, h, d, n * sizeof(float));
+    return h;
+}
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (d != d) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return err / (scale > 0 ? scale : 1);
+}
+
+static void report(const char *op, double err, double tol) {
+    int ok = err <= tol;
+    printf("%-56s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
+}
+
+// the device copy of a bf16 result against the CPU's, freed after
+static void report_bf16(const char *op, const void *d, const float *ref, size_t n) {
+    float *got = down_bf16(d, n);
+    report(op, rel_err(got, ref, n), TOL_BF16);
+    free(got);
+}
+
+// packed batch offsets from lengths
+static int make_cu(int32_t *cu, const int *lens, int n_seq) {
+    cu[0] = 0;
+    for (int s = 0; s < n_seq; s++) cu[s + 1] = cu[s] + lens[s];
+    return cu[n_seq];
+}
+
+// ----------------------------------------------------------------------------- norms
+
+static void norm_case(int R, int D, int gated, int in_place) {
+    size_t n = (size_t)R * D;
+    float *x = rand_bf16(n, 3), *z = rand_bf16(n, 4), *w = rand_bf16((size_t)D, 0.8f), *ref = xmalloc(n * sizeof(float));
+    void *d_x = up_bf16(x, n), *d_z = up_bf16(z, n), *d_w = up_bf16(w, (size_t)D);
+    void *d_y = in_place ? d_x : gpu_alloc(n * 2);
+    if (gated) {
+        ops_gated_rmsnorm(&cpu, ref, x, z, w, R, D, 1e-6f);
+        ops_gated_rmsnorm(&gpu, d_y, d_x, d_z, d_w, R, D, 1e-6f);
+    } else {
+        ops_rmsnorm_zc(&cpu, ref, x, w, R, D, 1e-6f);
+        ops_rmsnorm_zc(&gpu, d_y, d_x, d_w, R, D, 1e-6f);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%s R=%d D=%d%s", gated ? "gated_rmsnorm" : "rmsnorm_zc", R, D,
+             in_place ? " in place" : "");
+    report_bf16(name, d_y, ref, n);
+    if (!in_place) backend_free(&gpu, d_y);
+    backend_free(&gpu, d_x);
+    backend_free(&gpu, d_z);
+    backend_free(&gpu, d_w);
+    free(x);
+    free(z);
+    free(w);
+    free(ref);
+}
+
+static void test_norms(void) {
+    norm_case(67, 1000, 0, 0);
+    norm_case(2000, 20, 0, 1); // per-head q/k norm shape: many short rows
+    norm_case(300, 128, 1, 1); // the gated norm per value head, in place as the mixer calls it
+    norm_case(5, 72, 1, 0);
+}
+
+// ----------------------------------------------------------------------------- partial RoPE, gate
+
+static void rope_case(int T, int nh, int hd, int rot) {
+    int half = rot / 2;
+    size_t n = (size_t)T * nh * hd;
+    float *x = rand_bf16(n, 2), *ref = copyv(x, n), *inv = xmalloc((size_t)(half ? half : 1) * sizeof(float));
+    for (int i = 0; i < half; i++) inv[i] = (float)pow(1e7, -2.0 * i / rot);
+    int32_t *pos = xmalloc((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) pos[t] = t < T / 2 ? t : 20000 + t; // small and large angles
+    ops_rope_partial(&cpu, ref, pos, inv, T, nh, hd, rot);
+    void *d_x = up_bf16(x, n), *d_pos = up_raw(pos, (size_t)T * 4), *d_inv = up_raw(inv, (size_t)(half ? half : 1) * 4);
+    ops_rope_partial(&gpu, d_x, d_pos, d_inv, T, nh, hd, rot);
+    char name[96];
+    snprintf(name, sizeof name, "rope_partial T=%d nh=%d hd=%d rot=%d", T, nh, hd, rot);
+    report_bf16(name, d_x, ref, n);
+    backend_free(&gpu, d_x);
+    backend_free(&gpu, d_pos);
+    backend_free(&gpu, d_inv);
+    free(x);
+    free(ref);
+    free(inv);
+    free(pos);
+}
+
+static void test_rope_gate(void) {
+    rope_case(50, 5, 256, 64); // Qwen3.6's gated attention: 64 of 256 dims
+    rope_case(33, 3, 12, 4);
+    rope_case(9, 2, 18, 18);
+    int64_t n = 100003;
+    float *x = rand_bf16((size_t)n, 3), *g = rand_bf16((size_t)n, 8), *ref = copyv(x, (size_t)n);
+    ops_sigmoid_mul(&cpu, ref, g, n);
+    void *d_x = up_bf16(x, (size_t)n), *d_g = up_bf16(g, (size_t)n);
+    ops_sigmoid_mul(&gpu, d_x, d_g, n);
+    report_bf16("sigmoid_mul n=100003", d_x, ref, (size_t)n);
+    backend_free(&gpu, d_x);
+    backend_free(&gpu, d_g);
+    free(x);
+    free(g);
+    free(ref);
+}
+
+// ----------------------------------------------------------------------------- conv1d + SiLU
+
+static void conv_case(const int *lens, int n_seq, int C, int K) {
+    int32_t cu[8];
+    int T = make_cu(cu, lens, n_seq), S = K - 1;
+    size_t n = (size_t)T * C, ns = (size_t)n_seq * S * C;
+    float *x = rand_bf16(n, 2), *w = rand_bf16((size_t)C * K, 0.7f), *st = rand_bf16(ns, 2);
+    float *ref = xmalloc(n * sizeof(float));
+    void *d_x = up_bf16(x, n), *d_w = up_bf16(w, (size_t)C * K), *d_st = up_bf16(st, ns);
+    void *d_cu = up_raw(cu, (size_t)(n_seq + 1) * 4), *d_out = gpu_alloc(n * 2);
+    char name[96];
+    ops_conv1d_silu(&cpu, ref, x, w, cu, n_seq, T, C, K, NULL);
+    ops_conv1d_silu(&gpu, d_out, d_x, d_w, d_cu, n_seq, T, C, K, NULL);
+    snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d", T, C, K);
+    report_bf16(name, d_out, ref, n);
+    ops_conv1d_silu(&cpu, ref, x, w, cu, n_seq, T, C, K, st);
+    ops_conv1d_silu(&gpu, d_out, d_x, d_w, d_cu, n_seq, T, C, K, d_st);
+    snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state", T, C, K);
+    report_bf16(name, d_out, ref, n);
+    float *got = down_bf16(d_st, ns);
+    snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state out", T, C, K);
+    report(name, rel_err(got, st, ns), 0);
+    backend_free(&gpu, d_x);
+    backend_free(&gpu, d_w);
+    backend_free(&gpu, d_st);
+    backend_free(&gpu, d_cu);
+    backend_free(&gpu, d_out);
+    free(x);
+    free(w);
+    free(st);
+    free(ref);
+    free(got);
+}
+
+static void test_conv(void) {
+    int a[] = {1, 70, 131}, b[] = {0, 2, 5}; // b: an empty sequence, and ones shorter than the state
+    conv_case(a, 3, 168, 4); // C = the qkv width of Hk=2 dk=12, Hv=6 dv=20
+    conv_case(a, 3, 37, 3);
+    conv_case(b, 3, 50, 4);
+}
+
+// ----------------------------------------------------------------------------- gates
+
+static void test_gates(void) {
+    int T = 202, Hv = 6;
+    size_t n = (size_t)T * Hv;
+    float *b = rand_bf16(n, 10), *a = rand_bf16(n, 30), *A_log = randv((size_t)Hv, 2), *dt = randv((size_t)Hv, 1);
+    float *beta = xmalloc(n * 4), *g = xmalloc(n * 4);
+    ops_gdn_gates(&cpu, beta, g, b, a, A_log, dt, T, Hv);
+    void *d_b = up_bf16(b, n), *d_a = up_bf16(a, n), *d_al = up_raw(A_log, (size_t)Hv * 4), *d_dt = up_raw(dt, (size_t)Hv * 4);
+    float *d_beta = gpu_alloc(n * 4), *d_g = gpu_alloc(n * 4);
+    ops_gdn_gates(&gpu, d_beta, d_g, d_b, d_a, d_al, d_dt, T, Hv);
+    float *gb = down_f32(d_beta, n), *gg = down_f32(d_g, n);
+    report("gdn_gates beta T=202 Hv=6", rel_err(gb, beta, n), TOL_GATES);
+    report("gdn_gates g T=202 Hv=6", rel_err(gg, g, n), TOL_GATES);
+    backend_free(&gpu, d_b);
+    backend_free(&gpu, d_a);
+    backend_free(&gpu, d_al);
+    backend_free(&gpu, d_dt);
+    backend_free(&gpu, d_beta);
+    backend_free(&gpu, d_g);
+    free(b);
+    free(a);
+    free(A_log);
+    free(dt);
+    free(beta);
+    free(g);
+    free(gb);
+    free(gg);
+}
+
+// ----------------------------------------------------------------------------- gated delta rule
+
+// Both sides from the same bf16 qkv and fp32 gates (as the model makes them: mild decays, some
+// strong, a few near-resets); once from S = 0, once from a random state (in and out). `plan`:
+// DFLASH_CUDA_GDR for the GPU side ("" = the op's own choice).
+static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv, const char *plan) {
+    if (*plan) setenv("DFLASH_CUDA_GDR", plan, 1);
+    else unsetenv("DFLASH_CUDA_GDR");
+    int32_t cu[8];
+    int T = make_cu(cu, lens, n_seq);
+    size_t ld = 2 * (size_t)Hk * dk + (size_t)Hv * dv, nq = (size_t)T * ld, ng = (size_t)T * Hv;
+    size_t no = (size_t)T * Hv * dv, ns = (size_t)n_seq * Hv * dk * dv;
+    float *qkv = rand_bf16(nq, 1), *g = xmalloc(ng * 4), *beta = xmalloc(ng * 4);
+    for (size_t i = 0; i < ng; i++) {
+        float r = rand_pm1();
+        g[i] = i % 17 == 3 ? -30.0f : i % 7 == 1 ? -5.0f * (r + 1) / 2 : -0.3f * r * r;
+        beta[i] = 0.5f + 0.49f * rand_pm1();
+    }
+    float *st0 = randv(ns, 0.5f), *st = copyv(st0, ns), *ref = xmalloc(no * 4);
+    float *work = xmalloc(ops_gated_delta_rule_work_bytes(&cpu, T, n_seq, Hk, Hv, dk, dv));
+    size_t wb = ops_gated_delta_rule_work_bytes(&gpu, T, n_seq, Hk, Hv, dk, dv);
+    void *d_work = wb ? gpu_alloc(wb) : NULL;
+    void *d_qkv = up_bf16(qkv, nq), *d_g = up_raw(g, ng * 4), *d_beta = up_raw(beta, ng * 4);
+    void *d_cu = up_raw(cu, (size_t)(n_seq + 1) * 4), *d_out = gpu_alloc(no * 2);
+    float *d_st = up_raw(st0, ns * 4);
+    char name[128];
+
+    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, NULL, work);
+    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, n_seq, T, Hk, Hv, dk, dv, NULL, d_work);
+    snprintf(name, sizeof name, "gated_delta_rule T=%d Hk=%d Hv=%d dk=%d dv=%d %s", T, Hk, Hv, dk, dv,
+             *plan ? plan : "auto");
+    report_bf16(name, d_out, ref, no);
+
+    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, st, work);
+    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, n_seq, T, Hk, Hv, dk, dv, d_st, d_work);
+    snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state in", dk, dv, *plan ? plan : "auto");
+    report_bf16(name, d_out, ref, no);
+    float *got = down_f32(d_st, ns);
+    snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state out", dk, dv, *plan ? plan : "auto");
+    report(name, rel_err(got, st, ns), TOL_STATE);
+
+    if (d_work) backend_free(&gpu, d_work);
+    backend_free(&gpu, d_qkv);
+    backend_free(&gpu, d_g);
+    backend_free(&gpu, d_beta);
+    backend_free(&gpu, d_cu);
+    backend_free(&gpu, d_out);
+    backend_free(&gpu, d_st);
+    free(qkv);
+    free(g);
+    free(beta);
+    free(st0);
+    free(st);
+    free(ref);
+    free(work);
+    free(got);
+    unsetenv("DFLASH_CUDA_GDR");
+}
+
+static void test_gated_delta_rule(void) {
+    int a[] = {1, 70, 131}, b[] = {130, 0, 3}, c[] = {TEST_EMU_SIZE(2000, 200), 77};
+    gdr_case(a, 3, 2, 6, 12, 20, "");
+    gdr_case(a, 3, 2, 6, 12, 20, "16x8");  // small chunks, value columns over 3 blocks (8, 8, 4)
+    gdr_case(b, 3, 1, 2, 72, 100, "");     // an empty sequence; dims not powers of two
+    gdr_case(b, 3, 1, 2, 72, 100, "32x48");
+    gdr_case(c, 2, 1, 3, 128, 128, "");    // Qwen3.6's head dims (2000 tokens on a GPU)
+    gdr_case(c, 2, 1, 3, 128, 128, "64x32");
+}
+
+int main(void) {
+    if (backend_cuda_devices() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, "cuda", 0) != 0) {
+        fprintf(stderr, "%s\n", error_msg());
+        return 1;
+    }
+    printf("%s vs %s\n%-56s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");
+    test_norms();
+    test_rope_gate();
+    test_conv();
+    test_gates();
+    test_gated_delta_rule();
+    backend_close(&gpu);
+    backend_close(&cpu);
+    return test_finish("test_ops_hybrid_cuda");
+}
