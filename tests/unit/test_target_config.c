@@ -1,6 +1,7 @@
 // test_target_config.c: reading a target's config.json (real Qwen3-8B and Llama-3.1-8B files,
-// defaults, both RoPE spellings), writing one back, RoPE inverse frequencies against transformers,
-// the default feature layers against z-lab dflash, and every refusal naming its field.
+// defaults, both RoPE spellings; the Qwen3.5 hybrid in both layouts), writing one back, RoPE inverse
+// frequencies against transformers, the default feature layers against z-lab dflash, and every
+// refusal naming its field.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +288,240 @@ static void test_layer_ids(void) {
     CHECK_ERR(target_default_layer_ids(36, 0, ids), "at least one");
 }
 
+// A Qwen3.5 config.json in the layout of the published checkpoints (Qwen3_5ForConditionalGeneration:
+// the text model's keys under text_config, rope_parameters with the mrope keys, a vision_config);
+// the sizes are those of a 27B-class model.
+static const char *qwen35_vl_json =
+    "{\n"
+    "  \"architectures\": [\"Qwen3_5ForConditionalGeneration\"],\n"
+    "  \"model_type\": \"qwen3_5\",\n"
+    "  \"image_token_id\": 248056,\n"
+    "  \"video_token_id\": 248057,\n"
+    "  \"vision_start_token_id\": 248053,\n"
+    "  \"vision_end_token_id\": 248054,\n"
+    "  \"tie_word_embeddings\": false,\n"
+    "  \"text_config\": {\n"
+    "    \"model_type\": \"qwen3_5_text\",\n"
+    "    \"attention_bias\": false,\n"
+    "    \"attention_dropout\": 0.0,\n"
+    "    \"dtype\": \"bfloat16\",\n"
+    "    \"eos_token_id\": 248044,\n"
+    "    \"full_attention_interval\": 4,\n"
+    "    \"head_dim\": 256,\n"
+    "    \"hidden_act\": \"silu\",\n"
+    "    \"hidden_size\": 5120,\n"
+    "    \"initializer_range\": 0.02,\n"
+    "    \"intermediate_size\": 17408,\n"
+    "    \"linear_conv_kernel_dim\": 4,\n"
+    "    \"linear_key_head_dim\": 128,\n"
+    "    \"linear_num_key_heads\": 16,\n"
+    "    \"linear_num_value_heads\": 48,\n"
+    "    \"linear_value_head_dim\": 128,\n"
+    "    \"max_position_embeddings\": 262144,\n"
+    "    \"mtp_num_hidden_layers\": 1,\n"
+    "    \"num_attention_heads\": 24,\n"
+    "    \"num_hidden_layers\": 64,\n"
+    "    \"num_key_value_heads\": 4,\n"
+    "    \"rms_norm_eps\": 1e-06,\n"
+    "    \"rope_parameters\": {\n"
+    "      \"mrope_interleaved\": true,\n"
+    "      \"mrope_section\": [11, 11, 10],\n"
+    "      \"rope_type\": \"default\",\n"
+    "      \"rope_theta\": 10000000,\n"
+    "      \"partial_rotary_factor\": 0.25\n"
+    "    },\n"
+    "    \"tie_word_embeddings\": true,\n"
+    "    \"use_cache\": true,\n"
+    "    \"vocab_size\": 248320\n"
+    "  },\n"
+    "  \"vision_config\": {\n"
+    "    \"model_type\": \"qwen3_5_vision\",\n"
+    "    \"depth\": 27, \"hidden_size\": 1152, \"hidden_act\": \"gelu_pytorch_tanh\", \"intermediate_size\": 4304,\n"
+    "    \"num_heads\": 16, \"in_channels\": 3, \"patch_size\": 16, \"spatial_merge_size\": 2,\n"
+    "    \"temporal_patch_size\": 2, \"out_hidden_size\": 5120, \"num_position_embeddings\": 2304\n"
+    "  },\n"
+    "  \"torch_dtype\": \"bfloat16\"\n"
+    "}\n";
+
+// The text-only layout (Qwen3_5ForCausalLM): keys at the top, explicit layer_types ending in a
+// linear layer, tied.
+static const char *qwen35_text_json =
+    "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": 48,"
+    " \"num_hidden_layers\": 4, \"intermediate_size\": 72, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+    " \"head_dim\": 24, \"vocab_size\": 173, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 6,"
+    " \"linear_key_head_dim\": 12, \"linear_value_head_dim\": 20, \"linear_conv_kernel_dim\": 3,"
+    " \"layer_types\": [\"linear_attention\", \"full_attention\", \"linear_attention\", \"linear_attention\"],"
+    " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0, \"partial_rotary_factor\": 0.25},"
+    " \"tie_word_embeddings\": true}";
+
+// transformers 5.24: Qwen3_5TextRotaryEmbedding.compute_default_rope_parameters(Qwen3_5TextConfig(
+//   head_dim=24, rope_parameters={rope_type default, rope_theta 1e6, partial_rotary_factor 0.25}))
+static const float qwen35_tiny_inv_freq[3] = {1, 0.00999999885f, 9.99999684e-05f};
+
+static void test_hybrid(void) {
+    target_config c;
+    CHECK(parse(&c, qwen35_vl_json) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && strcmp(c.arch_name, "Qwen3_5ForConditionalGeneration") == 0);
+    CHECK(c.multimodal == 1 && strcmp(target_tensor_prefix(&c), "model.language_model.") == 0);
+    CHECK(c.n_layers == 64 && c.hidden == 5120 && c.intermediate == 17408 && c.vocab == 248320);
+    CHECK(c.n_heads == 24 && c.n_kv_heads == 4 && c.head_dim == 256 && c.max_positions == 262144);
+    CHECK(c.norm_zero_centred == 1 && c.gated_attention == 1);
+    CHECK(c.lin_k_heads == 16 && c.lin_v_heads == 48 && c.lin_k_dim == 128 && c.lin_v_dim == 128);
+    CHECK(c.lin_conv_kernel == 4 && c.full_interval == 4);
+    CHECK_CLOSE(c.partial_rotary, 0.25, 0);
+    CHECK(c.rope_dim == 64);
+    CHECK_CLOSE(c.rope_theta, 1e7, 0);
+    CHECK(c.rope_llama3 == 0);
+    int n_lin = 0;
+    for (int64_t i = 0; i < c.n_layers; i++) {
+        CHECK_MSG(target_layer_is_linear(&c, i) == ((i + 1) % 4 != 0), "layer %lld", (long long)i);
+        n_lin += target_layer_is_linear(&c, i);
+    }
+    CHECK(n_lin == 48);
+    // The wrapper ties on its own top-level key; text_config's (true here) is not read.
+    CHECK(c.tie_embeddings == 0);
+    CHECK(parse(&c, with(qwen35_vl_json, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true")) == 0);
+    CHECK(c.tie_embeddings == 1);
+    CHECK(parse(&c, with(qwen35_vl_json, "\"tie_word_embeddings\": false,", "")) == 0);
+    CHECK(c.tie_embeddings == 0); // absent: Qwen3_5Config's default false
+    CHECK(strcmp(c.torch_dtype, "bfloat16") == 0);
+
+    // Text-only, explicit layer types: the last layer is linear; tied on its own key.
+    CHECK(parse(&c, qwen35_text_json) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && strcmp(c.arch_name, "Qwen3_5ForCausalLM") == 0 && c.multimodal == 0);
+    CHECK(strcmp(target_tensor_prefix(&c), "model.") == 0);
+    CHECK(c.full_interval == 0 && c.tie_embeddings == 1);
+    CHECK(target_layer_is_linear(&c, 0) && !target_layer_is_linear(&c, 1) && target_layer_is_linear(&c, 2) &&
+          target_layer_is_linear(&c, 3));
+    CHECK(c.lin_k_heads == 2 && c.lin_v_heads == 6 && c.lin_k_dim == 12 && c.lin_v_dim == 20 && c.lin_conv_kernel == 3);
+    CHECK(c.rope_dim == 6);
+    check_inv_freq(&c, qwen35_tiny_inv_freq, 3);
+    // layer_types wins over full_attention_interval when both are given (Qwen3_5TextConfig reads the list).
+    CHECK(parse(&c, with(qwen35_text_json, "\"layer_types\"", "\"full_attention_interval\": 2, \"layer_types\"")) == 0);
+    CHECK(c.full_interval == 0 && target_layer_is_linear(&c, 3));
+    // partial_rotary_factor at the top level (the legacy spelling) counts too.
+    CHECK(parse(&c, with(qwen35_text_json, ", \"partial_rotary_factor\": 0.25}", "}, \"partial_rotary_factor\": 0.5")) == 0);
+    CHECK(c.rope_dim == 12);
+    // A Qwen3_5ForCausalLM is not a target of the other families: the target_layer_is_linear of a Qwen3 is 0.
+    target_config q;
+    CHECK(parse(&q, qwen3_8b_json) == 0);
+    CHECK(!target_layer_is_linear(&q, 0) && q.rope_dim == 128 && q.norm_zero_centred == 0 && q.lin_k_heads == 0);
+    CHECK_CLOSE(q.partial_rotary, 1.0, 0);
+}
+
+static void test_hybrid_defaults(void) {
+    target_config c;
+    // Qwen3_5TextConfig's defaults: head_dim 256 (whatever hidden/heads is), partial 0.25, linear
+    // heads 16/32 x 128/128, kernel 4, full attention every 4th layer, untied; from model_type alone.
+    const char *min = "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
+                      " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"vocab_size\": 300}";
+    CHECK(parse(&c, min) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && strcmp(c.arch_name, "Qwen3_5ForCausalLM") == 0 && c.multimodal == 0);
+    CHECK(c.head_dim == 256 && c.rope_dim == 64 && c.max_positions == 32768 && c.tie_embeddings == 0);
+    CHECK_CLOSE(c.partial_rotary, 0.25, 0);
+    CHECK_CLOSE(c.rope_theta, 10000, 0);
+    CHECK_CLOSE(c.rms_eps, 1e-6, 0);
+    CHECK(c.lin_k_heads == 16 && c.lin_v_heads == 32 && c.lin_k_dim == 128 && c.lin_v_dim == 128);
+    CHECK(c.lin_conv_kernel == 4 && c.full_interval == 4);
+    // transformers: ['linear', 'linear', 'linear', 'full', 'linear', 'linear'] for 6 layers.
+    static const int want[6] = {1, 1, 1, 0, 1, 1};
+    for (int i = 0; i < 6; i++) CHECK_MSG(target_layer_is_linear(&c, i) == want[i], "layer %d", i);
+    // The wrapper from model_type alone, with its keys under text_config.
+    char buf[2048];
+    snprintf(buf, sizeof buf, "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true, \"text_config\": %s}", min);
+    CHECK(parse(&c, buf) == 0);
+    CHECK(c.multimodal == 1 && strcmp(c.arch_name, "Qwen3_5ForConditionalGeneration") == 0 && c.tie_embeddings == 1);
+    CHECK(c.head_dim == 256 && c.full_interval == 4);
+    // full_attention_interval 1: every layer full; larger than L: every layer linear.
+    CHECK(parse(&c, with(min, "\"vocab_size\": 300", "\"vocab_size\": 300, \"full_attention_interval\": 1")) == 0);
+    for (int i = 0; i < 6; i++) CHECK(!target_layer_is_linear(&c, i));
+    CHECK(parse(&c, with(min, "\"vocab_size\": 300", "\"vocab_size\": 300, \"full_attention_interval\": 7")) == 0);
+    for (int i = 0; i < 6; i++) CHECK(target_layer_is_linear(&c, i));
+}
+
+static void test_hybrid_refusals(void) {
+    target_config c;
+    const char *t = qwen35_text_json, *w = qwen35_vl_json;
+    CHECK_ERR(parse(&c, with(t, "\"linear_num_value_heads\": 6", "\"linear_num_value_heads\": 5")),
+              "m/config.json: 'linear_num_value_heads' 5 is not a multiple of 'linear_num_key_heads' 2");
+    CHECK_ERR(parse(&c, with(w, "\"linear_num_value_heads\": 48", "\"linear_num_value_heads\": 40")),
+              "m/config.json: text_config: 'linear_num_value_heads' 40 is not a multiple of 'linear_num_key_heads' 16");
+    CHECK_ERR(parse(&c, with(t, "\"linear_key_head_dim\": 12", "\"linear_key_head_dim\": 0")),
+              "'linear_key_head_dim' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(t, "\"linear_conv_kernel_dim\": 3", "\"linear_conv_kernel_dim\": 3.5")),
+              "'linear_conv_kernel_dim' wants an integer");
+    CHECK_ERR(parse(&c, with(t, "\"linear_conv_kernel_dim\": 3", "\"linear_conv_kernel_dim\": 65")),
+              "'linear_conv_kernel_dim' 65 is over 64");
+    CHECK_ERR(parse(&c, with(t, "\"linear_attention\", \"linear_attention\"]", "\"linear_attention\"]")),
+              "'layer_types' has 3 entries for 4 layers ('num_hidden_layers')");
+    CHECK_ERR(parse(&c, with(t, "\"full_attention\"", "\"mamba\"")), "'layer_types[1]' is \"mamba\"");
+    CHECK_ERR(parse(&c, with(t, "\"full_attention\"", "\"sliding_attention\"")), "'layer_types[1]' is \"sliding_attention\"");
+    CHECK_ERR(parse(&c, with(t, "\"full_attention\"", "3")), "'layer_types[1]' is 3");
+    CHECK_ERR(parse(&c, with(t, "\"layer_types\": [\"linear_attention\", ", "\"layer_types\": \"linear_attention\", \"x\": [")),
+              "'layer_types' wants a list, got \"linear_attention\"");
+    CHECK_ERR(parse(&c, with(w, "\"full_attention_interval\": 4", "\"full_attention_interval\": 0")),
+              "text_config: 'full_attention_interval' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(w, "\"num_hidden_layers\": 64", "\"num_hidden_layers\": 2000")),
+              "'num_hidden_layers' 2000 is over the 1024");
+    // rope dims: int(head_dim * factor) must be even and >= 2.
+    CHECK_ERR(parse(&c, with(t, "\"head_dim\": 24", "\"head_dim\": 20")), "'partial_rotary_factor' 0.25 gives 5 rotary dims");
+    CHECK_ERR(parse(&c, with(t, "\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 0")),
+              "'partial_rotary_factor' 0 gives 0 rotary dims");
+    CHECK_ERR(parse(&c, with(t, "\"partial_rotary_factor\": 0.25", "\"partial_rotary_factor\": 1.5")),
+              "'partial_rotary_factor' 1.5 gives");
+    // The layouts: a wrapper needs text_config; model_type and architectures must agree.
+    CHECK_ERR(parse(&c, "{\"architectures\": [\"Qwen3_5ForConditionalGeneration\"], \"hidden_size\": 8}"),
+              "Qwen3_5ForConditionalGeneration needs a 'text_config' object");
+    CHECK_ERR(parse(&c, with(w, "\"text_config\": {", "\"text_config\": 3, \"x\": {")), "needs a 'text_config' object");
+    CHECK_ERR(parse(&c, with(w, "\"model_type\": \"qwen3_5\"", "\"model_type\": \"qwen3_5_text\"")),
+              "'model_type' is \"qwen3_5_text\" but 'architectures' is [\"Qwen3_5ForConditionalGeneration\"]");
+    CHECK_ERR(parse(&c, with(t, "\"model_type\": \"qwen3_5_text\"", "\"model_type\": \"qwen3_5\"")),
+              "(expected model_type \"qwen3_5_text\")");
+    CHECK_ERR(parse(&c, with(t, "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")), "'architectures' is [\"Qwen3_5MoeForCausalLM\"]");
+    CHECK_ERR(parse(&c, with(w, "\"attention_bias\": false", "\"attention_bias\": true")), "text_config: 'attention_bias' is true");
+    CHECK_ERR(parse(&c, with(w, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"")),
+              "'tie_word_embeddings' wants true or false");
+    CHECK_ERR(parse(&c, with(w, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"")), "'rope_parameters.rope_type' is \"yarn\"");
+    CHECK_ERR(parse(&c, with(w, "\"head_dim\": 256", "\"head_dim\": 256, \"head_dim\": 128")),
+              "key 'text_config.head_dim' is given twice");
+}
+
+// hybrid_roundtrip: target_config_to_json of c parses back to c, field for field.
+static void hybrid_roundtrip(const target_config *c, const char *layout) {
+    target_config d;
+    char *json = target_config_to_json(c);
+    CHECK_MSG(target_config_parse(&d, json, "roundtrip") == 0, "%s: %s", layout, error_msg());
+    CHECK_MSG(memcmp(c, &d, sizeof d) == 0, "%s: the round trip changed the config", layout);
+    free(json);
+}
+
+static void test_hybrid_roundtrip(void) {
+    target_config c;
+    CHECK(parse(&c, qwen35_vl_json) == 0);
+    hybrid_roundtrip(&c, "wrapper, derived layer types");
+    char *json = target_config_to_json(&c);
+    CHECK(strstr(json, "\"Qwen3_5ForConditionalGeneration\"") && strstr(json, "\"text_config\"") &&
+          strstr(json, "\"vision_config\"") && strstr(json, "\"full_attention_interval\":\t4") &&
+          !strstr(json, "\"layer_types\""));
+    free(json);
+    c.tie_embeddings = 1;
+    hybrid_roundtrip(&c, "wrapper, tied");
+    CHECK(parse(&c, qwen35_text_json) == 0);
+    hybrid_roundtrip(&c, "text-only, explicit layer types");
+    json = target_config_to_json(&c);
+    CHECK(strstr(json, "\"Qwen3_5ForCausalLM\"") && strstr(json, "\"layer_types\"") && !strstr(json, "\"text_config\"") &&
+          !strstr(json, "\"full_attention_interval\"") && strstr(json, "\"partial_rotary_factor\":\t0.25"));
+    free(json);
+    // A derived pattern written as an explicit list reads back as the same layers.
+    CHECK(parse(&c, qwen35_vl_json) == 0);
+    c.full_interval = 0;
+    c.multimodal = 0;
+    memset(c.arch_name, 0, sizeof c.arch_name); // the parse leaves zeros after the name
+    snprintf(c.arch_name, sizeof c.arch_name, "Qwen3_5ForCausalLM");
+    hybrid_roundtrip(&c, "text-only, the derived pattern as a list");
+}
+
 static void test_refusals(void) {
     target_config c;
     const char *q = qwen3_8b_json, *l = llama31_8b_json;
@@ -347,5 +582,9 @@ int main(void) {
     test_roundtrip_and_load();
     test_layer_ids();
     test_refusals();
+    test_hybrid();
+    test_hybrid_defaults();
+    test_hybrid_refusals();
+    test_hybrid_roundtrip();
     return test_finish("test_target_config");
 }
