@@ -279,7 +279,7 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
 static void test_attention(void) {
     // a long sequence (many key tiles, query tiles straddling the boundaries), length-1 sequences
     int a[] = {1000, 1, 37, 250}, b[] = {5, 1, 70}, c[] = {130}, d[] = {33, 64}, e[] = {1};
-    int f[] = {TEST_EMU_SIZE(2000, 300)}, g[] = {40, 3, 29};
+    int f[] = {TEST_EMU_SIZE(2000, 300)}, g[] = {40, 3, 29}, h[] = {37, 50};
     const char *paths[] = {"tiled", "scalar", "tiled-64x64", "tiled-64x32", "tiled-32x32", "tiled-32x16", "tiled-16x32"};
     for (int p = 0; p < 7; p++) {
         attn_path = paths[p];
@@ -290,6 +290,8 @@ static void test_attention(void) {
         if (p >= 2) continue;            // the tile shapes on the small cases only
         attention_case(a, 4, 8, 2, 128); // Qwen3 head_dim, GQA 4
         attention_case(c, 1, 2, 2, 256); // the largest head_dim (shared memory past 48 KiB)
+        attention_case(h, 2, 24, 4, 256); // Qwen3.6-27B's gated attention: 24 q / 4 kv heads x 256
+        attention_case(b, 3, 4, 2, 72);   // head_dim a multiple of 8 but not of 16 (tiles pad to 80)
         attention_case(f, 1, 32, 8, 128); // Qwen3-8B heads, 2000 tokens (300 emulated)
     }
     unsetenv("DFLASH_CUDA_ATTN");
