@@ -2,8 +2,9 @@
 // --gen-len G [--seed S] [--device cpu] [--vocab-low A] [--batch B]`
 //
 // Self-distilled toy data, DFlash's recipe at toy scale: each sample is a random prompt of P ids,
-// continued greedily by the target itself for G tokens (the KV-cached decode of
-// teacher/target_decode.h). A drafter trained on it learns to predict the target's own
+// continued greedily by the target itself for G tokens (the cached decode of
+// teacher/target_decode.h: a K/V cache on the attention layers, and on the Gated DeltaNet layers of
+// the Qwen3.5 / Qwen3.6 hybrid the conv and recurrent state). A drafter trained on it learns to predict the target's own
 // continuations, so acceptance lengths measured on held-out samples are meaningful even for a
 // random-weight target.
 //

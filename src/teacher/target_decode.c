@@ -1,8 +1,10 @@
 // target_decode.c: KV-cached greedy decoding over the target's weights (see target_decode.h).
 //
-// The layer code mirrors target_forward (target.c) op for op, so a prefilled prompt gives the same
-// numbers as the packed forward, and a decode step gives the same numbers for its one new row up to
-// the rounding of GEMMs over a different number of rows.
+// The layer code mirrors target_forward (target.c) op for op, and for the Qwen3.5 hybrid runs the
+// packed forward's own layer code (target_arch.h) on a target_work view of the decoder's buffers,
+// so a prefilled prompt gives the same numbers as the packed forward, and a decode step gives the
+// same numbers for its one new row up to the rounding of GEMMs over a different number of rows (and,
+// in a Gated DeltaNet layer, of the delta rule's chunk over one token instead of many).
 #include "teacher/target_decode.h"
 
 #include <math.h>
@@ -13,6 +15,7 @@
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_cpu.h"
+#include "teacher/target_arch.h"
 
 // ----------------------------------------------------------------------------- memory
 
@@ -25,29 +28,45 @@ static int decoder_tile(const target_model *m, int vocab_tile) {
 static void decoder_carve(target_decoder *d, arena *a, const target_model *m, int max_seqs, int max_len, int vocab_tile) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
-    size_t S = (size_t)max_seqs, L = (size_t)c->n_layers, H = (size_t)c->hidden, I = (size_t)c->intermediate;
+    size_t S = (size_t)max_seqs, H = (size_t)c->hidden, I = (size_t)c->intermediate;
     size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
     d->max_seqs = max_seqs;
     d->max_len = max_len;
     d->rows = max_len > max_seqs ? max_len : max_seqs;
     d->vocab_tile = decoder_tile(m, vocab_tile);
-    size_t R = (size_t)d->rows;
-    d->k_cache = arena_alloc(a, L * S * (size_t)max_len * kvd * e);
-    d->v_cache = arena_alloc(a, L * S * (size_t)max_len * kvd * e);
-    d->x = arena_alloc(a, R * H * e);
-    d->xn = arena_alloc(a, R * H * e);
-    d->q = arena_alloc(a, R * qd * e);
-    d->k = arena_alloc(a, R * kvd * e);
-    d->v = arena_alloc(a, R * kvd * e);
-    d->att = arena_alloc(a, R * qd * e);
-    d->gate = arena_alloc(a, R * I * e);
-    d->up = arena_alloc(a, R * I * e);
+    d->n_att = d->n_lin = 0;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        if (target_layer_is_linear(c, l)) d->n_lin++;
+        else d->n_att++;
+    }
+    size_t R = (size_t)d->rows, NA = (size_t)d->n_att, NL = (size_t)d->n_lin;
+    size_t C = (size_t)(2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim);
+    size_t Kc = c->lin_conv_kernel > 1 ? (size_t)c->lin_conv_kernel - 1 : 0;
+    size_t rec = (size_t)(c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+    d->k_cache = arena_alloc(a, NA * S * (size_t)max_len * kvd * e);
+    d->v_cache = arena_alloc(a, NA * S * (size_t)max_len * kvd * e);
+    d->conv_state = NL ? arena_alloc(a, NL * S * Kc * C * e) : NULL;
+    d->rec_state = NL ? arena_alloc(a, NL * S * rec * sizeof(float)) : NULL;
+    target_work *w = &d->w;
+    memset(w, 0, sizeof *w);
+    w->max_tokens = d->rows;
+    w->max_seqs = max_seqs;
+    w->vocab_tile = d->vocab_tile;
+    w->x = arena_alloc(a, R * H * e);
+    w->xn = arena_alloc(a, R * H * e);
+    w->q = arena_alloc(a, R * qd * e);
+    w->k = arena_alloc(a, R * kvd * e);
+    w->v = arena_alloc(a, R * kvd * e);
+    w->att = arena_alloc(a, R * qd * e);
+    w->gate = arena_alloc(a, R * I * e);
+    w->up = arena_alloc(a, R * I * e);
+    w->tokens = arena_alloc(a, R * sizeof(int32_t));
+    w->pos = arena_alloc(a, R * sizeof(int32_t));
+    w->cu_seqlens = arena_alloc(a, (S + 1) * sizeof(int32_t));
+    if (c->arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, d->rows, max_seqs);
     d->last = arena_alloc(a, S * H * e);
     d->scores = arena_alloc(a, S * (size_t)c->n_heads * (size_t)max_len * sizeof(float));
     d->logits = arena_alloc(a, S * (size_t)d->vocab_tile * sizeof(float));
-    d->tokens = arena_alloc(a, R * sizeof(int32_t));
-    d->pos = arena_alloc(a, R * sizeof(int32_t));
-    d->cu = arena_alloc(a, 2 * sizeof(int32_t));
     d->top_val = arena_alloc(a, S * sizeof(float));
     d->run_m = arena_alloc(a, S * sizeof(float));
     d->run_s = arena_alloc(a, S * sizeof(float));
@@ -74,31 +93,48 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
     if (arena_init(&d->mem, "decoder cache + work", m->be, bytes)) return -1;
     decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile);
     d->m = m;
+    d->slot = xmalloc((size_t)m->cfg.n_layers * sizeof(int));
+    for (int l = 0, na = 0, nl = 0; l < (int)m->cfg.n_layers; l++)
+        d->slot[l] = target_layer_is_linear(&m->cfg, l) ? nl++ : na++;
     d->len = xcalloc((size_t)max_seqs, sizeof(int));
     d->pos_host = xmalloc((size_t)d->rows * sizeof(int32_t));
+    d->cu_host = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
     return 0;
 }
 
 void target_decoder_free(target_decoder *d) {
     if (d->mem.base) arena_free(&d->mem);
+    free(d->slot);
     free(d->len);
     free(d->pos_host);
+    free(d->cu_host);
     memset(d, 0, sizeof *d);
 }
 
 // ----------------------------------------------------------------------------- compute
 
-// y[T, out] = x[T, in] @ W[out, in]^T
-static void decoder_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out) {
-    dtype dt = ops_act_dtype(be);
-    backend_gemm(be, 0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out, dt, dt);
-}
-
-// Cached keys (or values) of layer l, sequence s, from position p: [max_len, kvd] rows.
-static float *decoder_cache_at(const target_decoder *d, void *cache, int l, int s, int p) {
+// Cached keys (or values) of attention slot a, sequence s, from position p: [max_len, kvd] rows.
+static float *decoder_cache_at(const target_decoder *d, void *cache, int a, int s, int p) {
     const target_config *c = &d->m->cfg;
     size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
-    return (float *)cache + (((size_t)l * d->max_seqs + s) * d->max_len + (size_t)p) * kvd;
+    return (float *)cache + (((size_t)a * d->max_seqs + s) * d->max_len + (size_t)p) * kvd;
+}
+
+// The decoding state of linear slot i from sequence s on: conv [K-1, C] act, recurrent [Hv, dk, dv] f32
+// per sequence (sequences s, s+1, ... follow contiguously).
+static size_t decoder_conv_elems(const target_config *c) {
+    size_t Kc = c->lin_conv_kernel > 1 ? (size_t)c->lin_conv_kernel - 1 : 0;
+    return Kc * (size_t)(2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim);
+}
+static size_t decoder_rec_elems(const target_config *c) {
+    return (size_t)(c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
+}
+static void *decoder_conv_at(const target_decoder *d, int i, int s) {
+    size_t e = dtype_size(ops_act_dtype(d->m->be));
+    return (char *)d->conv_state + ((size_t)i * d->max_seqs + s) * decoder_conv_elems(&d->m->cfg) * e;
+}
+static float *decoder_rec_at(const target_decoder *d, int i, int s) {
+    return d->rec_state + ((size_t)i * d->max_seqs + s) * decoder_rec_elems(&d->m->cfg);
 }
 
 // Single-query attention over the cache, the CPU twin style of cpu_attention_causal (same
@@ -107,7 +143,7 @@ static float *decoder_cache_at(const target_decoder *d, void *cache, int l, int 
 // attends to cached positions 0 .. len[s] of sequence s. out, q [n, nq, hd]; GQA: query head h
 // uses kv head h / (nq/nkv). Threads only when there is enough work to pay for them (a tiny model's
 // step is microseconds, and a parallel region on a busy machine can cost milliseconds).
-static void decoder_attention_cpu(target_decoder *d, int l, float *out, const float *q, int n, float scale) {
+static void decoder_attention_cpu(target_decoder *d, int slot, float *out, const float *q, int n, float scale) {
     const target_config *c = &d->m->cfg;
     int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, group = nq / nkv;
     float *scores = d->scores;
@@ -119,62 +155,96 @@ static void decoder_attention_cpu(target_decoder *d, int l, float *out, const fl
             const float *qv = q + ((size_t)s * nq + h) * hd;
             float *o = out + ((size_t)s * nq + h) * hd;
             float *p = scores + ((size_t)s * nq + h) * max_len;
-            const float *kc = decoder_cache_at(d, d->k_cache, l, s, 0), *vc = decoder_cache_at(d, d->v_cache, l, s, 0);
+            const float *kc = decoder_cache_at(d, d->k_cache, slot, s, 0), *vc = decoder_cache_at(d, d->v_cache, slot, s, 0);
             int kh = h / group, len = d->len[s] + 1;
             cpu_attend_row(o, qv, kc + (size_t)kh * hd, vc + (size_t)kh * hd, len, (int64_t)nkv * hd, hd, scale, p);
         }
     }
 }
 
-// The decoder layers over R rows already embedded in d->x, positions in d->pos.
-//   seq >= 0: a prefill of sequence seq (R = its prompt length, rows = positions 0..R-1): keys and
-//             values go to the cache at positions 0..R-1, causal attention over the prompt.
-//   seq < 0:  a decode step (R = n_seq, row s = sequence s's new token at position len[s]): its key
-//             and value go to the cache at position len[s], one query over positions 0..len[s]
-//             (the caller then counts the position: len[s] += 1).
+// The attention of a Qwen3 / Llama layer up to its output projection: w->xn in; q, k, v after the
+// per-head norms (Qwen3) and RoPE, as target_forward forms them.
+static void decoder_dense_project(target_decoder *d, const target_layer *L, int R) {
+    target_model *m = d->m;
+    const target_config *c = &m->cfg;
+    target_work *w = &d->w;
+    int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
+    target_linear(m->be, w->q, w->xn, L->wq, R, H, nq * hd);
+    target_linear(m->be, w->k, w->xn, L->wk, R, H, nkv * hd);
+    target_linear(m->be, w->v, w->xn, L->wv, R, H, nkv * hd);
+    if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
+        target_norm(m, w->q, w->q, L->q_norm, R * nq, hd);
+        target_norm(m, w->k, w->k, L->k_norm, R * nkv, hd);
+    }
+    ops_rope(m->be, w->q, w->pos, m->inv_freq, R, nq, hd);
+    ops_rope(m->be, w->k, w->pos, m->inv_freq, R, nkv, hd);
+}
+
+// Attention of cache slot a over w->q, w->k, w->v (after RoPE) into w->att, storing the new keys and
+// values in the cache: a prefill of sequence seq (seq >= 0) at positions 0..R-1 with causal
+// attention over the prompt, or a step (seq < 0) of R = n_seq rows, row s at position len[s].
+static void decoder_attend(target_decoder *d, int a, int seq, int R) {
+    const target_config *c = &d->m->cfg;
+    backend *be = d->m->be;
+    target_work *w = &d->w;
+    int hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
+    size_t e = dtype_size(ops_act_dtype(be));
+    float scale = 1.0f / sqrtf((float)hd);
+    if (seq >= 0) {
+        ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, seq, 0), kvd, w->k, kvd, R, kvd);
+        ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, seq, 0), kvd, w->v, kvd, R, kvd);
+        ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, 1, R, nq, nkv, hd, scale);
+        return;
+    }
+    for (int s = 0; s < R; s++) {
+        ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, s, d->len[s]), kvd, (char *)w->k + (size_t)s * kvd * e, kvd, 1,
+                    kvd);
+        ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, s, d->len[s]), kvd, (char *)w->v + (size_t)s * kvd * e, kvd, 1,
+                    kvd);
+    }
+    decoder_attention_cpu(d, a, w->att, w->q, R, scale);
+}
+
+// The decoder layers over R rows already embedded in w->x, positions in w->pos, boundaries in
+// w->cu_seqlens.
+//   seq >= 0: a prefill of sequence seq (R = its prompt length, rows = positions 0..R-1, one
+//             sequence): keys and values go to the cache at positions 0..R-1, causal attention over
+//             the prompt; a linear layer runs from sequence seq's (zeroed) state and leaves the
+//             prompt's final state there.
+//   seq < 0:  a decode step (R = n_seq, row s = sequence s's new token at position len[s], each row
+//             its own sequence): its key and value go to the cache at position len[s], one query
+//             over positions 0..len[s]; a linear layer advances the states of sequences 0..R-1 by
+//             one token (the caller then counts the position: len[s] += 1).
 static void decoder_layers(target_decoder *d, int seq, int R) {
     target_model *m = d->m;
     const target_config *c = &m->cfg;
     backend *be = m->be;
-    int H = (int)c->hidden, I = (int)c->intermediate, hd = (int)c->head_dim;
-    int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
-    size_t e = dtype_size(ops_act_dtype(be));
-    float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    target_work *w = &d->w;
+    int H = (int)c->hidden, I = (int)c->intermediate, qd = (int)(c->n_heads * c->head_dim);
+    int n_seq = seq >= 0 ? 1 : R, s0 = seq >= 0 ? seq : 0;
     for (int l = 0; l < (int)c->n_layers; l++) {
         const target_layer *L = &m->layers[l];
-        // attention block
-        ops_rmsnorm(be, d->xn, d->x, L->input_norm, R, H, eps);
-        decoder_linear(be, d->q, d->xn, L->wq, R, H, nq * hd);
-        decoder_linear(be, d->k, d->xn, L->wk, R, H, kvd);
-        decoder_linear(be, d->v, d->xn, L->wv, R, H, kvd);
-        if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
-            ops_rmsnorm(be, d->q, d->q, L->q_norm, R * nq, hd, eps);
-            ops_rmsnorm(be, d->k, d->k, L->k_norm, R * nkv, hd, eps);
-        }
-        ops_rope(be, d->q, d->pos, m->inv_freq, R, nq, hd);
-        ops_rope(be, d->k, d->pos, m->inv_freq, R, nkv, hd);
-        if (seq >= 0) {
-            ops_copy_2d(be, decoder_cache_at(d, d->k_cache, l, seq, 0), kvd, d->k, kvd, R, kvd);
-            ops_copy_2d(be, decoder_cache_at(d, d->v_cache, l, seq, 0), kvd, d->v, kvd, R, kvd);
-            ops_attention_causal(be, d->att, d->q, d->k, d->v, d->cu, 1, R, nq, nkv, hd, scale);
+        // token mixer block
+        target_norm(m, w->xn, w->x, L->input_norm, R, H);
+        if (target_layer_is_linear(c, l)) {
+            target_qwen3_5_mixer(m, l, w, R, n_seq, decoder_conv_at(d, d->slot[l], s0), decoder_rec_at(d, d->slot[l], s0));
+        } else if (c->arch == ARCH_QWEN3_5) { // gated attention
+            target_qwen3_5_attn_project(m, l, w, R);
+            decoder_attend(d, d->slot[l], seq, R);
+            target_qwen3_5_attn_finish(m, l, w, R);
         } else {
-            for (int s = 0; s < R; s++) {
-                ops_copy_2d(be, decoder_cache_at(d, d->k_cache, l, s, d->len[s]), kvd, (char *)d->k + (size_t)s * kvd * e,
-                            kvd, 1, kvd);
-                ops_copy_2d(be, decoder_cache_at(d, d->v_cache, l, s, d->len[s]), kvd, (char *)d->v + (size_t)s * kvd * e,
-                            kvd, 1, kvd);
-            }
-            decoder_attention_cpu(d, l, d->att, d->q, R, scale);
+            decoder_dense_project(d, L, R);
+            decoder_attend(d, d->slot[l], seq, R);
+            target_linear(be, w->xn, w->att, L->wo, R, qd, H);
         }
-        decoder_linear(be, d->xn, d->att, L->wo, R, nq * hd, H);
-        ops_add(be, d->x, d->xn, (int64_t)R * H);
+        ops_add(be, w->x, w->xn, (int64_t)R * H);
         // MLP block
-        ops_rmsnorm(be, d->xn, d->x, L->post_norm, R, H, eps);
-        decoder_linear(be, d->gate, d->xn, L->w_gate, R, H, I);
-        decoder_linear(be, d->up, d->xn, L->w_up, R, H, I);
-        ops_swiglu(be, d->gate, d->gate, d->up, (int64_t)R * I);
-        decoder_linear(be, d->xn, d->gate, L->w_down, R, I, H);
-        ops_add(be, d->x, d->xn, (int64_t)R * H);
+        target_norm(m, w->xn, w->x, L->post_norm, R, H);
+        target_linear(be, w->gate, w->xn, L->w_gate, R, H, I);
+        target_linear(be, w->up, w->xn, L->w_up, R, H, I);
+        ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)R * I);
+        target_linear(be, w->xn, w->gate, L->w_down, R, I, H);
+        ops_add(be, w->x, w->xn, (int64_t)R * H);
     }
 }
 
@@ -186,15 +256,24 @@ static void decoder_argmax(target_decoder *d, const void *h, int n, int32_t *nex
     int H = (int)m->cfg.hidden, V = (int)m->cfg.vocab;
     dtype dt = ops_act_dtype(be);
     size_t e = dtype_size(dt);
-    ops_rmsnorm(be, d->xn, h, m->final_norm, n, H, (float)m->cfg.rms_eps);
+    target_norm(m, d->w.xn, h, m->final_norm, n, H);
     ops_topk_lse_init(be, d->top_val, d->top_idx, d->run_m, d->run_s, n, 1);
     for (int v0 = 0; v0 < V; v0 += d->vocab_tile) {
         int vc = V - v0 < d->vocab_tile ? V - v0 : d->vocab_tile;
-        backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f,
+        backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->w.xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f,
                      d->logits, vc, dt, DT_F32);
         ops_topk_lse_update(be, d->logits, vc, v0, n, vc, 1, d->top_val, d->top_idx, d->run_m, d->run_s);
     }
     backend_copy_to_host(be, next, d->top_idx, (size_t)n * sizeof(int32_t));
+}
+
+// The batch of the next layers call on the device: tokens[R], pos_host[R] and cu_host[n_seq + 1].
+static void decoder_upload(target_decoder *d, const int32_t *tokens, int R, int n_seq) {
+    backend *be = d->m->be;
+    backend_copy_to_device(be, d->w.tokens, tokens, (size_t)R * sizeof(int32_t));
+    backend_copy_to_device(be, d->w.pos, d->pos_host, (size_t)R * sizeof(int32_t));
+    backend_copy_to_device(be, d->w.cu_seqlens, d->cu_host, ((size_t)n_seq + 1) * sizeof(int32_t));
+    ops_embed(be, d->w.x, d->m->embed, d->w.tokens, R, (int)d->m->cfg.hidden);
 }
 
 static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n, const char *what, int seq) {
@@ -209,7 +288,8 @@ static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n,
 int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
                            int32_t *next) {
     backend *be = d->m->be;
-    int H = (int)d->m->cfg.hidden;
+    const target_config *c = &d->m->cfg;
+    int H = (int)c->hidden;
     size_t e = dtype_size(ops_act_dtype(be));
     if (n_seq < 1 || n_seq > d->max_seqs)
         return error_set("decoder: %d sequences given, it holds 1..%d", n_seq, d->max_seqs);
@@ -221,35 +301,35 @@ int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *p
     d->n_seq = n_seq;
     for (int s = 0; s < n_seq; s++) {
         int P = plen[s];
-        int32_t cu[2] = {0, P};
+        for (int i = 0; i < d->n_lin; i++) { // every linear layer starts the sequence from zero
+            backend_memset_zero(be, decoder_conv_at(d, i, s), decoder_conv_elems(c) * e);
+            backend_memset_zero(be, decoder_rec_at(d, i, s), decoder_rec_elems(c) * sizeof(float));
+        }
         for (int t = 0; t < P; t++) d->pos_host[t] = t;
-        backend_copy_to_device(be, d->tokens, prompts[s], (size_t)P * sizeof(int32_t));
-        backend_copy_to_device(be, d->pos, d->pos_host, (size_t)P * sizeof(int32_t));
-        backend_copy_to_device(be, d->cu, cu, sizeof cu);
-        ops_embed(be, d->x, d->m->embed, d->tokens, P, H);
+        d->cu_host[0] = 0;
+        d->cu_host[1] = P;
+        decoder_upload(d, prompts[s], P, 1);
         decoder_layers(d, s, P);
         d->len[s] = P;
-        ops_copy_2d(be, (char *)d->last + (size_t)s * H * e, H, (char *)d->x + (size_t)(P - 1) * H * e, H, 1, H);
+        ops_copy_2d(be, (char *)d->last + (size_t)s * H * e, H, (char *)d->w.x + (size_t)(P - 1) * H * e, H, 1, H);
     }
     decoder_argmax(d, d->last, n_seq, next);
     return 0;
 }
 
 int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next) {
-    backend *be = d->m->be;
-    int n = d->n_seq, H = (int)d->m->cfg.hidden;
+    int n = d->n_seq;
     if (n < 1) return error_set("decoder: a step before any prefill");
     for (int s = 0; s < n; s++)
         if (d->len[s] >= d->max_len)
             return error_set("decoder: sequence %d already holds %d positions, the cache's capacity", s, d->max_len);
     if (decoder_check_ids(d, tokens, n, "decode step, sequence", 0)) return -1;
+    for (int s = 0; s <= n; s++) d->cu_host[s] = s; // every row its own sequence of one token
     for (int s = 0; s < n; s++) d->pos_host[s] = d->len[s]; // positions continue from the prompt
-    backend_copy_to_device(be, d->tokens, tokens, (size_t)n * sizeof(int32_t));
-    backend_copy_to_device(be, d->pos, d->pos_host, (size_t)n * sizeof(int32_t));
-    ops_embed(be, d->x, d->m->embed, d->tokens, n, H);
+    decoder_upload(d, tokens, n, n);
     decoder_layers(d, -1, n);
     for (int s = 0; s < n; s++) d->len[s]++;
-    decoder_argmax(d, d->x, n, next);
+    decoder_argmax(d, d->w.x, n, next);
     return 0;
 }
 

@@ -8,6 +8,13 @@
 // sequence, and RoPE positions continue from the prompt (a sequence's positions are 0, 1, 2, ...).
 // Sequences may have prompts of different lengths; each keeps its own position.
 //
+// Qwen3.5 / Qwen3.6 hybrid targets (SPEC §2.1): the full-attention layers cache keys and values as
+// above (gated attention: target_qwen3_5_attn_project, the attention, target_qwen3_5_attn_finish);
+// each Gated DeltaNet layer keeps, per sequence, the conv's last K-1 inputs and the delta rule's
+// fp32 state (transformers' conv_state and recurrent_state), zeroed at the prefill. A prefill runs
+// the packed forward's mixer (target_qwen3_5_mixer) over the prompt as one sequence with that
+// sequence's state; a step runs it over n_seq rows, each its own sequence of one token.
+//
 // The greedy token is the argmax of the lm_head logits (lowest id on ties), computed over vocabulary
 // tiles by the teacher's running top-k (k = 1): the same rule as topk_idx[t][0] of target_forward.
 //
@@ -31,18 +38,25 @@ typedef struct {
     int rows;                 // rows of the work buffers: max(max_len, max_seqs)
     int vocab_tile;           // lm_head tile
     arena mem;                // everything below, on the backend
-    void *k_cache, *v_cache;  // [n_layers, max_seqs, max_len, nkv*hd] act (keys after RoPE)
-    void *x, *xn, *q, *k, *v, *att, *gate, *up; // [rows, ...] act
+    // The work buffers [rows, ...] as a target_work view, so the layer code of the packed forward
+    // (target_arch.h: the Qwen3.5 mixer, the halves of its gated attention) runs on them: x, xn, q,
+    // k, v, att, gate, up (act), tokens, pos, cu_seqlens ([max_seqs + 1] i32), and for Qwen3.5 the
+    // hybrid buffers of target_qwen3_5_work_carve. Its logits and outputs are unused (NULL).
+    target_work w;
+    int n_att, n_lin;         // attention layers (K/V cache) and Gated DeltaNet layers (conv + recurrent state)
+    int *slot;                // host [n_layers]: layer l's index among the attention or among the linear layers
+    void *k_cache, *v_cache;  // [n_att, max_seqs, max_len, nkv*hd] act (keys after RoPE)
+    void *conv_state;         // [n_lin, max_seqs, K-1, C] act: the conv's last K-1 inputs per sequence
+    float *rec_state;         // [n_lin, max_seqs, Hv, dk, dv] f32: the delta rule's state per sequence
     void *last;               // [max_seqs, H] act: each sequence's newest hidden state
     float *scores;            // [max_seqs * n_heads, max_len] f32: attention scores of a step
     float *logits;            // [max_seqs, vocab_tile] f32
-    int32_t *tokens, *pos;    // [rows] i32 (device copies)
-    int32_t *cu;              // [2] i32: {0, prompt length} for a prefill
     float *top_val, *run_m, *run_s, *lse; // [max_seqs] f32: running argmax / LSE state
     int32_t *top_idx;         // [max_seqs] i32
     int n_seq;                // sequences of the current batch (0 before a prefill)
     int *len;                 // host [max_seqs]: positions cached per sequence
     int32_t *pos_host;        // host [rows]
+    int32_t *cu_host;         // host [max_seqs + 1]
 } target_decoder;
 
 // target_decoder_bytes: the arena size target_decoder_init allocates for these sizes.

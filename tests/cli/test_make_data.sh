@@ -5,14 +5,18 @@
 #      tests/reference/make_decode_fixture.py with transformers' generate), rebuild the model with
 #      make-target and run make-data on the fixture's prompts (--prompts, three prompts of different
 #      lengths, decoded in lockstep): every generated token must equal transformers' exactly; also
-#      with --batch 1 and 2.
+#      with --batch 1 and 2. The fixtures include the Qwen3.5 hybrid (decode_qwen35_*: K/V cache on
+#      the full-attention layers, conv and recurrent state on the Gated DeltaNet layers), text-only
+#      and the multimodal wrapper decoded by its own generate, prompts of 6, 29 and 67 tokens (the
+#      prefill and the decode both cross the delta rule's 64-token chunk).
 #   2. the file, read with h5py: sample count, offsets, loss_mask 0 on the prompt and 1 on the
 #      generated tokens, prompt ids in [A, V), attributes vocab_size / format_version / tokenizer;
 #      the same seed gives the same datasets, another seed other prompts, the prompts of sample i do
 #      not depend on --samples, and --batch does not change the output.
 #   3. the decode against the packed forward, no fixture needed: teacher-dump --topk 1 over the
 #      generated sequences; its top-1 at every position from the prompt's last token on must be
-#      the next token of the sequence (Qwen3 and Llama with llama3 RoPE, untied and tied).
+#      the next token of the sequence (Qwen3 and Llama with llama3 RoPE, untied and tied; the
+#      Qwen3.5 hybrid, whose --batch 1 and --batch 4 files must also be the same).
 #   4. bad arguments: usage errors exit 2, bad values one error line and exit 1, no OUT.h5 left.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
@@ -78,6 +82,8 @@ for fx in "$D"/decode_*.json; do
   cp "$TMP/$name.b8.h5" "$TMP/fx_$name.h5"
 done
 [ "$n" -ge 1 ] && ok || bad "expected decode_*.json fixtures in $D, found none"
+nh=$(compgen -G "$D/decode_qwen35_*.json" | wc -l)
+[ "$nh" -ge 2 ] && ok || bad "expected the Qwen3.5 hybrid fixtures decode_qwen35_*.json (text and multimodal) in $D, found $nh"
 
 # ---------------------------------------------------------------- 2. the file
 V=256
@@ -96,6 +102,12 @@ gen "$TMP/a_b1.h5" "$TMP/qwen" 13 6 20 5 --vocab-low 3 --batch 1
 gen "$TMP/a_n3.h5" "$TMP/qwen" 3 6 20 5 --vocab-low 3
 gen "$TMP/b.h5" "$TMP/qwen" 13 6 20 6 --vocab-low 3 --batch 5
 gen "$TMP/l.h5" "$TMP/llama" 9 7 30 1
+# the hybrid: linear heads 2/6, dims 12/10, kernel 3; 9 + 60 positions cross the 64-token chunk
+"$T" make-target "$TMP/hyb" --arch qwen3_5 --layers 4 --hidden 48 --heads 4 --kv-heads 2 --head-dim 20 --vocab 301 \
+  --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 12 --lin-v-dim 10 --conv-kernel 3 --layer-types linear,full,linear,linear \
+  --partial-rotary 0.5 --seed 1 >/dev/null 2>&1 || bad "make-target hyb"
+gen "$TMP/h.h5" "$TMP/hyb" 7 9 60 3 --batch 4
+gen "$TMP/h_b1.h5" "$TMP/hyb" 7 9 60 3 --batch 1
 
 cat >"$TMP/file.py" <<'PYEOF'
 import sys
@@ -121,6 +133,7 @@ print(f"{out}: {n} samples of {p}+{g}, mask and attributes right, {len(np.unique
 PYEOF
 pycheck "a.h5 layout" "$TMP/file.py" "$TMP/a.h5" "$TMP/qwen" 13 6 20 3 $V
 pycheck "l.h5 layout" "$TMP/file.py" "$TMP/l.h5" "$TMP/llama" 9 7 30 0 389
+pycheck "h.h5 layout" "$TMP/file.py" "$TMP/h.h5" "$TMP/hyb" 7 9 60 0 301
 
 cat >"$TMP/same.py" <<'PYEOF'
 import sys
@@ -143,6 +156,7 @@ else:                    # other prompts
 PYEOF
 pycheck "same seed, same file" "$TMP/same.py" "$TMP/a.h5" "$TMP/a2.h5" same
 pycheck "--batch 1 = --batch 5" "$TMP/same.py" "$TMP/a.h5" "$TMP/a_b1.h5" same
+pycheck "hybrid --batch 1 = --batch 4" "$TMP/same.py" "$TMP/h.h5" "$TMP/h_b1.h5" same
 pycheck "sample i independent of --samples" "$TMP/same.py" "$TMP/a.h5" "$TMP/a_n3.h5" prefix
 pycheck "another seed, other prompts" "$TMP/same.py" "$TMP/a.h5" "$TMP/b.h5" differ
 
@@ -185,7 +199,7 @@ for s, p in enumerate(plens):
         checked += 1
 print(f"{len(plens)} sequences, {checked} generated tokens = the packed forward's argmax chain")
 PYEOF
-for pair in "a:qwen" "l:llama" $(for f in "$TMP"/fx_*.h5; do [ -e "$f" ] && b=$(basename "$f" .h5) && echo "$b:${b#fx_}"; done); do
+for pair in "a:qwen" "l:llama" "h:hyb" $(for f in "$TMP"/fx_*.h5; do [ -e "$f" ] && b=$(basename "$f" .h5) && echo "$b:${b#fx_}"; done); do
   data=${pair%%:*} model=${pair#*:}
   $PY "$TMP/tojson.py" "$TMP/$data.h5" "$TMP/$data.seqs.json" "$TMP/$data.plens.json" || { bad "$data: tojson"; continue; }
   expect_ok "$data teacher-dump" "$T" teacher-dump "$TMP/$model" "$TMP/$data.seqs.json" "$TMP/$data.dump.safetensors" \

@@ -3,16 +3,21 @@
 
 For each configuration below this script
   1. makes a random-weight model directory with `dflash_tool make-target` (the C tool),
-  2. loads it with AutoModelForCausalLM.from_pretrained(dir, dtype=float32, eager attention) and
-     checks that transformers sees the named architecture with no missing or unexpected weights,
+  2. loads it with AutoModelForCausalLM.from_pretrained(dir, dtype=float32, eager attention), or
+     for the Qwen3.5 layouts the named class (Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration),
+     and checks that transformers sees the named architecture with no missing or unexpected weights
+     (make_teacher_fixtures.load_model),
   3. runs model.generate(prompt, do_sample=False, max_new_tokens=G) (KV cache, greedy) on three
      fixed prompts of different lengths, each on its own (no padding), with eos disabled so every
-     continuation has exactly G tokens,
+     continuation has exactly G tokens; for the Qwen3.5 hybrids (SPEC section 2.1) the cache is
+     transformers' hybrid one (K/V for the full-attention layers, conv and recurrent state for the
+     Gated DeltaNet layers), and the multimodal wrapper decodes with
+     Qwen3_5ForConditionalGeneration.generate itself,
   4. checks the continuation against a plain argmax chain of one full forward without cache over
      prompt + continuation (transformers agreeing with itself), and
   5. writes tests/reference/data/decode_<name>.json:
        {"name", "make_target": "<arguments after OUT_DIR, --seed included>", "gen_len": G,
-        "prompts": [[ids...] x 3], "continuations": [[G ids] x 3],
+        "prompts": [[ids...] x 3], "continuations": [[G ids] x 3], "class",
         "min_top2_gap": smallest logit gap between the best and second-best token over every
                         generated step of every prompt,
         "made_by", "torch", "transformers"}
@@ -43,25 +48,45 @@ import tempfile
 
 import torch
 
+# the same loading and weight checks as the teacher fixtures (the class named for each layout; for
+# Qwen3.5 also that only mtp.* is skipped and the multimodal wrapper loads model.visual.*)
+from make_teacher_fixtures import load_model
+
 MIN_GAP = 1e-3
 GEN_LEN = 40
 PROMPT_LENS = (5, 11, 17)
+# The hybrids: one prompt longer than the delta rule's chunk of 64 (the prefill crosses a chunk),
+# one whose prompt + continuation crosses 64 while decoding, one short.
+HYBRID_PROMPT_LENS = (6, 29, 67)
 
-# name, make-target arguments (without OUT_DIR and --seed)
+# name, make-target arguments (without OUT_DIR and --seed), prompt lengths, tokens generated
 FIXTURES = [
     # Qwen3: q_norm/k_norm, GQA 4/2, head_dim 24 != 64/4, untied, bf16 weights, rope_theta 1e6
     ("qwen3_gqa",
      "--arch qwen3 --layers 3 --hidden 64 --heads 4 --kv-heads 2 --head-dim 24 --intermediate 96"
-     " --vocab 307 --dtype bf16 --rope-theta 1000000"),
+     " --vocab 307 --dtype bf16 --rope-theta 1000000", PROMPT_LENS, GEN_LEN),
     # Llama: tied embeddings, one kv head, llama3 RoPE scaling with an original context of 16 (so the
     # three frequency branches all act at the positions reached), f32 weights
     ("llama3_tied_mqa",
      "--arch llama --layers 3 --hidden 48 --heads 4 --kv-heads 1 --intermediate 112"
-     " --vocab 389 --dtype f32 --tie --rope-llama3 8 --rope-original-max 16"),
+     " --vocab 389 --dtype f32 --tie --rope-llama3 8 --rope-original-max 16", PROMPT_LENS, GEN_LEN),
+    # Qwen3.5 text-only (Qwen3_5ForCausalLM): linear key/value heads 2/6, key/value head dims 12/10,
+    # conv kernel 3, layer_types linear,full,linear,linear (the last layer linear), gated attention
+    # GQA 4/2 x 24 with the default partial rotary 0.25 (6 rotary dims), untied, bf16 weights
+    ("qwen35_text",
+     "--arch qwen3_5 --layers 4 --hidden 48 --heads 4 --kv-heads 2 --head-dim 24 --intermediate 80"
+     " --vocab 301 --dtype bf16 --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 12 --lin-v-dim 10"
+     " --conv-kernel 3 --layer-types linear,full,linear,linear", HYBRID_PROMPT_LENS, GEN_LEN),
+    # Qwen3.5 multimodal wrapper (Qwen3_5ForConditionalGeneration, text under model.language_model.,
+    # model.visual.* and mtp.* besides), decoded by its own generate: linear heads 2/6 with dims 10/14,
+    # conv kernel 4, layer types from full_attention_interval 2 (linear, full, linear, full, linear),
+    # one kv head x 20 with partial rotary 0.3 (6 dims), tied, f32 weights, rope_theta 1e6
+    ("qwen35_vl_tied",
+     "--arch qwen3_5_vl --layers 5 --hidden 40 --heads 4 --kv-heads 1 --head-dim 20 --intermediate 72"
+     " --vocab 283 --dtype f32 --tie --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 10 --lin-v-dim 14"
+     " --conv-kernel 4 --full-interval 2 --partial-rotary 0.3 --rope-theta 1000000",
+     HYBRID_PROMPT_LENS, GEN_LEN),
 ]
-
-ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
-
 
 def log(lines, msg=""):
     print(msg, flush=True)
@@ -91,28 +116,20 @@ def greedy(model, prompt, gen_len):
     return cont, gaps
 
 
-def make_fixture(tool, out_dir, tmp, lines, name, margs):
-    from transformers import AutoModelForCausalLM
+def make_fixture(tool, out_dir, tmp, lines, name, margs, prompt_lens, gen_len):
     import transformers
 
     argv = shlex.split(margs)
     arch, vocab = argv[argv.index("--arch") + 1], int(argv[argv.index("--vocab") + 1])
     rng = random.Random("decode-" + name)
-    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in PROMPT_LENS]
+    prompts = [[rng.randrange(vocab) for _ in range(n)] for n in prompt_lens]
     for seed in range(1, 51):
         model_dir = os.path.join(tmp, f"{name}_seed{seed}")
         cmd = [tool, "make-target", model_dir] + argv + ["--seed", str(seed)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                           attn_implementation="eager",
-                                                           output_loading_info=True)
-        model.eval()
-        cls = type(model).__name__
-        assert cls == ARCH_CLASS[arch], f"{name}: transformers made a {cls}"
-        for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-            assert not info.get(key), f"{name}: {key} {info.get(key)}"
+        model, cls, _ = load_model(model_dir, arch, name)
         model.generation_config.eos_token_id = None
-        results = [greedy(model, p, GEN_LEN) for p in prompts]
+        results = [greedy(model, p, gen_len) for p in prompts]
         gap = min(min(g) for _, g in results)
         if gap >= MIN_GAP:
             break
@@ -124,7 +141,8 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs):
     doc = {
         "name": name,
         "make_target": full_args,
-        "gen_len": GEN_LEN,
+        "class": cls,
+        "gen_len": gen_len,
         "prompts": prompts,
         "continuations": [c for c, _ in results],
         "min_top2_gap": gap,
@@ -136,11 +154,16 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs):
     with open(path, "w") as f:
         json.dump(doc, f)
         f.write("\n")
-    log(lines, f"{name}: {cls}, L={model.config.num_hidden_layers}, H={model.config.hidden_size}, heads "
-               f"{model.config.num_attention_heads}/{model.config.num_key_value_heads}, V={model.config.vocab_size}, "
-               f"tied={model.config.tie_word_embeddings}, rope={dict(model.config.rope_parameters)}")
+    tc = getattr(model.config, "text_config", model.config)  # the wrapper keeps the text model's keys there
+    log(lines, f"{name}: {cls}, L={tc.num_hidden_layers}, H={tc.hidden_size}, heads "
+               f"{tc.num_attention_heads}/{tc.num_key_value_heads}, V={tc.vocab_size}, "
+               f"tied={model.config.tie_word_embeddings}, rope={dict(tc.rope_parameters)}")
+    if getattr(tc, "layer_types", None) and "linear_attention" in tc.layer_types:
+        log(lines, f"  layer_types {tc.layer_types}; linear heads {tc.linear_num_key_heads}/{tc.linear_num_value_heads} "
+                   f"x {tc.linear_key_head_dim}/{tc.linear_value_head_dim}, conv kernel {tc.linear_conv_kernel_dim}, "
+                   f"head_dim {tc.head_dim}")
     log(lines, f"  make-target {full_args}")
-    log(lines, f"  prompts of {list(PROMPT_LENS)} tokens, {GEN_LEN} generated each; generate == full-forward argmax chain")
+    log(lines, f"  prompts of {list(prompt_lens)} tokens, {gen_len} generated each; generate == full-forward argmax chain")
     log(lines, f"  min top-2 logit gap over the generated steps: {gap:.4g} (>= {MIN_GAP:g}); "
                f"per prompt: {', '.join(f'{min(g):.4g}' for _, g in results)}")
     log(lines, f"  {os.path.relpath(path, out_dir)}: {os.path.getsize(path)} bytes")
@@ -166,8 +189,8 @@ def main():
     log(lines, "make_decode_fixture.py: transformers generate (greedy, KV cache) for make-data's decode")
     log(lines, f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}")
     with tempfile.TemporaryDirectory(prefix="dflash_decode_fixture_") as tmp:
-        for name, margs in FIXTURES:
-            make_fixture(a.tool, a.out, tmp, lines, name, margs)
+        for name, margs, prompt_lens, gen_len in FIXTURES:
+            make_fixture(a.tool, a.out, tmp, lines, name, margs, prompt_lens, gen_len)
     with open(os.path.join(a.out, "decode_fixtures.log"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
