@@ -212,8 +212,8 @@ extern "C" void cuda_gdn_gates(backend *be, float *beta, float *g, const void *b
 //          over beta (no longer needed)
 //   out    o_ic += (P U)_ic, to bf16;  S = e^gam_last S + (diag(decay) K)^T U
 //
-// Shared memory (floats): S dk*W, Q and K C*dk each, U C*W, A C*C, gam and beta C. dk = dv = 128,
-// C = 64, W = 128: 176.5 KiB (fits sm_90's 227 KiB); smaller devices get narrower slices, then smaller
+// Shared memory (floats): S dk*W, Q and K C*(dk|1) each, U C*W, A C*C, gam and beta C. dk = dv = 128,
+// C = 64, W = 128: 177 KiB (fits sm_90's 227 KiB); smaller devices get narrower slices, then smaller
 // chunks. Tensor cores are not used yet: the products are fp32 dot products over shared memory.
 #define GDR_THREADS 256
 #define GDR_WARPS (GDR_THREADS / 32)
@@ -221,8 +221,13 @@ extern "C" void cuda_gdn_gates(backend *be, float *beta, float *g, const void *b
 #define GDR_W_MAX 128
 #define GDR_OREG (GDR_CHUNK * GDR_W_MAX / GDR_THREADS) // output elements per thread
 
+// Q and K rows padded to an odd number of floats: the products over rows (A, P) read K[j][d] for 32
+// consecutive j at once, which then fall in 32 different banks.
+static __host__ __device__ int gdr_kstride(int dk) { return dk | 1; }
+
 static size_t gdr_smem_bytes(int C, int W, int dk) {
-    return ((size_t)dk * W + 2 * (size_t)C * dk + (size_t)C * W + (size_t)C * C + 2 * (size_t)C) * sizeof(float);
+    return ((size_t)dk * W + 2 * (size_t)C * gdr_kstride(dk) + (size_t)C * W + (size_t)C * C + 2 * (size_t)C) *
+           sizeof(float);
 }
 
 static __global__ void __launch_bounds__(GDR_THREADS)
@@ -233,7 +238,8 @@ static __global__ void __launch_bounds__(GDR_THREADS)
     int W = min(Wmax, dv - dv0), kh = h / (Hv / Hk);
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int64_t ld = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
-    float *S = gdr_smem, *Q = S + (size_t)dk * W, *K = Q + (size_t)C * dk, *U = K + (size_t)C * dk;
+    int kst = gdr_kstride(dk);
+    float *S = gdr_smem, *Q = S + (size_t)dk * W, *K = Q + (size_t)C * kst, *U = K + (size_t)C * kst;
     float *A = U + (size_t)C * W, *gam = A + (size_t)C * C, *bet = gam + C;
     float *st = state ? state + ((int64_t)s * Hv + h) * dk * dv + dv0 : NULL;
     float qscale = 1.0f / sqrtf((float)dk);
@@ -247,7 +253,7 @@ static __global__ void __launch_bounds__(GDR_THREADS)
         for (int r = warp; r < 2 * n; r += GDR_WARPS) {
             int is_k = r >= n, i = is_k ? r - n : r;
             const bf16 *src = qkv + (int64_t)(c0 + i) * ld + (int64_t)(is_k ? Hk + kh : kh) * dk;
-            float *dst = (is_k ? K : Q) + (size_t)i * dk;
+            float *dst = (is_k ? K : Q) + (size_t)i * kst;
             float ss = 0.0f;
             for (int d = lane; d < dk; d += 32) {
                 float v = bf(src[d]);
@@ -274,7 +280,7 @@ static __global__ void __launch_bounds__(GDR_THREADS)
             float a = 0.0f;
             if (j < i) {
                 float dot = 0.0f;
-                for (int d = 0; d < dk; d++) dot += K[(size_t)i * dk + d] * K[(size_t)j * dk + d];
+                for (int d = 0; d < dk; d++) dot += K[(size_t)i * kst + d] * K[(size_t)j * kst + d];
                 a = dot * (bet[i] * expf(gam[i] - gam[j]));
             }
             A[(size_t)i * C + j] = a;
@@ -289,8 +295,8 @@ static __global__ void __launch_bounds__(GDR_THREADS)
                 float ks = 0.0f, qs = 0.0f;
                 for (int d = 0; d < dk; d++) {
                     float sv = S[(size_t)d * W + c];
-                    ks += K[(size_t)i * dk + d] * sv;
-                    qs += Q[(size_t)i * dk + d] * sv;
+                    ks += K[(size_t)i * kst + d] * sv;
+                    qs += Q[(size_t)i * kst + d] * sv;
                 }
                 float eg = expf(gam[i]);
                 U[e] = bet[i] * (U[e] - eg * ks);
@@ -313,7 +319,7 @@ static __global__ void __launch_bounds__(GDR_THREADS)
             float p = 0.0f;
             if (j <= i) {
                 float dot = 0.0f;
-                for (int d = 0; d < dk; d++) dot += Q[(size_t)i * dk + d] * K[(size_t)j * dk + d];
+                for (int d = 0; d < dk; d++) dot += Q[(size_t)i * kst + d] * K[(size_t)j * kst + d];
                 p = dot * expf(gam[i] - gam[j]);
             }
             A[(size_t)i * C + j] = p;
@@ -335,7 +341,7 @@ static __global__ void __launch_bounds__(GDR_THREADS)
         for (int e = tid; e < dk * W; e += GDR_THREADS) {
             int d = e / W, c = e % W;
             float acc = 0.0f;
-            for (int j = 0; j < n; j++) acc += K[(size_t)j * dk + d] * bet[j] * U[(size_t)j * W + c];
+            for (int j = 0; j < n; j++) acc += K[(size_t)j * kst + d] * bet[j] * U[(size_t)j * W + c];
             S[e] = S[e] * el + acc;
         }
     }
