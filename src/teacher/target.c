@@ -2,6 +2,7 @@
 #include "teacher/target.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,73 +13,90 @@
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_hybrid.h"
+#include "teacher/target_arch.h"
 
 // ----------------------------------------------------------------------------- loading
 
-// The tensors of one model, in a fixed order: name and expected shape.
-typedef struct {
-    char name[128];
-    int ndim;
-    int64_t shape[2];
-    void **dst; // where the device pointer goes
-} target_tensor;
+void target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                       const char *fmt, ...) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
+    }
+    target_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->ndim = ndim;
+    t->shape[0] = s0;
+    t->shape[1] = s1;
+    t->shape[2] = s2;
+    t->f32 = f32;
+    t->dst = dst;
+}
 
-static int target_tensor_list(target_model *m, target_tensor *list) {
+// target_tensor_list_build: every tensor of the model, in a fixed order, with the shape config.json
+// implies; m->layers must be allocated (the list holds pointers into it).
+static void target_tensor_list_build(target_model *m, target_tensor_list *list) {
     const target_config *c = &m->cfg;
     int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim, V = c->vocab;
     int64_t q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
-    int n = 0;
-#define ADD(nm, d, s0, s1, ptr)                                                    \
-    do {                                                                           \
-        target_tensor *t_ = &list[n++];                                            \
-        snprintf(t_->name, sizeof t_->name, "%s", nm);                             \
-        t_->ndim = d;                                                              \
-        t_->shape[0] = s0;                                                         \
-        t_->shape[1] = s1;                                                         \
-        t_->dst = ptr;                                                             \
-    } while (0)
-    ADD("model.embed_tokens.weight", 2, V, H, &m->embed);
-    char nm[128];
+    const char *P = target_tensor_prefix(c);
+    memset(list, 0, sizeof *list);
+    target_tensor_add(list, &m->embed, 0, 2, V, H, 0, "%sembed_tokens.weight", P);
     for (int64_t l = 0; l < c->n_layers; l++) {
         target_layer *L = &m->layers[l];
-#define LAYER(suffix, d, s0, s1, ptr)                                              \
-    do {                                                                           \
-        snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)l, suffix);     \
-        ADD(nm, d, s0, s1, ptr);                                                   \
-    } while (0)
-        LAYER("input_layernorm.weight", 1, H, 0, &L->input_norm);
-        LAYER("self_attn.q_proj.weight", 2, q_out, H, &L->wq);
-        LAYER("self_attn.k_proj.weight", 2, kv_out, H, &L->wk);
-        LAYER("self_attn.v_proj.weight", 2, kv_out, H, &L->wv);
-        LAYER("self_attn.o_proj.weight", 2, H, q_out, &L->wo);
-        if (c->arch == ARCH_QWEN3) {
-            LAYER("self_attn.q_norm.weight", 1, hd, 0, &L->q_norm);
-            LAYER("self_attn.k_norm.weight", 1, hd, 0, &L->k_norm);
+        long long ll = (long long)l;
+        target_tensor_add(list, &L->input_norm, 0, 1, H, 0, 0, "%slayers.%lld.input_layernorm.weight", P, ll);
+        if (c->arch == ARCH_QWEN3_5) {
+            target_qwen3_5_layer_tensors(m, l, P, list);
+        } else {
+            
+            target_tensor_add(list, &L->wq, 0, 2, q_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_proj.weight");
+            target_tensor_add(list, &L->wk, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_proj.weight");
+            target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "v_proj.weight");
+            target_tensor_add(list, &L->wo, 0, 2, H, q_out, 0, "%slayers.%lld.self_attn.%s", P, ll, "o_proj.weight");
+            if (c->arch == ARCH_QWEN3) {
+                target_tensor_add(list, &L->q_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_norm.weight");
+                target_tensor_add(list, &L->k_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_norm.weight");
+            }
         }
-        LAYER("post_attention_layernorm.weight", 1, H, 0, &L->post_norm);
-        LAYER("mlp.gate_proj.weight", 2, I, H, &L->w_gate);
-        LAYER("mlp.up_proj.weight", 2, I, H, &L->w_up);
-        LAYER("mlp.down_proj.weight", 2, H, I, &L->w_down);
-#undef LAYER
+        target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
+        
+        target_tensor_add(list, &L->w_gate, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "gate_proj.weight");
+        target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "up_proj.weight");
+        target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%slayers.%lld.mlp.%s", P, ll, "down_proj.weight");
     }
-    ADD("model.norm.weight", 1, H, 0, &m->final_norm);
-    if (!c->tie_embeddings) ADD("lm_head.weight", 2, V, H, &m->lm_head);
-#undef ADD
+    target_tensor_add(list, &m->final_norm, 0, 1, H, 0, 0, "%snorm.weight", P);
+    if (!c->tie_embeddings) target_tensor_add(list, &m->lm_head, 0, 2, V, H, 0, "lm_head.weight");
+}
+
+static int64_t target_tensor_numel(const target_tensor *t) {
+    int64_t n = 1;
+    for (int j = 0; j < t->ndim; j++) n *= t->shape[j];
     return n;
 }
 
-static int target_tensor_count(const target_config *c) {
-    return 1 + (int)c->n_layers * (c->arch == ARCH_QWEN3 ? 11 : 9) + 1 + (c->tie_embeddings ? 0 : 1);
+static size_t target_tensor_bytes(const target_tensor *t, dtype dt) {
+    return (size_t)target_tensor_numel(t) * (t->f32 ? sizeof(float) : dtype_size(dt));
 }
 
 size_t target_weight_bytes(const target_config *c, dtype dt) {
-    int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim, V = c->vocab;
-    int64_t q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
-    int64_t per_layer = 2 * H + 2 * q_out * H + 2 * kv_out * H + 3 * I * H + (c->arch == ARCH_QWEN3 ? 2 * hd : 0);
-    int64_t n = V * H + c->n_layers * per_layer + H + (c->tie_embeddings ? 0 : V * H);
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    m.layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
+    target_tensor_list list;
+    target_tensor_list_build(&m, &list);
     // each tensor is carved at ARENA_ALIGN: count the padding too, plus inv_freq
-    size_t pad = (size_t)(target_tensor_count(c) + 1) * ARENA_ALIGN;
-    return (size_t)n * dtype_size(dt) + (size_t)hd * sizeof(float) + pad;
+    size_t bytes = (size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN;
+    for (int i = 0; i < list.n; i++) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
+    free(list.t);
+    free(m.layers);
+    return bytes;
 }
 
 // Copy n elements of src_dt (host, mmapped) to dst (device) in dt, through a bounded staging buffer.
@@ -114,13 +132,12 @@ int target_load(target_model *m, const char *dir, backend *be) {
 
     // Check every tensor before allocating anything.
     m->layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
-    int n = target_tensor_count(c);
-    target_tensor *list = xcalloc((size_t)n, sizeof *list);
+    target_tensor_list list;
+    target_tensor_list_build(m, &list);
+    int n = list.n, rc = 0;
     const st_entry **found = xcalloc((size_t)n, sizeof *found);
-    int got = target_tensor_list(m, list), rc = 0;
-    if (got != n) fatal("target tensor list has %d entries, expected %d", got, n); // programming error
     for (int i = 0; i < n && rc == 0; i++) {
-        const target_tensor *t = &list[i];
+        const target_tensor *t = &list.t[i];
         const st_entry *e = safetensors_dir_find(&d, t->name);
         char want[64], have[64];
         if (!e) {
@@ -152,16 +169,18 @@ int target_load(target_model *m, const char *dir, backend *be) {
             rc = error_prefix("target %s", dir);
         } else {
             for (int i = 0; i < n; i++) {
-                int64_t numel = list[i].shape[0] * (list[i].ndim == 2 ? list[i].shape[1] : 1);
-                void *p = arena_alloc(&m->weights, (size_t)numel * dtype_size(dt));
-                target_upload(be, p, dt, found[i]->data, found[i]->dt, numel);
-                *list[i].dst = p;
+                const target_tensor *t = &list.t[i];
+                dtype tdt = t->f32 ? DT_F32 : dt;
+                void *p = arena_alloc(&m->weights, target_tensor_bytes(t, dt));
+                target_upload(be, p, tdt, found[i]->data, found[i]->dt, target_tensor_numel(t));
+                *t->dst = p;
             }
             if (c->tie_embeddings) m->lm_head = m->embed;
-            float *inv = xmalloc((size_t)c->head_dim / 2 * sizeof(float));
+            size_t inv_bytes = (size_t)c->rope_dim / 2 * sizeof(float);
+            float *inv = xmalloc(inv_bytes);
             target_rope_inv_freq(c, inv);
-            m->inv_freq = arena_alloc(&m->weights, (size_t)c->head_dim / 2 * sizeof(float));
-            backend_copy_to_device(be, m->inv_freq, inv, (size_t)c->head_dim / 2 * sizeof(float));
+            m->inv_freq = arena_alloc(&m->weights, inv_bytes);
+            backend_copy_to_device(be, m->inv_freq, inv, inv_bytes);
             free(inv);
             char b[32];
             log_debug("target %s: %s, %lld layers, H %lld, V %lld, weights %s on %s", dir, c->arch_name,
@@ -170,7 +189,7 @@ int target_load(target_model *m, const char *dir, backend *be) {
         }
     }
     free(found);
-    free(list);
+    free(list.t);
     safetensors_dir_close(&d);
     if (rc) {
         free(m->layers);
@@ -236,6 +255,7 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
     w->topk_idx = arena_alloc(a, T * k * sizeof(int32_t));
     w->topk_val = arena_alloc(a, T * k * sizeof(float));
     w->lse = arena_alloc(a, T * sizeof(float));
+    if (c->arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, max_tokens, max_seqs);
 }
 
 size_t target_work_bytes(const target_model *m, const target_outputs *o, int max_tokens, int max_seqs, int vocab_tile) {
@@ -264,10 +284,32 @@ int target_plan_tokens(const target_model *m, const target_outputs *o, size_t bu
 
 // ----------------------------------------------------------------------------- forward
 
-// y[T, out] = x[T, in] @ W[out, in]^T
-static void linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out) {
+void target_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out) {
     dtype dt = ops_act_dtype(be);
     backend_gemm(be, 0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out, dt, dt);
+}
+
+void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D) {
+    if (m->cfg.norm_zero_centred) ops_rmsnorm_zc(m->be, out, in, w, R, D, (float)m->cfg.rms_eps);
+    else ops_rmsnorm(m->be, out, in, w, R, D, (float)m->cfg.rms_eps);
+}
+
+// The attention of a Qwen3 / Llama layer: w->xn in, w->xn out.
+static void target_dense_attention(const target_model *m, const target_layer *L, target_work *w, int T, int n_seq) {
+    const target_config *c = &m->cfg;
+    backend *be = m->be;
+    int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
+    target_linear(be, w->q, w->xn, L->wq, T, H, nq * hd);
+    target_linear(be, w->k, w->xn, L->wk, T, H, nkv * hd);
+    target_linear(be, w->v, w->xn, L->wv, T, H, nkv * hd);
+    if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
+        target_norm(m, w->q, w->q, L->q_norm, T * nq, hd);
+        target_norm(m, w->k, w->k, L->k_norm, T * nkv, hd);
+    }
+    ops_rope(be, w->q, w->pos, m->inv_freq, T, nq, hd);
+    ops_rope(be, w->k, w->pos, m->inv_freq, T, nkv, hd);
+    ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, nq, nkv, hd, 1.0f / sqrtf((float)hd));
+    target_linear(be, w->xn, w->att, L->wo, T, nq * hd, H);
 }
 
 int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,
@@ -275,10 +317,8 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
                    float *logits_out) {
     const target_config *c = &m->cfg;
     backend *be = m->be;
-    int H = (int)c->hidden, I = (int)c->intermediate, hd = (int)c->head_dim, V = (int)c->vocab;
-    int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, nf = o->n_feat, k = o->topk;
+    int H = (int)c->hidden, I = (int)c->intermediate, V = (int)c->vocab, nf = o->n_feat, k = o->topk;
     size_t e = dtype_size(ops_act_dtype(be));
-    float eps = (float)c->rms_eps;
 
     // The batch: sequences in order, each non-empty, covering exactly T tokens.
     if (T < 1 || T > w->max_tokens) return error_set("batch of %d tokens: the work buffers hold 1..%d", T, w->max_tokens);
@@ -308,29 +348,19 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     free(pos);
 
     ops_embed(be, w->x, m->embed, w->tokens, T, H);
-    float scale = 1.0f / sqrtf((float)hd);
     for (int l = 0; l < (int)c->n_layers; l++) {
         const target_layer *L = &m->layers[l];
-        // attention block
-        ops_rmsnorm(be, w->xn, w->x, L->input_norm, T, H, eps);
-        linear(be, w->q, w->xn, L->wq, T, H, nq * hd);
-        linear(be, w->k, w->xn, L->wk, T, H, nkv * hd);
-        linear(be, w->v, w->xn, L->wv, T, H, nkv * hd);
-        if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
-            ops_rmsnorm(be, w->q, w->q, L->q_norm, T * nq, hd, eps);
-            ops_rmsnorm(be, w->k, w->k, L->k_norm, T * nkv, hd, eps);
-        }
-        ops_rope(be, w->q, w->pos, m->inv_freq, T, nq, hd);
-        ops_rope(be, w->k, w->pos, m->inv_freq, T, nkv, hd);
-        ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, nq, nkv, hd, scale);
-        linear(be, w->xn, w->att, L->wo, T, nq * hd, H);
+        // token mixer block: the architecture's attention (or Gated DeltaNet) on the normed stream
+        target_norm(m, w->xn, w->x, L->input_norm, T, H);
+        if (c->arch == ARCH_QWEN3_5) target_qwen3_5_mixer(m, l, w, T, n_seq, NULL, NULL);
+        else target_dense_attention(m, L, w, T, n_seq);
         ops_add(be, w->x, w->xn, (int64_t)T * H);
         // MLP block
-        ops_rmsnorm(be, w->xn, w->x, L->post_norm, T, H, eps);
-        linear(be, w->gate, w->xn, L->w_gate, T, H, I);
-        linear(be, w->up, w->xn, L->w_up, T, H, I);
+        target_norm(m, w->xn, w->x, L->post_norm, T, H);
+        target_linear(be, w->gate, w->xn, L->w_gate, T, H, I);
+        target_linear(be, w->up, w->xn, L->w_up, T, H, I);
         ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
-        linear(be, w->xn, w->gate, L->w_down, T, I, H);
+        target_linear(be, w->xn, w->gate, L->w_down, T, I, H);
         ops_add(be, w->x, w->xn, (int64_t)T * H);
         // features: HF hidden_states[l + 1], the residual stream after this layer, into its column
         // block; the last layer's comes after the final norm, below
@@ -340,7 +370,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     }
 
     // lm_head over vocabulary tiles: running top-k and LSE, never [T, V]
-    ops_rmsnorm(be, w->xn, w->x, m->final_norm, T, H, eps);
+    target_norm(m, w->xn, w->x, m->final_norm, T, H);
     // features of the last layer (id L-1): HF hidden_states[L] is model.norm(h), not h (SPEC §2;
     // what the dflash package and the engines feed the drafter)
     for (int f = 0; f < nf; f++)

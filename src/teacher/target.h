@@ -19,8 +19,17 @@
 #define TARGET_MAX_FEAT 64
 
 typedef struct {
-    void *input_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm; // q_norm/k_norm: Qwen3 only
-    void *post_norm, *w_gate, *w_up, *w_down;
+    void *input_norm, *post_norm, *w_gate, *w_up, *w_down; // every layer: the pre-norms and the SwiGLU MLP
+    // attention layers: wq [nq*hd, H] ([nq*2*hd, H] with a gate, Qwen3.5), q_norm/k_norm: Qwen3 and Qwen3.5
+    void *wq, *wk, *wv, *wo, *q_norm, *k_norm;
+    // Gated DeltaNet layers (Qwen3.5 linear_attention), C = 2*Hk*dk + Hv*dv:
+    void *w_qkv;              // [C, H]       in_proj_qkv
+    void *w_z;                // [Hv*dv, H]   in_proj_z
+    void *w_b, *w_a;          // [Hv, H]      in_proj_b, in_proj_a
+    void *conv_w;             // [C, K]       conv1d.weight [C, 1, K]
+    float *A_log, *dt_bias;   // [Hv] f32
+    void *lin_norm;           // [dv]         norm.weight (the gated norm)
+    void *w_out;              // [H, Hv*dv]   out_proj
 } target_layer;
 
 typedef struct {
@@ -31,7 +40,7 @@ typedef struct {
     void *embed;             // [V, H]
     void *final_norm;        // [H]
     void *lm_head;           // [V, H] (== embed when tied)
-    float *inv_freq;         // [head_dim/2] f32, device
+    float *inv_freq;         // [rope_dim/2] f32, device
 } target_model;
 
 // target_load: config.json + safetensors (single or sharded) from dir onto be. Every tensor's
@@ -57,6 +66,15 @@ typedef struct {
     int max_tokens, max_seqs, vocab_tile;
     void *x, *xn, *q, *k, *v, *att, *gate, *up; // activations
     float *logits;                              // [max_tokens, vocab_tile] f32
+    // Qwen3.5 / Qwen3.6 (NULL otherwise): gated attention
+    void *qg;                                   // [T, nq, 2*hd] act: q_proj's [query | gate] per head
+    void *att_gate;                             // [T, nq*hd] act
+    // Gated DeltaNet (C = 2*Hk*dk + Hv*dv)
+    void *qkv, *qkv_conv;                       // [T, C] act: in_proj_qkv, after conv + SiLU
+    void *z, *core;                             // [T, Hv*dv] act: the output gate, the rule's output
+    void *lb, *la;                              // [T, Hv] act: in_proj_b, in_proj_a
+    float *beta, *g;                            // [T, Hv] f32
+    void *gdn_work;                             // ops_gated_delta_rule's scratch
     int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
     float *m, *s;                               // running LSE state [max_tokens]
     // outputs (device)

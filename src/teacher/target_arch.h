@@ -1,0 +1,61 @@
+// target_arch.h: what an architecture's file gives target.c (the loader and the forward's frame):
+// the tensors its layers hold, and the token mixer of a layer. target.c owns everything the
+// architectures share (embedding, pre-norm residual blocks, the SwiGLU MLP, features, the lm_head
+// over vocabulary tiles); the dense attention of Qwen3/Llama is in target.c, the Qwen3.5/3.6 hybrid
+// layers in target_qwen3_5.c.
+#pragma once
+#include <stdint.h>
+
+#include "teacher/target.h"
+
+// One tensor of the checkpoint: its name, the shape config.json implies, and where its device
+// pointer goes. f32: kept in fp32 on every backend (small per-head constants such as A_log).
+typedef struct {
+    char name[160];
+    int ndim;
+    int64_t shape[3];
+    int f32;
+    void **dst;
+} target_tensor;
+
+// A growing list of tensors (target.c frees it).
+typedef struct {
+    target_tensor *t;
+    int n, cap;
+} target_tensor_list;
+
+// target_tensor_add: append name (printf-style) with ndim dims of shape s (s[1], s[2] ignored beyond ndim).
+void target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                       const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+// target_norm: the model's RMSNorm: zero-centred ((1 + w), Qwen3.5) or plain (w).   act [R, D]
+void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D);
+
+// y[T, out] = x[T, in] @ W[out, in]^T on the backend (act in, act out).
+void target_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out);
+
+// ----------------------------------------------------------------------------- Qwen3.5 / Qwen3.6 (target_qwen3_5.c)
+
+// target_qwen3_5_layer_tensors: the mixer tensors of layer l (gated attention or Gated DeltaNet)
+// under prefix ("model.language_model." or "model.").
+void target_qwen3_5_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list);
+
+// target_qwen3_5_work_carve: the hybrid buffers of target_work for max_tokens tokens and max_seqs
+// sequences (the dry arena counts them for the memory plan).
+void target_qwen3_5_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs);
+
+// target_qwen3_5_mixer: the token mixer of layer l: w->xn [T, H] (the normed residual stream) in,
+// the mixer's output in w->xn (act [T, H]). Packed sequences by w->cu_seqlens / w->pos (device).
+// conv_state [n_seq, K-1, C] act and rec_state [n_seq, Hv, dk, dv] f32 are the decoding state of a
+// linear layer (NULL in the packed forward: every sequence starts from zero).
+void target_qwen3_5_mixer(const target_model *m, int l, target_work *w, int T, int n_seq, void *conv_state,
+                          float *rec_state);
+
+// The gated attention of a full_attention layer in two halves around the attention itself (the
+// packed forward runs causal attention between them, the decoder its attention over the cache):
+// target_qwen3_5_attn_project: w->xn [T, H] in; w->q [T, nq, hd] (q_norm, partial RoPE), w->k
+// [T, nkv, hd] (k_norm, partial RoPE), w->v [T, nkv, hd] and w->att_gate [T, nq*hd] out (w->pos).
+void target_qwen3_5_attn_project(const target_model *m, int l, target_work *w, int T);
+// target_qwen3_5_attn_finish: w->att [T, nq*hd] (the attention's output) in, gated by
+// sigmoid(w->att_gate) in place; o_proj of it into w->xn [T, H].
+void target_qwen3_5_attn_finish(const target_model *m, int l, target_work *w, int T);
