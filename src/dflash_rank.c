@@ -39,6 +39,7 @@
 #include "common/data/safetensors.h"
 #include "preflight.h"
 #include "student/checkpoint.h"
+#include "student/plan_world.h"
 #include "student/train.h"
 #include "student/train_setup.h"
 #include "teacher/dump_features.h"
@@ -57,7 +58,8 @@ static void usage(FILE *f) {
             "  --mode M             same as --run.mode=M (train | eval | check | dump-features | transport-test)\n"
             "  --rank-timeout S     same as --run.rank_timeout=S: seconds a rank waits on a peer before ending the job\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
-            "  --plan               train mode: print each rank's memory plan (teacher and student) and exit\n"
+            "  --plan               print every role's memory plan (teachers, students) and exit: one process, from\n"
+            "                       the configuration and the target's config.json (no weights, data or GPU needed)\n"
             "  --preflight          check roles, GPUs, memory plans, peer access, /dev/shm, NCCL, target, data and\n"
             "                       run.dir on every rank; print one table and exit (non-zero if a run would fail)\n"
             "  --config-keys        print every configuration key (markdown table) and exit\n"
@@ -77,6 +79,24 @@ static int launcher_rank(void) {
         if (v && *v) return atoi(v);
     }
     return -1;
+}
+
+// The launcher's world size and ranks on this host, read before MPI starts (--plan runs without
+// MPI): -1 when there is no launcher.
+static int launcher_count(const char *const *vars, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v && atoi(v) > 0) return atoi(v);
+    }
+    return -1;
+}
+static int launcher_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"};
+    return launcher_rank() < 0 ? -1 : launcher_count(vars, sizeof vars / sizeof vars[0]);
+}
+static int launcher_local_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    return launcher_rank() < 0 ? -1 : launcher_count(vars, sizeof vars / sizeof vars[0]);
 }
 
 // An error found before MPI starts (a bad argument or config): every rank finds it and exits, and
@@ -247,6 +267,13 @@ int main(int argc, char **argv) {
         early_error("%s", error_msg());
         return 2;
     }
+    // --plan: every role's plan from the configuration and the target's config.json, before MPI
+    // starts and without a device (plan_world.h); under mpirun the first rank prints it.
+    if (cfg.plan_only && !preflight_only) {
+        if (plan_world(&cfg, launcher_size(), launcher_local_size(), launcher_rank() <= 0) == 0) return 0;
+        early_error("%s", error_msg());
+        return 1;
+    }
     if (!preflight_only && job && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
         early_error("%s needs target.path (the target model directory) and data.path (a training set), "
                     "data.sets (several) or data.features (an offline feature directory)", cfg.mode);
@@ -307,20 +334,19 @@ int main(int argc, char **argv) {
     if (job) {
         train_install_signals();
         run_cfg = &cfg;
-        if (!cfg.plan_only && w.size > 1) {
+        if (w.size > 1) {
             run_teachers = w.teachers;
             watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
             watchdog_set_watchers(train_watches);
         }
         nccl_links *links = NULL;
-        if (!cfg.plan_only && !offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
+        if (!offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
             world_finalize();
             return 1;
         }
         MPI_Comm role_comm; // the students' all-reduce runs among students only
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
-        int rc = w.role == ROLE_TEACHER ? (cfg.plan_only ? teacher_plan_print(&w, &cfg, &be) : teacher_serve(&w, &cfg, &be, links))
-                                        : student_train(&w, &cfg, &be, role_comm, links);
+        int rc = w.role == ROLE_TEACHER ? teacher_serve(&w, &cfg, &be, links) : student_train(&w, &cfg, &be, role_comm, links);
         if (rc == WORLD_REPORTED_ELSEWHERE) { // another rank of the role prints the reason and ends the job
             for (int i = 0; i < 600; i++) {
                 struct timespec pause = {0, 100 * 1000 * 1000};

@@ -6,11 +6,8 @@
 #include "common/backend/arena.h"
 #include "common/core/bytes.h"
 #include "common/core/error.h"
+#include "common/backend/backend_cuda.h" // CUDA_CUBLAS_WORKSPACE_BYTES: a plan for cuda in any build (--plan)
 #include "student/drafter.h"
-
-#ifdef DFLASH_HAVE_CUDA
-#include "common/backend/backend_cuda.h"
-#endif
 
 // The drafter's share: computed from its own carving (drafter_bytes) split by formula into parts
 // for the report; the total is the carving's.
@@ -26,11 +23,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->adam = r->adam ? 2 * numel * sizeof(float) : 0;
     bd->ema = r->ema ? numel * sizeof(float) : 0;
     bd->links = r->link_bytes;
-#ifdef DFLASH_HAVE_CUDA
     bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
-#else
-    bd->library = 0;
-#endif
 }
 
 static size_t plan_total(const drafter_config *c, const backend *be, const student_plan *p, plan_breakdown *bd) {
@@ -137,6 +130,10 @@ int plan_make(const drafter_config *c, const backend *be, const plan_request *r,
 }
 
 void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t budget) {
+    plan_print_titled(f, "student memory plan", bd, p, budget);
+}
+
+void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, const student_plan *p, size_t budget) {
     char b[32];
     struct { const char *name; size_t v; } rows[] = {
         {"weights (fp32 master)", bd->weights_master}, {"gradients (fp32)", bd->grads},
@@ -145,7 +142,7 @@ void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t
         {"context + K/V + grads", bd->context}, {"chunk activations", bd->chunk}, {"loss workspace", bd->loss},
         {"library workspaces", bd->library}, {"NCCL receive ring", bd->links},
     };
-    fprintf(f, "student memory plan\n");
+    fprintf(f, "%s\n", title);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         fprintf(f, "  %-26s %12s  (%zu bytes)\n", rows[i].name, bytes_format(rows[i].v, b, sizeof b), rows[i].v);
     fprintf(f, "  %-26s %12s  (%zu bytes)\n", "total", bytes_format(bd->total, b, sizeof b), bd->total);

@@ -41,3 +41,5 @@ typedef struct {
 int plan_make(const drafter_config *c, const backend *be, const plan_request *r, student_plan *out, plan_breakdown *bd);
 // plan_print: the per-rank breakdown, one line per part, then the chosen C and loss mode.
 void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t budget);
+// plan_print_titled: the same under another first line (--plan names the ranks and the device).
+void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, const student_plan *p, size_t budget);

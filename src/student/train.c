@@ -79,11 +79,11 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     students_set_ranks(T, T + S - 1);
     // One job per run directory, for the job's life; the second is refused before it writes anything.
     int lock_fd = -1;
-    if (s == 0 && !cfg->plan_only && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &lock_fd))) return -1;
+    if (s == 0 && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &lock_fd))) return -1;
     // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
     int64_t start_step = 0;
     int resume_found = 0;
-    if (cfg->resume && !cfg->plan_only && !eval) {
+    if (cfg->resume && !eval) {
         if (checkpoint_find_resume(cfg->run_dir, &start_step, &resume_found)) return -1;
         if (resume_found && s == 0 && checkpoint_check_resume(cfg->run_dir, start_step, cfg)) return -1;
         if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
@@ -130,17 +130,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
     plan_breakdown bd;
-    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1;
-    if (cfg->plan_only) { // --plan: the breakdown, then stop before any large allocation
-        if (s == 0) {
-            plan_print(stdout, &bd, &plan, (size_t)cfg->train_mem_budget);
-            fflush(stdout);
-        }
-        safetensors_dir_close(&td);
-        batchplan_free(&bp);
-        if (fr) featreader_close(fr);
-        return 0;
-    }
+    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1; // (--plan prints it without a job: plan_world.c)
     if (s == 0) plan_print(stderr, &bd, &plan, (size_t)cfg->train_mem_budget);
     drafter d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};

@@ -16,6 +16,16 @@
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 
+// The MASK token when drafter.mask_token_id is -1: a row of the target's vocabulary that no text
+// uses (docs/config.md, "Drafter defaults"). The Qwen3.5 / Qwen3.6 vocabulary (248320 rows): 248070,
+// <|audio_start|>, which a text job never sees and which the public z-lab drafters of the family use
+// (so their config.json and ours agree); any other target: its last row, vocab_size - 1 (a padding
+// or reserved row in the Qwen and Llama vocabularies).
+static int64_t train_default_mask_token(const target_config *tc) {
+    if (tc->arch == ARCH_QWEN3_5 && tc->vocab == 248320) return 248070;
+    return tc->vocab - 1;
+}
+
 // The drafter's shape: from drafter.config (a DFlash config.json: a published drafter's, or one an
 // earlier run exported) when it is set, else from the target's config and the drafter.* keys. A
 // config file must fit the target (hidden size, vocabulary, number of target layers) and ask for
@@ -85,7 +95,7 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
     dc->rope_theta = tc->rope_theta;
     dc->max_positions = tc->max_positions;
     dc->block_size = cfg->block_size;
-    dc->mask_token_id = cfg->mask_token_id >= 0 ? cfg->mask_token_id : tc->vocab - 1;
+    dc->mask_token_id = cfg->mask_token_id >= 0 ? cfg->mask_token_id : train_default_mask_token(tc);
     dc->sliding_window = cfg->sliding_window;
     dc->sliding_causal = 1;
     for (int64_t l = 0; l < dc->n_layers; l++) dc->layer_sliding[l] = cfg->sliding_window > 0 && l + 1 < dc->n_layers;

@@ -214,9 +214,10 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     size_t weights = target_weight_bytes(&m.cfg, ops_act_dtype(be));
     size_t work = target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile);
     if (w->rank == 0) {
-        char a[32], b[32], c[32];
-        printf("teacher memory plan (each of %d teacher rank(s), %s)\n  %-26s %12s\n  %-26s %12s  (%d tokens per batch)\n"
-               "  %-26s %12s\n", w->teachers, be->name, "target weights", bytes_format(weights, a, sizeof a),
+        char a[32], b[32], c[32], ranks[48] = "each teacher rank";
+        if (w->teachers > 0) snprintf(ranks, sizeof ranks, "each of %d teacher rank(s)", w->teachers);
+        printf("teacher memory plan (%s, %s)\n  %-26s %12s\n  %-26s %12s  (%d tokens per batch)\n"
+               "  %-26s %12s\n", ranks, be->name, "target weights", bytes_format(weights, a, sizeof a),
                "forward work", bytes_format(work, b, sizeof b), tc.max_tokens, "total", bytes_format(weights + work, c, sizeof c));
         if (cfg->teacher_mem_budget > 0)
             printf("  %-26s %12s  (%s)\n", "budget (teacher.mem_budget)", bytes_format((size_t)cfg->teacher_mem_budget, a, sizeof a),
