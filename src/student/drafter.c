@@ -199,7 +199,7 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
     // RoPE frequencies exactly as the target's default rope computes them (transformers' fp32 steps)
     int64_t half = c->head_dim / 2;
     float *inv = xmalloc((size_t)half * sizeof(float));
-    target_config rope = {.head_dim = c->head_dim, .rope_theta = c->rope_theta};
+    target_config rope = {.head_dim = c->head_dim, .rope_dim = c->head_dim, .rope_theta = c->rope_theta};
     target_rope_inv_freq(&rope, inv);
     backend_copy_to_device(be, d->inv_freq, inv, (size_t)half * sizeof(float));
     free(inv);

@@ -569,7 +569,9 @@ char *target_config_to_json(const target_config *c) {
 //   inv_llama = where(!(wavelen < high_wl) & !(wavelen > low_wl), smoothed, inv_llama)
 // (torch evaluates `scalar / tensor` as reciprocal(tensor) * scalar.)
 void target_rope_inv_freq(const target_config *c, float *inv_freq) {
-    int64_t dim = c->rope_dim; // head_dim, or its rotary part (partial_rotary_factor)
+    // head_dim, or its rotary part (partial_rotary_factor); a config built by hand without rope_dim
+    // (the drafter's) rotates the whole head
+    int64_t dim = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
     float base = (float)c->rope_theta;
     for (int64_t i = 0; i < dim / 2; i++) {
         float e = (float)(2 * i) / (float)dim;
