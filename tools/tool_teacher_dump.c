@@ -18,6 +18,7 @@
 
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
+#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/half.h"
@@ -35,7 +36,8 @@ static void teacher_dump_usage(FILE *f) {
                "  --layers: target layers (0-based) whose HF hidden_states[id + 1] form the features (the last\n"
                "            layer's after the final norm); default: SPEC section 2's formula for 5 features\n"
                "  --topk:   k of the top-k logits (default 32)\n"
-               "  --repeat N: run the forward N more times and print its median time and tokens/s (benchmarks)\n");
+               "  --repeat N: run the forward N more times and print its median time and tokens/s (benchmarks)\n"
+               "  --profile: one more forward with every op timed; prints the time per op, slowest first\n");
 }
 
 // Read {"sequences": [[...], ...]} into tokens[T] and cu_seqlens[n+1] (malloc'd).
@@ -99,10 +101,11 @@ static int teacher_dump_parse_ids(const char *s, target_outputs *o) {
 
 int tool_teacher_dump_main(int argc, char **argv) {
     const char *pos[3] = {0}, *device = "auto", *layers = NULL;
-    int npos = 0, topk = 32, tile = 0, repeat = 0;
+    int npos = 0, topk = 32, tile = 0, repeat = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { teacher_dump_usage(stdout); return 0; }
+        if (strcmp(a, "--profile") == 0) { profile = 1; continue; }
         if ((strcmp(a, "--device") == 0 || strcmp(a, "--layers") == 0 || strcmp(a, "--topk") == 0 ||
              strcmp(a, "--vocab-tile") == 0 || strcmp(a, "--repeat") == 0) && i + 1 < argc) {
             const char *v = argv[++i];
@@ -192,6 +195,24 @@ int tool_teacher_dump_main(int argc, char **argv) {
         printf("teacher-forward: %d tokens, median %.2f ms over %d runs, %.1f tokens/s (%s)\n", T, med, repeat,
                1e3 * T / med, be.name);
         free(ms);
+    }
+    if (profile) { // every op timed (after the timed runs: no effect on them)
+        prof_enable(&be);
+        double t0 = time_now();
+        target_forward(&m, &o, &w, tokens, cu, n_seq, T, NULL, 0, NULL);
+        double total = time_now() - t0;
+        prof_row *rows = NULL;
+        int n = prof_collect(&rows);
+        printf("teacher-forward profile: %d tokens, %.2f ms (%s)\n  %-28s %8s %10s %7s %9s\n", T, 1e3 * total, be.name,
+               "op", "calls", "ms", "share", "GFLOP/s");
+        for (int i = 0; i < n; i++) {
+            printf("  %-28s %8ld %10.2f %6.1f%%", rows[i].name, rows[i].calls, 1e3 * rows[i].seconds,
+                   100.0 * rows[i].seconds / total);
+            if (rows[i].flops > 0) printf(" %9.1f", rows[i].flops / rows[i].seconds * 1e-9);
+            printf("\n");
+        }
+        free(rows);
+        prof_disable();
     }
 
     // Outputs to the host, features converted to fp32.

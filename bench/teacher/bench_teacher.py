@@ -5,7 +5,8 @@ Both run the same random-weight target (made by `dflash_tool make-target`) on th
 sequences in one run of this script, on the same cores:
   dflash   `dflash_tool teacher-dump --repeat N`: features of 5 layers + top-32 + LSE, lm_head over
            vocabulary tiles (fp32, OpenBLAS + OpenMP); its median forward time
-  pytorch  transformers' Qwen3ForCausalLM in fp32 with torch.inference_mode, one forward per
+  pytorch  transformers' own model class (Qwen3ForCausalLM, Qwen3_5ForCausalLM: its torch chunked
+           gated delta rule, as transformers runs without the fla kernels) in fp32 with torch.inference_mode, one forward per
            sequence (transformers has no packed attention without padding), output_hidden_states,
            then the same top-32 and logsumexp over the full [T, V] logits; its median time
 Needs the pyenv python with torch + transformers (not part of the tests). Prints one markdown row
@@ -19,6 +20,10 @@ CONFIGS = {
     # name: make-target arguments
     "qwen3-small": "--arch qwen3 --layers 8 --hidden 512 --heads 8 --kv-heads 4 --head-dim 64 --intermediate 1536 --vocab 32000",
     "qwen3-wide": "--arch qwen3 --layers 4 --hidden 1024 --heads 16 --kv-heads 8 --head-dim 64 --intermediate 3072 --vocab 65536",
+    # the Qwen3.5/3.6 hybrid (Qwen3.6-27B's proportions, scaled down): 3 Gated DeltaNet layers then 1
+    # gated attention layer; linear 4 key / 12 value heads x 64, gated attention 8/2 heads x 128, rope 25 %
+    "qwen3.5-hybrid": "--arch qwen3_5 --layers 8 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --intermediate 1536"
+                      " --vocab 32000 --lin-k-heads 4 --lin-v-heads 12 --lin-k-dim 64 --lin-v-dim 64 --conv-kernel 4",
 }
 
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/core/check.h"
+#include "common/kernels/vexp.h"
 
 // Threads only pay off past a few thousand elements: below that, starting an OpenMP team costs
 // more than the loop (and on a busy machine much more). Every parallel loop here uses this test.
@@ -62,8 +63,9 @@ void cpu_attend_row(float *o, const float *q, const float *k, const float *v, in
         m = p[j] > m ? p[j] : m;
     }
     float l = 0;
+#pragma omp simd reduction(+ : l)
     for (int j = 0; j < n; j++) {
-        p[j] = expf(p[j] - m);
+        p[j] = vexpf(p[j] - m);
         l += p[j];
     }
     for (int i = 0; i < hd; i++) o[i] = 0;
@@ -106,10 +108,10 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
 }
 
 void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for if (n >= OPS_PAR_MIN)
+#pragma omp parallel for simd if (n >= OPS_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        out[i] = g / (1.0f + vexpf(-g)) * up[i];
     }
 }
 
@@ -160,7 +162,7 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
                 int j1 = Vc - j0 < 256 ? Vc : j0 + 256;
                 float part = 0;
 #pragma omp simd reduction(+ : part)
-                for (int j = j0; j < j1; j++) part += expf(x[j] - nm);
+                for (int j = j0; j < j1; j++) part += vexpf(x[j] - nm);
                 sum += part;
             }
         }

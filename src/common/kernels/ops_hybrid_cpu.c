@@ -6,17 +6,19 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/core/check.h"
+#include "common/kernels/vexp.h"
 
 // as ops_cpu.c: threads only past a few thousand elements
 #define OPS_PAR_MIN 16384
 // tokens per chunk of the delta rule (transformers and the fla kernels use 64)
 #define GDR_CHUNK 64
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float siluf(float x) { return x / (1.0f + expf(-x)); }
+static float sigmoidf(float x) { return 1.0f / (1.0f + vexpf(-x)); }
+static float siluf(float x) { return x / (1.0f + vexpf(-x)); }
 
 // ----------------------------------------------------------------------------- norms
 
@@ -66,7 +68,7 @@ void cpu_rope_partial(float *x, const int32_t *pos, const float *inv_freq, int T
 }
 
 void cpu_sigmoid_mul(float *x, const float *g, int64_t n) {
-#pragma omp parallel for if (n >= OPS_PAR_MIN)
+#pragma omp parallel for simd if (n >= OPS_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] *= sigmoidf(g[i]);
 }
 
@@ -78,21 +80,27 @@ void cpu_sigmoid_mul(float *x, const float *g, int64_t n) {
 void cpu_conv1d_silu(float *out, const float *x, const float *w, const int32_t *cu_seqlens, int n_seq, int T, int C,
                      int K, float *state) {
     int S = K - 1;
+    // w transposed to [K, C]: a token's output row is K rows of x scaled channel by channel (vector work)
+    float *wt = xmalloc((size_t)K * (size_t)C * sizeof(float));
+    for (int c = 0; c < C; c++)
+        for (int j = 0; j < K; j++) wt[(size_t)j * C + c] = w[(size_t)c * K + j];
 #pragma omp parallel if ((int64_t)T * C * K >= OPS_PAR_MIN)
     for (int s = 0; s < n_seq; s++) {
         int start = cu_seqlens[s], L = cu_seqlens[s + 1] - start;
         float *st = state ? state + (size_t)s * S * C : NULL;
-#pragma omp for collapse(2)
+#pragma omp for
         for (int i = 0; i < L; i++) {
-            for (int c = 0; c < C; c++) {
-                float acc = 0;
-                for (int j = 0; j < K; j++) {
-                    int p = i - S + j; // input index inside the sequence; < 0: before its start
-                    float xv = p >= 0 ? x[(size_t)(start + p) * C + c] : (st ? st[(size_t)(S + p) * C + c] : 0.0f);
-                    acc += w[(size_t)c * K + j] * xv;
-                }
-                out[(size_t)(start + i) * C + c] = siluf(acc);
+            float *restrict o = out + (size_t)(start + i) * C;
+            for (int c = 0; c < C; c++) o[c] = 0.0f;
+            for (int j = 0; j < K; j++) {
+                int p = i - S + j; // input index inside the sequence; < 0: before its start (the state, or 0)
+                const float *xr = p >= 0 ? x + (size_t)(start + p) * C : st ? st + (size_t)(S + p) * C : NULL;
+                if (!xr) continue;
+                const float *restrict wr = wt + (size_t)j * C;
+                for (int c = 0; c < C; c++) o[c] += wr[c] * xr[c];
             }
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = siluf(o[c]);
         } // implicit barrier: every output of s read the old state
         if (st) {
 #pragma omp for
@@ -103,6 +111,7 @@ void cpu_conv1d_silu(float *out, const float *x, const float *w, const int32_t *
                 }
         }
     }
+    free(wt);
     (void)T;
 }
 
