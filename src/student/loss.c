@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "common/core/check.h"
+#include "common/kernels/vexp.h"
 #include "student/loss_cuda.h"
 
 double loss_slot_weight(const loss_config *cfg, int k) { return loss_decay_weight(cfg, k); }
@@ -93,42 +94,9 @@ static void stats_init(loss_work *w, int64_t i, int k, int K) {
     }
 }
 
-// exp_le0: e^x for x <= 0 (also -inf; small x > 0 too), within 1 ulp of e^x (checked over every
-// float in [-87.2, 1]), in plain arithmetic that the compiler vectorises: glibc's expf is a
-// scalar call, and the loops below are mostly that call. e^x = 2^n e^r with n = round(x / ln 2),
-// |r| <= ln 2 / 2, e^r by the Cephes polynomial. Below -87.3 (where e^x leaves the normal floats)
-// it returns 0: every sum it feeds holds a term >= 1, and a gradient entry under 1e-38 is 0 to
-// any use. NaN stays NaN, so a broken logit still shows. The special cases are bit masks, not
-// branches: with a branch GCC moves the arithmetic under it and then, since fp32 arithmetic may
-// trap (-ftrapping-math), gives up vectorising the loop.
-static inline uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-static inline float f32_of_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-static inline float exp_le0(float x) {
-    const uint32_t LOW = 0xC2AE999Au; // -87.3f
-    const uint32_t ux = f32_bits(x);
-    const uint32_t nan = -(uint32_t)((ux & 0x7fffffffu) > 0x7f800000u);
-    const uint32_t under = -(uint32_t)(ux > LOW); // x < -87.3 (negative, larger magnitude), or -NaN
-    const float xc = f32_of_bits((under & LOW) | (~under & ux));
-    const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round to nearest (1.5 * 2^23)
-    const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;       // ln 2 in two parts: r is exact
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const float e = p * f32_of_bits((uint32_t)((int32_t)n + 127) << 23); // * 2^n, n in [-126, 1]
-    return f32_of_bits((nan & ux) | (~nan & ~under & f32_bits(e)));
-}
+// exp_le0: e^x for x <= 0 (also -inf), vectorising: vexp.h (within 1.4 ulp; 0 below 2^-126, where
+// every sum it feeds holds a term >= 1; NaN stays NaN, so a broken logit still shows).
+static inline float exp_le0(float x) { return vexpf(x); } // x <= 0 here (logits minus their running max)
 
 // Vocabulary blocks of the scan: one vectorised max decides whether a block can hold a new argmax
 // or a new top-K entry at all; only the rare blocks that can are scanned element by element.

@@ -33,9 +33,13 @@ static void norm_rows(float *out, const float *in, const float *w, const float *
         double ss = 0;
         for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
         float inv = (float)(1.0 / sqrt(ss / D + eps));
-        for (int i = 0; i < D; i++) {
-            float v = x[i] * inv * (zc ? 1.0f + w[i] : w[i]);
-            y[i] = zr ? v * siluf(zr[i]) : v;
+        float off = zc ? 1.0f : 0.0f; // the branches stay out of the loops: they vectorise
+        if (zr) {
+#pragma omp simd
+            for (int i = 0; i < D; i++) y[i] = x[i] * inv * (off + w[i]) * siluf(zr[i]);
+        } else {
+#pragma omp simd
+            for (int i = 0; i < D; i++) y[i] = x[i] * inv * (off + w[i]);
         }
     }
 }

@@ -11,14 +11,29 @@
 #include <stdint.h>
 #include <string.h>
 
+static inline uint32_t vexp_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float vexp_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// The range tests are integer compares of the bits and the selects are masks: a float compare may
+// trap (-ftrapping-math, the default) and would keep the loop from vectorising.
 static inline float vexpf(float x) {
-    const float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-    const float lo = -87.33654f, hi = 88.72283f;        // exp(lo) = 2^-126 (smallest normal), exp(hi) = FLT_MAX
-    float xc = x < lo ? lo : (x > hi ? hi : x);         // NaN passes through to the end
-    float n = (xc * log2e + 12582912.0f) - 12582912.0f; // round to nearest: 1.5 * 2^23; n in [-126, 128]
-    float r = (xc - n * ln2_hi) - n * ln2_lo;
-    float two = n > 127.0f ? 2.0f : 1.0f;               // 2^128 is not an fp32 exponent: 2^127 * 2
-    n = n > 127.0f ? 127.0f : n;
+    const uint32_t LO = 0xC2AEAC50u, HI = 0x42B17218u; // -87.33654 (exp = 2^-126), 88.72283 (exp = FLT_MAX)
+    const uint32_t ux = vexp_bits(x);
+    const uint32_t neg = -(ux >> 31);
+    const uint32_t nan = -(uint32_t)((ux & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t under = neg & -(uint32_t)(ux > LO);  // x < LO (negative floats order by magnitude), -inf
+    const uint32_t over = ~neg & -(uint32_t)(ux > HI);  // x > HI, +inf
+    const float xc = vexp_float((under & LO) | (over & HI) | (~under & ~over & ux));
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest (1.5 * 2^23)
+    const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;              // ln 2 in two parts: r is exact
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -26,11 +41,9 @@ static inline float vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale * two;
-    y = x < lo ? 0.0f : y;
-    y = x > hi ? INFINITY : y;
-    return x != x ? x : y;
+    const int32_t ni = (int32_t)n;                       // [-126, 128]; 2^128 is not an fp32 exponent:
+    const int32_t top = -(int32_t)(ni > 127);            // 2^127 * 2
+    const float e = p * vexp_float((uint32_t)(((ni + top) + 127) << 23)) * vexp_float(0x3f800000u + ((uint32_t)top & 0x00800000u));
+    const uint32_t inf = 0x7f800000u;
+    return vexp_float((nan & ux) | (~nan & ((over & inf) | (~over & ~under & vexp_bits(e)))));
 }
