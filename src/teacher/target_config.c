@@ -100,6 +100,9 @@ static const tc_arch_row tc_archs[] = {
     {"LlamaForCausalLM", "llama", ARCH_LLAMA},
     {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN3_5}, // Qwen3.5 / Qwen3.6, multimodal wrapper
     {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN3_5},          // the text-only layout
+    {"Qwen3MoeForCausalLM", "qwen3_moe", ARCH_QWEN3},                   // Qwen3 attention, MoE MLPs
+    {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", ARCH_QWEN3_5}, // the hybrid with MoE MLPs
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", ARCH_QWEN3_5},
 };
 #define TC_NARCHS (int)(sizeof tc_archs / sizeof tc_archs[0])
 
@@ -123,7 +126,7 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
             if (strcmp(model_type, tc_archs[i].model_type) == 0) name = tc_archs[i].arch_name;
         if (!name)
             return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are qwen3, llama, qwen3_5,"
-                             " qwen3_5_text",
+                             " qwen3_5_text, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text",
                              src, model_type);
     } else {
         return error_set("%s: missing 'architectures' (and 'model_type')", src);
@@ -134,12 +137,14 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
             return error_set("%s: 'model_type' is \"%s\" but 'architectures' is [\"%s\"] (expected model_type \"%s\")",
                              src, model_type, name, tc_archs[i].model_type);
         c->arch = tc_archs[i].arch;
-        c->multimodal = strcmp(name, "Qwen3_5ForConditionalGeneration") == 0;
+        c->multimodal = strstr(name, "ForConditionalGeneration") != NULL;
+        c->moe = strstr(name, "Moe") != NULL;
         snprintf(c->arch_name, sizeof c->arch_name, "%s", name);
         return 0;
     }
     return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: Qwen3ForCausalLM, LlamaForCausalLM,"
-                     " Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM)",
+                     " Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM, Qwen3MoeForCausalLM,"
+                     " Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM)",
                      src, name);
 }
 
@@ -300,6 +305,67 @@ static int tc_parse_hybrid(target_config *c, const cJSON *root, const char *src)
     return 0;
 }
 
+// tc_parse_moe: the mixture-of-experts keys (Qwen3MoeConfig / Qwen3_5MoeTextConfig names and
+// defaults). Qwen3-MoE: layer i is sparse unless i is in mlp_only_layers or (i+1) %
+// decoder_sparse_step != 0, norm_topk_prob default false. Qwen3.5-MoE: every layer sparse, the
+// top-k always renormalised, a shared expert of shared_expert_intermediate_size.
+static int tc_parse_moe(target_config *c, const cJSON *root, const char *src) {
+    int hybrid = c->arch == ARCH_QWEN3_5;
+    if (c->n_layers > TARGET_MAX_LAYERS)
+        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
+                         (long long)c->n_layers, TARGET_MAX_LAYERS);
+    c->n_experts = hybrid ? 256 : 128;
+    c->n_experts_tok = 8;
+    c->moe_intermediate = hybrid ? 512 : 768;
+    c->shared_intermediate = hybrid ? 512 : 0;
+    c->sparse_step = 1;
+    static const char *const keys[3] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size"};
+    int64_t *vals[3] = {&c->n_experts, &c->n_experts_tok, &c->moe_intermediate};
+    for (int i = 0; i < 3; i++) {
+        if (tc_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
+        if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
+    }
+    if (c->n_experts_tok > c->n_experts)
+        return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
+                         (long long)c->n_experts_tok, (long long)c->n_experts);
+    if (c->n_experts_tok > 64)
+        return error_set("%s: 'num_experts_per_tok' %lld is over 64", src, (long long)c->n_experts_tok);
+    if (hybrid) {
+        if (tc_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
+                   &c->shared_intermediate, NULL))
+            return -1;
+        if (c->shared_intermediate <= 0)
+            return error_set("%s: 'shared_expert_intermediate_size' must be positive, got %lld", src,
+                             (long long)c->shared_intermediate);
+        c->norm_topk_prob = 1;
+        for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = 1;
+        return 0;
+    }
+    c->norm_topk_prob = 0;
+    if (tc_bool(root, "norm_topk_prob", src, &c->norm_topk_prob)) return -1;
+    if (tc_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
+    if (c->sparse_step <= 0)
+        return error_set("%s: 'decoder_sparse_step' must be positive, got %lld", src, (long long)c->sparse_step);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = (uint8_t)((i + 1) % c->sparse_step == 0);
+    const cJSON *only = json_field(root, "mlp_only_layers");
+    if (only) {
+        char s[160];
+        json_value_str(only, s, sizeof s);
+        if (!cJSON_IsArray(only)) return error_set("%s: 'mlp_only_layers' wants a list of layer indices, got %s", src, s);
+        int j = 0;
+        for (const cJSON *v = only->child; v; v = v->next, j++) {
+            double d = v->valuedouble;
+            if (!cJSON_IsNumber(v) || d != floor(d) || d < 0 || d >= (double)c->n_layers) {
+                json_value_str(v, s, sizeof s);
+                return error_set("%s: 'mlp_only_layers[%d]' is %s: want a layer index in [0, %lld)", src, j, s,
+                                 (long long)c->n_layers);
+            }
+            c->layer_sparse[(int64_t)d] = 0;
+        }
+    }
+    return 0;
+}
+
 static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src) {
     if (tc_parse_arch(c, top, top_src)) return -1;
     int qwen3 = c->arch == ARCH_QWEN3, hybrid = c->arch == ARCH_QWEN3_5;
@@ -317,7 +383,8 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
 
     if (tc_required(root, "num_hidden_layers", src, &c->n_layers)) return -1;
     if (tc_required(root, "hidden_size", src, &c->hidden)) return -1;
-    if (tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
+    // Qwen3.5-MoE has no dense MLP (every layer is sparse): no intermediate_size
+    if (!(hybrid && c->moe) && tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
     if (tc_required(root, "num_attention_heads", src, &c->n_heads)) return -1;
     if (tc_required(root, "vocab_size", src, &c->vocab)) return -1;
 
@@ -385,6 +452,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
             }
     }
 
+    if (c->moe && tc_parse_moe(c, root, src)) return -1;
     if (tc_parse_rope(c, root, src)) return -1;
 
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
@@ -437,23 +505,42 @@ int target_config_load(target_config *c, const char *dir) {
 
 // ---------------------------------------------------------------- write
 
+// tc_moe_to_json: the mixture-of-experts keys of a config.json (both families).
+static void tc_moe_to_json(cJSON *t, const target_config *c) {
+    cJSON_AddNumberToObject(t, "num_experts", (double)c->n_experts);
+    cJSON_AddNumberToObject(t, "num_experts_per_tok", (double)c->n_experts_tok);
+    cJSON_AddNumberToObject(t, "moe_intermediate_size", (double)c->moe_intermediate);
+    if (c->arch == ARCH_QWEN3_5) {
+        cJSON_AddNumberToObject(t, "shared_expert_intermediate_size", (double)c->shared_intermediate);
+        return;
+    }
+    cJSON_AddBoolToObject(t, "norm_topk_prob", c->norm_topk_prob != 0);
+    cJSON_AddNumberToObject(t, "decoder_sparse_step", (double)c->sparse_step);
+    cJSON *only = cJSON_AddArrayToObject(t, "mlp_only_layers");
+    for (int64_t i = 0; i < c->n_layers; i++)
+        if (!c->layer_sparse[i] && (i + 1) % c->sparse_step == 0) cJSON_AddItemToArray(only, cJSON_CreateNumber((double)i));
+}
+
 // tc_hybrid_to_json: a Qwen3.5 config.json: the text-only Qwen3_5ForCausalLM (keys at the top), or
 // the Qwen3_5ForConditionalGeneration wrapper (keys under text_config, plus a small vision_config:
 // the wrapper's class builds its vision tower from it; the teacher never reads it).
 static char *tc_hybrid_to_json(const target_config *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString(c->multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM"));
+    const char *cls = c->moe ? (c->multimodal ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5MoeForCausalLM")
+                             : (c->multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(cls));
     cJSON *t = o;
     if (c->multimodal) {
-        cJSON_AddStringToObject(o, "model_type", "qwen3_5");
+        cJSON_AddStringToObject(o, "model_type", c->moe ? "qwen3_5_moe" : "qwen3_5");
         cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
         t = cJSON_AddObjectToObject(o, "text_config");
     }
-    cJSON_AddStringToObject(t, "model_type", "qwen3_5_text");
+    cJSON_AddStringToObject(t, "model_type", c->moe ? "qwen3_5_moe_text" : "qwen3_5_text");
     cJSON_AddNumberToObject(t, "vocab_size", (double)c->vocab);
     cJSON_AddNumberToObject(t, "hidden_size", (double)c->hidden);
-    cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
+    if (c->moe) tc_moe_to_json(t, c);
+    else cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
     cJSON_AddNumberToObject(t, "num_hidden_layers", (double)c->n_layers);
     cJSON_AddNumberToObject(t, "num_attention_heads", (double)c->n_heads);
     cJSON_AddNumberToObject(t, "num_key_value_heads", (double)c->n_kv_heads);
@@ -486,7 +573,7 @@ static char *tc_hybrid_to_json(const target_config *c) {
     cJSON_AddBoolToObject(t, "use_cache", 1);
     if (c->multimodal) {
         cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
-        cJSON_AddStringToObject(v, "model_type", "qwen3_5_vision");
+        cJSON_AddStringToObject(v, "model_type", c->moe ? "qwen3_5_moe_vision" : "qwen3_5_vision");
         cJSON_AddNumberToObject(v, "depth", 1);
         cJSON_AddNumberToObject(v, "hidden_size", 32);
         cJSON_AddNumberToObject(v, "intermediate_size", 64);
@@ -510,8 +597,10 @@ char *target_config_to_json(const target_config *c) {
     cJSON *o = cJSON_CreateObject();
     cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
     cJSON_AddItemToArray(archs, cJSON_CreateString(c->arch_name[0] ? c->arch_name
-                                                                    : (qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM")));
-    cJSON_AddStringToObject(o, "model_type", qwen3 ? "qwen3" : "llama");
+                                                                    : (qwen3 ? (c->moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
+                                                                             : "LlamaForCausalLM")));
+    cJSON_AddStringToObject(o, "model_type", qwen3 ? (c->moe ? "qwen3_moe" : "qwen3") : "llama");
+    if (c->moe) tc_moe_to_json(o, c);
     cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
     cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);

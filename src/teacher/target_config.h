@@ -3,7 +3,9 @@
 // Supported: "Qwen3ForCausalLM" (per-head q_norm/k_norm before RoPE), "LlamaForCausalLM"
 // (rope_scaling.rope_type "llama3" or none), and the Qwen3.5 / Qwen3.6 hybrid family (SPEC §2.1):
 // "Qwen3_5ForConditionalGeneration" (model_type qwen3_5, the text model's keys under text_config,
-// tensors under model.language_model.) and the text-only "Qwen3_5ForCausalLM" (qwen3_5_text). Anything else — another architecture, attention or MLP
+// tensors under model.language_model.) and the text-only "Qwen3_5ForCausalLM" (qwen3_5_text); the
+// mixture-of-experts targets (SPEC §2.2) "Qwen3MoeForCausalLM" (qwen3_moe) and Qwen3.5/3.6-MoE,
+// "Qwen3_5MoeForConditionalGeneration" (qwen3_5_moe) and "Qwen3_5MoeForCausalLM" (qwen3_5_moe_text). Anything else — another architecture, attention or MLP
 // biases, a rope_scaling type we do not implement, sliding-window attention in use — is refused with
 // a one-line error naming the field and its value, as is a key given twice or a NUL (\u0000) in a string.
 #pragma once
@@ -46,7 +48,20 @@ typedef struct {
     int64_t lin_conv_kernel;  // linear_conv_kernel_dim
     int64_t full_interval;    // full_attention_interval when layer_types was derived from it (0: given)
     uint8_t layer_linear[TARGET_MAX_LAYERS]; // 1: layer i is linear_attention (Gated DeltaNet), 0: full attention
+    // Mixture of experts (SPEC §2.2): Qwen3MoeForCausalLM (arch ARCH_QWEN3, moe 1) and Qwen3.5/3.6-MoE
+    // (arch ARCH_QWEN3_5, moe 1, a shared expert); zero for dense targets
+    int moe;
+    int64_t n_experts;        // num_experts E
+    int64_t n_experts_tok;    // num_experts_per_tok k
+    int64_t moe_intermediate; // moe_intermediate_size: each expert's SwiGLU width
+    int64_t shared_intermediate; // shared_expert_intermediate_size (0: no shared expert)
+    int norm_topk_prob;       // renormalise the top-k router weights (always for Qwen3.5-MoE)
+    int64_t sparse_step;      // decoder_sparse_step (Qwen3-MoE; 1 for Qwen3.5-MoE)
+    uint8_t layer_sparse[TARGET_MAX_LAYERS]; // 1: layer i's MLP is the MoE block, 0: the dense SwiGLU MLP
 } target_config;
+
+// target_layer_is_sparse: layer l's MLP is the mixture of experts.
+static inline int target_layer_is_sparse(const target_config *c, int64_t l) { return c->moe && c->layer_sparse[l]; }
 
 // target_layer_is_linear: layer l is a Gated DeltaNet layer.
 static inline int target_layer_is_linear(const target_config *c, int64_t l) {
