@@ -1,4 +1,5 @@
-// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl ...`
+// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|
+//                       qwen3_5_moe|qwen3_5_moe_vl ...`
 //
 // Writes a random-weight target model directory in the exact Hugging Face layout (SPEC §2), which
 // transformers loads with AutoModelForCausalLM.from_pretrained: config.json, and model.safetensors
@@ -25,6 +26,21 @@
 //     in [0.6, 0.98]: the recurrent state carries over tens of tokens
 //   model.visual.*, mtp.* (qwen3_5_vl only; never read by the teacher): linear rule for weights,
 //     0.02 N(0, 1) for biases, 1 + 0.1 N(0, 1) for LayerNorm weights
+// and for the mixture-of-experts targets (SPEC §2.2; qwen3_moe is Qwen3MoeForCausalLM, qwen3_5_moe
+// Qwen3_5MoeForCausalLM, qwen3_5_moe_vl the Qwen3_5MoeForConditionalGeneration wrapper):
+//   mlp.gate.weight [E, H] (router) N(0, 4/H)        (router logits of std ~2 behind the RMSNorm:
+//                                                     the softmax is decisive, the k-th and (k+1)-th
+//                                                     probabilities typically 1e-2 or more apart,
+//                                                     and the top k weights still all count)
+//   experts (every layout)         N(0, 1/fan_in)    (the linear rule per expert: fan-in H for
+//                                                     gate/up, I for down; each expert an MLP of the
+//                                                     dense one's scale, so every expert matters)
+//   shared_expert.*, shared_expert_gate [1, H]  the linear rule (the gate's sigmoid ~ 0.3..0.7)
+// The experts are written per expert (mlp.experts.{e}.{gate,up,down}_proj.weight, as Qwen3-MoE
+// is published) or fused (mlp.experts.gate_up_proj [E, 2I, H], gate rows then up rows per expert,
+// and mlp.experts.down_proj [E, H, I], as Qwen3.5-MoE is published and transformers 5 holds them):
+// both layouts hold the same values (the fused tensors are drawn block by block from the streams
+// the per-expert tensors use), so the two describe one model.
 // drawn in fp32 and rounded to --dtype (round to nearest even).
 //
 // The directory is built under OUT_DIR.tmp.<pid> and renamed to OUT_DIR at the end, so a failed
@@ -51,7 +67,7 @@
 
 static void make_target_usage(FILE *f) {
     fprintf(f,
-            "usage: dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl --layers L --hidden H\n"
+            "usage: dflash_tool make-target OUT_DIR --arch ARCH --layers L --hidden H\n"
             "                               --heads NQ --kv-heads NKV --vocab V [--head-dim D] [--intermediate I]\n"
             "                               [--seed S] [--tie] [--rope-theta X] [--rope-llama3 FACTOR]\n"
             "                               [--rope-original-max P0] [--dtype bf16|f16|f32] [--shards N]\n"
@@ -59,6 +75,9 @@ static void make_target_usage(FILE *f) {
             "                               qwen3_5*: [--lin-k-heads HK] [--lin-v-heads HV] [--lin-k-dim DK]\n"
             "                               [--lin-v-dim DV] [--conv-kernel K] [--full-interval N | --layer-types LIST]\n"
             "                               [--partial-rotary F]\n"
+            "                               MoE: [--experts E] [--experts-per-tok K] [--moe-intermediate I]\n"
+            "                               [--experts-layout per-expert|fused] qwen3_moe: [--norm-topk]\n"
+            "                               [--sparse-step N] [--mlp-only LIST] qwen3_5_moe*: [--shared-intermediate IS]\n"
             "\n"
             "Write a random-weight model directory in the Hugging Face layout (config.json + model.safetensors,\n"
             "or N shards + model.safetensors.index.json):\n"
@@ -66,6 +85,9 @@ static void make_target_usage(FILE *f) {
             "  qwen3_5     Qwen3_5ForCausalLM (the Qwen3.5/3.6 hybrid, text only: tensors model.*)\n"
             "  qwen3_5_vl  Qwen3_5ForConditionalGeneration (the multimodal wrapper: text tensors under\n"
             "              model.language_model., a small model.visual.* tower and mtp.* tensors besides)\n"
+            "  qwen3_moe   Qwen3MoeForCausalLM (Qwen3 attention, mixture-of-experts MLPs)\n"
+            "  qwen3_5_moe Qwen3_5MoeForCausalLM (the hybrid with a sparse MLP + shared expert on every layer)\n"
+            "  qwen3_5_moe_vl  Qwen3_5MoeForConditionalGeneration (its multimodal wrapper, as qwen3_5_vl)\n"
             "\n"
             "  --head-dim D          default H / NQ\n"
             "  --intermediate I      MLP width, default 3*H\n"
@@ -86,7 +108,19 @@ static void make_target_usage(FILE *f) {
             "  --conv-kernel K       linear_conv_kernel_dim (default 4)\n"
             "  --full-interval N     every N-th layer is full attention (full_attention_interval; default 4)\n"
             "  --layer-types LIST    explicit layer_types, L entries of linear|full: linear,linear,full,...\n"
-            "  --partial-rotary F    partial_rotary_factor (default 0.25): RoPE on int(D*F) dims, even\n");
+            "  --partial-rotary F    partial_rotary_factor (default 0.25): RoPE on int(D*F) dims, even\n"
+            "qwen3_moe / qwen3_5_moe / qwen3_5_moe_vl (mixture of experts):\n"
+            "  --experts E           num_experts (default 8)\n"
+            "  --experts-per-tok K   num_experts_per_tok, <= E (default 2)\n"
+            "  --moe-intermediate I  moe_intermediate_size, each expert's width (default H)\n"
+            "  --experts-layout L    per-expert: mlp.experts.{e}.{gate,up,down}_proj.weight (qwen3_moe's default,\n"
+            "                        as published); fused: mlp.experts.gate_up_proj [E, 2I, H] + down_proj [E, H, I]\n"
+            "                        (qwen3_5_moe*'s default, as published); the same values either way\n"
+            "  --norm-topk           qwen3_moe: norm_topk_prob (renormalise the top-k weights; qwen3_5_moe always does)\n"
+            "  --sparse-step N       qwen3_moe: decoder_sparse_step: layer i sparse when (i+1) %% N == 0 (default 1)\n"
+            "  --mlp-only LIST       qwen3_moe: mlp_only_layers, dense layers: 0,3,...\n"
+            "  --shared-intermediate IS  qwen3_5_moe*: shared_expert_intermediate_size (default I)\n"
+            "  (--intermediate is the dense layers' width: qwen3_moe only)\n");
 }
 
 // ---------------------------------------------------------------- the tensor list
@@ -99,6 +133,7 @@ typedef enum {
     MT_A_LOG,  // ln 0.3 + 0.4 N(0, 1)
     MT_DT_BIAS, // -0.5 + 0.5 N(0, 1)
     MT_BIAS,   // 0.02 N(0, 1)
+    MT_ROUTER, // N(0, 4/H): a MoE router
 } mt_kind;
 
 #define MT_MAX_DIMS 5
@@ -109,11 +144,18 @@ typedef struct {
     int64_t shape[MT_MAX_DIMS];
     mt_kind kind;
     int shard; // 0-based file index
+    uint32_t rng_id; // the Philox stream: rng_init(seed, 0, rng_id) (the tensor's place in the list, but for
+                     // the experts' layouts, which number every expert's gate, up, down alike)
+    int64_t fan_in;  // MT_LINEAR: 0 = the product of the dims after the first
+    // blk_n > 0: drawn in blk_n equal blocks of the leading elements, block b from the stream
+    // rng_id + (b / blk_per) * blk_stride + b % blk_per (the fused experts: the per-expert streams)
+    int blk_n, blk_per, blk_stride;
 } mt_tensor;
 
 typedef struct {
     int n, cap;
     mt_tensor *t;
+    uint32_t next_id; // the next tensor's rng_id
 } mt_list;
 
 // mt_add_nd: tensor `name` of ndim dims (shape[0..ndim)).
@@ -127,6 +169,7 @@ static void mt_add_nd(mt_list *l, mt_kind kind, int ndim, const int64_t *shape, 
     snprintf(t->name, sizeof t->name, "%s", name);
     t->kind = kind;
     t->ndim = ndim;
+    t->rng_id = l->next_id++;
     for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
 }
 
@@ -156,6 +199,44 @@ static void mt_add_linear_attn(mt_list *l, const target_config *c, const char *p
     mt_add(l, MT_A_LOG, c->lin_v_heads, 0, p, i, "linear_attn.A_log");
     mt_add(l, MT_NORM, c->lin_v_dim, 0, p, i, "linear_attn.norm.weight"); // gated norm: w, not 1 + w
     mt_add(l, MT_LINEAR, H, vd, p, i, "linear_attn.out_proj.weight");
+}
+
+// mt_add_moe: layer i's sparse MLP (transformers' Qwen3MoeSparseMoeBlock / Qwen3_5MoeSparseMoeBlock):
+// the router, the experts per expert or fused, and for Qwen3.5-MoE the shared expert and its gate.
+// Both layouts take 3E streams for the experts (expert e: gate base+3e, up base+3e+1, down
+// base+3e+2), so they hold the same values and what follows gets the same streams.
+static void mt_add_moe(mt_list *l, const target_config *c, const char *p, int64_t i, int fused) {
+    int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
+    mt_add(l, MT_ROUTER, E, H, p, i, "mlp.gate.weight");
+    char name[128];
+    if (fused) {
+        uint32_t base = l->next_id;
+        snprintf(name, sizeof name, "%slayers.%lld.mlp.experts.gate_up_proj", p, (long long)i);
+        const int64_t gu[3] = {E, 2 * I, H}, dn[3] = {E, H, I};
+        mt_add_nd(l, MT_LINEAR, 3, gu, name);
+        mt_tensor *t = &l->t[l->n - 1];
+        t->rng_id = base, t->fan_in = H, t->blk_n = (int)(2 * E), t->blk_per = 2, t->blk_stride = 3;
+        snprintf(name, sizeof name, "%slayers.%lld.mlp.experts.down_proj", p, (long long)i);
+        mt_add_nd(l, MT_LINEAR, 3, dn, name);
+        t = &l->t[l->n - 1];
+        t->rng_id = base + 2, t->fan_in = I, t->blk_n = (int)E, t->blk_per = 1, t->blk_stride = 3;
+        l->next_id = base + 3 * (uint32_t)E;
+    } else {
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(name, sizeof name, "mlp.experts.%lld.gate_proj.weight", (long long)e);
+            mt_add(l, MT_LINEAR, I, H, p, i, name);
+            snprintf(name, sizeof name, "mlp.experts.%lld.up_proj.weight", (long long)e);
+            mt_add(l, MT_LINEAR, I, H, p, i, name);
+            snprintf(name, sizeof name, "mlp.experts.%lld.down_proj.weight", (long long)e);
+            mt_add(l, MT_LINEAR, H, I, p, i, name);
+        }
+    }
+    if (c->shared_intermediate <= 0) return;
+    int64_t Is = c->shared_intermediate;
+    mt_add(l, MT_LINEAR, Is, H, p, i, "mlp.shared_expert.gate_proj.weight");
+    mt_add(l, MT_LINEAR, Is, H, p, i, "mlp.shared_expert.up_proj.weight");
+    mt_add(l, MT_LINEAR, H, Is, p, i, "mlp.shared_expert.down_proj.weight");
+    mt_add(l, MT_LINEAR, 1, H, p, i, "mlp.shared_expert_gate.weight");
 }
 
 // The vision tower that tc_hybrid_to_json describes (depth 1, width 32, MLP 64, patch 4,
@@ -197,7 +278,7 @@ static void mt_add_vision(mt_list *l, const target_config *c) {
 }
 
 // mt_build_list: the SPEC §2 tensor names, in the order written (and numbered for the RNG).
-static void mt_build_list(mt_list *l, const target_config *c) {
+static void mt_build_list(mt_list *l, const target_config *c, int fused_experts) {
     int64_t H = c->hidden, D = c->head_dim, I = c->intermediate;
     int hybrid = c->arch == ARCH_QWEN3_5;
     const char *p = target_tensor_prefix(c); // "model." or "model.language_model."
@@ -221,6 +302,10 @@ static void mt_build_list(mt_list *l, const target_config *c) {
             }
         }
         mt_add(l, norm, H, 0, p, i, "post_attention_layernorm.weight");
+        if (target_layer_is_sparse(c, i)) {
+            mt_add_moe(l, c, p, i, fused_experts);
+            continue;
+        }
         mt_add(l, MT_LINEAR, I, H, p, i, "mlp.gate_proj.weight");
         mt_add(l, MT_LINEAR, I, H, p, i, "mlp.up_proj.weight");
         mt_add(l, MT_LINEAR, H, I, p, i, "mlp.down_proj.weight");
@@ -263,13 +348,21 @@ static void mt_assign_shards(mt_list *l, int n_shards, size_t elem) {
     }
 }
 
-// mt_fill: tensor number `id`'s values, fp32, into v.
-static void mt_fill(const mt_tensor *t, const target_config *c, uint64_t seed, uint32_t id, float *v) {
+// mt_fill: tensor t's values, fp32, into v (from its stream rng_id, or block by block).
+static void mt_fill(const mt_tensor *t, const target_config *c, uint64_t seed, float *v) {
     rng r;
-    rng_init(&r, seed, 0, id);
+    rng_init(&r, seed, 0, t->rng_id);
     int64_t n = mt_numel(t);
-    double std = t->kind == MT_LINEAR ? 1.0 / sqrt((double)(n / t->shape[0])) : 4.0 / sqrt((double)c->hidden);
+    int64_t fan_in = t->fan_in > 0 ? t->fan_in : n / t->shape[0];
+    double std = t->kind == MT_LINEAR ? 1.0 / sqrt((double)fan_in)
+               : t->kind == MT_ROUTER ? 2.0 / sqrt((double)c->hidden)
+                                      : 4.0 / sqrt((double)c->hidden);
+    int64_t blk = t->blk_n > 0 ? n / t->blk_n : n;
     for (int64_t j = 0; j < n; j++) {
+        if (t->blk_n > 0 && j % blk == 0) {
+            int64_t b = j / blk;
+            rng_init(&r, seed, 0, t->rng_id + (uint32_t)((b / t->blk_per) * t->blk_stride + b % t->blk_per));
+        }
         double z = rng_normal(&r);
         double x;
         switch (t->kind) {
@@ -278,7 +371,7 @@ static void mt_fill(const mt_tensor *t, const target_config *c, uint64_t seed, u
         case MT_A_LOG: x = log(0.3) + 0.4 * z; break;
         case MT_DT_BIAS: x = -0.5 + 0.5 * z; break;
         case MT_BIAS: x = 0.02 * z; break;
-        default: x = std * z; break; // MT_LINEAR, MT_VOCAB
+        default: x = std * z; break; // MT_LINEAR, MT_VOCAB, MT_ROUTER
         }
         v[j] = (float)x;
     }
@@ -357,7 +450,7 @@ static int mt_write_model(const char *dir, const target_config *c, mt_list *l, u
             mt_tensor *t = &l->t[i];
             int64_t n = mt_numel(t);
             float *v = xmalloc((size_t)n * sizeof(float));
-            mt_fill(t, c, seed, (uint32_t)i, v);
+            mt_fill(t, c, seed, v);
             void *data = v;
             if (dt != DT_F32) {
                 data = xmalloc((size_t)n * elem);
@@ -512,6 +605,81 @@ static int mt_hybrid_setup(target_config *c, const mt_hybrid_args *h, char *msg,
     return 0;
 }
 
+// ---------------------------------------------------------------- the mixture of experts' options
+
+typedef struct {
+    int64_t experts, per_tok, inter, shared, step; // -1: not given
+    const char *mlp_only;                          // --mlp-only, NULL: not given
+    const char *layout;                            // --experts-layout, NULL: the arch's default
+    int norm_topk;                                 // --norm-topk given
+    const char *given;                             // the first MoE option seen (for the error)
+    const char *qwen3_only, *qwen3_5_only;         // the first family-specific one seen
+} mt_moe_args;
+
+// mt_moe_opt: option a (value v) if it is one of the MoE's: 0, or -1 after a usage error; 1 if it is not.
+static int mt_moe_opt(mt_moe_args *m, const char *a, const char *v) {
+    int rc = 1;
+    if (strcmp(a, "--experts") == 0) rc = mt_int(a, v, &m->experts);
+    else if (strcmp(a, "--experts-per-tok") == 0) rc = mt_int(a, v, &m->per_tok);
+    else if (strcmp(a, "--moe-intermediate") == 0) rc = mt_int(a, v, &m->inter);
+    else if (strcmp(a, "--experts-layout") == 0) m->layout = v, rc = 0;
+    else if (strcmp(a, "--shared-intermediate") == 0) {
+        rc = mt_int(a, v, &m->shared);
+        if (!m->qwen3_5_only) m->qwen3_5_only = a;
+    } else if (strcmp(a, "--sparse-step") == 0 || strcmp(a, "--mlp-only") == 0) {
+        rc = a[2] == 's' ? mt_int(a, v, &m->step) : 0;
+        if (a[2] == 'm') m->mlp_only = v;
+        if (!m->qwen3_only) m->qwen3_only = a;
+    }
+    if (rc != 1 && !m->given) m->given = a;
+    return rc;
+}
+
+// mt_moe_setup: the MoE fields of c (shape fields already set, the hybrid's too) from the options,
+// with defaults: 8 experts, top 2, experts of width H, the shared expert as wide, every layer sparse.
+// -1 with msg on a bad value.
+static int mt_moe_setup(target_config *c, const mt_moe_args *m, char *msg, size_t n) {
+    int hybrid = c->arch == ARCH_QWEN3_5;
+    c->moe = 1;
+    c->n_experts = m->experts >= 0 ? m->experts : 8;
+    c->n_experts_tok = m->per_tok >= 0 ? m->per_tok : 2;
+    c->moe_intermediate = m->inter >= 0 ? m->inter : c->hidden;
+    c->shared_intermediate = hybrid ? (m->shared >= 0 ? m->shared : c->moe_intermediate) : 0;
+    c->norm_topk_prob = hybrid || m->norm_topk;
+    c->sparse_step = m->step >= 0 ? m->step : 1;
+    const int64_t big = (int64_t)1 << 24;
+    if (c->n_experts < 1 || c->n_experts > 65536) snprintf(msg, n, "--experts must be in [1, 65536]");
+    else if (c->n_experts_tok < 1 || c->n_experts_tok > 64)
+        snprintf(msg, n, "--experts-per-tok must be in [1, 64]");
+    else if (c->n_experts_tok > c->n_experts)
+        snprintf(msg, n, "--experts-per-tok %lld is more than --experts %lld", (long long)c->n_experts_tok,
+                 (long long)c->n_experts);
+    else if (c->moe_intermediate < 1 || c->moe_intermediate > big)
+        snprintf(msg, n, "--moe-intermediate must be in [1, 2^24]");
+    else if (hybrid && (c->shared_intermediate < 1 || c->shared_intermediate > big))
+        snprintf(msg, n, "--shared-intermediate must be in [1, 2^24]");
+    else if (c->sparse_step < 1) snprintf(msg, n, "--sparse-step must be positive");
+    else if (c->n_layers > TARGET_MAX_LAYERS)
+        snprintf(msg, n, "--layers must be in [1, %d] for the MoE targets", TARGET_MAX_LAYERS);
+    else msg[0] = '\0';
+    if (msg[0]) return -1;
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = (uint8_t)((i + 1) % c->sparse_step == 0);
+    for (const char *p = m->mlp_only; p;) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || (*end != ',' && *end != '\0') || v < 0 || v >= c->n_layers) {
+            size_t len = strcspn(p, ",");
+            snprintf(msg, n, "--mlp-only entry '%.*s' is not a layer index in [0, %lld)", (int)len, p,
+                     (long long)c->n_layers);
+            return -1;
+        }
+        c->layer_sparse[v] = 0;
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 int tool_make_target_main(int argc, char **argv) {
     const char *out_dir = NULL, *arch = NULL, *dtype_name_arg = "bf16";
     int64_t layers = -1, hidden = -1, heads = -1, kv_heads = -1, head_dim = 0, inter = 0, vocab = -1;
@@ -520,6 +688,7 @@ int tool_make_target_main(int argc, char **argv) {
     int tie = 0;
     mt_hybrid_args hy = {.k_heads = -1, .v_heads = -1, .k_dim = -1, .v_dim = -1, .conv = -1, .interval = -1,
                          .partial = -1.0};
+    mt_moe_args moe = {.experts = -1, .per_tok = -1, .inter = -1, .shared = -1, .step = -1};
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -529,6 +698,12 @@ int tool_make_target_main(int argc, char **argv) {
         }
         if (strcmp(a, "--tie") == 0) {
             tie = 1;
+            continue;
+        }
+        if (strcmp(a, "--norm-topk") == 0) {
+            moe.norm_topk = 1;
+            if (!moe.given) moe.given = a;
+            if (!moe.qwen3_only) moe.qwen3_only = a;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -544,7 +719,7 @@ int tool_make_target_main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        int bad = 0, hbad;
+        int bad = 0, hbad, mbad;
         if (strcmp(a, "--arch") == 0) arch = v;
         else if (strcmp(a, "--dtype") == 0) dtype_name_arg = v;
         else if (strcmp(a, "--layers") == 0) bad = mt_int(a, v, &layers);
@@ -562,6 +737,7 @@ int tool_make_target_main(int argc, char **argv) {
         else if (strcmp(a, "--rope-llama3") == 0) bad = mt_num(a, v, &llama3);
         else if (strcmp(a, "--eps") == 0) bad = mt_num(a, v, &eps);
         else if ((hbad = mt_hybrid_opt(&hy, a, v)) != 1) bad = hbad;
+        else if ((mbad = mt_moe_opt(&moe, a, v)) != 1) bad = mbad;
         else {
             fprintf(stderr, "error: make-target: unknown option '%s' (dflash_tool make-target --help)\n", a);
             return 2;
@@ -591,16 +767,46 @@ int tool_make_target_main(int argc, char **argv) {
     else if (strcmp(arch, "llama") == 0) c.arch = ARCH_LLAMA;
     else if (strcmp(arch, "qwen3_5") == 0) c.arch = ARCH_QWEN3_5;
     else if (strcmp(arch, "qwen3_5_vl") == 0) c.arch = ARCH_QWEN3_5, c.multimodal = 1;
+    else if (strcmp(arch, "qwen3_moe") == 0) c.arch = ARCH_QWEN3, c.moe = 1;
+    else if (strcmp(arch, "qwen3_5_moe") == 0) c.arch = ARCH_QWEN3_5, c.moe = 1;
+    else if (strcmp(arch, "qwen3_5_moe_vl") == 0) c.arch = ARCH_QWEN3_5, c.moe = 1, c.multimodal = 1;
     else {
-        fprintf(stderr, "error: make-target: --arch '%s' is not one of qwen3|llama|qwen3_5|qwen3_5_vl\n", arch);
+        fprintf(stderr, "error: make-target: --arch '%s' is not one of qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|"
+                        "qwen3_5_moe|qwen3_5_moe_vl\n", arch);
         return 2;
     }
-    int hybrid = c.arch == ARCH_QWEN3_5;
+    int hybrid = c.arch == ARCH_QWEN3_5, is_moe = c.moe;
     if (!hybrid && hy.given) {
-        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5|qwen3_5_vl\n", hy.given);
+        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5|qwen3_5_vl|qwen3_5_moe|qwen3_5_moe_vl\n",
+                hy.given);
         return 2;
     }
-    if (!inter) inter = 3 * hidden;
+    if (!is_moe && moe.given) {
+        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_moe|qwen3_5_moe|qwen3_5_moe_vl\n", moe.given);
+        return 2;
+    }
+    if (is_moe && hybrid && moe.qwen3_only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_moe (Qwen3.5-MoE: every layer sparse,"
+                        " the top-k always renormalised)\n", moe.qwen3_only);
+        return 2;
+    }
+    if (is_moe && !hybrid && moe.qwen3_5_only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5_moe|qwen3_5_moe_vl\n", moe.qwen3_5_only);
+        return 2;
+    }
+    if (is_moe && hybrid && inter) {
+        fprintf(stderr, "error: make-target: --intermediate is not used by --arch %s (no dense MLP: every layer"
+                        " is sparse; give --moe-intermediate / --shared-intermediate)\n", arch);
+        return 2;
+    }
+    int fused = is_moe && hybrid; // as published: Qwen3-MoE per expert, Qwen3.5-MoE fused
+    if (moe.layout && strcmp(moe.layout, "fused") == 0) fused = 1;
+    else if (moe.layout && strcmp(moe.layout, "per-expert") == 0) fused = 0;
+    else if (moe.layout) {
+        fprintf(stderr, "error: make-target: --experts-layout '%s' is not one of per-expert|fused\n", moe.layout);
+        return 2;
+    }
+    if (!inter) inter = is_moe && hybrid ? 0 : 3 * hidden;
     const int64_t big = (int64_t)1 << 24;
     const char *why = NULL;
     char msg[256];
@@ -622,7 +828,7 @@ int tool_make_target_main(int argc, char **argv) {
         why = msg;
     } else if (c.arch == ARCH_LLAMA && hidden % heads != 0)
         why = "--heads must divide --hidden for llama (transformers' LlamaConfig refuses it otherwise)";
-    else if (inter < 1 || inter > big) why = "--intermediate must be in [1, 2^24]";
+    else if (!(is_moe && hybrid) && (inter < 1 || inter > big)) why = "--intermediate must be in [1, 2^24]";
     else if (vocab < 2 || vocab > big) why = "--vocab must be in [2, 2^24]";
     else if (seed < 0) why = "--seed must be >= 0";
     else if (shards < 1 || shards > 99999) why = "--shards must be in [1, 99999]";
@@ -656,13 +862,14 @@ int tool_make_target_main(int argc, char **argv) {
     c.tie_embeddings = tie;
     c.partial_rotary = 1.0;
     c.rope_dim = head_dim;
-    if (hybrid && mt_hybrid_setup(&c, &hy, msg, sizeof msg)) {
+    if ((hybrid && mt_hybrid_setup(&c, &hy, msg, sizeof msg)) || (is_moe && mt_moe_setup(&c, &moe, msg, sizeof msg))) {
         fprintf(stderr, "error: make-target: %s\n", msg);
         return 1;
     }
     snprintf(c.arch_name, sizeof c.arch_name, "%s",
-             c.arch == ARCH_QWEN3 ? "Qwen3ForCausalLM"
+             c.arch == ARCH_QWEN3 ? (is_moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
              : c.arch == ARCH_LLAMA ? "LlamaForCausalLM"
+             : is_moe ? (c.multimodal ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5MoeForCausalLM")
              : c.multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM");
     snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s", torch_dtype);
     if (llama3 != 0.0) {
@@ -682,9 +889,15 @@ int tool_make_target_main(int argc, char **argv) {
         fprintf(stderr, "error: make-target: %s\n", error_msg());
         return 1;
     }
+    if (is_moe && (back.moe != 1 || back.n_experts != c.n_experts || back.n_experts_tok != c.n_experts_tok ||
+                   back.norm_topk_prob != c.norm_topk_prob || back.shared_intermediate != c.shared_intermediate ||
+                   memcmp(back.layer_sparse, c.layer_sparse, (size_t)layers) != 0)) {
+        fprintf(stderr, "error: make-target: internal: config.json reads back as a different mixture of experts\n");
+        return 1;
+    }
 
     mt_list list = {0};
-    mt_build_list(&list, &c);
+    mt_build_list(&list, &c, fused);
     if (shards > list.n) {
         fprintf(stderr, "error: make-target: --shards %lld is more than the %d tensors\n", (long long)shards, list.n);
         free(list.t);
@@ -738,9 +951,19 @@ int tool_make_target_main(int argc, char **argv) {
                  (long long)n_lin, (long long)c.lin_k_heads, (long long)c.lin_v_heads, (long long)c.lin_k_dim,
                  (long long)c.lin_v_dim, (long long)c.lin_conv_kernel, (long long)c.rope_dim);
     }
-    printf("make-target: wrote %s: %s, %lld layers%s, hidden %lld, %lld/%lld heads x %lld, vocab %lld, %s%s,"
+    char moe_extra[200] = "";
+    if (is_moe) {
+        int64_t n_sparse = 0;
+        for (int64_t i = 0; i < layers; i++) n_sparse += c.layer_sparse[i];
+        char shared[48] = "";
+        if (c.shared_intermediate > 0) snprintf(shared, sizeof shared, " + a shared expert x %lld", (long long)c.shared_intermediate);
+        snprintf(moe_extra, sizeof moe_extra, ", %lld sparse: %lld experts x %lld, top %lld%s%s, %s", (long long)n_sparse,
+                 (long long)c.n_experts, (long long)c.moe_intermediate, (long long)c.n_experts_tok,
+                 c.norm_topk_prob ? " renormalised" : "", shared, fused ? "fused" : "per expert");
+    }
+    printf("make-target: wrote %s: %s, %lld layers%s%s, hidden %lld, %lld/%lld heads x %lld, vocab %lld, %s%s,"
            " %lld parameters in %lld file%s\n",
-           out_dir, c.arch_name, (long long)layers, extra, (long long)hidden, (long long)heads, (long long)kv_heads,
+           out_dir, c.arch_name, (long long)layers, extra, moe_extra, (long long)hidden, (long long)heads, (long long)kv_heads,
            (long long)head_dim, (long long)vocab, dtype_name_arg, tie ? ", tied" : "", (long long)params,
            (long long)shards, shards == 1 ? "" : "s");
     free(list.t);
