@@ -47,6 +47,19 @@ are exactly the mtp.* ones (transformers ignores them; the teacher must skip the
 They also log the per-token decay exp(g) of every linear-attention layer (it must lie mostly in
 [0.5, 0.99] for the recurrent state to matter).
 
+The mixture-of-experts targets (SPEC section 2.2) load with experts_implementation="eager" (the
+plain per-expert loop of Qwen3MoeExperts / Qwen3_5MoeExperts): Qwen3MoeForCausalLM through
+AutoModelForCausalLM, Qwen3_5MoeForCausalLM / Qwen3_5MoeForConditionalGeneration by name. Their
+checkpoints are written per expert (mlp.experts.{e}.{gate,up,down}_proj.weight, which transformers 5
+merges into experts.gate_up_proj [E, 2I, H] (gate rows, then up rows) and experts.down_proj
+[E, H, I] by its conversion mapping) or fused (those tensors as they are); the script checks that
+the loaded fused tensors equal the checkpoint's per-expert ones in that order. Routing is a
+discontinuous function of the input: a token whose k-th and (k+1)-th router probabilities nearly tie
+could take another expert in a reimplementation, so each MoE seed must also leave every token's
+gap between the k-th and (k+1)-th softmax probability of every sparse layer at least
+MIN_ROUTER_GAP, and every expert of every sparse layer must be chosen by some token (so a wrong
+expert index shows); the log gives the smallest gap and the expert counts.
+
 The seed of each model is the first one, counting from the configured start, for which every gap
 between consecutive values among the top k+1 logits (so both the order and the set of the top k)
 is at least MIN_GAP (MIN_GAP_HYBRID for the hybrids): a reimplementation that is right to 1e-4 cannot flip the order.
@@ -59,6 +72,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -69,10 +83,12 @@ import torch
 K = 8                # top-k written
 MIN_GAP = 5e-3       # smallest acceptable gap between consecutive top-(k+1) logits
 # The hybrids' fixtures have ~90 positions, so ~700 gaps, all >= 5e-3 in almost no seed: 1e-3 there
+# (and for the MoE fixtures, of 30-90 positions)
 # (still ~1000 x the fp32 disagreement of two implementations; compare excuses near-tie swaps anyway).
 MIN_GAP_HYBRID = 1e-3
-SEEDS = 100          # seeds tried per fixture
+SEEDS = 300          # seeds tried per fixture (the MoE fixtures need a few hundred: the router gaps too)
 SEQ_LENS = (13, 6)   # two sequences of different lengths
+MIN_ROUTER_GAP = 1e-3  # smallest acceptable k-th minus (k+1)-th router probability (MoE)
 
 # name, make-target arguments (without OUT_DIR and --seed), first seed to try, layer ids
 FIXTURES = [
@@ -123,11 +139,56 @@ FIXTURES = [
      " --vocab 199 --dtype f32 --lin-k-heads 3 --lin-v-heads 3 --lin-k-dim 20 --lin-v-dim 12"
      " --conv-kernel 4 --full-interval 3 --partial-rotary 0.3 --eps 1e-5",
      1, [0, 2, 4], (5, 77, 21)),   # 4 = L-1, a linear layer
+    # Mixture-of-experts targets (SPEC section 2.2), three sequences each.
+    # (h) Qwen3-MoE: decoder_sparse_step 2 (layers 1, 3, 5 sparse) with layer 3 in mlp_only_layers
+    #     (dense), 6 experts, top 2, not renormalised, experts per expert (as published), untied,
+    #     dense MLP 64 / experts 24 wide, GQA 4/2 x 12, bf16 weights
+    ("qwen3moe_step2",
+     "--arch qwen3_moe --layers 6 --hidden 48 --heads 4 --kv-heads 2 --head-dim 12 --intermediate 64"
+     " --vocab 211 --dtype bf16 --experts 6 --experts-per-tok 2 --moe-intermediate 24 --sparse-step 2"
+     " --mlp-only 3 --rope-theta 1000000",
+     1, [0, 3, 5], (13, 6, 22)),   # 5 = L-1, a sparse layer: after the final norm
+    # (i) Qwen3-MoE: every layer sparse, 10 experts, top 3, renormalised (norm_topk_prob), the fused
+    #     layout (experts.gate_up_proj / down_proj), tied, 2 shards, f32 weights
+    ("qwen3moe_norm_fused_tied",
+     "--arch qwen3_moe --layers 3 --hidden 40 --heads 4 --kv-heads 1 --head-dim 10 --intermediate 56"
+     " --vocab 173 --dtype f32 --tie --shards 2 --experts 10 --experts-per-tok 3 --moe-intermediate 16"
+     " --norm-topk --experts-layout fused",
+     1, [0, 1], (9, 17, 5)),
+    # Every token of every sparse layer must clear the router gap (a tie under 1e-3 has a chance of
+    # ~1.2% per token and layer with 6 experts / top 2, ~3% with 10 / top 3): the Qwen3.5-MoE
+    # fixtures, whose tokens all pass every layer's router, are kept short in layers or tokens.
+    # (j) Qwen3.5-MoE text-only (Qwen3_5MoeForCausalLM): the hybrid layers (linear, full; the
+    #     sequence of 67 crosses the delta rule's chunk of 64), every MLP sparse: 6 experts, top 2
+    #     (always renormalised) + a shared expert of 40 with its sigmoid gate, fused (as
+    #     published), untied, bf16 weights
+    ("qwen35moe_text",
+     "--arch qwen3_5_moe --layers 2 --hidden 48 --heads 2 --kv-heads 1 --head-dim 24 --vocab 101"
+     " --dtype bf16 --lin-k-heads 2 --lin-v-heads 4 --lin-k-dim 12 --lin-v-dim 16 --conv-kernel 4"
+     " --layer-types linear,full --experts 6 --experts-per-tok 2 --moe-intermediate 20"
+     " --shared-intermediate 40 --rope-theta 1000000",
+     1, [0, 1], (67, 6)),   # 1 = L-1, a full layer: after the final norm
+    # (k) the Qwen3.5-MoE multimodal wrapper (Qwen3_5MoeForConditionalGeneration: text under
+    #     model.language_model., model.visual.* and mtp.* to skip), tied, 2 shards, layer types from
+    #     full_attention_interval 2, 5 experts, top 2 + a shared expert of 24, experts written per
+    #     expert (transformers merges them), partial rotary 0.5, f32 weights
+    ("qwen35moe_vl_tied",
+     "--arch qwen3_5_moe_vl --layers 4 --hidden 40 --heads 4 --kv-heads 2 --head-dim 12 --vocab 113"
+     " --dtype f32 --tie --shards 2 --lin-k-heads 1 --lin-v-heads 3 --lin-k-dim 16 --lin-v-dim 12"
+     " --conv-kernel 4 --full-interval 2 --partial-rotary 0.5 --experts 5 --experts-per-tok 2"
+     " --moe-intermediate 16 --shared-intermediate 24 --experts-layout per-expert",
+     1, [1, 2], (9, 17, 5)),
 ]
 
 ARCH_CLASS = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
-              "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_5_vl": "Qwen3_5ForConditionalGeneration"}
-MAX_BYTES = {"qwen3": 100_000, "llama": 100_000, "qwen3_5": 300_000, "qwen3_5_vl": 300_000}
+              "qwen3_5": "Qwen3_5ForCausalLM", "qwen3_5_vl": "Qwen3_5ForConditionalGeneration",
+              "qwen3_moe": "Qwen3MoeForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForCausalLM",
+              "qwen3_5_moe_vl": "Qwen3_5MoeForConditionalGeneration"}
+MAX_BYTES = {"qwen3": 100_000, "llama": 100_000, "qwen3_5": 300_000, "qwen3_5_vl": 300_000,
+             "qwen3_moe": 300_000, "qwen3_5_moe": 300_000, "qwen3_5_moe_vl": 300_000}
+AUTO_ARCHS = ("qwen3", "llama", "qwen3_moe")   # loaded through AutoModelForCausalLM
+MOE_ARCHS = ("qwen3_moe", "qwen3_5_moe", "qwen3_5_moe_vl")
+HYBRID_ARCHS = ("qwen3_5", "qwen3_5_vl", "qwen3_5_moe", "qwen3_5_moe_vl")
 
 
 def log(lines, msg=""):
@@ -189,15 +250,43 @@ def build(tool, name, margs, seed, tmp):
     return model_dir
 
 
+EXPERT_RE = re.compile(r"^(.*\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+
+
+def check_experts(model, ckpt_tensors, name):
+    """A per-expert checkpoint: every mlp.experts.{e}.{gate,up,down}_proj.weight of it is where
+    transformers' conversion mapping put it (gate_up_proj[e] = [gate; up], down_proj[e] = down).
+    Returns the number of expert tensors checked."""
+    sd = model.state_dict()
+    n = 0
+    for k, t in ckpt_tensors.items():
+        m = EXPERT_RE.match(k)
+        if not m:
+            continue
+        base, e, which = m.group(1), int(m.group(2)), m.group(3)
+        if which == "down":
+            held = sd[base + ".down_proj"][e]
+        else:
+            gu = sd[base + ".gate_up_proj"][e]
+            half = gu.shape[0] // 2
+            held = gu[:half] if which == "gate" else gu[half:]
+        assert torch.equal(held, t.float()), f"{name}: {k} is not where transformers put it"
+        n += 1
+    return n
+
+
 def load_model(model_dir, arch, name):
-    """The directory loaded as transformers does: AutoModelForCausalLM for Qwen3/Llama, the named
-    class for the Qwen3.5 layouts. Checks the class and that no weight is missing, unexpected or
-    mismatched; for Qwen3.5 also that the checkpoint's tensors the model does not hold are exactly
-    the mtp.* ones (the multimodal layout must have some) and that only a tied lm_head is not in it."""
+    """The directory loaded as transformers does: AutoModelForCausalLM for Qwen3/Llama/Qwen3-MoE, the
+    named class for the Qwen3.5 layouts (MoE included); the MoE targets with the eager experts.
+    Checks the class and that no weight is missing, unexpected or mismatched; for Qwen3.5 and the MoE
+    targets also that the checkpoint's tensors the model does not hold are exactly the mtp.* ones
+    (the multimodal layouts must have some; per-expert tensors count as the fused ones they are
+    merged into, and check_experts checks the merge) and that only a tied lm_head is not in it."""
     import transformers
-    klass = transformers.AutoModelForCausalLM if arch in ("qwen3", "llama") else getattr(transformers, ARCH_CLASS[arch])
+    klass = transformers.AutoModelForCausalLM if arch in AUTO_ARCHS else getattr(transformers, ARCH_CLASS[arch])
+    extra = {"experts_implementation": "eager"} if arch in MOE_ARCHS else {}
     model, info = klass.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager",
-                                        output_loading_info=True)
+                                        output_loading_info=True, **extra)
     model.eval()
     cls = type(model).__name__
     assert cls == ARCH_CLASS[arch], f"{name}: transformers made a {cls}"
@@ -206,20 +295,66 @@ def load_model(model_dir, arch, name):
     if arch in ("qwen3", "llama"):
         return model, cls, []
     from safetensors import safe_open
-    ckpt = set()
+    ckpt, experts = set(), {}
     for f in sorted(os.listdir(model_dir)):
         if f.endswith(".safetensors"):
             with safe_open(os.path.join(model_dir, f), "pt") as st:
-                ckpt.update(st.keys())
+                for k in st.keys():
+                    m = EXPERT_RE.match(k)
+                    if m:
+                        experts[k] = st.get_tensor(k)
+                        k = m.group(1) + (".down_proj" if m.group(3) == "down" else ".gate_up_proj")
+                    ckpt.add(k)
+    if experts:
+        check_experts(model, experts, name)
     held = set(model.state_dict().keys())
     skipped = sorted(ckpt - held)
+    vl = arch.endswith("_vl")
     assert all(k.startswith("mtp.") for k in skipped), f"{name}: checkpoint tensors not loaded: {skipped}"
-    assert (arch == "qwen3_5_vl") == bool(skipped), f"{name}: mtp.* tensors {skipped}"
+    assert vl == bool(skipped), f"{name}: mtp.* tensors {skipped}"
     absent = held - ckpt
     assert absent <= ({"lm_head.weight"} if model.config.tie_word_embeddings else set()), f"{name}: {absent}"
-    if arch == "qwen3_5_vl":
+    if vl:
         assert any(k.startswith("model.visual.") for k in ckpt & held), f"{name}: no model.visual.* loaded"
     return model, cls, skipped
+
+
+def router_stats(model, seqs):
+    """Per sparse layer: (the smallest gap between the k-th and (k+1)-th router probability over
+    every token of seqs (each run alone), how often each expert is among a token's top k).
+    Empty for a dense model. The router's own top-k (transformers') must be the probabilities' top k."""
+    tm, got, hooks = text_model(model), {}, []
+    for i, layer in enumerate(tm.layers):
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is None or not hasattr(layer.mlp, "experts"):
+            continue   # a dense MLP's gate is gate_proj
+        def hook(mod, inp, out, i=i):
+            logits, _, idx = out
+            probs = torch.softmax(logits.float(), dim=-1)
+            k = idx.shape[-1]
+            top = torch.topk(probs, min(k + 1, probs.shape[-1]), dim=-1)
+            assert torch.equal(top.indices[:, :k].sort(dim=-1).values, idx.sort(dim=-1).values), "router top-k"
+            gap = (top.values[:, k - 1] - top.values[:, k]) if k < probs.shape[-1] else torch.ones(probs.shape[0])
+            cnt = torch.bincount(idx.flatten(), minlength=probs.shape[-1])
+            g, c = got.get(i, (float("inf"), 0))
+            got[i] = (min(g, gap.min().item()), c + cnt)
+        hooks.append(gate.register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            for s in seqs:
+                model(input_ids=torch.tensor([s], dtype=torch.long), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {i: (g, c.tolist()) for i, (g, c) in sorted(got.items())}
+
+
+def routing_ok(stats):
+    """(every sparse layer's router gap >= MIN_ROUTER_GAP and every expert chosen, smallest gap)."""
+    if not stats:
+        return True, None
+    gap = min(g for g, _ in stats.values())
+    return gap >= MIN_ROUTER_GAP and all(min(c) > 0 for _, c in stats.values()), gap
 
 
 def decay_stats(model, seqs):
@@ -268,7 +403,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids, seq_l
     arch = shlex.split(margs)[shlex.split(margs).index("--arch") + 1]
     vocab = int(shlex.split(margs)[shlex.split(margs).index("--vocab") + 1])
     seqs = make_sequences(name, vocab, seq_lens)
-    min_gap = MIN_GAP if arch in ("qwen3", "llama") else MIN_GAP_HYBRID
+    min_gap = MIN_GAP if arch in ("qwen3", "llama") else MIN_GAP_HYBRID   # the MoE fixtures are as long
     for seed in range(seed0, seed0 + SEEDS):
         model_dir = build(tool, name, margs, seed, tmp)
         model, cls, skipped = load_model(model_dir, arch, name)
@@ -278,9 +413,15 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids, seq_l
         results = [run_sequence(model, s, layer_ids) for s in seqs]
         logits = torch.cat([r[1] for r in results])
         gap = min_topk_gap(logits, K)
-        if gap >= min_gap:
+        rstats = router_stats(model, seqs)
+        routed, rgap = routing_ok(rstats)
+        if gap >= min_gap and routed:
             break
-        log(lines, f"  {name}: seed {seed}: min top-{K + 1} gap {gap:.3g} < {min_gap:g}, next seed")
+        if gap < min_gap:
+            log(lines, f"  {name}: seed {seed}: min top-{K + 1} gap {gap:.3g} < {min_gap:g}, next seed")
+        else:
+            log(lines, f"  {name}: seed {seed}: min router gap {rgap:.3g} (< {MIN_ROUTER_GAP:g}?) or an expert"
+                       f" never chosen, next seed")
     else:
         raise SystemExit(f"{name}: no seed with top-k gaps >= {min_gap}")
 
@@ -348,7 +489,17 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids, seq_l
     log(lines, f"{name}: {cls}, L={L}, H={tcfg.hidden_size}, heads {tcfg.num_attention_heads}/"
                f"{tcfg.num_key_value_heads} x {tcfg.head_dim}, V={tcfg.vocab_size}, "
                f"tied={model.config.tie_word_embeddings}, rope={dict(rope)}")
-    if arch not in ("qwen3", "llama"):
+    if arch in MOE_ARCHS:
+        sparse = sorted(rstats)
+        log(lines, f"  MoE: {tcfg.num_experts} experts x {tcfg.moe_intermediate_size}, top {tcfg.num_experts_per_tok}, "
+                   f"renormalised {getattr(tcfg, 'norm_topk_prob', True)}, shared expert "
+                   f"{getattr(tcfg, 'shared_expert_intermediate_size', None)}, sparse layers {sparse}"
+                   + (f" (decoder_sparse_step {tcfg.decoder_sparse_step}, mlp_only_layers {tcfg.mlp_only_layers})"
+                      if arch == "qwen3_moe" else ""))
+        for i, (g, c) in rstats.items():
+            log(lines, f"  layer {i} router: min k-th - (k+1)-th probability {g:.4g} (>= {MIN_ROUTER_GAP:g}),"
+                       f" tokens per expert {c}")
+    if arch in HYBRID_ARCHS:
         log(lines, f"  layer_types {tcfg.layer_types}")
         log(lines, f"  linear attention: key/value heads {tcfg.linear_num_key_heads}/{tcfg.linear_num_value_heads}"
                    f" x {tcfg.linear_key_head_dim}/{tcfg.linear_value_head_dim}, conv kernel"
