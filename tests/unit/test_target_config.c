@@ -1,5 +1,6 @@
 // test_target_config.c: reading a target's config.json (real Qwen3-8B and Llama-3.1-8B files,
-// defaults, both RoPE spellings; the Qwen3.5 hybrid in both layouts), writing one back, RoPE inverse
+// defaults, both RoPE spellings; the Qwen3.5 hybrid in both layouts; the MoE targets, Qwen3-MoE and
+// Qwen3.5-MoE in both layouts), writing one back, RoPE inverse
 // frequencies against transformers, the default feature layers against z-lab dflash, and every
 // refusal naming its field.
 #include <math.h>
@@ -522,6 +523,271 @@ static void test_hybrid_roundtrip(void) {
     hybrid_roundtrip(&c, "text-only, the derived pattern as a list");
 }
 
+// ---------------------------------------------------------------- mixture of experts (SPEC §2.2)
+
+// Qwen/Qwen3-30B-A3B config.json as published on the Hugging Face hub.
+static const char *qwen3_30b_a3b_json =
+    "{\n"
+    "  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n"
+    "  \"attention_bias\": false,\n"
+    "  \"attention_dropout\": 0.0,\n"
+    "  \"bos_token_id\": 151643,\n"
+    "  \"decoder_sparse_step\": 1,\n"
+    "  \"eos_token_id\": 151645,\n"
+    "  \"head_dim\": 128,\n"
+    "  \"hidden_act\": \"silu\",\n"
+    "  \"hidden_size\": 2048,\n"
+    "  \"initializer_range\": 0.02,\n"
+    "  \"intermediate_size\": 6144,\n"
+    "  \"max_position_embeddings\": 40960,\n"
+    "  \"max_window_layers\": 48,\n"
+    "  \"mlp_only_layers\": [],\n"
+    "  \"model_type\": \"qwen3_moe\",\n"
+    "  \"moe_intermediate_size\": 768,\n"
+    "  \"norm_topk_prob\": true,\n"
+    "  \"num_attention_heads\": 32,\n"
+    "  \"num_experts\": 128,\n"
+    "  \"num_experts_per_tok\": 8,\n"
+    "  \"num_hidden_layers\": 48,\n"
+    "  \"num_key_value_heads\": 4,\n"
+    "  \"output_router_logits\": false,\n"
+    "  \"rms_norm_eps\": 1e-06,\n"
+    "  \"rope_scaling\": null,\n"
+    "  \"rope_theta\": 1000000.0,\n"
+    "  \"router_aux_loss_coef\": 0.001,\n"
+    "  \"sliding_window\": null,\n"
+    "  \"tie_word_embeddings\": false,\n"
+    "  \"torch_dtype\": \"bfloat16\",\n"
+    "  \"transformers_version\": \"4.51.0\",\n"
+    "  \"use_cache\": true,\n"
+    "  \"use_sliding_window\": false,\n"
+    "  \"vocab_size\": 151936\n"
+    "}\n";
+
+// edits: json with each pair {from, to} of the NULL-terminated list replaced in turn (first
+// occurrence each; static buffer, so with() can take the result).
+static const char *edits(const char *json, const char *const *pairs) {
+    static char a[8192], b[8192];
+    char *src = a, *dst = b;
+    snprintf(src, sizeof a, "%s", json);
+    for (const char *const *p = pairs; p[0]; p += 2) {
+        const char *at = strstr(src, p[0]);
+        if (!at) {
+            fprintf(stderr, "test bug: '%s' not in the config\n", p[0]);
+            exit(1);
+        }
+        snprintf(dst, sizeof a, "%.*s%s%s", (int)(at - src), src, p[1], at + strlen(p[0]));
+        char *t = src;
+        src = dst, dst = t;
+    }
+    return src;
+}
+
+// qwen35moe_vl: the Qwen3.5 wrapper above made a Qwen3_5MoeForConditionalGeneration of the
+// Qwen3.5-35B-A3B kind (no intermediate_size: every MLP is sparse).
+static const char *qwen35moe_vl(void) {
+    static const char *const pairs[] = {
+        "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+        "\"model_type\": \"qwen3_5\"", "\"model_type\": \"qwen3_5_moe\"",
+        "\"model_type\": \"qwen3_5_text\"", "\"model_type\": \"qwen3_5_moe_text\"",
+        "\"intermediate_size\": 17408,", "\"moe_intermediate_size\": 512, \"shared_expert_intermediate_size\": 512,"
+                                       " \"num_experts\": 256, \"num_experts_per_tok\": 8,",
+        "\"num_hidden_layers\": 64", "\"num_hidden_layers\": 40",
+        "\"hidden_size\": 5120", "\"hidden_size\": 2048",
+        "\"qwen3_5_vision\"", "\"qwen3_5_moe_vision\"",
+        NULL};
+    return edits(qwen35_vl_json, pairs);
+}
+
+// The text-only Qwen3_5MoeForCausalLM: 10 experts, top 3, a shared expert of 40.
+static const char *qwen35moe_text_json =
+    "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\", \"hidden_size\": 48,"
+    " \"num_hidden_layers\": 4, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 24,"
+    " \"vocab_size\": 173, \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 6, \"linear_key_head_dim\": 12,"
+    " \"linear_value_head_dim\": 20, \"linear_conv_kernel_dim\": 3, \"num_experts\": 10, \"num_experts_per_tok\": 3,"
+    " \"moe_intermediate_size\": 20, \"shared_expert_intermediate_size\": 40,"
+    " \"layer_types\": [\"linear_attention\", \"full_attention\", \"linear_attention\", \"linear_attention\"],"
+    " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0, \"partial_rotary_factor\": 0.25},"
+    " \"tie_word_embeddings\": false}";
+
+static void test_moe(void) {
+    target_config c;
+    // Qwen3-30B-A3B: Qwen3 attention, every layer sparse (step 1, no mlp-only layers), renormalised.
+    CHECK(parse(&c, qwen3_30b_a3b_json) == 0);
+    CHECK(c.arch == ARCH_QWEN3 && c.moe == 1 && c.multimodal == 0 && strcmp(c.arch_name, "Qwen3MoeForCausalLM") == 0);
+    CHECK(strcmp(target_tensor_prefix(&c), "model.") == 0);
+    CHECK(c.n_layers == 48 && c.hidden == 2048 && c.intermediate == 6144 && c.vocab == 151936);
+    CHECK(c.n_heads == 32 && c.n_kv_heads == 4 && c.head_dim == 128 && c.rope_dim == 128);
+    CHECK(c.n_experts == 128 && c.n_experts_tok == 8 && c.moe_intermediate == 768 && c.shared_intermediate == 0);
+    CHECK(c.norm_topk_prob == 1 && c.sparse_step == 1);
+    CHECK(c.norm_zero_centred == 0 && c.gated_attention == 0 && !target_layer_is_linear(&c, 0));
+    for (int64_t i = 0; i < c.n_layers; i++) CHECK_MSG(target_layer_is_sparse(&c, i), "layer %lld", (long long)i);
+    CHECK_CLOSE(c.rope_theta, 1e6, 0);
+    check_inv_freq(&c, qwen3_inv_freq, 64); // theta 1e6, head 128: Qwen3-8B's
+    // transformers' Qwen3MoeDecoderLayer: sparse iff i not in mlp_only_layers and (i+1) % step == 0.
+    CHECK(parse(&c, edits(qwen3_30b_a3b_json, (const char *const[]){"\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",
+                                                                     "\"mlp_only_layers\": []", "\"mlp_only_layers\": [1, 4, 7]",
+                                                                     "\"num_hidden_layers\": 48", "\"num_hidden_layers\": 8", NULL})) == 0);
+    static const int want8[8] = {0, 0, 0, 1, 0, 1, 0, 0}; // 1, 3, 5, 7 by the step, less 1 and 7 (4 is dense anyway)
+    for (int i = 0; i < 8; i++) CHECK_MSG(target_layer_is_sparse(&c, i) == want8[i], "layer %d", i);
+    CHECK(c.sparse_step == 2);
+    CHECK(parse(&c, with(qwen3_30b_a3b_json, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 3")) == 0);
+    for (int i = 0; i < 48; i++) CHECK_MSG(target_layer_is_sparse(&c, i) == ((i + 1) % 3 == 0), "step 3, layer %d", i);
+    // a step over L: no sparse layer; mlp_only_layers null counts as absent, duplicates are harmless
+    CHECK(parse(&c, with(qwen3_30b_a3b_json, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 49")) == 0);
+    for (int i = 0; i < 48; i++) CHECK(!target_layer_is_sparse(&c, i));
+    CHECK(parse(&c, with(qwen3_30b_a3b_json, "\"mlp_only_layers\": []", "\"mlp_only_layers\": null")) == 0);
+    CHECK(target_layer_is_sparse(&c, 0) && target_layer_is_sparse(&c, 47));
+    CHECK(parse(&c, with(qwen3_30b_a3b_json, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 0, 47]")) == 0);
+    CHECK(!target_layer_is_sparse(&c, 0) && target_layer_is_sparse(&c, 1) && !target_layer_is_sparse(&c, 47));
+    // A dense target is never sparse.
+    target_config q;
+    CHECK(parse(&q, qwen3_8b_json) == 0);
+    CHECK(q.moe == 0 && q.n_experts == 0 && !target_layer_is_sparse(&q, 0));
+
+    // Qwen3.5-MoE, the wrapper: the hybrid's layers, every MLP sparse, always renormalised, a shared expert.
+    CHECK(parse(&c, qwen35moe_vl()) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && c.moe == 1 && c.multimodal == 1);
+    CHECK(strcmp(c.arch_name, "Qwen3_5MoeForConditionalGeneration") == 0);
+    CHECK(strcmp(target_tensor_prefix(&c), "model.language_model.") == 0);
+    CHECK(c.n_layers == 40 && c.hidden == 2048 && c.intermediate == 0 && c.head_dim == 256 && c.rope_dim == 64);
+    CHECK(c.n_experts == 256 && c.n_experts_tok == 8 && c.moe_intermediate == 512 && c.shared_intermediate == 512);
+    CHECK(c.norm_topk_prob == 1 && c.sparse_step == 1 && c.norm_zero_centred == 1 && c.gated_attention == 1);
+    for (int64_t i = 0; i < c.n_layers; i++) {
+        CHECK_MSG(target_layer_is_sparse(&c, i), "layer %lld", (long long)i);
+        CHECK_MSG(target_layer_is_linear(&c, i) == ((i + 1) % 4 != 0), "layer %lld", (long long)i);
+    }
+    // Qwen3_5MoeTextConfig has no norm_topk_prob, decoder_sparse_step or mlp_only_layers: its router
+    // always renormalises and every decoder layer is sparse, whatever such keys say.
+    CHECK(parse(&c, with(qwen35moe_text_json, "\"num_experts\": 10", "\"norm_topk_prob\": false, \"decoder_sparse_step\": 2,"
+                                                                  " \"mlp_only_layers\": [0], \"num_experts\": 10")) == 0);
+    CHECK(c.norm_topk_prob == 1 && c.sparse_step == 1);
+    for (int i = 0; i < 4; i++) CHECK(target_layer_is_sparse(&c, i));
+    // The text-only layout.
+    CHECK(parse(&c, qwen35moe_text_json) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && c.moe == 1 && c.multimodal == 0 && strcmp(c.arch_name, "Qwen3_5MoeForCausalLM") == 0);
+    CHECK(strcmp(target_tensor_prefix(&c), "model.") == 0);
+    CHECK(c.n_experts == 10 && c.n_experts_tok == 3 && c.moe_intermediate == 20 && c.shared_intermediate == 40);
+    CHECK(target_layer_is_linear(&c, 0) && !target_layer_is_linear(&c, 1) && target_layer_is_sparse(&c, 1));
+    // An intermediate_size in a Qwen3.5-MoE config is not read (no dense MLP).
+    CHECK(parse(&c, with(qwen35moe_text_json, "\"hidden_size\": 48", "\"hidden_size\": 48, \"intermediate_size\": 5")) == 0);
+    CHECK(c.intermediate == 0);
+}
+
+static void test_moe_defaults(void) {
+    target_config c;
+    // Qwen3MoeConfig's defaults: 128 experts, top 8, experts 768 wide, not renormalised, step 1,
+    // no mlp-only layers (every layer sparse); from model_type alone. Unlike Qwen3Config it has no
+    // head_dim field: Qwen3MoeAttention takes getattr(config, "head_dim", hidden // heads), 64 / 4 here.
+    const char *min = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 3,"
+                      " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"vocab_size\": 300}";
+    CHECK(parse(&c, min) == 0);
+    CHECK(c.arch == ARCH_QWEN3 && c.moe == 1 && strcmp(c.arch_name, "Qwen3MoeForCausalLM") == 0);
+    CHECK(c.n_experts == 128 && c.n_experts_tok == 8 && c.moe_intermediate == 768 && c.shared_intermediate == 0);
+    CHECK(c.norm_topk_prob == 0 && c.sparse_step == 1 && c.tie_embeddings == 0 && c.max_positions == 32768);
+    CHECK_MSG(c.head_dim == 16, "Qwen3-MoE without head_dim: head_dim %lld, transformers hidden/heads = 16",
+              (long long)c.head_dim);
+    for (int i = 0; i < 3; i++) CHECK(target_layer_is_sparse(&c, i));
+    // Qwen3MoeConfig needs intermediate_size for its dense layers (it has a default; we want it said).
+    CHECK_ERR(parse(&c, with(min, "\"intermediate_size\": 96,", "")), "missing 'intermediate_size'");
+    // Qwen3_5MoeTextConfig's: 256 experts, top 8, experts and shared expert 512 wide; head_dim 256,
+    // linear heads 16/32 x 128, full attention every 4th layer.
+    const char *min5 = "{\"model_type\": \"qwen3_5_moe_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
+                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300}";
+    CHECK(parse(&c, min5) == 0);
+    CHECK(c.arch == ARCH_QWEN3_5 && c.moe == 1 && c.multimodal == 0 && strcmp(c.arch_name, "Qwen3_5MoeForCausalLM") == 0);
+    CHECK(c.n_experts == 256 && c.n_experts_tok == 8 && c.moe_intermediate == 512 && c.shared_intermediate == 512);
+    CHECK(c.norm_topk_prob == 1 && c.head_dim == 256 && c.lin_k_heads == 16 && c.lin_v_heads == 32 && c.full_interval == 4);
+    for (int i = 0; i < 6; i++) CHECK(target_layer_is_sparse(&c, i) && target_layer_is_linear(&c, i) == (i != 3));
+    char buf[2048];
+    snprintf(buf, sizeof buf, "{\"model_type\": \"qwen3_5_moe\", \"text_config\": %s}", min5);
+    CHECK(parse(&c, buf) == 0);
+    CHECK(c.multimodal == 1 && strcmp(c.arch_name, "Qwen3_5MoeForConditionalGeneration") == 0 && c.n_experts == 256);
+}
+
+static void test_moe_refusals(void) {
+    target_config c;
+    const char *q = qwen3_30b_a3b_json, *t = qwen35moe_text_json;
+    CHECK_ERR(parse(&c, with(q, "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 129")),
+              "m/config.json: 'num_experts_per_tok' 129 is more than 'num_experts' 128");
+    CHECK_ERR(parse(&c, with(t, "\"num_experts_per_tok\": 3", "\"num_experts_per_tok\": 11")),
+              "'num_experts_per_tok' 11 is more than 'num_experts' 10");
+    CHECK_ERR(parse(&c, with(q, "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 65")),
+              "'num_experts_per_tok' 65 is over 64");
+    CHECK_ERR(parse(&c, with(q, "\"num_experts\": 128", "\"num_experts\": 0")), "'num_experts' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(q, "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 0")),
+              "'num_experts_per_tok' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(q, "\"moe_intermediate_size\": 768", "\"moe_intermediate_size\": \"768\"")),
+              "'moe_intermediate_size' wants an integer, got \"768\"");
+    CHECK_ERR(parse(&c, with(q, "\"num_experts\": 128", "\"num_experts\": 12.5")), "'num_experts' wants an integer");
+    CHECK_ERR(parse(&c, with(q, "\"norm_topk_prob\": true", "\"norm_topk_prob\": 1")),
+              "'norm_topk_prob' wants true or false, got 1");
+    CHECK_ERR(parse(&c, with(q, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 0")),
+              "'decoder_sparse_step' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(q, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": \"1\"")),
+              "'decoder_sparse_step' wants an integer");
+    CHECK_ERR(parse(&c, with(q, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [3, 48]")),
+              "m/config.json: 'mlp_only_layers[1]' is 48: want a layer index in [0, 48)");
+    CHECK_ERR(parse(&c, with(q, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [-1]")), "'mlp_only_layers[0]' is -1");
+    CHECK_ERR(parse(&c, with(q, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [1.5]")), "'mlp_only_layers[0]' is 1.5");
+    CHECK_ERR(parse(&c, with(q, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [\"2\"]")), "'mlp_only_layers[0]' is \"2\"");
+    CHECK_ERR(parse(&c, with(q, "\"mlp_only_layers\": []", "\"mlp_only_layers\": 2")),
+              "'mlp_only_layers' wants a list of layer indices, got 2");
+    CHECK_ERR(parse(&c, with(q, "\"num_hidden_layers\": 48", "\"num_hidden_layers\": 2000")), "'num_hidden_layers' 2000 is over the 1024");
+    CHECK_ERR(parse(&c, with(q, "\"model_type\": \"qwen3_moe\"", "\"model_type\": \"qwen3\"")),
+              "'model_type' is \"qwen3\" but 'architectures' is [\"Qwen3MoeForCausalLM\"] (expected model_type \"qwen3_moe\")");
+    CHECK_ERR(parse(&c, with(q, "\"use_sliding_window\": false", "\"use_sliding_window\": true")), "'use_sliding_window' is true");
+    CHECK_ERR(parse(&c, with(q, "\"num_experts\": 128", "\"num_experts\": 128, \"num_experts\": 64")),
+              "key 'num_experts' is given twice");
+    // Qwen3.5-MoE: the shared expert's width, in both layouts (the wrapper's message says text_config).
+    CHECK_ERR(parse(&c, with(t, "\"shared_expert_intermediate_size\": 40", "\"shared_expert_intermediate_size\": 0")),
+              "m/config.json: 'shared_expert_intermediate_size' must be positive, got 0");
+    CHECK_ERR(parse(&c, with(qwen35moe_vl(), "\"shared_expert_intermediate_size\": 512",
+                             "\"shared_expert_intermediate_size\": -4")),
+              "m/config.json: text_config: 'shared_expert_intermediate_size' must be positive, got -4");
+    CHECK_ERR(parse(&c, with(qwen35moe_vl(), "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 300")),
+              "text_config: 'num_experts_per_tok' 300 is more than 'num_experts' 256");
+    CHECK_ERR(parse(&c, with(t, "\"model_type\": \"qwen3_5_moe_text\"", "\"model_type\": \"qwen3_5_text\"")),
+              "(expected model_type \"qwen3_5_moe_text\")");
+    CHECK_ERR(parse(&c, with(qwen35moe_vl(), "\"model_type\": \"qwen3_5_moe\"", "\"model_type\": \"qwen3_5\"")),
+              "'model_type' is \"qwen3_5\" but 'architectures' is [\"Qwen3_5MoeForConditionalGeneration\"]");
+    CHECK_ERR(parse(&c, "{\"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"], \"hidden_size\": 8}"),
+              "Qwen3_5MoeForConditionalGeneration needs a 'text_config' object");
+    CHECK_ERR(parse(&c, "{\"model_type\": \"mixtral\", \"hidden_size\": 8}"), "qwen3_moe, qwen3_5_moe, qwen3_5_moe_text");
+}
+
+// moe_roundtrip: target_config_to_json of c parses back to c, field for field; the JSON has `want`
+// and not `unwanted` (NULL: no check).
+static void moe_roundtrip(const target_config *c, const char *what, const char *want, const char *unwanted) {
+    target_config d;
+    char *json = target_config_to_json(c);
+    CHECK_MSG(target_config_parse(&d, json, "roundtrip") == 0, "%s: %s", what, error_msg());
+    CHECK_MSG(memcmp(c, &d, sizeof d) == 0, "%s: the round trip changed the config", what);
+    CHECK_MSG(!want || strstr(json, want), "%s: no %s in\n%s", what, want, json);
+    CHECK_MSG(!unwanted || !strstr(json, unwanted), "%s: %s in\n%s", what, unwanted, json);
+    free(json);
+}
+
+static void test_moe_roundtrip(void) {
+    target_config c;
+    CHECK(parse(&c, qwen3_30b_a3b_json) == 0);
+    moe_roundtrip(&c, "Qwen3-30B-A3B", "\"norm_topk_prob\":\ttrue", "shared_expert");
+    CHECK(parse(&c, edits(qwen3_30b_a3b_json, (const char *const[]){"\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",
+                                                                     "\"mlp_only_layers\": []", "\"mlp_only_layers\": [1, 4, 47]",
+                                                                     "\"norm_topk_prob\": true", "\"norm_topk_prob\": false", NULL})) == 0);
+    // 4 is dense by the step: only 1 and 47 need listing
+    moe_roundtrip(&c, "Qwen3-MoE, step 2 + mlp_only_layers", "\"mlp_only_layers\":\t[1, 47]", NULL);
+    c.tie_embeddings = 1;
+    moe_roundtrip(&c, "Qwen3-MoE, tied", "\"decoder_sparse_step\":\t2", NULL);
+    CHECK(parse(&c, qwen35moe_vl()) == 0);
+    moe_roundtrip(&c, "Qwen3.5-MoE wrapper", "\"shared_expert_intermediate_size\":\t512", "norm_topk_prob");
+    moe_roundtrip(&c, "Qwen3.5-MoE wrapper", "\"qwen3_5_moe_vision\"", "mlp_only_layers");
+    CHECK(parse(&c, qwen35moe_text_json) == 0);
+    moe_roundtrip(&c, "Qwen3.5-MoE text-only", "\"Qwen3_5MoeForCausalLM\"", "\"intermediate_size\"");
+    moe_roundtrip(&c, "Qwen3.5-MoE text-only", "\"qwen3_5_moe_text\"", "text_config");
+}
+
 static void test_refusals(void) {
     target_config c;
     const char *q = qwen3_8b_json, *l = llama31_8b_json;
@@ -586,5 +852,9 @@ int main(void) {
     test_hybrid_defaults();
     test_hybrid_refusals();
     test_hybrid_roundtrip();
+    test_moe();
+    test_moe_defaults();
+    test_moe_refusals();
+    test_moe_roundtrip();
     return test_finish("test_target_config");
 }
