@@ -393,7 +393,9 @@ static void pf_target(pf_ctx *x, const char *host) {
         pf_add(x, PF_TARGET, rank, PF_FAIL, "%s: %s", host, error_msg());
         return;
     }
-    const char *missing = !safetensors_dir_find(&d, "model.embed_tokens.weight") ? "model.embed_tokens.weight"
+    char emb[96]; // model.embed_tokens.weight, or under model.language_model. in the multimodal wrappers
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(&x->tc));
+    const char *missing = !safetensors_dir_find(&d, emb) ? emb
                           : !x->tc.tie_embeddings && !safetensors_dir_find(&d, "lm_head.weight") ? "lm_head.weight"
                                                                                                   : NULL;
     size_t bytes = 0;

@@ -86,7 +86,10 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
     memset(dc, 0, sizeof *dc);
     dc->n_layers = cfg->drafter_layers;
     dc->hidden = tc->hidden;
-    dc->intermediate = cfg->drafter_intermediate > 0 ? cfg->drafter_intermediate : tc->intermediate;
+    // the target's dense MLP width; a target without one (Qwen3.5-MoE: every MLP sparse) gets 3 H
+    dc->intermediate = cfg->drafter_intermediate > 0 ? cfg->drafter_intermediate
+                       : tc->intermediate > 0         ? tc->intermediate
+                                                      : 3 * tc->hidden;
     dc->n_heads = cfg->drafter_heads > 0 ? cfg->drafter_heads : tc->n_heads;
     dc->n_kv_heads = cfg->drafter_kv_heads > 0 ? cfg->drafter_kv_heads : tc->n_kv_heads;
     dc->head_dim = cfg->drafter_head_dim > 0 ? cfg->drafter_head_dim : tc->head_dim;
@@ -119,11 +122,13 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
     if (teacher_contract_make(cfg, tc->n_layers, ct)) return -1;
     if (train_drafter_config(cfg, tc, ct, dc)) return -1;
     if (safetensors_dir_open(td, cfg->target_path)) return error_prefix("target");
-    *e_emb = safetensors_dir_find(td, "model.embed_tokens.weight");
+    char emb[96]; // model.embed_tokens.weight, or under model.language_model. in the multimodal wrappers
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(tc));
+    *e_emb = safetensors_dir_find(td, emb);
     *e_head = tc->tie_embeddings ? NULL : safetensors_dir_find(td, "lm_head.weight");
     if (!*e_emb || (!tc->tie_embeddings && !*e_head)) {
         safetensors_dir_close(td);
-        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? "lm_head.weight" : "model.embed_tokens.weight");
+        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? "lm_head.weight" : emb);
     }
     return 0;
 }

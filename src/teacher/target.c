@@ -18,8 +18,8 @@
 
 // ----------------------------------------------------------------------------- loading
 
-void target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
-                       const char *fmt, ...) {
+int target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                      const char *fmt, ...) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
@@ -36,11 +36,18 @@ void target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int
     t->shape[2] = s2;
     t->f32 = f32;
     t->dst = dst;
+    t->parent = -1;
+    return l->n - 1;
+}
+
+void target_tensor_part(target_tensor_list *l, int i, int parent, int64_t offset) {
+    l->t[i].parent = parent;
+    l->t[i].offset = offset;
 }
 
 // target_tensor_list_build: every tensor of the model, in a fixed order, with the shape config.json
 // implies; m->layers must be allocated (the list holds pointers into it).
-static void target_tensor_list_build(target_model *m, target_tensor_list *list) {
+static void target_tensor_list_build(target_model *m, target_tensor_list *list, const st_dir *d) {
     const target_config *c = &m->cfg;
     int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim, V = c->vocab;
     int64_t q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
@@ -65,10 +72,13 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list) 
             }
         }
         target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
-        
-        target_tensor_add(list, &L->w_gate, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "gate_proj.weight");
-        target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "up_proj.weight");
-        target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%slayers.%lld.mlp.%s", P, ll, "down_proj.weight");
+        if (target_layer_is_sparse(c, l)) {
+            target_moe_layer_tensors(m, l, P, list, d);
+        } else {
+            target_tensor_add(list, &L->w_gate, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "gate_proj.weight");
+            target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "up_proj.weight");
+            target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%slayers.%lld.mlp.%s", P, ll, "down_proj.weight");
+        }
     }
     target_tensor_add(list, &m->final_norm, 0, 1, H, 0, 0, "%snorm.weight", P);
     if (!c->tie_embeddings) target_tensor_add(list, &m->lm_head, 0, 2, V, H, 0, "lm_head.weight");
@@ -90,10 +100,12 @@ size_t target_weight_bytes(const target_config *c, dtype dt) {
     m.cfg = *c;
     m.layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
     target_tensor_list list;
-    target_tensor_list_build(&m, &list);
-    // each tensor is carved at ARENA_ALIGN: count the padding too, plus inv_freq
+    target_tensor_list_build(&m, &list, NULL);
+    // each buffer is carved at ARENA_ALIGN: count the padding too, plus inv_freq (parts live in
+    // their parent's buffer)
     size_t bytes = (size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN;
-    for (int i = 0; i < list.n; i++) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
+    for (int i = 0; i < list.n; i++)
+        if (list.t[i].parent < 0) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
     free(list.t);
     free(m.layers);
     return bytes;
@@ -133,11 +145,12 @@ int target_load(target_model *m, const char *dir, backend *be) {
     // Check every tensor before allocating anything.
     m->layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
     target_tensor_list list;
-    target_tensor_list_build(m, &list);
+    target_tensor_list_build(m, &list, &d);
     int n = list.n, rc = 0;
     const st_entry **found = xcalloc((size_t)n, sizeof *found);
     for (int i = 0; i < n && rc == 0; i++) {
         const target_tensor *t = &list.t[i];
+        if (t->alloc_only) continue; // a buffer its parts fill
         const st_entry *e = safetensors_dir_find(&d, t->name);
         char want[64], have[64];
         if (!e) {
@@ -171,9 +184,10 @@ int target_load(target_model *m, const char *dir, backend *be) {
             for (int i = 0; i < n; i++) {
                 const target_tensor *t = &list.t[i];
                 dtype tdt = t->f32 ? DT_F32 : dt;
-                void *p = arena_alloc(&m->weights, target_tensor_bytes(t, dt));
-                target_upload(be, p, tdt, found[i]->data, found[i]->dt, target_tensor_numel(t));
-                *t->dst = p;
+                void *p = t->parent >= 0 ? (char *)*list.t[t->parent].dst + (size_t)t->offset * dtype_size(tdt)
+                                         : arena_alloc(&m->weights, target_tensor_bytes(t, dt));
+                if (!t->alloc_only) target_upload(be, p, tdt, found[i]->data, found[i]->dt, target_tensor_numel(t));
+                if (t->dst) *t->dst = p;
             }
             if (c->tie_embeddings) m->lm_head = m->embed;
             size_t inv_bytes = (size_t)c->rope_dim / 2 * sizeof(float);
@@ -230,7 +244,7 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
                        int max_tokens, int max_seqs, int vocab_tile) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
-    size_t T = (size_t)max_tokens, H = (size_t)c->hidden, I = (size_t)c->intermediate;
+    size_t T = (size_t)max_tokens, H = (size_t)c->hidden, I = (size_t)target_mlp_width(c);
     size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
     size_t k = (size_t)o->topk;
     memset(w, 0, sizeof *w);
@@ -255,7 +269,16 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
     w->topk_idx = arena_alloc(a, T * k * sizeof(int32_t));
     w->topk_val = arena_alloc(a, T * k * sizeof(float));
     w->lse = arena_alloc(a, T * sizeof(float));
-    if (c->arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, max_tokens, max_seqs);
+    target_arch_work_carve(w, a, m, max_tokens, max_seqs);
+}
+
+void target_arch_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs) {
+    if (m->cfg.arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, max_tokens, max_seqs);
+    if (m->cfg.moe) target_moe_work_carve(w, a, m, max_tokens);
+}
+
+int64_t target_mlp_width(const target_config *c) {
+    return c->intermediate > c->shared_intermediate ? c->intermediate : c->shared_intermediate;
 }
 
 size_t target_work_bytes(const target_model *m, const target_outputs *o, int max_tokens, int max_seqs, int vocab_tile) {
@@ -294,6 +317,25 @@ void target_norm(const target_model *m, void *out, const void *in, const void *w
     else ops_rmsnorm(m->be, out, in, w, R, D, (float)m->cfg.rms_eps);
 }
 
+void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_up, const void *w_down, int I,
+                       target_work *w, int T, void *out) {
+    backend *be = m->be;
+    int H = (int)m->cfg.hidden;
+    target_linear(be, w->gate, w->xn, w_gate, T, H, I);
+    target_linear(be, w->up, w->xn, w_up, T, H, I);
+    ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
+    target_linear(be, out, w->gate, w_down, T, I, H);
+}
+
+void target_mlp_block(const target_model *m, int l, target_work *w, int T) {
+    const target_layer *L = &m->layers[l];
+    int H = (int)m->cfg.hidden;
+    target_norm(m, w->xn, w->x, L->post_norm, T, H);
+    if (target_layer_is_sparse(&m->cfg, l)) target_moe_mlp(m, l, w, T);
+    else target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)m->cfg.intermediate, w, T, w->xn);
+    ops_add(m->be, w->x, w->xn, (int64_t)T * H);
+}
+
 // The attention of a Qwen3 / Llama layer: w->xn in, w->xn out.
 static void target_dense_attention(const target_model *m, const target_layer *L, target_work *w, int T, int n_seq) {
     const target_config *c = &m->cfg;
@@ -317,7 +359,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
                    float *logits_out) {
     const target_config *c = &m->cfg;
     backend *be = m->be;
-    int H = (int)c->hidden, I = (int)c->intermediate, V = (int)c->vocab, nf = o->n_feat, k = o->topk;
+    int H = (int)c->hidden, V = (int)c->vocab, nf = o->n_feat, k = o->topk;
     size_t e = dtype_size(ops_act_dtype(be));
 
     // The batch: sequences in order, each non-empty, covering exactly T tokens.
@@ -355,13 +397,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
         if (c->arch == ARCH_QWEN3_5) target_qwen3_5_mixer(m, l, w, T, n_seq, NULL, NULL);
         else target_dense_attention(m, L, w, T, n_seq);
         ops_add(be, w->x, w->xn, (int64_t)T * H);
-        // MLP block
-        target_norm(m, w->xn, w->x, L->post_norm, T, H);
-        target_linear(be, w->gate, w->xn, L->w_gate, T, H, I);
-        target_linear(be, w->up, w->xn, L->w_up, T, H, I);
-        ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
-        target_linear(be, w->xn, w->gate, L->w_down, T, I, H);
-        ops_add(be, w->x, w->xn, (int64_t)T * H);
+        target_mlp_block(m, l, w, T);
         // features: HF hidden_states[l + 1], the residual stream after this layer, into its column
         // block; the last layer's comes after the final norm, below
         for (int f = 0; f < nf; f++)

@@ -30,6 +30,12 @@ typedef struct {
     float *A_log, *dt_bias;   // [Hv] f32
     void *lin_norm;           // [dv]         norm.weight (the gated norm)
     void *w_out;              // [H, Hv*dv]   out_proj
+    // MoE layers (target_layer_is_sparse): E experts of width Ie; the shared expert (Qwen3.5-MoE) is
+    // w_gate/w_up/w_down above with width shared_intermediate
+    void *router;             // [E, H]       mlp.gate.weight
+    void *exp_gate_up;        // [E, 2*Ie, H] gate rows then up rows, per expert
+    void *exp_down;           // [E, H, Ie]
+    void *shared_gate;        // [1, H]       mlp.shared_expert_gate.weight
 } target_layer;
 
 typedef struct {
@@ -75,6 +81,14 @@ typedef struct {
     void *lb, *la;                              // [T, Hv] act: in_proj_b, in_proj_a
     float *beta, *g;                            // [T, Hv] f32
     void *gdn_work;                             // ops_gated_delta_rule's scratch
+    // mixture of experts (R = T*k routed rows)
+    float *router_logits;                       // [T, E] f32
+    int32_t *topk_idx_e;                        // [T, k] i32 the chosen experts
+    float *topk_w_e;                            // [T, k] f32 their weights
+    int32_t *moe_offsets, *moe_perm, *moe_slot; // [E+1], [R], [R] i32
+    void *moe_route_work;                       // ops_moe_route's scratch
+    void *moe_xs, *moe_gu, *moe_act, *moe_ys;   // [R, H], [R, 2Ie], [R, Ie], [R, H] act
+    void *moe_shared, *moe_sgate;               // [T, H], [T] act: the shared expert's output and gate
     int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
     float *m, *s;                               // running LSE state [max_tokens]
     // outputs (device)

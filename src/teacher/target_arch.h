@@ -6,16 +6,23 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/data/safetensors.h"
 #include "teacher/target.h"
 
 // One tensor of the checkpoint: its name, the shape config.json implies, and where its device
 // pointer goes. f32: kept in fp32 on every backend (small per-head constants such as A_log).
+// A tensor may be a part of another entry's buffer (parent >= 0: the file tensor is copied at
+// element offset `offset` of the parent's device buffer; per-expert files stacked into [E, ...]),
+// and an entry may be a buffer only (alloc_only: no file tensor of its own, its parts fill it).
 typedef struct {
     char name[160];
     int ndim;
     int64_t shape[3];
     int f32;
     void **dst;
+    int parent;     // -1, or the index of the entry whose buffer holds this tensor
+    int64_t offset; // elements into the parent's buffer
+    int alloc_only; // a buffer for parts, not a file tensor
 } target_tensor;
 
 // A growing list of tensors (target.c frees it).
@@ -24,9 +31,23 @@ typedef struct {
     int n, cap;
 } target_tensor_list;
 
-// target_tensor_add: append name (printf-style) with ndim dims of shape s (s[1], s[2] ignored beyond ndim).
-void target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
-                       const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+// target_tensor_add: append name (printf-style) with ndim dims of shape s (s[1], s[2] ignored beyond
+// ndim); returns its index (for target_tensor_part).
+int target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                      const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+// target_tensor_part: make entry i a part of entry parent's buffer, at element offset.
+void target_tensor_part(target_tensor_list *l, int i, int parent, int64_t offset);
+
+// target_mlp_width: the widest SwiGLU the work buffers hold: intermediate_size, or the shared expert's.
+int64_t target_mlp_width(const target_config *c);
+// target_arch_work_carve: the architecture-specific work buffers (hybrid mixer, MoE), for
+// target_work_carve and the decoder's view.
+void target_arch_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs);
+// target_swiglu_mlp: out [T, H] = down(silu(gate(w->xn)) * up(w->xn)), width I, through w->gate/up.
+void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_up, const void *w_down, int I,
+                       target_work *w, int T, void *out);
+// target_mlp_block: the MLP half of layer l: w->x += mlp(norm(w->x)) (dense SwiGLU or MoE).
+void target_mlp_block(const target_model *m, int l, target_work *w, int T);
 
 // target_norm: the model's RMSNorm: zero-centred ((1 + w), Qwen3.5) or plain (w).   act [R, D]
 void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D);
@@ -59,3 +80,15 @@ void target_qwen3_5_attn_project(const target_model *m, int l, target_work *w, i
 // target_qwen3_5_attn_finish: w->att [T, nq*hd] (the attention's output) in, gated by
 // sigmoid(w->att_gate) in place; o_proj of it into w->xn [T, H].
 void target_qwen3_5_attn_finish(const target_model *m, int l, target_work *w, int T);
+
+// ----------------------------------------------------------------------------- mixture of experts (target_moe.c)
+
+// target_moe_layer_tensors: the sparse MLP of layer l: router, experts (fused [E, 2I, H] / [E, H, I]
+// as in the files, or per expert stacked into those buffers when d holds them per expert; d NULL:
+// fused), and the Qwen3.5-MoE shared expert and its gate.
+void target_moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
+                              const st_dir *d);
+// target_moe_work_carve: the routing and expert buffers of target_work for max_tokens tokens.
+void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens);
+// target_moe_mlp: the MoE MLP of layer l: w->xn [T, H] in, out in w->xn.
+void target_moe_mlp(const target_model *m, int l, target_work *w, int T);

@@ -28,7 +28,7 @@ static int decoder_tile(const target_model *m, int vocab_tile) {
 static void decoder_carve(target_decoder *d, arena *a, const target_model *m, int max_seqs, int max_len, int vocab_tile) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
-    size_t S = (size_t)max_seqs, H = (size_t)c->hidden, I = (size_t)c->intermediate;
+    size_t S = (size_t)max_seqs, H = (size_t)c->hidden, I = (size_t)target_mlp_width(c);
     size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
     d->max_seqs = max_seqs;
     d->max_len = max_len;
@@ -63,7 +63,7 @@ static void decoder_carve(target_decoder *d, arena *a, const target_model *m, in
     w->tokens = arena_alloc(a, R * sizeof(int32_t));
     w->pos = arena_alloc(a, R * sizeof(int32_t));
     w->cu_seqlens = arena_alloc(a, (S + 1) * sizeof(int32_t));
-    if (c->arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, d->rows, max_seqs);
+    target_arch_work_carve(w, a, m, d->rows, max_seqs);
     d->last = arena_alloc(a, S * H * e);
     d->scores = arena_alloc(a, S * (size_t)c->n_heads * (size_t)max_len * sizeof(float));
     d->logits = arena_alloc(a, S * (size_t)d->vocab_tile * sizeof(float));
@@ -220,7 +220,7 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
     const target_config *c = &m->cfg;
     backend *be = m->be;
     target_work *w = &d->w;
-    int H = (int)c->hidden, I = (int)c->intermediate, qd = (int)(c->n_heads * c->head_dim);
+    int H = (int)c->hidden, qd = (int)(c->n_heads * c->head_dim);
     int n_seq = seq >= 0 ? 1 : R, s0 = seq >= 0 ? seq : 0;
     for (int l = 0; l < (int)c->n_layers; l++) {
         const target_layer *L = &m->layers[l];
@@ -238,13 +238,7 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
             target_linear(be, w->xn, w->att, L->wo, R, qd, H);
         }
         ops_add(be, w->x, w->xn, (int64_t)R * H);
-        // MLP block
-        target_norm(m, w->xn, w->x, L->post_norm, R, H);
-        target_linear(be, w->gate, w->xn, L->w_gate, R, H, I);
-        target_linear(be, w->up, w->xn, L->w_up, R, H, I);
-        ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)R * I);
-        target_linear(be, w->xn, w->gate, L->w_down, R, I, H);
-        ops_add(be, w->x, w->xn, (int64_t)R * H);
+        target_mlp_block(m, l, w, R);
     }
 }
 
