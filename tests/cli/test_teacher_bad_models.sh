@@ -2,7 +2,10 @@
 # test_teacher_bad_models.sh: a target directory that cannot be used is refused at load with one
 # line naming the reason: wrong shape, missing tensor, unsupported architecture, truncated shard,
 # no model files, bad layer ids; for the Qwen3.5 hybrid a missing linear_attn tensor, a conv1d of the
-# wrong shape, inconsistent head counts and bad layer_types. A good one loads (the control).
+# wrong shape, inconsistent head counts and bad layer_types; for the MoE targets a missing expert
+# (per expert, fused, the wrapper's, the shared expert's gate), a router or experts of the wrong
+# shape, a dense layer made sparse, num_experts_per_tok > num_experts, a bad mlp_only_layers entry.
+# Good ones load (the controls; the two expert layouts give the same outputs).
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
 PY=/usr/bin/python3
@@ -116,5 +119,72 @@ edited_fails hybrid-types-unknown "$TMP/hgood" 't["layer_types"] = ["linear_atte
   "'layer_types\[1\]' is \"mamba\""
 edited_fails hybrid-vl-head-ratio "$TMP/hvl" 't["linear_num_value_heads"] = 5' \
   "text_config: 'linear_num_value_heads' 5 is not a multiple of 'linear_num_key_heads' 2"
+[ ! -e "$TMP/o.safetensors" ] && ok || bad "a failed teacher-dump left an output file"
+
+# ---- the mixture-of-experts targets (SPEC §2.2): Qwen3-MoE (6 experts, top 2, both layers sparse)
+make_moe() { # make_moe DIR [extra make-target args]
+  local d=$1; shift
+  "$T" make-target "$d" --arch qwen3_moe --layers 2 --hidden 32 --heads 4 --kv-heads 2 --intermediate 48 \
+    --vocab 101 --experts 6 --experts-per-tok 2 --moe-intermediate 16 --seed 5 "$@" >/dev/null 2>&1 || bad "make-target $d failed"
+}
+# a copy of model FROM without tensor NAME (one file): dropped NAME FROM NAME
+dropped() {
+  mkdir -p "$TMP/$1"
+  cp "$2/config.json" "$TMP/$1/"
+  $PY "$SRC/tests/cli/st_drop.py" "$2/model.safetensors" "$TMP/$1/model.safetensors" "$3"
+}
+make_moe "$TMP/mgood"
+expect_ok moe-good "$T" teacher-dump "$TMP/mgood" "$TMP/tok.json" "$TMP/mgood.safetensors" --layers 0,1 --topk 4 --device cpu
+# the fused layout (experts.gate_up_proj / down_proj) holds the same weights: the same outputs
+make_moe "$TMP/mfused" --experts-layout fused
+expect_ok moe-fused-good "$T" teacher-dump "$TMP/mfused" "$TMP/tok.json" "$TMP/mfused.safetensors" --layers 0,1 --topk 4 --device cpu
+expect_ok moe-layouts-agree "$T" compare "$TMP/mgood.safetensors" "$TMP/mfused.safetensors" --tol 1e-6
+# a dense layer among sparse ones (mlp_only_layers), and the Qwen3.5-MoE layouts
+make_moe "$TMP/mdense" --mlp-only 0
+expect_ok moe-mlp-only-good "$T" teacher-dump "$TMP/mdense" "$TMP/tok.json" "$TMP/out.safetensors" --layers 0,1 --topk 4 --device cpu
+# (the hybrid's shape as make_hybrid's, no dense MLP: experts fused, as published)
+"$T" make-target "$TMP/h5moe" --arch qwen3_5_moe --layers 4 --hidden 32 --heads 2 --kv-heads 1 --head-dim 16 \
+  --vocab 101 --lin-k-heads 2 --lin-v-heads 4 --lin-k-dim 8 --lin-v-dim 8 --conv-kernel 4 --experts 6 \
+  --experts-per-tok 2 --moe-intermediate 16 --shared-intermediate 24 --seed 5 >/dev/null 2>&1 || bad "make-target h5moe failed"
+expect_ok moe35-good "$T" teacher-dump "$TMP/h5moe" "$TMP/tok.json" "$TMP/out.safetensors" --layers 0,3 --topk 4 --device cpu
+"$T" make-target "$TMP/h5moevl" --arch qwen3_5_moe_vl --layers 4 --hidden 32 --heads 2 --kv-heads 1 --head-dim 16 \
+  --vocab 101 --lin-k-heads 2 --lin-v-heads 4 --lin-k-dim 8 --lin-v-dim 8 --experts 6 --experts-per-tok 3 \
+  --moe-intermediate 16 --shared-intermediate 24 --experts-layout per-expert --tie --seed 5 >/dev/null 2>&1 \
+  || bad "make-target h5moevl failed"
+expect_ok moe35-vl-good "$T" teacher-dump "$TMP/h5moevl" "$TMP/tok.json" "$TMP/out.safetensors" --layers 1,2 --topk 4 --device cpu
+
+# a missing expert tensor: per expert, fused, the wrapper's, the shared expert's gate
+dropped mmissing "$TMP/mgood" model.layers.1.mlp.experts.3.up_proj.weight
+expect_fail moe-missing-expert "missing tensor model.layers.1.mlp.experts.3.up_proj.weight" \
+  "$T" teacher-dump "$TMP/mmissing" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+dropped mfmissing "$TMP/mfused" model.layers.0.mlp.experts.down_proj
+expect_fail moe-missing-fused "missing tensor model.layers.0.mlp.experts.down_proj" \
+  "$T" teacher-dump "$TMP/mfmissing" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+mkdir -p "$TMP/h5vlmissing"
+cp "$TMP/h5moevl/config.json" "$TMP/h5vlmissing/"
+$PY "$SRC/tests/cli/st_drop.py" "$TMP/h5moevl/model.safetensors" "$TMP/h5vlmissing/model.safetensors" \
+  model.language_model.layers.2.mlp.experts.5.down_proj.weight
+expect_fail moe35-vl-missing-expert "missing tensor model.language_model.layers.2.mlp.experts.5.down_proj.weight" \
+  "$T" teacher-dump "$TMP/h5vlmissing" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+dropped h5missing "$TMP/h5moe" model.layers.0.mlp.shared_expert_gate.weight
+expect_fail moe35-missing-shared-gate "missing tensor model.layers.0.mlp.shared_expert_gate.weight" \
+  "$T" teacher-dump "$TMP/h5missing" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+# config.json makes a dense layer sparse: its router is not there
+edited_fails moe-not-mlp-only "$TMP/mdense" 'c["mlp_only_layers"] = []' "missing tensor model.layers.0.mlp.gate.weight"
+# shapes config.json does not imply: a router for 6 experts where it says 5 (the per-expert
+# tensors of experts 0-4 fit), experts of width 16 where it says 12, fused tensors for 6 experts
+edited_fails moe-router-shape "$TMP/mgood" 'c["num_experts"] = 5' \
+  "tensor model.layers.0.mlp.gate.weight has shape \[6, 32\], config.json implies \[5, 32\]"
+edited_fails moe-expert-width "$TMP/mgood" 'c["moe_intermediate_size"] = 12' \
+  "tensor model.layers.0.mlp.experts.0.gate_proj.weight has shape \[16, 32\], config.json implies \[12, 32\]"
+edited_fails moe35-experts-count "$TMP/h5moe" 't["num_experts"] = 5' "config.json implies \[5, "
+# config errors, each naming the field
+edited_fails moe-topk-over-experts "$TMP/mgood" 'c["num_experts_per_tok"] = 7' \
+  "'num_experts_per_tok' 7 is more than 'num_experts' 6"
+edited_fails moe-mlp-only-bad "$TMP/mgood" 'c["mlp_only_layers"] = [2]' \
+  "'mlp_only_layers\[0\]' is 2: want a layer index in \[0, 2)"
+edited_fails moe-sparse-step-bad "$TMP/mgood" 'c["decoder_sparse_step"] = 0' "'decoder_sparse_step' must be positive, got 0"
+edited_fails moe35-vl-topk-over-experts "$TMP/h5moevl" 't["num_experts_per_tok"] = 9' \
+  "text_config: 'num_experts_per_tok' 9 is more than 'num_experts' 6"
 [ ! -e "$TMP/o.safetensors" ] && ok || bad "a failed teacher-dump left an output file"
 finish
