@@ -8,7 +8,9 @@
 #      with --batch 1 and 2. The fixtures include the Qwen3.5 hybrid (decode_qwen35_*: K/V cache on
 #      the full-attention layers, conv and recurrent state on the Gated DeltaNet layers), text-only
 #      and the multimodal wrapper decoded by its own generate, prompts of 6, 29 and 67 tokens (the
-#      prefill and the decode both cross the delta rule's 64-token chunk).
+#      prefill and the decode both cross the delta rule's 64-token chunk), and the mixture-of-experts
+#      targets (decode_*moe_*: Qwen3-MoE with a dense layer among sparse ones, Qwen3.5-MoE with its
+#      shared expert; seeds whose router probabilities never nearly tie).
 #   2. the file, read with h5py: sample count, offsets, loss_mask 0 on the prompt and 1 on the
 #      generated tokens, prompt ids in [A, V), attributes vocab_size / format_version / tokenizer;
 #      the same seed gives the same datasets, another seed other prompts, the prompts of sample i do
@@ -84,6 +86,8 @@ done
 [ "$n" -ge 1 ] && ok || bad "expected decode_*.json fixtures in $D, found none"
 nh=$(compgen -G "$D/decode_qwen35_*.json" | wc -l)
 [ "$nh" -ge 2 ] && ok || bad "expected the Qwen3.5 hybrid fixtures decode_qwen35_*.json (text and multimodal) in $D, found $nh"
+nm=$(compgen -G "$D/decode_*moe_*.json" | wc -l)
+[ "$nm" -ge 2 ] && ok || bad "expected the MoE fixtures decode_*moe_*.json (Qwen3-MoE and Qwen3.5-MoE) in $D, found $nm"
 
 # ---------------------------------------------------------------- 2. the file
 V=256

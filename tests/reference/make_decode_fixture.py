@@ -31,7 +31,12 @@ Near ties: a random-weight model can have two logits within rounding of each oth
 implementations that differ only in summation order may pick different tokens (and the chains
 diverge from there). Each model's seed is the first one, counting from 1, for which the top-2 gap at
 every generated step is at least MIN_GAP = 1e-3 (fp32 errors of the forward are ~1e-5 of the
-logits' scale); the log and the JSON give the smallest gap.
+logits' scale); the log and the JSON give the smallest gap. For the mixture-of-experts targets
+(SPEC section 2.2, loaded with the eager experts) the seed must also keep every token's k-th and
+(k+1)-th router probabilities of every sparse layer, over each prompt + continuation, at least
+make_teacher_fixtures.MIN_ROUTER_GAP = 1e-3 apart (a near tie there could route a token elsewhere),
+with every expert chosen; the JSON gives "min_router_gap". Their fixtures are shorter (two prompts,
+fewer generated tokens, one or two sparse layers) so that such seeds exist.
 
 Not part of CI: it needs torch + transformers. Run it from the repository root:
     python3 tests/reference/make_decode_fixture.py [--tool build/dflash_tool] [--out DIR]
@@ -50,7 +55,7 @@ import torch
 
 # the same loading and weight checks as the teacher fixtures (the class named for each layout; for
 # Qwen3.5 also that only mtp.* is skipped and the multimodal wrapper loads model.visual.*)
-from make_teacher_fixtures import load_model
+from make_teacher_fixtures import MIN_ROUTER_GAP, load_model, router_stats, routing_ok
 
 MIN_GAP = 1e-3
 GEN_LEN = 40
@@ -86,6 +91,20 @@ FIXTURES = [
      " --vocab 283 --dtype f32 --tie --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 10 --lin-v-dim 14"
      " --conv-kernel 4 --full-interval 2 --partial-rotary 0.3 --rope-theta 1000000",
      HYBRID_PROMPT_LENS, GEN_LEN),
+    # Qwen3-MoE (Qwen3MoeForCausalLM): layers 0 and 2 sparse (layer 1 in mlp_only_layers), 6 experts,
+    # top 2, renormalised, experts per expert (as published), untied, bf16 weights
+    ("qwen3moe_step",
+     "--arch qwen3_moe --layers 3 --hidden 48 --heads 4 --kv-heads 2 --head-dim 12 --intermediate 64"
+     " --vocab 223 --dtype bf16 --experts 6 --experts-per-tok 2 --moe-intermediate 24 --norm-topk --mlp-only 1",
+     (5, 11, 17), 24),
+    # Qwen3.5-MoE text-only (Qwen3_5MoeForCausalLM): linear + full layers, both sparse (6 experts,
+    # top 2, renormalised, a shared expert of 32), experts fused (as published), untied, bf16
+    # weights; the 58-token prompt's decode crosses the delta rule's chunk of 64
+    ("qwen35moe_text",
+     "--arch qwen3_5_moe --layers 2 --hidden 48 --heads 4 --kv-heads 2 --head-dim 24 --vocab 211"
+     " --dtype bf16 --lin-k-heads 2 --lin-v-heads 6 --lin-k-dim 12 --lin-v-dim 10 --conv-kernel 3"
+     " --layer-types linear,full --experts 6 --experts-per-tok 2 --moe-intermediate 20 --shared-intermediate 32",
+     (6, 58), 16),
 ]
 
 def log(lines, msg=""):
@@ -123,7 +142,8 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, prompt_lens, gen_len):
     arch, vocab = argv[argv.index("--arch") + 1], int(argv[argv.index("--vocab") + 1])
     rng = random.Random("decode-" + name)
     prompts = [[rng.randrange(vocab) for _ in range(n)] for n in prompt_lens]
-    for seed in range(1, 51):
+    moe = "_moe" in arch
+    for seed in range(1, 301 if moe else 51):
         model_dir = os.path.join(tmp, f"{name}_seed{seed}")
         cmd = [tool, "make-target", model_dir] + argv + ["--seed", str(seed)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -131,11 +151,16 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, prompt_lens, gen_len):
         model.generation_config.eos_token_id = None
         results = [greedy(model, p, gen_len) for p in prompts]
         gap = min(min(g) for _, g in results)
-        if gap >= MIN_GAP:
+        routed, rgap = routing_ok(router_stats(model, [p + c for p, (c, _) in zip(prompts, results)]))
+        if gap >= MIN_GAP and routed:
             break
-        log(lines, f"  {name}: seed {seed}: min top-2 gap {gap:.3g} < {MIN_GAP:g}, next seed")
+        if gap < MIN_GAP:
+            log(lines, f"  {name}: seed {seed}: min top-2 gap {gap:.3g} < {MIN_GAP:g}, next seed")
+        else:
+            log(lines, f"  {name}: seed {seed}: min router gap {rgap:.3g} (< {MIN_ROUTER_GAP:g}?) or an expert"
+                       f" never chosen, next seed")
     else:
-        raise SystemExit(f"{name}: no seed with top-2 gaps >= {MIN_GAP}")
+        raise SystemExit(f"{name}: no seed with top-2 gaps >= {MIN_GAP}" + (" and router gaps" if moe else ""))
 
     full_args = f"{margs} --seed {seed}"
     doc = {
@@ -146,6 +171,7 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, prompt_lens, gen_len):
         "prompts": prompts,
         "continuations": [c for c, _ in results],
         "min_top2_gap": gap,
+        **({"min_router_gap": rgap} if moe else {}),
         "made_by": "tests/reference/make_decode_fixture.py",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -162,6 +188,10 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, prompt_lens, gen_len):
         log(lines, f"  layer_types {tc.layer_types}; linear heads {tc.linear_num_key_heads}/{tc.linear_num_value_heads} "
                    f"x {tc.linear_key_head_dim}/{tc.linear_value_head_dim}, conv kernel {tc.linear_conv_kernel_dim}, "
                    f"head_dim {tc.head_dim}")
+    if moe:
+        log(lines, f"  MoE: {tc.num_experts} experts x {tc.moe_intermediate_size}, top {tc.num_experts_per_tok}; "
+                   f"min k-th - (k+1)-th router probability over every sparse layer and token {rgap:.4g} "
+                   f"(>= {MIN_ROUTER_GAP:g}), every expert chosen")
     log(lines, f"  make-target {full_args}")
     log(lines, f"  prompts of {list(prompt_lens)} tokens, {gen_len} generated each; generate == full-forward argmax chain")
     log(lines, f"  min top-2 logit gap over the generated steps: {gap:.4g} (>= {MIN_GAP:g}); "
