@@ -51,13 +51,17 @@ static void plan_header(const config *cfg, int T, int S, int t_known, const char
     if (!t_known)
         printf("  world.teachers = -1 (the world size less world.students) and no launcher: planned with 1 teacher; "
                "set world.teachers, or run under mpirun -np N\n");
-    int64_t linear = 0;
-    for (int64_t l = 0; l < tc->n_layers; l++) linear += target_layer_is_linear(tc, l);
-    char mix[96] = "";
+    int64_t linear = 0, sparse = 0;
+    for (int64_t l = 0; l < tc->n_layers; l++) linear += target_layer_is_linear(tc, l), sparse += target_layer_is_sparse(tc, l);
+    char mix[96] = "", moe[128] = "";
     if (linear) snprintf(mix, sizeof mix, " (%lld Gated DeltaNet + %lld gated attention)", (long long)linear,
                          (long long)(tc->n_layers - linear));
-    printf("  target %s: %s, %lld layers%s, hidden %lld, vocab %lld (config.json only: no weight is read)\n",
-           cfg->target_path, tc->arch_name, (long long)tc->n_layers, mix, (long long)tc->hidden, (long long)tc->vocab);
+    if (sparse)
+        snprintf(moe, sizeof moe, " (%lld MoE MLPs: %lld experts x %lld, top %lld%s)", (long long)sparse,
+                 (long long)tc->n_experts, (long long)tc->moe_intermediate, (long long)tc->n_experts_tok,
+                 tc->shared_intermediate > 0 ? " + a shared expert" : "");
+    printf("  target %s: %s, %lld layers%s%s, hidden %lld, vocab %lld (config.json only: no weight is read)\n",
+           cfg->target_path, tc->arch_name, (long long)tc->n_layers, mix, moe, (long long)tc->hidden, (long long)tc->vocab);
     int sliding = 0;
     for (int64_t l = 0; l < dc->n_layers; l++) sliding += dc->layer_sliding[l];
     char types[64] = "", ids[DRAFTER_MAX_FEAT * 8];

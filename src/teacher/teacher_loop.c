@@ -53,6 +53,13 @@ static int teacher_train_budget(const config *cfg, const target_model *m, target
     int fit = target_plan_tokens(m, o, (size_t)cfg->teacher_mem_budget, T, &o->vocab_tile);
     if (fit >= T) return 0;
     char b1[32], b2[32];
+    size_t weights = target_weight_bytes(&m->cfg, ops_act_dtype(m->be));
+    if (weights >= (size_t)cfg->teacher_mem_budget) // every expert and layer stays resident on one teacher
+        return error_set("the target's weights alone take %s, more than teacher.mem_budget %s: %s does not fit one "
+                         "device, and splitting a target over a group of teacher GPUs is not implemented yet "
+                         "(docs/distributed.md)",
+                         bytes_format(weights, b2, sizeof b2), bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1),
+                         m->cfg.arch_name);
     return error_set("teacher.mem_budget %s holds teacher batches of %d tokens, less than the students' "
                      "data.max_tokens_per_batch = %d (weights alone take %s)",
                      bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1), fit, T,

@@ -44,13 +44,13 @@ expect_fail teacher-max-tokens "data.max_tokens_per_batch = 200 is more than tea
 # ---------------------------------------------------------------- teacher.mem_budget in train mode
 mpirun -np 2 "$R" "${base[@]}" --plan --teacher.mem_budget=1GiB >"$TMP/out" 2>"$TMP/err" &&
   grep -q "budget (teacher.mem_budget) .*(fits)" "$TMP/out" && ok || { bad "plan with a budget that fits"; cat "$TMP/out" "$TMP/err" >&2; }
-expect_fail_mpi plan-budget "teacher.mem_budget 20.0 KiB holds teacher batches of 0 tokens, less than the students' data.max_tokens_per_batch = 200" \
+expect_fail_mpi plan-budget "the target's weights alone take .*, more than teacher.mem_budget 20.0 KiB: LlamaForCausalLM does not fit one device" \
   mpirun -np 2 "$R" "${base[@]}" --plan --teacher.mem_budget=20KiB
 grep -q "budget (teacher.mem_budget) .*(too small)" "$TMP/out" && ok || { bad "plan: no budget line"; cat "$TMP/out" >&2; }
-expect_fail_mpi train-budget "teacher.mem_budget .* holds teacher batches of .* tokens, less than the students' data.max_tokens_per_batch = 200" \
+expect_fail_mpi train-budget "the target's weights alone take .*, more than teacher.mem_budget 20.0 KiB" \
   mpirun -np 2 "$R" "${base[@]}" --teacher.mem_budget=20KiB
 # two teachers find it: one line, not two
-expect_fail_mpi train-budget-2t "teacher.mem_budget .* holds teacher batches of .* tokens" \
+expect_fail_mpi train-budget-2t "more than teacher.mem_budget 20.0 KiB" \
   mpirun -np 3 "$R" "${base[@]}" --teacher.mem_budget=20KiB --world.students=1
 [ ! -d "$TMP/run/drafter" ] && ok || bad "a job refused for its teacher budget exported a drafter"
 

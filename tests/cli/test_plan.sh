@@ -59,7 +59,7 @@ expect_fail tiny-student-budget "train.mem_budget: memory budget 64.0 KiB is too
   "$R" "${tiny[@]}" --device cpu --train.mem_budget=64KiB --plan
 has tiny-student-budget "^student memory plan .*"
 has tiny-student-budget "does not fit \(the error below\)"
-expect_fail tiny-both-budgets "teacher.mem_budget 20.0 KiB holds teacher batches of 0 tokens.*; and train.mem_budget: .*needs at least" \
+expect_fail tiny-both-budgets "the target.s weights alone take .*, more than teacher.mem_budget 20.0 KiB.*; and train.mem_budget: .*needs at least" \
   "$R" "${tiny[@]}" --device cpu --train.mem_budget=64KiB --teacher.mem_budget=20KiB --plan
 has tiny-both-budgets "budget \(teacher.mem_budget\) .*\(too small\)"
 expect_fail plan-mode "--plan plans a training job (run.mode train or eval), not run.mode check" \
@@ -88,6 +88,21 @@ expect_ok q36-cpu "$R" "${q[@]}" --device cpu --teacher.mem_budget=0 --train.mem
 has q36-cpu "planned for cpu \(run.device cpu; no device opened\)"
 has q36-cpu "^teacher memory plan \(each of 6 teacher rank\(s\), cpu, fp32"
 has q36-cpu "weights \(compute copy\) +0 B"
-expect_fail q36-teacher-budget "teacher.mem_budget 1.00 GiB holds teacher batches of 0 tokens, less than the students' data.max_tokens_per_batch = 8192" \
+expect_fail q36-teacher-budget "the target's weights alone take .* GiB, more than teacher.mem_budget 1.00 GiB: Qwen3_5ForConditionalGeneration does not fit one device" \
   "$R" "${q[@]}" --teacher.mem_budget=1GiB --plan
+# weights that fit, the batch's work not: the smaller batch the budget holds is named
+expect_fail q36-work-budget "teacher.mem_budget 51.0 GiB holds teacher batches of [0-9]* tokens, less than the students' data.max_tokens_per_batch = 8192" \
+  "$R" "${q[@]}" --teacher.mem_budget=51GiB --plan
+
+# ---------------------------------------------------------------- examples/qwen3-coder-30b-a3b (MoE, config.json alone)
+mkdir -p "$TMP/coder"
+cp "$SRC/examples/qwen3-coder-30b-a3b/config.json" "$TMP/coder/"
+c=(--config "$SRC/examples/qwen3-coder-30b-a3b/train.json" --target.path="$TMP/coder" --run.dir="$TMP/coder-run")
+expect_ok coder "$R" "${c[@]}" --plan
+has coder "^plan: 1 teacher\(s\) \+ 1 student\(s\), mode train; planned for cuda"
+has coder "Qwen3MoeForCausalLM, 48 layers \(48 MoE MLPs: 128 experts x 768, top 8\), hidden 2048, vocab 151936"
+has coder "target weights +5[0-9]\.[0-9] GiB"
+has coder "^plan: every role fits"
+expect_fail coder-too-big "the target's weights alone take 5[0-9].[0-9] GiB, more than teacher.mem_budget 40.0 GiB: Qwen3MoeForCausalLM does not fit one device" \
+  "$R" "${c[@]}" --teacher.mem_budget=40GiB --plan
 finish
