@@ -388,7 +388,11 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (tc_required(root, "num_attention_heads", src, &c->n_heads)) return -1;
     if (tc_required(root, "vocab_size", src, &c->vocab)) return -1;
 
-    c->n_kv_heads = c->n_heads;
+    // absent: the config class's default (Qwen3 32, Qwen3-MoE 4, Qwen3.5 4, Qwen3.5-MoE 2, Llama the
+    // query heads); null: the query heads (transformers' `is None` rule)
+    c->n_kv_heads = !cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads")
+                        ? (hybrid ? (c->moe ? 2 : 4) : qwen3 ? (c->moe ? 4 : 32) : c->n_heads)
+                        : c->n_heads;
     if (tc_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
     if (c->n_kv_heads <= 0)
         return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
@@ -399,7 +403,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     int have_head_dim = 0;
     if (tc_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
     if (!have_head_dim) {
-        if (qwen3 || hybrid) {
+        if ((qwen3 && !c->moe) || hybrid) {
             c->head_dim = qwen3 ? 128 : 256; // Qwen3Config's / Qwen3_5TextConfig's default, whatever hidden_size is
         } else {
             if (c->hidden % c->n_heads != 0)
