@@ -2,7 +2,10 @@
 # test_teacher_student_cuda.sh: the CUDA path against the references, on a machine with a GPU
 # (skipped, exit 77, without one):
 #   teacher-dump --device cuda on every teacher fixture vs transformers (fp32): bf16 weights and
-#   activations through a few layers -> 3e-2 relative to each tensor's scale;
+#   activations through a few layers -> 3e-2 relative to each tensor's scale for the dense targets,
+#   and for every fixture at most twice transformers' own bf16 deviation from its fp32 forward on
+#   that fixture (cuda_tol in its .args, measured by make_teacher_fixtures.py: 0.025-0.16 for the
+#   small hybrid and MoE models, whose recurrence and routing amplify bf16 rounding);
 #   step-dump --device cuda on every student fixture vs PyTorch float64: bf16 compute with fp32
 #   master weights, softmax and loss -> loss terms 2e-2, gradients 5e-2 relative to their scale.
 # Both on the tensor-core attention and on the scalar kernels (DFLASH_CUDA_ATTN=scalar).
@@ -23,12 +26,12 @@ for attn in tiled scalar; do
   export DFLASH_CUDA_ATTN=$attn
   for args in "$D"/teacher_*.args; do
     name=$(basename "$args" .args)
-    unset make_target layer_ids topk tokens reference
+    unset make_target layer_ids topk tokens reference cuda_tol
     source "$args"
     # shellcheck disable=SC2086
     [ -d "$TMP/$name" ] || "$T" make-target "$TMP/$name" $make_target >/dev/null 2>&1 || { bad "$name: make-target"; continue; }
     expect_ok "$name cuda ($attn) teacher-dump" "$T" teacher-dump "$TMP/$name" "$D/$tokens" "$TMP/$name.safetensors" --layers "$layer_ids" --topk "$topk" --device cuda
-    "$T" compare "$D/$reference" "$TMP/$name.safetensors" --tol 3e-2 >"$TMP/cmp.log" 2>&1 && ok || { bad "$name (cuda, $attn) differs:"; cat "$TMP/cmp.log" >&2; }
+    "$T" compare "$D/$reference" "$TMP/$name.safetensors" --tol "${cuda_tol:-3e-2}" >"$TMP/cmp.log" 2>&1 && ok || { bad "$name (cuda, $attn) differs:"; cat "$TMP/cmp.log" >&2; }
     sed "s/^/  $name cuda ($attn): /" "$TMP/cmp.log"
   done
   for in in "$D"/student_*.in.safetensors; do
