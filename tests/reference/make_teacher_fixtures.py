@@ -458,8 +458,12 @@ def make_fixture(tool, out_dir, tmp, lines, name, margs, seed0, layer_ids, seq_l
 
     features = torch.cat([r[0] for r in results]).contiguous()
     prenorm = torch.cat([r[2] for r in results]).contiguous()
-    # the CUDA test's tolerance: the dense default 3e-2, or 2x transformers' own bf16 deviation
-    cuda_tol = max(3e-2, float(f"{2 * bf16_err:.2g}"))
+    # the CUDA test's tolerance: the dense default 3e-2, or 2x transformers' own bf16 deviation; for
+    # MoE at least 0.1: a token whose k-th and (k+1)-th router probabilities lie within bf16 rounding
+    # (the seeds keep them >= MIN_ROUTER_GAP apart in fp32, not more) takes another expert in any
+    # bf16 forward, and its outputs move by a few hundredths of the scale (0.056 measured on one
+    # token of qwen3moe_norm_fused_tied, CUDA scalar attention); a wrong expert or weight moves them by ~1
+    cuda_tol = max(0.1 if arch in MOE_ARCHS else 3e-2, float(f"{2 * bf16_err:.2g}"))
     topk = torch.topk(logits, K, dim=-1)
     lse = torch.logsumexp(logits, dim=-1)
     T = sum(len(s) for s in seqs)
