@@ -24,6 +24,9 @@ CONFIGS = {
     # gated attention layer; linear 4 key / 12 value heads x 64, gated attention 8/2 heads x 128, rope 25 %
     "qwen3.5-hybrid": "--arch qwen3_5 --layers 8 --hidden 512 --heads 8 --kv-heads 2 --head-dim 128 --intermediate 1536"
                       " --vocab 32000 --lin-k-heads 4 --lin-v-heads 12 --lin-k-dim 64 --lin-v-dim 64 --conv-kernel 4",
+    # Qwen3-MoE (Qwen3-30B-A3B's proportions, scaled down): 32 experts of width 256, top 4, renormalised
+    "qwen3-moe": "--arch qwen3_moe --layers 8 --hidden 512 --heads 8 --kv-heads 4 --head-dim 64 --intermediate 1536"
+                 " --vocab 32000 --experts 32 --experts-per-tok 4 --moe-intermediate 256 --norm-topk",
 }
 
 
