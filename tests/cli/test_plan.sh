@@ -25,6 +25,8 @@ has tiny-cpu "world.teachers = -1 .*planned with 1 teacher"
 has tiny-cpu "^teacher memory plan \(each teacher rank, cpu, fp32"
 has tiny-cpu "^student memory plan \(each of 1 student rank\(s\), cpu, fp32"
 has tiny-cpu "^plan_total_bytes [0-9]+$"
+has tiny-cpu "^  estimated step time [0-9.e+-]+ s \([0-9]+ anchors\)$"
+has tiny-cpu "^  runner-up: (anchors per chunk [0-9]+, loss mode .*: [0-9.e+-]+ s|none)"
 has tiny-cpu "^plan: every role fits"
 [ ! -e "$TMP/run" ] && ok || bad "--plan created run.dir"
 expect_ok tiny-cuda "$R" "${tiny[@]}" --device cuda --world.teachers=2 --plan
