@@ -27,6 +27,7 @@
 #include "common/core/half.h"
 #include "common/kernels/ops_hybrid.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define TOL_BF16 1e-2
 #define TOL_GATES 1e-5
@@ -59,56 +60,6 @@ static float *copyv(const float *x, size_t n) {
     return y;
 }
 
-static void *gpu_alloc(size_t bytes) {
-    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    return d;
-}
-
-static void *up_bf16(const float *x, size_t n) {
-    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-    void *d = gpu_alloc(n * sizeof(uint16_t));
-    backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
-    free(h);
-    return d;
-}
-
-static void *up_raw(const void *x, size_t bytes) {
-    void *d = gpu_alloc(bytes);
-    backend_copy_to_device(&gpu, d, x, bytes);
-    return d;
-}
-
-static float *down_bf16(const void *d, size_t n) {
-    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
-    backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
-    free(h);
-    return x;
-}
-
-static float *down_f32(const void *d, size_t n) {
-    float *h = xmalloc((n ? n : 1) * sizeof(float));
-    backend_copy_to_host(&gpu, h, d, n * sizeof(float));
-    return h;
-}
-
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (d != d) return INFINITY;
-        if (d > err) err = d;
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
 static void report(const char *op, double err, double tol) {
     int ok = err <= tol;
     printf("%-56s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
@@ -118,7 +69,7 @@ static void report(const char *op, double err, double tol) {
 
 // the device copy of a bf16 result against the CPU's, freed after
 static void report_bf16(const char *op, const void *d, const float *ref, size_t n) {
-    float *got = down_bf16(d, n);
+    float *got = dev_down_bf16(&gpu, d, n);
     report(op, rel_err(got, ref, n), TOL_BF16);
     free(got);
 }
@@ -135,8 +86,8 @@ static int make_cu(int32_t *cu, const int *lens, int n_seq) {
 static void norm_case(int R, int D, int gated, int in_place) {
     size_t n = (size_t)R * D;
     float *x = rand_bf16(n, 3), *z = rand_bf16(n, 4), *w = rand_bf16((size_t)D, 0.8f), *ref = xmalloc(n * sizeof(float));
-    void *d_x = up_bf16(x, n), *d_z = up_bf16(z, n), *d_w = up_bf16(w, (size_t)D);
-    void *d_y = in_place ? d_x : gpu_alloc(n * 2);
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_z = dev_up_bf16(&gpu, z, n), *d_w = dev_up_bf16(&gpu, w, (size_t)D);
+    void *d_y = in_place ? d_x : dev_alloc(&gpu, n * 2);
     if (gated) {
         ops_gated_rmsnorm(&cpu, ref, x, z, w, R, D, 1e-6f);
         ops_gated_rmsnorm(&gpu, d_y, d_x, d_z, d_w, R, D, 1e-6f);
@@ -175,7 +126,7 @@ static void rope_case(int T, int nh, int hd, int rot) {
     int32_t *pos = xmalloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) pos[t] = t < T / 2 ? t : 20000 + t; // small and large angles
     ops_rope_partial(&cpu, ref, pos, inv, T, nh, hd, rot);
-    void *d_x = up_bf16(x, n), *d_pos = up_raw(pos, (size_t)T * 4), *d_inv = up_raw(inv, (size_t)(half ? half : 1) * 4);
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_pos = dev_up_raw(&gpu, pos, (size_t)T * 4), *d_inv = dev_up_raw(&gpu, inv, (size_t)(half ? half : 1) * 4);
     ops_rope_partial(&gpu, d_x, d_pos, d_inv, T, nh, hd, rot);
     char name[96];
     snprintf(name, sizeof name, "rope_partial T=%d nh=%d hd=%d rot=%d", T, nh, hd, rot);
@@ -196,7 +147,7 @@ static void test_rope_gate(void) {
     int64_t n = 100003;
     float *x = rand_bf16((size_t)n, 3), *g = rand_bf16((size_t)n, 8), *ref = copyv(x, (size_t)n);
     ops_sigmoid_mul(&cpu, ref, g, n);
-    void *d_x = up_bf16(x, (size_t)n), *d_g = up_bf16(g, (size_t)n);
+    void *d_x = dev_up_bf16(&gpu, x, (size_t)n), *d_g = dev_up_bf16(&gpu, g, (size_t)n);
     ops_sigmoid_mul(&gpu, d_x, d_g, n);
     report_bf16("sigmoid_mul n=100003", d_x, ref, (size_t)n);
     backend_free(&gpu, d_x);
@@ -214,8 +165,8 @@ static void conv_case(const int *lens, int n_seq, int C, int K) {
     size_t n = (size_t)T * C, ns = (size_t)n_seq * S * C;
     float *x = rand_bf16(n, 2), *w = rand_bf16((size_t)C * K, 0.7f), *st = rand_bf16(ns, 2);
     float *ref = xmalloc(n * sizeof(float));
-    void *d_x = up_bf16(x, n), *d_w = up_bf16(w, (size_t)C * K), *d_st = up_bf16(st, ns);
-    void *d_cu = up_raw(cu, (size_t)(n_seq + 1) * 4), *d_out = gpu_alloc(n * 2);
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_w = dev_up_bf16(&gpu, w, (size_t)C * K), *d_st = dev_up_bf16(&gpu, st, ns);
+    void *d_cu = dev_up_raw(&gpu, cu, (size_t)(n_seq + 1) * 4), *d_out = dev_alloc(&gpu, n * 2);
     char name[96];
     ops_conv1d_silu(&cpu, ref, x, w, cu, n_seq, T, C, K, NULL);
     ops_conv1d_silu(&gpu, d_out, d_x, d_w, d_cu, n_seq, T, C, K, NULL);
@@ -225,7 +176,7 @@ static void conv_case(const int *lens, int n_seq, int C, int K) {
     ops_conv1d_silu(&gpu, d_out, d_x, d_w, d_cu, n_seq, T, C, K, d_st);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state", T, C, K);
     report_bf16(name, d_out, ref, n);
-    float *got = down_bf16(d_st, ns);
+    float *got = dev_down_bf16(&gpu, d_st, ns);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state out", T, C, K);
     report(name, rel_err(got, st, ns), 0);
     backend_free(&gpu, d_x);
@@ -255,10 +206,10 @@ static void test_gates(void) {
     float *b = rand_bf16(n, 10), *a = rand_bf16(n, 30), *A_log = randv((size_t)Hv, 2), *dt = randv((size_t)Hv, 1);
     float *beta = xmalloc(n * 4), *g = xmalloc(n * 4);
     ops_gdn_gates(&cpu, beta, g, b, a, A_log, dt, T, Hv);
-    void *d_b = up_bf16(b, n), *d_a = up_bf16(a, n), *d_al = up_raw(A_log, (size_t)Hv * 4), *d_dt = up_raw(dt, (size_t)Hv * 4);
-    float *d_beta = gpu_alloc(n * 4), *d_g = gpu_alloc(n * 4);
+    void *d_b = dev_up_bf16(&gpu, b, n), *d_a = dev_up_bf16(&gpu, a, n), *d_al = dev_up_raw(&gpu, A_log, (size_t)Hv * 4), *d_dt = dev_up_raw(&gpu, dt, (size_t)Hv * 4);
+    float *d_beta = dev_alloc(&gpu, n * 4), *d_g = dev_alloc(&gpu, n * 4);
     ops_gdn_gates(&gpu, d_beta, d_g, d_b, d_a, d_al, d_dt, T, Hv);
-    float *gb = down_f32(d_beta, n), *gg = down_f32(d_g, n);
+    float *gb = dev_down_f32(&gpu, d_beta, n), *gg = dev_down_f32(&gpu, d_g, n);
     report("gdn_gates beta T=202 Hv=6", rel_err(gb, beta, n), TOL_GATES);
     report("gdn_gates g T=202 Hv=6", rel_err(gg, g, n), TOL_GATES);
     backend_free(&gpu, d_b);
@@ -298,10 +249,10 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     float *st0 = randv(ns, 0.5f), *st = copyv(st0, ns), *ref = xmalloc(no * 4);
     float *work = xmalloc(ops_gated_delta_rule_work_bytes(&cpu, T, n_seq, Hk, Hv, dk, dv));
     size_t wb = ops_gated_delta_rule_work_bytes(&gpu, T, n_seq, Hk, Hv, dk, dv);
-    void *d_work = wb ? gpu_alloc(wb) : NULL;
-    void *d_qkv = up_bf16(qkv, nq), *d_g = up_raw(g, ng * 4), *d_beta = up_raw(beta, ng * 4);
-    void *d_cu = up_raw(cu, (size_t)(n_seq + 1) * 4), *d_out = gpu_alloc(no * 2);
-    float *d_st = up_raw(st0, ns * 4);
+    void *d_work = wb ? dev_alloc(&gpu, wb) : NULL;
+    void *d_qkv = dev_up_bf16(&gpu, qkv, nq), *d_g = dev_up_raw(&gpu, g, ng * 4), *d_beta = dev_up_raw(&gpu, beta, ng * 4);
+    void *d_cu = dev_up_raw(&gpu, cu, (size_t)(n_seq + 1) * 4), *d_out = dev_alloc(&gpu, no * 2);
+    float *d_st = dev_up_raw(&gpu, st0, ns * 4);
     char name[128];
 
     ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, NULL, work);
@@ -314,7 +265,7 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, n_seq, T, Hk, Hv, dk, dv, d_st, d_work);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state in", dk, dv, *plan ? plan : "auto");
     report_bf16(name, d_out, ref, no);
-    float *got = down_f32(d_st, ns);
+    float *got = dev_down_f32(&gpu, d_st, ns);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state out", dk, dv, *plan ? plan : "auto");
     report(name, rel_err(got, st, ns), TOL_STATE);
 

@@ -30,6 +30,7 @@
 #include "common/core/half.h"
 #include "common/kernels/ops_moe.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define U32 0x1p-24
 #define TOL_BF16 1e-2
@@ -52,56 +53,6 @@ static float *rand_bf16(size_t n, float amp) {
     return x;
 }
 
-static void *gpu_alloc(size_t bytes) {
-    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    return d;
-}
-
-static void *up_bf16(const float *x, size_t n) {
-    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-    void *d = gpu_alloc(n * sizeof(uint16_t));
-    backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
-    free(h);
-    return d;
-}
-
-static void *up_raw(const void *x, size_t bytes) {
-    void *d = gpu_alloc(bytes);
-    backend_copy_to_device(&gpu, d, x, bytes);
-    return d;
-}
-
-static float *down_bf16(const void *d, size_t n) {
-    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
-    backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
-    free(h);
-    return x;
-}
-
-static void *down_raw(const void *d, size_t bytes) {
-    void *h = xmalloc(bytes ? bytes : 1);
-    backend_copy_to_host(&gpu, h, d, bytes);
-    return h;
-}
-
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (d != d) return INFINITY;
-        if (d > err) err = d;
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
 static void report(const char *op, double err, double tol) {
     int ok = err <= tol;
     printf("%-64s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
@@ -111,7 +62,7 @@ static void report(const char *op, double err, double tol) {
 
 // the device copy of a bf16 result against the CPU's
 static void report_bf16(const char *op, const char *shape, const void *d, const float *ref, size_t n, double tol) {
-    float *got = down_bf16(d, n);
+    float *got = dev_down_bf16(&gpu, d, n);
     char name[160];
     snprintf(name, sizeof name, "%s %s", op, shape);
     report(name, rel_err(got, ref, n), tol);
@@ -153,16 +104,16 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
             *slot = xmalloc(nR * 4 + 4);
     float *w = xmalloc(nR * 4 + 4);
     ops_moe_route(&cpu, logits, T, E, k, renorm, idx, w, off, perm, slot, NULL);
-    void *d_logits = up_raw(logits, (size_t)T * E * 4);
-    int32_t *d_idx = gpu_alloc(nR * 4), *d_off = gpu_alloc((size_t)(E + 1) * 4), *d_perm = gpu_alloc(nR * 4),
-            *d_slot = gpu_alloc(nR * 4);
-    float *d_w = gpu_alloc(nR * 4);
+    void *d_logits = dev_up_raw(&gpu, logits, (size_t)T * E * 4);
+    int32_t *d_idx = dev_alloc(&gpu, nR * 4), *d_off = dev_alloc(&gpu, (size_t)(E + 1) * 4), *d_perm = dev_alloc(&gpu, nR * 4),
+            *d_slot = dev_alloc(&gpu, nR * 4);
+    float *d_w = dev_alloc(&gpu, nR * 4);
     size_t wb = ops_moe_route_work_bytes(&gpu, T, E, k);
-    void *d_work = wb ? gpu_alloc(wb) : NULL;
+    void *d_work = wb ? dev_alloc(&gpu, wb) : NULL;
     ops_moe_route(&gpu, d_logits, T, E, k, renorm, d_idx, d_w, d_off, d_perm, d_slot, d_work);
-    int32_t *g_idx = down_raw(d_idx, nR * 4), *g_off = down_raw(d_off, (size_t)(E + 1) * 4),
-            *g_perm = down_raw(d_perm, nR * 4), *g_slot = down_raw(d_slot, nR * 4);
-    float *g_w = down_raw(d_w, nR * 4);
+    int32_t *g_idx = dev_down_raw(&gpu, d_idx, nR * 4), *g_off = dev_down_raw(&gpu, d_off, (size_t)(E + 1) * 4),
+            *g_perm = dev_down_raw(&gpu, d_perm, nR * 4), *g_slot = dev_down_raw(&gpu, d_slot, nR * 4);
+    float *g_w = dev_down_raw(&gpu, d_w, nR * 4);
     int di = count_diff(g_idx, idx, nR), dof = count_diff(g_off, off, (size_t)E + 1), dp = count_diff(g_perm, perm, nR),
         ds = count_diff(g_slot, slot, nR);
     int ok = !di && !dof && !dp && !ds;
@@ -179,10 +130,10 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
     float *x = rand_bf16((size_t)T * H, 1.0f);
     float *Wgu = rand_bf16((size_t)E * 2 * I * H, 1.0f / sqrtf((float)H));
     float *Wd = rand_bf16((size_t)E * H * I, 1.0f / sqrtf((float)I));
-    void *d_x = up_bf16(x, (size_t)T * H), *d_Wgu = up_bf16(Wgu, (size_t)E * 2 * I * H),
-         *d_Wd = up_bf16(Wd, (size_t)E * H * I);
-    void *d_xs = gpu_alloc(nR * H * 2), *d_gu = gpu_alloc(nR * 2 * I * 2), *d_a = gpu_alloc(nR * I * 2),
-         *d_ys = gpu_alloc(nR * H * 2), *d_y = gpu_alloc((size_t)T * H * 2);
+    void *d_x = dev_up_bf16(&gpu, x, (size_t)T * H), *d_Wgu = dev_up_bf16(&gpu, Wgu, (size_t)E * 2 * I * H),
+         *d_Wd = dev_up_bf16(&gpu, Wd, (size_t)E * H * I);
+    void *d_xs = dev_alloc(&gpu, nR * H * 2), *d_gu = dev_alloc(&gpu, nR * 2 * I * 2), *d_a = dev_alloc(&gpu, nR * I * 2),
+         *d_ys = dev_alloc(&gpu, nR * H * 2), *d_y = dev_alloc(&gpu, (size_t)T * H * 2);
     float *ref_xs = xmalloc(nR * H * 4 + 4), *ref_gu = xmalloc(nR * 2 * I * 4 + 4), *ref_a = xmalloc(nR * I * 4 + 4),
           *ref_ys = xmalloc(nR * H * 4 + 4), *ref_y = xmalloc((size_t)T * H * 4 + 4);
     ops_moe_gather(&gpu, d_xs, d_x, d_perm, R, H);
@@ -193,25 +144,25 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
     int max_rows = 0;
     for (int e = 0; e < E; e++) max_rows = off[e + 1] - off[e] > max_rows ? off[e + 1] - off[e] : max_rows;
     int mr = exact_max_rows ? max_rows : R;
-    float *in = down_bf16(d_xs, nR * H);
+    float *in = dev_down_bf16(&gpu, d_xs, nR * H);
     ops_moe_gemm(&gpu, d_gu, d_xs, d_Wgu, d_off, E, R, 2 * I, H, mr);
     ops_moe_gemm(&cpu, ref_gu, in, Wgu, off, E, R, 2 * I, H, mr);
     report_bf16("moe_gemm gate_up", shape, d_gu, ref_gu, nR * 2 * I, TOL_BF16);
     free(in);
 
-    in = down_bf16(d_gu, nR * 2 * I);
+    in = dev_down_bf16(&gpu, d_gu, nR * 2 * I);
     ops_swiglu_packed(&gpu, d_a, d_gu, R, I);
     ops_swiglu_packed(&cpu, ref_a, in, R, I);
     report_bf16("swiglu_packed", shape, d_a, ref_a, nR * I, TOL_BF16);
     free(in);
 
-    in = down_bf16(d_a, nR * I);
+    in = dev_down_bf16(&gpu, d_a, nR * I);
     ops_moe_gemm(&gpu, d_ys, d_a, d_Wd, d_off, E, R, H, I, mr);
     ops_moe_gemm(&cpu, ref_ys, in, Wd, off, E, R, H, I, mr);
     report_bf16("moe_gemm down", shape, d_ys, ref_ys, nR * H, TOL_BF16);
     free(in);
 
-    in = down_bf16(d_ys, nR * H);
+    in = dev_down_bf16(&gpu, d_ys, nR * H);
     ops_moe_combine(&gpu, d_y, d_ys, d_slot, d_idx, d_w, T, k, H);
     ops_moe_combine(&cpu, ref_y, in, slot, idx, g_w, T, k, H);
     report_bf16("moe_combine", shape, d_y, ref_y, (size_t)T * H, TOL_BF16);
@@ -219,8 +170,8 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
 
     // the shared expert's gate on the combined output
     float *s = rand_bf16((size_t)T * H, 2.0f), *g = rand_bf16((size_t)T, 6.0f);
-    void *d_s = up_bf16(s, (size_t)T * H), *d_g = up_bf16(g, (size_t)T);
-    in = down_bf16(d_y, (size_t)T * H);
+    void *d_s = dev_up_bf16(&gpu, s, (size_t)T * H), *d_g = dev_up_bf16(&gpu, g, (size_t)T);
+    in = dev_down_bf16(&gpu, d_y, (size_t)T * H);
     ops_sigmoid_gate_add(&gpu, d_y, d_s, d_g, T, H);
     ops_sigmoid_gate_add(&cpu, in, s, g, T, H);
     report_bf16("sigmoid_gate_add", shape, d_y, in, (size_t)T * H, TOL_BF16);
@@ -238,7 +189,7 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
 // no tokens: the offsets are all 0 (the memset), nothing else runs
 static void test_route_empty(void) {
     int E = 9;
-    int32_t *d_off = gpu_alloc((size_t)(E + 1) * 4), off[10];
+    int32_t *d_off = dev_alloc(&gpu, (size_t)(E + 1) * 4), off[10];
     ops_moe_route(&gpu, NULL, 0, E, 2, 1, NULL, NULL, d_off, NULL, NULL, NULL);
     backend_copy_to_host(&gpu, off, d_off, sizeof off);
     int zero = 1;

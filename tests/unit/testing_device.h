@@ -1,0 +1,63 @@
+// testing_device.h: moving test data to and from a backend's device (the CUDA op tests): allocation
+// that stops the test on failure, bf16 and raw uploads, bf16/f32/raw downloads (host copies the
+// caller frees), and the error measure the tests report: max |a - ref| / max |ref| (NaN: infinite).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/backend/backend.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/half.h"
+
+static inline void *dev_alloc(backend *be, size_t bytes) {
+    void *d = backend_alloc(be, bytes ? bytes : 1);
+    if (!d) {
+        fprintf(stderr, "%s\n", error_msg());
+        exit(1);
+    }
+    return d;
+}
+
+static inline void *dev_up_raw(backend *be, const void *x, size_t bytes) {
+    void *d = dev_alloc(be, bytes);
+    backend_copy_to_device(be, d, x, bytes);
+    return d;
+}
+
+static inline void *dev_up_bf16(backend *be, const float *x, size_t n) {
+    uint16_t *h = xmalloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
+    void *d = dev_up_raw(be, h, n * sizeof(uint16_t));
+    free(h);
+    return d;
+}
+
+static inline void *dev_down_raw(backend *be, const void *d, size_t bytes) {
+    void *h = xmalloc(bytes ? bytes : 1);
+    backend_copy_to_host(be, h, d, bytes);
+    return h;
+}
+
+static inline float *dev_down_f32(backend *be, const void *d, size_t n) { return dev_down_raw(be, d, n * sizeof(float)); }
+
+static inline float *dev_down_bf16(backend *be, const void *d, size_t n) {
+    uint16_t *h = dev_down_raw(be, d, n * sizeof(uint16_t));
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
+    free(h);
+    return x;
+}
+
+static inline double rel_err(const float *a, const float *ref, size_t n) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (d != d) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return err / (scale > 0 ? scale : 1);
+}
