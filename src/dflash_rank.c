@@ -295,7 +295,8 @@ int main(int argc, char **argv) {
     int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
     int offline = job && cfg.data_features[0]; // every rank a student
     long long want_t = dump ? w.size : offline ? 0 : cfg.teachers, want_s = dump ? 0 : offline ? w.size : cfg.students;
-    if (world_roles(&w, w.rank, w.size, want_t, want_s)) {
+    if (world_roles(&w, w.rank, w.size, want_t, want_s) ||
+        (!offline && strcmp(cfg.mode, "transport-test") != 0 && world_set_groups(&w, cfg.teacher_group_size))) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
         world_finalize();
         return 1;

@@ -72,9 +72,13 @@ batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
 
 // ----------------------------------------------------------------------------- set-up
 
-void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int n_buf, nccl_links *links, size_t feat_bytes, backend *be) {
+int batch_source_credits(const config *cfg, const world *w) { return (int)cfg->slots + w->group_size - 1; }
+
+void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, nccl_links *links,
+                            size_t feat_bytes, backend *be) {
     memset(s, 0, sizeof *s);
-    s->live = 1, s->T = T, s->slots = slots, s->my_rank = my_rank, s->max_bytes = max_bytes;
+    int T = w->groups;
+    s->live = 1, s->T = T, s->G = w->group_size, s->slots = credits, s->my_rank = w->rank, s->max_bytes = max_bytes;
     s->outstanding = xcalloc((size_t)T, sizeof(int));
     s->served = xcalloc((size_t)T, sizeof(int64_t));
     s->n_buf = n_buf;
@@ -111,6 +115,11 @@ void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, s
 void batch_source_start_at(batch_source *s, int64_t n) { s->next_request = s->next_consume = n; }
 
 // ----------------------------------------------------------------------------- live: credits and order
+
+// Teacher t is the group of world ranks t*G .. t*G+G-1: requests go to its first stage, the payload
+// (and its features over NCCL) comes from its last.
+static int source_request_rank(const batch_source *s, int t) { return t * s->G; }
+static int source_data_rank(const batch_source *s, int t) { return t * s->G + s->G - 1; }
 
 static int source_free_buf(batch_source *s) {
     for (int i = 0; i < s->n_buf; i++)
@@ -153,7 +162,7 @@ static int source_progress(batch_source *s) {
             if ((size_t)wb.S * (size_t)wb.D * 2 > s->feat_bytes)
                 return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
                                  (long long)wb.D);
-            if (nccl_link_recv(s->links, t, s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
+            if (nccl_link_recv(s->links, source_data_rank(s, t), s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
             s->posted[n % s->n_buf] = 1;
         }
         int done = nccl_ticket_done(&s->tickets[b]);
@@ -181,10 +190,11 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
         int64_t r = n % s->n_buf;
         s->buf_of[r] = b, s->teacher_of[r] = best;
         s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
-        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, best, TAG_DATA, MPI_COMM_WORLD, &s->recv[n % s->n_buf]));
+        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, source_data_rank(s, best), TAG_DATA, MPI_COMM_WORLD,
+                            &s->recv[n % s->n_buf]));
         batch_item it = batch_schedule_item(sc, n);
         int64_t req[WIRE_REQUEST] = {it.kind, it.index, s->my_rank};
-        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, best, TAG_REQUEST, MPI_COMM_WORLD));
+        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, best), TAG_REQUEST, MPI_COMM_WORLD));
         s->outstanding[best]++;
     }
     return 0;
@@ -197,8 +207,9 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
         if (source_pump(s, sc)) return -1;
         double t0 = time_now();
         // a teacher's first batch also waits for it to load the target: 5 x the timeout
+        int tw = s->teacher_of[n % s->n_buf]; // every stage of its group
         if (!s->arrived[n % s->n_buf])
-            watchdog_wait_begin(s->teacher_of[n % s->n_buf], s->teacher_of[n % s->n_buf], s->served[s->teacher_of[n % s->n_buf]] ? 1 : 5, "a batch");
+            watchdog_wait_begin(source_request_rank(s, tw), source_data_rank(s, tw), s->served[tw] ? 1 : 5, "a batch");
         while (!s->arrived[n % s->n_buf]) { // keep handing out work while this batch is on its way
             if (source_pump(s, sc)) return -1;
             if (s->arrived[n % s->n_buf]) break;
@@ -241,7 +252,7 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
 
 int batch_source_drain(batch_source *s) {
     if (!s->live) return 0;
-    watchdog_wait_begin(0, s->T - 1, 1, "the batches requested before the stop");
+    watchdog_wait_begin(0, s->T * s->G - 1, 1, "the batches requested before the stop");
     for (int64_t n = s->next_consume; n < s->next_request; n++)
         while (!s->arrived[n % s->n_buf]) {
             if (source_progress(s)) {
@@ -263,8 +274,8 @@ void batch_source_stop_teachers(batch_source *s) {
     if (!s->live) return;
     for (int t = 0; t < s->T; t++) {
         int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, s->my_rank};
-        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, t, TAG_REQUEST, MPI_COMM_WORLD));
-        watchdog_watch(t, 0); // it may exit now
+        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, t), TAG_REQUEST, MPI_COMM_WORLD));
+        for (int r = source_request_rank(s, t); r <= source_data_rank(s, t); r++) watchdog_watch(r, 0); // it may exit now
     }
 }
 

@@ -18,6 +18,7 @@
 #include "common/backend/backend.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/wire.h"
+#include "common/comm/world.h"
 #include "common/core/config.h"
 #include "common/data/batchplan.h"
 #include "common/data/featreader.h"
@@ -55,7 +56,7 @@ int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t);
 
 typedef struct {
     int live;
-    int T, slots, my_rank;
+    int T, G, slots, my_rank;    // T teachers (groups of G ranks: requests to the first, payloads from the last)
     size_t max_bytes;            // one payload at the largest batch
     // live
     int *outstanding;            // [T]
@@ -88,10 +89,14 @@ typedef struct {
     char *offline_buf;
 } batch_source;
 
-// batch_source_init_live: T teachers (world ranks 0..T-1), n_buf payload buffers (in flight and
-// arrived, not yet consumed: the per-item state is a ring of that size); links (NULL: MPI only)
-// with one GPU buffer of feat_bytes per payload buffer, allocated from be.
-void batch_source_init_live(batch_source *s, int T, int slots, int my_rank, size_t max_bytes, int n_buf,
+// batch_source_credits: the requests outstanding per teacher: transport.slots, plus G - 1 for a
+// group of G stages, so that every stage has a batch to work on while the last one's is in flight.
+int batch_source_credits(const config *cfg, const world *w);
+// batch_source_init_live: the teachers of world w (w->groups of them: a request goes to a group's
+// first rank, its payload comes from the last), `credits` requests outstanding per teacher, n_buf
+// payload buffers (in flight and arrived, not yet consumed: the per-item state is a ring of that
+// size); links (NULL: MPI only) with one GPU buffer of feat_bytes per payload buffer, from be.
+void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf,
                             nccl_links *links, size_t feat_bytes, backend *be);
 // batch_source_init_offline: batches packed from fr by the plan bp (fr and bp stay the caller's).
 void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes);

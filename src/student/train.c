@@ -90,7 +90,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             if (s == 0)
                 log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
                          (long long)start_step, (long long)cfg->steps, cfg->run_dir);
-            batch_source done = {.live = live, .T = T, .my_rank = w->rank};
+            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank};
             batch_source_stop_teachers(&done);
             fs_unlock_dir(lock_fd);
             return 0;
@@ -125,7 +125,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
-    int n_buf = 2 * (int)cfg->slots * T + 1;
+    int n_buf = 2 * batch_source_credits(cfg, w) * w->groups + 1;
     size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
     if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
@@ -169,7 +169,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     batch_source src;
     int64_t D = (int64_t)ct.n_feat * tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
-    if (live) batch_source_init_live(&src, T, (int)cfg->slots, w->rank, max_bytes, n_buf, links, feat_bytes, be);
+    if (live) batch_source_init_live(&src, w, batch_source_credits(cfg, w), max_bytes, n_buf, links, feat_bytes, be);
     else batch_source_init_offline(&src, fr, &bp, max_bytes);
 
     // Run directory and metrics (first student).
@@ -262,7 +262,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             int64_t mine = (int64_t)(d.mem.used + work.used + opt_mem.used);
             int64_t *student_peaks = xcalloc((size_t)S, sizeof(int64_t));
             students_allgather_i64(mine, student_peaks, comm, "the students' log line");
-            for (int t = 0; t < T && t < 1024; t++) peaks[t] = src.last_peak[t];
+            // a teacher group's payload reports its largest stage's peak: every rank of the group shows it
+            for (int r = 0; r < T && r / w->group_size < 1024; r++) peaks[r] = src.last_peak[r / w->group_size];
             for (int i = 0; i < S; i++) peaks[T + i] = student_peaks[i];
             free(student_peaks);
             if (s == 0) train_log_line(&lg, NULL, step, &interval, &lc, (int)dc.block_size, lr, last_norm, el, el > 0 ? wait_all / el : 0, peaks, n_ranks);
@@ -306,7 +307,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     if (rc == 0 && live) {
         char served[256];
         int m = 0;
-        for (int t = 0; t < T && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)src.served[t]);
+        for (int t = 0; t < src.T && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)src.served[t]);
         log_info("student %d: batches received per teacher: [%s]", s, served);
     }
     double wall = time_now() - t_run;

@@ -37,6 +37,7 @@ int target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int6
     t->f32 = f32;
     t->dst = dst;
     t->parent = -1;
+    t->layer = -1;
     return l->n - 1;
 }
 
@@ -52,11 +53,15 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
     int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim, V = c->vocab;
     int64_t q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
     const char *P = target_tensor_prefix(c);
+    int64_t l0, l1; // a stage holds its layers only: the embedding on the first, the head on the last
+    target_stage_range(m, &l0, &l1);
+    int last = l1 == c->n_layers;
     memset(list, 0, sizeof *list);
-    target_tensor_add(list, &m->embed, 0, 2, V, H, 0, "%sembed_tokens.weight", P);
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    if (l0 == 0 || (last && c->tie_embeddings)) target_tensor_add(list, &m->embed, 0, 2, V, H, 0, "%sembed_tokens.weight", P);
+    for (int64_t l = l0; l < l1; l++) {
         target_layer *L = &m->layers[l];
         long long ll = (long long)l;
+        int first = list->n;
         target_tensor_add(list, &L->input_norm, 0, 1, H, 0, 0, "%slayers.%lld.input_layernorm.weight", P, ll);
         if (c->arch == ARCH_QWEN3_5) {
             target_qwen3_5_layer_tensors(m, l, P, list);
@@ -79,10 +84,20 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
             target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "up_proj.weight");
             target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%slayers.%lld.mlp.%s", P, ll, "down_proj.weight");
         }
+        for (int i = first; i < list->n; i++) list->t[i].layer = l;
     }
+    if (!last) return;
     target_tensor_add(list, &m->final_norm, 0, 1, H, 0, 0, "%snorm.weight", P);
     if (!c->tie_embeddings) target_tensor_add(list, &m->lm_head, 0, 2, V, H, 0, "lm_head.weight");
+    for (int i = list->n - (c->tie_embeddings ? 1 : 2); i < list->n; i++) list->t[i].layer = -2;
 }
+
+void target_stage_range(const target_model *m, int64_t *l0, int64_t *l1) {
+    *l0 = m->layer_begin;
+    *l1 = m->layer_end > 0 ? m->layer_end : m->cfg.n_layers;
+}
+
+int target_stage_is_last(const target_model *m) { return m->layer_end <= 0 || m->layer_end >= m->cfg.n_layers; }
 
 static int64_t target_tensor_numel(const target_tensor *t) {
     int64_t n = 1;
@@ -94,10 +109,13 @@ static size_t target_tensor_bytes(const target_tensor *t, dtype dt) {
     return (size_t)target_tensor_numel(t) * (t->f32 ? sizeof(float) : dtype_size(dt));
 }
 
-size_t target_weight_bytes(const target_config *c, dtype dt) {
+size_t target_weight_bytes(const target_config *c, dtype dt) { return target_stage_weight_bytes(c, dt, 0, c->n_layers); }
+
+size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1) {
     target_model m;
     memset(&m, 0, sizeof m);
     m.cfg = *c;
+    m.layer_begin = l0, m.layer_end = l1;
     m.layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
     target_tensor_list list;
     target_tensor_list_build(&m, &list, NULL);
@@ -109,6 +127,75 @@ size_t target_weight_bytes(const target_config *c, dtype dt) {
     free(list.t);
     free(m.layers);
     return bytes;
+}
+
+// The stages' weight bytes at capacity cap: greedy from the first layer, each stage as long as it
+// fits. 1 when G stages cover every layer within cap (bounds filled, empty stages then split off
+// the longest), else 0. Greedy-longest leaves the least for the last stage, so it finds a cover
+// whenever one exists.
+static int stage_cover(const size_t *layer, size_t embed, size_t head, int64_t L, int G, size_t cap, int64_t *bounds) {
+    int s = 0;
+    size_t used = embed;
+    bounds[0] = 0;
+    for (int64_t l = 0; l < L; l++) {
+        int empty = bounds[s] == l;
+        if (!empty && used + layer[l] > cap) { // close stage s, start s + 1 at l
+            if (++s >= G) return 0;
+            bounds[s] = l;
+            used = 0;
+        }
+        used += layer[l];
+        if (used > cap) return 0;
+    }
+    if (used + head > cap) return 0;
+    int n = s + 1;
+    bounds[n] = L;
+    while (n < G) { // fewer stages than G: halve the longest (no stage grows)
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (bounds[i + 1] - bounds[i] > bounds[best + 1] - bounds[best]) best = i;
+        for (int i = n; i > best; i--) bounds[i + 1] = bounds[i];
+        bounds[best + 1] = bounds[best] + (bounds[best + 2] - bounds[best]) / 2;
+        n++;
+    }
+    return 1;
+}
+
+int target_stage_split(const target_config *c, dtype dt, int G, int64_t *bounds) {
+    int64_t L = c->n_layers;
+    if (G < 1 || G > L)
+        return error_set("world.teacher_group_size = %d: a teacher group splits the target's %lld layers into that many "
+                         "stages, so it must be between 1 and %lld", G, (long long)L, (long long)L);
+    // each tensor's bytes to its layer, the embedding to the first stage, the head to the last (with
+    // tied embeddings the last stage holds the embedding again as its lm_head)
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    m.layers = xcalloc((size_t)L, sizeof(target_layer));
+    target_tensor_list list;
+    target_tensor_list_build(&m, &list, NULL);
+    size_t *layer = xcalloc((size_t)L, sizeof(size_t)), embed = 0, head = 0;
+    for (int i = 0; i < list.n; i++) {
+        const target_tensor *t = &list.t[i];
+        if (t->parent >= 0) continue; // in its parent's buffer
+        size_t b = target_tensor_bytes(t, dt) + ARENA_ALIGN;
+        if (t->layer >= 0) layer[t->layer] += b;
+        else if (t->layer == -1) embed += b;
+        else head += b;
+    }
+    if (c->tie_embeddings && G > 1) head += embed;
+    size_t lo = 1, hi = embed + head; // the smallest capacity that covers (hi always does)
+    for (int64_t l = 0; l < L; l++) hi += layer[l];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (stage_cover(layer, embed, head, L, G, mid, bounds)) hi = mid;
+        else lo = mid + 1;
+    }
+    stage_cover(layer, embed, head, L, G, hi, bounds);
+    free(layer);
+    free(list.t);
+    free(m.layers);
+    return 0;
 }
 
 // Copy n elements of src_dt (host, mmapped) to dst (device) in dt, through a bounded staging buffer.
@@ -134,11 +221,18 @@ static void target_upload(backend *be, void *dst, dtype dt, const void *src, dty
     free(tmp);
 }
 
-int target_load(target_model *m, const char *dir, backend *be) {
+int target_load(target_model *m, const char *dir, backend *be) { return target_load_stage(m, dir, be, 0, -1); }
+
+int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0, int64_t l1) {
     memset(m, 0, sizeof *m);
     m->be = be;
     if (target_config_load(&m->cfg, dir)) return -1;
     const target_config *c = &m->cfg;
+    if (l1 < 0) l1 = c->n_layers;
+    if (l0 < 0 || l0 >= l1 || l1 > c->n_layers)
+        return error_set("target %s: stage layers [%lld, %lld) are not a range of its %lld layers", dir, (long long)l0,
+                         (long long)l1, (long long)c->n_layers);
+    m->layer_begin = l0, m->layer_end = l1;
     st_dir d;
     if (safetensors_dir_open(&d, dir)) return error_prefix("target"); // the message names the directory or the file
 
@@ -177,7 +271,7 @@ int target_load(target_model *m, const char *dir, backend *be) {
                  dir);
     if (rc == 0) {
         dtype dt = ops_act_dtype(be);
-        size_t bytes = target_weight_bytes(c, dt);
+        size_t bytes = target_stage_weight_bytes(c, dt, l0, l1);
         if (arena_init(&m->weights, "target weights", be, bytes)) {
             rc = error_prefix("target %s", dir);
         } else {
@@ -259,7 +353,8 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
     w->att = arena_alloc(a, T * qd * e);                // [T, nq, hd]
     w->gate = arena_alloc(a, T * I * e);                // [T, I]
     w->up = arena_alloc(a, T * I * e);                  // [T, I]
-    w->logits = arena_alloc(a, T * (size_t)w->vocab_tile * sizeof(float)); // [T, tile] f32
+    // [T, tile] f32: the lm_head's tile, on the last stage only
+    w->logits = target_stage_is_last(m) ? arena_alloc(a, T * (size_t)w->vocab_tile * sizeof(float)) : NULL;
     w->tokens = arena_alloc(a, T * sizeof(int32_t));
     w->pos = arena_alloc(a, T * sizeof(int32_t));
     w->cu_seqlens = arena_alloc(a, ((size_t)max_seqs + 1) * sizeof(int32_t));
@@ -289,8 +384,14 @@ size_t target_work_bytes(const target_model *m, const target_outputs *o, int max
     return a.used;
 }
 
+size_t target_model_weight_bytes(const target_model *m) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    return target_stage_weight_bytes(&m->cfg, ops_act_dtype(m->be), l0, l1);
+}
+
 int target_plan_tokens(const target_model *m, const target_outputs *o, size_t budget, int max_seqs, int *vocab_tile) {
-    size_t weights = target_weight_bytes(&m->cfg, ops_act_dtype(m->be));
+    size_t weights = target_model_weight_bytes(m);
     int tile = target_tile(m, *vocab_tile);
     *vocab_tile = tile;
     if (budget <= weights) return 0;
@@ -389,8 +490,10 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     backend_copy_to_device(be, w->cu_seqlens, cu_seqlens, ((size_t)n_seq + 1) * sizeof(int32_t));
     free(pos);
 
-    ops_embed(be, w->x, m->embed, w->tokens, T, H);
-    for (int l = 0; l < (int)c->n_layers; l++) {
+    int64_t l0, l1; // a stage of a group: its layers only (target.h)
+    target_stage_range(m, &l0, &l1);
+    if (l0 == 0) ops_embed(be, w->x, m->embed, w->tokens, T, H); // else w->x holds the previous stage's stream
+    for (int l = (int)l0; l < (int)l1; l++) {
         const target_layer *L = &m->layers[l];
         // token mixer block: the architecture's attention (or Gated DeltaNet) on the normed stream
         target_norm(m, w->xn, w->x, L->input_norm, T, H);
@@ -405,6 +508,10 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
                 ops_copy_2d(be, (char *)w->features + (size_t)f * H * e, (int64_t)nf * H, w->x, H, T, H);
     }
 
+    if (l1 < c->n_layers) { // w->x and w->features go on to the next stage
+        backend_sync(be);
+        return 0;
+    }
     // lm_head over vocabulary tiles: running top-k and LSE, never [T, V]
     target_norm(m, w->xn, w->x, m->final_norm, T, H);
     // features of the last layer (id L-1): HF hidden_states[L] is model.norm(h), not h (SPEC §2;

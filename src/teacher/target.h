@@ -47,13 +47,35 @@ typedef struct {
     void *final_norm;        // [H]
     void *lm_head;           // [V, H] (== embed when tied)
     float *inv_freq;         // [rope_dim/2] f32, device
+    // The layers this rank holds, [layer_begin, layer_end): a pipeline stage of a teacher group
+    // (world.teacher_group_size); 0, 0 = the whole model. The first stage holds the embedding, the
+    // last the final norm and the lm_head (the embedding again when they are tied); m->layers is
+    // indexed by the global layer id whatever the range.
+    int64_t layer_begin, layer_end;
 } target_model;
+
+// target_stage_range: m's layers [*l0, *l1) (the whole model when no range is set).
+void target_stage_range(const target_model *m, int64_t *l0, int64_t *l1);
+static inline int target_stage_is_first(const target_model *m) { return m->layer_begin == 0; }
+int target_stage_is_last(const target_model *m);
+// target_stage_weight_bytes: the weights of layers [l0, l1) with the embedding when l0 = 0 and the
+// final norm + lm_head when l1 = n_layers (target_weight_bytes = the whole range).
+size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1);
+// target_stage_split: G consecutive non-empty layer ranges, stage s = [bounds[s], bounds[s+1]),
+// whose largest weight bytes (as target_stage_weight_bytes counts them) is the smallest possible.
+// -1 with error_set naming world.teacher_group_size when G exceeds the target's layers.
+int target_stage_split(const target_config *c, dtype dt, int G, int64_t *bounds);
 
 // target_load: config.json + safetensors (single or sharded) from dir onto be. Every tensor's
 // presence, dtype (BF16, F16 or F32) and shape is checked first; -1 with error_set naming the tensor.
 int target_load(target_model *m, const char *dir, backend *be);
+// target_load_stage: the same for layers [l0, l1) only (l1 = -1: to the last layer), what one stage
+// of a teacher group holds; no tensor outside the range is read or checked.
+int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0, int64_t l1);
 void target_free(target_model *m);
 size_t target_weight_bytes(const target_config *c, dtype dt);
+// target_model_weight_bytes: what m's stage holds (its range; the whole model when none is set).
+size_t target_model_weight_bytes(const target_model *m);
 
 // What a forward produces.
 typedef struct {
@@ -107,7 +129,11 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
 int target_plan_tokens(const target_model *m, const target_outputs *o, size_t budget, int max_seqs, int *vocab_tile);
 
 // target_forward: run the packed batch tokens[T] (host) with boundaries cu_seqlens[n_seq+1] (host).
-// Results are in w->features/topk_idx/topk_val/lse (device). When logits_rows is not NULL, the full
+// Results are in w->features/topk_idx/topk_val/lse (device). A stage of a group (m's layer range)
+// runs its layers only: a stage after the first starts from the residual stream in w->x [T, H] and
+// the features of earlier layers in w->features, which the caller put there (what the previous
+// stage left in its own w->x and w->features); a stage before the last stops after its layers,
+// leaving w->x and w->features for the next, and computes no top-k or LSE. When logits_rows is not NULL, the full
 // fp32 logits of the n_logits rows listed (host indices) are copied to logits_out [n_logits, V] (host)
 // as tiles pass by (for checking only). -1 with error_set on a bad batch.
 int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,

@@ -23,6 +23,7 @@ typedef struct {
     int parent;     // -1, or the index of the entry whose buffer holds this tensor
     int64_t offset; // elements into the parent's buffer
     int alloc_only; // a buffer for parts, not a file tensor
+    int64_t layer;  // the decoder layer it belongs to; -1 the embedding, -2 the final norm and lm_head
 } target_tensor;
 
 // A growing list of tensors (target.c frees it).

@@ -11,26 +11,12 @@
 #include "common/comm/nccl_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
+#include "teacher/teacher_plan.h"
 
 #define TAG_REQUEST 101
 #define TAG_DATA 102
-
-// The settings teachers and students must agree on, derived the same way on both sides.
-typedef struct {
-    int n_feat;
-    long long layer_ids[64];
-    int topk;
-    int max_tokens;
-} teacher_contract;
-
-// teacher_contract_make: layer ids (configured or SPEC §2 default for the target's depth), top-k
-// and batch size. -1 with error_set.
-int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c);
 
 // teacher_serve: answer the students' requests until every student has stopped. links (NULL: MPI
 // only) carries the features GPU to GPU, the rest of each payload going over MPI. 0, -1 with
 // error_set, or WORLD_REPORTED_ELSEWHERE on every teacher but the first for an error all find alike.
 int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links);
-// teacher_plan_print: the teacher's memory (weights + work for data.max_tokens_per_batch) from the
-// target's config.json alone, printed by the first teacher (--plan); no weight is read.
-int teacher_plan_print(const world *w, const config *cfg, backend *be);

@@ -22,6 +22,19 @@ int world_roles(world *w, int rank, int size, long long teachers, long long stud
     w->students = (int)students;
     w->role = rank < t ? ROLE_TEACHER : ROLE_STUDENT;
     w->role_index = rank < t ? rank : rank - (int)t;
+    return world_set_groups(w, 1);
+}
+
+int world_set_groups(world *w, long long G) {
+    if (G < 1) return error_set("world.teacher_group_size = %lld: must be at least 1", G);
+    if (w->teachers % G != 0)
+        return error_set("world.teacher_group_size = %lld does not divide the %d teacher rank(s): each teacher is a group "
+                         "of that many consecutive ranks (set world.teachers or the mpirun -np count to a multiple)",
+                         G, w->teachers);
+    w->group_size = (int)G;
+    w->groups = w->teachers / (int)G;
+    w->group = w->role == ROLE_TEACHER ? w->rank / (int)G : -1;
+    w->stage = w->role == ROLE_TEACHER ? w->rank % (int)G : -1;
     return 0;
 }
 

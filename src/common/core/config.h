@@ -41,6 +41,8 @@ typedef struct {
     // world
     int64_t teachers;     // -1: world size - students
     int64_t students;
+    int64_t teacher_group_size;   // G: consecutive teacher ranks that hold one target as pipeline stages
+    int teacher_group_cross_node; // a group may span hosts (default: refused)
     // target
     char target_path[CONFIG_STR];
     config_int_list target_layer_ids;
@@ -74,6 +76,7 @@ typedef struct {
     // transport
     int64_t slots;                  // in-flight batches per teacher and student
     char payload[16];               // auto | mpi | nccl: how the features travel teacher -> student
+    char grad_allreduce[16];        // auto | mpi | nccl: how the students sum their gradients
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
     int resume;
