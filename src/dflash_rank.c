@@ -176,9 +176,12 @@ static int args_parse(int argc, char **argv, config *cfg) {
     return 0;
 }
 
-// Who watches whom in a training job: a student every rank, a teacher the students only.
-static int run_teachers;
-static int train_watches(int watcher, int peer) { return watcher >= run_teachers || peer >= run_teachers; }
+// Who watches whom in a training job: a student every rank, a teacher the students and the other
+// stages of its group.
+static int run_teachers, run_group_size = 1;
+static int train_watches(int watcher, int peer) {
+    return watcher >= run_teachers || peer >= run_teachers || watcher / run_group_size == peer / run_group_size;
+}
 
 // For the watchdog's message when a peer dies or hangs: where the run can be resumed from.
 static const config *run_cfg;
@@ -302,6 +305,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (w.rank == 0) log_info("dflash_rank %s: %d rank(s): %d teacher(s), %d student(s); mode %s", DFLASH_VERSION, w.size, w.teachers, w.students, cfg.mode);
+    if (w.group_size > 1) { // every group on one host, unless asked otherwise
+        if (world_check_group_hosts(&w, cfg.teacher_group_cross_node)) {
+            if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
+            world_finalize();
+            return 1;
+        }
+        if (w.rank == 0)
+            log_info("teachers: %d group(s) of %d rank(s) (world.teacher_group_size), each a pipeline over the target's layers",
+                     w.groups, w.group_size);
+    }
 
     backend be;
     int status = 0;
@@ -336,7 +349,7 @@ int main(int argc, char **argv) {
         train_install_signals();
         run_cfg = &cfg;
         if (w.size > 1) {
-            run_teachers = w.teachers;
+            run_teachers = w.teachers, run_group_size = w.group_size;
             watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
             watchdog_set_watchers(train_watches);
         }
@@ -364,7 +377,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (dump) {
-        status = teacher_dump_features(&w, &cfg, &be) ? 1 : 0;
+        nccl_links *links = NULL; // a teacher group's stages: activations GPU to GPU when they can
+        if (w.group_size > 1 && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
+            world_finalize();
+            return 1;
+        }
+        status = teacher_dump_features(&w, &cfg, &be, links) ? 1 : 0;
+        nccl_links_close(links);
         backend_close(&be);
         world_finalize();
         return status;

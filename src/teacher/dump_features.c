@@ -17,8 +17,10 @@
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 #include "common/data/featfile.h"
+#include "common/comm/wire.h"
 #include "common/kernels/ops.h"
 #include "teacher/target.h"
+#include "teacher/teacher_group.h"
 
 static void shard_path(char *buf, size_t n, const char *dir, int64_t s, int64_t n_shards) {
     snprintf(buf, n, "%s/features-%05lld-of-%05lld.h5", dir, (long long)s, (long long)n_shards);
@@ -40,18 +42,36 @@ typedef struct {
     int32_t *topk_idx; // [max_tokens, k]
     float *topk_val;
     float *lse;
+    stage_link *link; // a teacher group's stage-to-stage link (NULL: one rank holds the target)
 } dump_ctx;
 
-static int dump_batch(dump_ctx *c, int64_t first, int64_t last) {
+// With a teacher group every stage walks the same shards and batches: the first reads the samples,
+// each passes its layers' result on, the last writes the shard (an error there ends the job: the
+// other stages would wait on it).
+static int dump_batch(dump_ctx *c, int64_t shard, int64_t first, int64_t last) {
     int n_seq = 0, T = 0;
     c->cu[0] = 0;
-    for (int64_t i = first; i < last; i++) {
-        int64_t len = dataset_len(c->ts, i);
-        if (dataset_read(c->ts, i, c->tokens + T, c->mask + T)) return -1;
-        T += (int)len;
-        c->cu[++n_seq] = T;
+    if (target_stage_is_first(c->m)) {
+        for (int64_t i = first; i < last; i++) {
+            int64_t len = dataset_len(c->ts, i);
+            if (dataset_read(c->ts, i, c->tokens + T, c->mask + T)) return -1;
+            T += (int)len;
+            c->cu[++n_seq] = T;
+        }
+    } else {
+        stage_header h;
+        int got = stage_recv(c->link, &h, c->tokens, c->cu, c->mask, c->w, 5);
+        if (got < 0) return -1;
+        if (got == 0 || h.index != shard || h.n_seq != last - first)
+            return error_set("dump-features: the previous stage sent shard %lld (%lld samples), expected shard %lld (%lld)",
+                             (long long)h.index, (long long)h.n_seq, (long long)shard, (long long)(last - first));
+        T = (int)h.S, n_seq = (int)h.n_seq;
     }
     if (target_forward(c->m, c->o, c->w, c->tokens, c->cu, n_seq, T, NULL, 0, NULL)) return -1;
+    if (!target_stage_is_last(c->m)) {
+        stage_header h = {.kind = WIRE_TRAIN, .index = shard, .S = T, .n_seq = n_seq};
+        return stage_send(c->link, &h, c->tokens, c->cu, c->mask, c->w);
+    }
     backend *be = c->m->be;
     dtype act = ops_act_dtype(be);
     int64_t D = (int64_t)c->o->n_feat * c->m->cfg.hidden, k = c->o->topk;
@@ -149,14 +169,16 @@ typedef struct {
 } dump_result;
 
 // This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
-static int dump_run(const world *w, const config *cfg, backend *be, dump_result *res) {
+static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *links, dump_result *res) {
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
     if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
     if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
     if (fs_mkdirs(cfg->features_dir)) return error_prefix("features.dir");
 
-    target_model m;
-    if (target_load(&m, cfg->target_path, be)) return -1;
+    target_model m = {.be = be}; // this rank's stage of its group (the whole target when G = 1)
+    if (target_config_load(&m.cfg, cfg->target_path) || teacher_stage_select(w, &m) ||
+        target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1))
+        return -1;
     target_outputs o = {.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
     int rc = 0;
     if (cfg->target_layer_ids.n > 0) {
@@ -194,7 +216,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
             char b1[32], b2[32];
             rc = error_set("teacher.mem_budget %s holds batches of %d tokens, less than teacher.max_tokens = %d "
                            "(weights alone take %s)", bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1), fit,
-                           max_tokens, bytes_format(target_weight_bytes(&m.cfg, ops_act_dtype(be)), b2, sizeof b2));
+                           max_tokens, bytes_format(target_model_weight_bytes(&m), b2, sizeof b2));
         }
     }
     if (rc) {
@@ -219,6 +241,17 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
 
     int64_t D = (int64_t)o.n_feat * m.cfg.hidden;
     dump_ctx c = {.m = &m, .o = &o, .w = &tw, .ts = &ts};
+    stage_link link;
+    if (w->group_size > 1) { // two batches in flight to the next stage
+        if (stage_link_init(&link, w, be, links, 2, max_tokens, m.cfg.hidden, D)) {
+            arena_free(&work);
+            dataset_close(&ts);
+            target_free(&m);
+            return -1;
+        }
+        c.link = &link;
+    }
+    int writer = target_stage_is_last(&m); // the last stage writes the shards
     c.tokens = xmalloc((size_t)max_tokens * sizeof(int32_t));
     c.mask = xmalloc((size_t)max_tokens);
     c.cu = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
@@ -228,12 +261,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     c.topk_val = xmalloc((size_t)max_tokens * (size_t)o.topk * sizeof(float));
     c.lse = xmalloc((size_t)max_tokens * sizeof(float));
 
+    // shard s to teacher s mod (number of teachers): a group's stages all walk its shards
     int64_t per = cfg->features_shard_samples, n_shards = (ts.n + per - 1) / per;
-    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0;
-    for (int64_t s = w->rank; s < n_shards; s += w->size) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
+    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0, me = w->group, n_teachers = w->groups;
+    for (int64_t s = me; s < n_shards; s += n_teachers) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
     progress p;
-    progress_start(&p, "dump-features (samples)", my_samples);
-    for (int64_t s = w->rank; s < n_shards && rc == 0; s += w->size) {
+    if (writer) progress_start(&p, "dump-features (samples)", my_samples);
+    for (int64_t s = me; s < n_shards && rc == 0; s += n_teachers) {
         int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
         char path[CONFIG_STR + 64];
         shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
@@ -243,14 +277,14 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
             break;
         }
         mine++;
-        if (have == 1) { // finished by an earlier run
+        if (have == 1) { // finished by an earlier run (every stage of a group sees the same file)
             skipped++;
             done_samples += last - first;
-            progress_update(&p, done_samples);
+            if (writer) progress_update(&p, done_samples);
             continue;
         }
         c.fw = &(featfile_writer){0};
-        if (featfile_writer_open(c.fw, path, &info)) {
+        if (writer && featfile_writer_open(c.fw, path, &info)) {
             rc = -1;
             break;
         }
@@ -258,16 +292,20 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
         while (i < last && rc == 0) {
             int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
             while (j < last && T + dataset_len(&ts, j) <= max_tokens) T += dataset_len(&ts, j++);
-            rc = dump_batch(&c, i, j);
+            rc = dump_batch(&c, s, i, j);
+            if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
             done_samples += j - i;
-            progress_update(&p, done_samples);
+            if (writer) progress_update(&p, done_samples);
             i = j;
         }
+        if (!writer) continue;
         if (rc == 0) rc = featfile_writer_close(c.fw);
         else featfile_writer_abort(c.fw);
+        if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
     }
-    if (rc == 0) progress_end(&p);
-    if (rc == 0 && mine)
+    if (c.link) stage_link_free(c.link);
+    if (rc == 0 && writer) progress_end(&p);
+    if (rc == 0 && mine && writer)
         log_info("dump-features: %lld shard(s) of %lld on this rank, %lld already done", (long long)mine,
                  (long long)n_shards, (long long)skipped);
 
@@ -290,10 +328,10 @@ static int dump_run(const world *w, const config *cfg, backend *be, dump_result 
     return rc;
 }
 
-int teacher_dump_features(const world *w, const config *cfg, backend *be) {
+int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_links *links) {
     dump_result res;
     memset(&res, 0, sizeof res);
-    int rc = dump_run(w, cfg, be, &res);
+    int rc = dump_run(w, cfg, be, links, &res);
     if (rc) log_error("%s", error_msg());
     // Every rank finished or failed: rank 0 writes the index only when all of them succeeded.
     int status = rc ? 1 : 0, any_failed = 0;

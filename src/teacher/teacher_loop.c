@@ -19,6 +19,7 @@
 #include "common/data/dataset.h"
 #include "common/kernels/ops.h"
 #include "teacher/target.h"
+#include "teacher/teacher_group.h"
 
 // The batch plan over the usable samples of the training sets (shared with the students).
 static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
@@ -33,51 +34,17 @@ static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
     return rc;
 }
 
-int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links) {
-    for (int r = w->teachers; r < w->size; r++) watchdog_watch(r, 1); // the students, until each stops
-    target_model m = {.be = be}; // planned from its config.json first: a budget too small fails before the load
-    teacher_contract tc;
-    target_outputs o;
-    if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
-        teacher_train_budget(cfg, &m, &o, tc.max_tokens))
-        return w->role_index == 0 ? -1 : WORLD_REPORTED_ELSEWHERE; // the same on every teacher: the first says it
-    if (target_load(&m, cfg->target_path, be)) return -1;
-    dataset ts;
-    if (dataset_open(&ts, cfg, 2 * cfg->block_size)) return -1;
-    // (its vocabulary against the target's: train_check_inputs, on rank 0 before the roles start)
+// The next batch of a first stage: a student's request (or a stop); the batch read from the
+// training sets into tokens/cu/mask. 1 a batch (h filled), 0 every student has stopped.
+typedef struct {
     batchplan bp;
-    if (teacher_plan(cfg, &ts, &bp)) return -1;
+    dataset ts;
+    int stops;
+} teacher_requests;
 
-    int T = tc.max_tokens;
-    arena work;
-    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, T, T, o.vocab_tile))) return -1;
-    target_work tw;
-    target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
-    int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
-    size_t max_bytes = wire_bytes(T, T, k, D);
-    int n_buf = (int)cfg->slots * w->students + 1;
-    char **bufs = xmalloc((size_t)n_buf * sizeof(char *));
-    MPI_Request *sends = xmalloc((size_t)n_buf * sizeof(MPI_Request));
-    for (int i = 0; i < n_buf; i++) {
-        bufs[i] = xmalloc(max_bytes);
-        sends[i] = MPI_REQUEST_NULL;
-    }
-    int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
-    uint8_t *mask = xmalloc((size_t)T);
-    dtype act = ops_act_dtype(be);
-    void *feat_raw = xmalloc((size_t)T * (size_t)D * dtype_size(act));
-    // With NCCL links the features go GPU to GPU from a ring of device buffers (bf16, the compute
-    // dtype of a CUDA backend); the rest of the payload stays on MPI.
-    size_t feat_bytes = (size_t)T * (size_t)D * 2;
-    void **feat_dev = links ? xcalloc((size_t)n_buf, sizeof(void *)) : NULL;
-    nccl_ticket *tickets = links ? xcalloc((size_t)n_buf, sizeof(nccl_ticket)) : NULL;
-    for (int i = 0; links && i < n_buf; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
-    size_t peak = m.weights.used + work.used + (links ? (size_t)n_buf * feat_bytes : 0);
-
-    int stops = 0, next = 0;
-    int64_t served = 0;
-    double busy = 0, t_start = time_now();
-    while (stops < w->students) {
+static int teacher_next_request(const world *w, teacher_requests *q, int64_t served, stage_header *h, int32_t *tokens,
+                                int32_t *cu, uint8_t *mask) {
+    while (q->stops < w->students) {
         int64_t req[WIRE_REQUEST];
         MPI_Status st;
         // idle: the students may wait on another teacher (1.5 x); before the first request they are
@@ -86,29 +53,105 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         mpi_check(MPI_Recv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st));
         watchdog_wait_end();
         if (req[0] == WIRE_STOP) {
-            stops++;
-            watchdog_watch(st.MPI_SOURCE, 0); // done with us: it may exit
+            q->stops++;
+            if (w->group_size == 1) watchdog_watch(st.MPI_SOURCE, 0); // done with us: it may exit
             continue;
         }
-        double t0 = time_now();
-        const batch_ref *b = req[0] == WIRE_TRAIN ? batchplan_train_batch(&bp, req[1], NULL)
-                                                  : batchplan_heldout_batch(&bp, req[1]);
+        const batch_ref *b = req[0] == WIRE_TRAIN ? batchplan_train_batch(&q->bp, req[1], NULL)
+                                                  : batchplan_heldout_batch(&q->bp, req[1]);
         int n_seq = (int)b->n, S = 0;
         cu[0] = 0;
         for (int i = 0; i < n_seq; i++) {
-            int64_t len = dataset_len(&ts, b->samples[i]);
-            if (dataset_read(&ts, b->samples[i], tokens + S, mask + S)) fatal("teacher: %s", error_msg());
+            int64_t len = dataset_len(&q->ts, b->samples[i]);
+            if (dataset_read(&q->ts, b->samples[i], tokens + S, mask + S)) fatal("teacher: %s", error_msg());
             S += (int)len;
             cu[i + 1] = S;
         }
+        *h = (stage_header){.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .reply = st.MPI_SOURCE};
+        return 1;
+    }
+    return 0;
+}
+
+int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links) {
+    int G = w->group_size, first = w->stage <= 0, last = w->stage == G - 1 || G == 1;
+    // the students (requests on the first stage, payloads from the last), and the group's neighbours
+    for (int r = w->teachers; r < w->size && (first || last); r++) watchdog_watch(r, 1);
+    if (!first) watchdog_watch(w->rank - 1, 1);
+    if (!last) watchdog_watch(w->rank + 1, 1);
+    target_model m = {.be = be}; // planned from its config.json first: a budget too small fails before the load
+    teacher_contract tc;
+    target_outputs o;
+    // the same on every group: the first group's stages say it (each its own stage's)
+    if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
+        teacher_stage_select(w, &m) || teacher_train_budget(cfg, &m, &o, tc.max_tokens))
+        return w->group == 0 ? -1 : WORLD_REPORTED_ELSEWHERE;
+    if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
+    teacher_requests q = {.stops = 0};
+    if (first) {
+        if (dataset_open(&q.ts, cfg, 2 * cfg->block_size)) return -1;
+        // (its vocabulary against the target's: train_check_inputs, on rank 0 before the roles start)
+        if (teacher_plan(cfg, &q.ts, &q.bp)) return -1;
+    }
+
+    int T = tc.max_tokens;
+    arena work;
+    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, T, T, o.vocab_tile))) return -1;
+    target_work tw;
+    target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
+    int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
+    // every batch in flight from this rank: the students' credits with it (batch_source_credits)
+    int n_buf = ((int)cfg->slots + G - 1) * w->students + 1;
+    stage_link sl;
+    if (G > 1 && stage_link_init(&sl, w, be, links, n_buf, T, m.cfg.hidden, D)) return -1;
+    size_t max_bytes = wire_bytes(T, T, k, D);
+    int n_pay = last ? n_buf : 0; // the payload ring of the last stage
+    char **bufs = xmalloc((size_t)(n_pay + 1) * sizeof(char *));
+    MPI_Request *sends = xmalloc((size_t)(n_pay + 1) * sizeof(MPI_Request));
+    for (int i = 0; i < n_pay; i++) {
+        bufs[i] = xmalloc(max_bytes);
+        sends[i] = MPI_REQUEST_NULL;
+    }
+    int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)T);
+    dtype act = ops_act_dtype(be);
+    void *feat_raw = last ? xmalloc((size_t)T * (size_t)D * dtype_size(act)) : NULL;
+    // With NCCL links the features go GPU to GPU from a ring of device buffers (bf16, the compute
+    // dtype of a CUDA backend); the rest of the payload stays on MPI.
+    size_t feat_bytes = (size_t)T * (size_t)D * 2;
+    void **feat_dev = links ? xcalloc((size_t)n_pay + 1, sizeof(void *)) : NULL;
+    nccl_ticket *tickets = links ? xcalloc((size_t)n_pay + 1, sizeof(nccl_ticket)) : NULL;
+    for (int i = 0; links && i < n_pay; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
+    size_t peak = m.weights.used + work.used + (links ? (size_t)n_pay * feat_bytes : 0) +
+                  (G > 1 ? stage_link_device_bytes(n_buf, T, m.cfg.hidden, D, dtype_size(act), links != NULL, !last) : 0);
+
+    int next = 0;
+    int64_t served = 0;
+    double busy = 0, t_start = time_now();
+    for (;;) {
+        stage_header h;
+        int got = first ? teacher_next_request(w, &q, served, &h, tokens, cu, mask)
+                        // after the previous stage: a little more patient than it, so the rank nearest a hung peer names it
+                        : stage_recv(&sl, &h, tokens, cu, mask, &tw, (served == 0 ? 5 : 1.5) + 0.25 * w->stage);
+        if (got < 0) fatal("teacher: %s", error_msg());
+        if (got == 0) break;
+        double t0 = time_now();
+        int S = (int)h.S, n_seq = (int)h.n_seq;
+        if (h.peak < (int64_t)peak) h.peak = (int64_t)peak;
         if (target_forward(&m, &o, &tw, tokens, cu, n_seq, S, NULL, 0, NULL)) fatal("teacher: %s", error_msg());
+        served++;
+        if (!last) { // on to the next stage of the group
+            if (stage_send(&sl, &h, tokens, cu, mask, &tw)) fatal("teacher: %s", error_msg());
+            busy += time_now() - t0;
+            continue;
+        }
         // the next buffer of the ring, once its previous send is done
-        int slot = next++ % n_buf;
+        int slot = next++ % n_pay;
         watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a student to receive an earlier batch");
         mpi_check(MPI_Wait(&sends[slot], MPI_STATUS_IGNORE));
         if (links && nccl_ticket_wait(&tickets[slot])) fatal("teacher: %s", error_msg());
         watchdog_wait_end();
-        wire_batch wb = {.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = (int64_t)peak,
+        wire_batch wb = {.kind = h.kind, .index = h.index, .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = h.peak,
                          .features_on_link = links != NULL};
         wire_write_header(bufs[slot], &wb);
         wire_layout(bufs[slot], &wb);
@@ -130,16 +173,18 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
             struct timespec ts_sleep = {cfg->test_slow_ms / 1000, (cfg->test_slow_ms % 1000) * 1000000L};
             nanosleep(&ts_sleep, NULL);
         }
-        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, links ? 0 : D), MPI_BYTE, st.MPI_SOURCE, TAG_DATA,
+        int reply = (int)h.reply;
+        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, links ? 0 : D), MPI_BYTE, reply, TAG_DATA,
                             MPI_COMM_WORLD, &sends[slot]));
         // the features after their header: the student posts its receive once the header is in
-        if (links && nccl_link_send(links, st.MPI_SOURCE, feat_dev[slot], (size_t)S * (size_t)D * 2, NULL, &tickets[slot]))
+        if (links && nccl_link_send(links, reply, feat_dev[slot], (size_t)S * (size_t)D * 2, NULL, &tickets[slot]))
             fatal("teacher: %s", error_msg());
-        served++;
         busy += time_now() - t0;
     }
-    mpi_check(MPI_Waitall(n_buf, sends, MPI_STATUSES_IGNORE)); // every student has stopped: all received
-    for (int i = 0; links && i < n_buf; i++) {
+    if (G > 1 && !last) stage_send_stop(&sl); // every student has stopped: the next stage ends after its batches
+    if (G > 1) stage_link_free(&sl);
+    if (n_pay) mpi_check(MPI_Waitall(n_pay, sends, MPI_STATUSES_IGNORE)); // every student has stopped: all received
+    for (int i = 0; links && i < n_pay; i++) {
         if (nccl_ticket_wait(&tickets[i])) fatal("teacher: %s", error_msg());
         nccl_ticket_free(&tickets[i]);
         backend_free(be, feat_dev[i]);
@@ -147,9 +192,11 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     free(feat_dev);
     free(tickets);
     double el = time_now() - t_start;
-    log_info("teacher %d: served %lld batches, busy %.0f%% of %.1fs", w->rank, (long long)served,
+    char role[64] = "";
+    if (G > 1) snprintf(role, sizeof role, " (group %d stage %d)", w->group, w->stage);
+    log_info("teacher %d%s: served %lld batches, busy %.0f%% of %.1fs", w->rank, role, (long long)served,
              el > 0 ? 100 * busy / el : 0, el);
-    for (int i = 0; i < n_buf; i++) free(bufs[i]);
+    for (int i = 0; i < n_pay; i++) free(bufs[i]);
     free(bufs);
     free(sends);
     free(tokens);
@@ -157,8 +204,10 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     free(mask);
     free(feat_raw);
     arena_free(&work);
-    batchplan_free(&bp);
-    dataset_close(&ts);
+    if (first) {
+        batchplan_free(&q.bp);
+        dataset_close(&q.ts);
+    }
     target_free(&m);
     return 0;
 }

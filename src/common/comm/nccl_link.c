@@ -32,8 +32,8 @@ typedef struct {
 // Why NCCL cannot carry the payloads of this world ("" = it can). The same answer on every rank.
 static void links_decline_reason(const world *w, const gpu_place *all, char *why, size_t n) {
     why[0] = '\0';
-    if (w->teachers == 0 || w->students == 0) {
-        snprintf(why, n, "no teacher-student pair");
+    if ((w->teachers == 0 || w->students == 0) && w->group_size <= 1) {
+        snprintf(why, n, "no teacher-student pair and no teacher group");
         return;
     }
     for (int r = 0; r < w->size; r++) {
@@ -83,18 +83,23 @@ int nccl_links_open(nccl_links **out, const world *w, int device, char *why, siz
         nccl_links_close(l);
         return error_set("NCCL: a rank could not join the communicator of all ranks (its log says why)");
     }
-    // One split per pair, in the same order on every rank (a split is collective over all ranks).
-    for (int t = 0; t < w->teachers && !bad; t++)
-        for (int s = w->teachers; s < w->size && !bad; s++) {
-            int member = w->rank == t || w->rank == s, peer = w->rank == t ? s : t;
-            void *pair = NULL, *stream = NULL;
-            if (nccl_cuda_split(l->all, member, w->rank == s, &pair, &stream)) bad = 1;
-            if (member) l->pair[peer] = pair, l->stream[peer] = stream;
-        }
+    // One split per pair, in the same order on every rank (a split is collective over all ranks):
+    // each teacher (the last stage of its group) with each student, then within each teacher group
+    // each stage with the next.
+    int G = w->group_size > 0 ? w->group_size : 1;
+    for (int p = 0; p < (w->teachers / G) * (w->students + G - 1) && !bad; p++) {
+        int g = p / (w->students + G - 1), j = p % (w->students + G - 1), lo, hi;
+        if (j < w->students) lo = g * G + G - 1, hi = w->teachers + j; // payloads: last stage -> student
+        else lo = g * G + (j - w->students), hi = lo + 1;              // activations: stage -> next stage
+        int member = w->rank == lo || w->rank == hi, peer = w->rank == lo ? hi : lo;
+        void *pair = NULL, *stream = NULL;
+        if (nccl_cuda_split(l->all, member, w->rank == hi, &pair, &stream)) bad = 1;
+        if (member) l->pair[peer] = pair, l->stream[peer] = stream;
+    }
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
         nccl_links_close(l);
-        return error_set("NCCL: splitting the teacher-student pairs failed");
+        return error_set("NCCL: splitting the teacher-student and stage-stage pairs failed");
     }
     *out = l;
     return 0;

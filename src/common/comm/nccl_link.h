@@ -2,7 +2,8 @@
 // plain C.
 //
 // One NCCL communicator over all ranks is split into one two-rank communicator per (teacher,
-// student) pair, each with its own CUDA stream on both sides: the transfers of different pairs
+// student) pair (a teacher group's last stage, world.h) and per pair of neighbouring stages of a
+// teacher group, each with its own CUDA stream on both sides: the transfers of different pairs
 // never queue behind one another, and a pair's transfers arrive in the order they were sent, which
 // is the order the student asked for them (the control messages stay on MPI). NCCL needs one GPU
 // per rank, so nccl_links_open first checks over MPI that no two ranks share a GPU (host and PCI

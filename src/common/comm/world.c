@@ -2,6 +2,9 @@
 #include "common/comm/world.h"
 
 #include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -63,3 +66,26 @@ int world_agree(int status) {
 }
 
 const char *role_name(rank_role r) { return r == ROLE_TEACHER ? "teacher" : "student"; }
+
+int world_check_group_hosts(const world *w, int allow_cross_node) {
+    char me[64] = {0};
+    if (gethostname(me, sizeof me - 1) != 0) snprintf(me, sizeof me, "?");
+    char *all = xmalloc((size_t)w->size * sizeof me);
+    mpi_check(MPI_Allgather(me, (int)sizeof me, MPI_CHAR, all, (int)sizeof me, MPI_CHAR, MPI_COMM_WORLD));
+    int rc = 0;
+    for (int g = 0; g < w->groups && !allow_cross_node && rc == 0; g++)
+        for (int r = world_group_first(w, g) + 1; r <= world_group_last(w, g); r++) {
+            const char *a = all + (size_t)world_group_first(w, g) * sizeof me, *b = all + (size_t)r * sizeof me;
+            if (strcmp(a, b) != 0) {
+                rc = error_set("teacher group %d (ranks %d-%d) spans hosts %s (rank %d) and %s (rank %d): its activations "
+                               "would cross the network at every stage; place the ranks so that every group of "
+                               "world.teacher_group_size = %d stays on one host (ranks per host a multiple of it; "
+                               "docs/distributed.md), or set world.teacher_group_cross_node=true",
+                               g, world_group_first(w, g), world_group_last(w, g), a, world_group_first(w, g), b, r,
+                               w->group_size);
+                break;
+            }
+        }
+    free(all);
+    return rc;
+}

@@ -35,6 +35,9 @@ int world_roles(world *w, int rank, int size, long long teachers, long long stud
 // world_set_groups: teacher groups of G ranks (world_roles sets G = 1). -1 with error_set naming
 // world.teacher_group_size when G does not divide the teacher ranks.
 int world_set_groups(world *w, long long G);
+// world_check_group_hosts: collective; -1 with error_set naming the group and its hosts when a
+// teacher group's ranks are not all on one host (unless allow_cross_node: world.teacher_group_cross_node).
+int world_check_group_hosts(const world *w, int allow_cross_node);
 // world_init: MPI_Init (MPI_THREAD_FUNNELED), rank, size, local rank. Works without mpirun (one rank).
 void world_init(world *w, int *argc, char ***argv);
 void world_finalize(void);
