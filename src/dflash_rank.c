@@ -43,6 +43,7 @@
 #include "student/train.h"
 #include "student/train_setup.h"
 #include "teacher/dump_features.h"
+#include "teacher/target.h"
 #include "teacher/teacher_loop.h"
 
 static void usage(FILE *f) {
@@ -219,6 +220,16 @@ static int train_payload_links(const world *w, const config *cfg, backend *be, n
     return 0;
 }
 
+// The target's layers split into the groups' stages (target_stage_split checks the group size).
+static int groups_check(const config *cfg, const world *w) {
+    target_config tc;
+    if (target_config_load(&tc, cfg->target_path)) return -1;
+    int64_t *bounds = xmalloc(((size_t)w->group_size + 1) * sizeof(int64_t));
+    int rc = target_stage_split(&tc, DT_BF16, w->group_size, bounds);
+    free(bounds);
+    return rc;
+}
+
 // check mode: what this rank would open, as one line for rank 0's table. Returns 0 or 1.
 static int mode_check(const world *w, const config *cfg, backend *be, char *line, size_t n) {
     int used = snprintf(line, n, "rank %d  %-7s %d/%d  local %d  backend %s", w->rank, role_name(w->role),
@@ -329,6 +340,11 @@ int main(int argc, char **argv) {
     }
     // A training job's inputs, once on rank 0: one error line for what every rank would find.
     if (status == 0 && w.rank == 0 && job && train_check_inputs(&w, &cfg)) {
+        log_error("%s", error_msg());
+        status = 1;
+    }
+    // Teacher groups: as many stages as the target has layers at most (once, on rank 0).
+    if (status == 0 && w.rank == 0 && w.group_size > 1 && (job || dump) && !offline && groups_check(&cfg, &w)) {
         log_error("%s", error_msg());
         status = 1;
     }
