@@ -12,6 +12,7 @@
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_train.h"
+#include "student/grad_buckets.h"
 #include "student/metrics.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};
@@ -59,6 +60,8 @@ struct student_work {
     int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
     int n_layers;
     size_t parts[STEP_WORK_PARTS]; // bytes carved per part (see step.h)
+    step_grad_hook hook;           // NULL: none (student_work_set_grad_hook)
+    void *hook_ctx;
 };
 
 // The loss plan a chunk of R scored rows runs with: row_chunk 0 means all of them, and the student's
@@ -255,6 +258,11 @@ static float *grad_of(drafter *d, int i) { return d->grad + d->params[i].offset;
 #define P_LAYER(l, j) (2 + (l) * 11 + (j)) // j: 0 input_norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm, 7 post_norm, 8 gate, 9 up, 10 down
 #define P_NORM(d) ((d)->n_params - 1)
 
+void student_work_set_grad_hook(student_work *w, step_grad_hook hook, void *ctx) { w->hook = hook, w->hook_ctx = ctx; }
+
+// Gradient bucket b is final: its backward is queued on the backend (grad_buckets.h). 0 or -1.
+static int grad_final(student_work *w, int b) { return w->hook ? w->hook(w->hook_ctx, b) : 0; }
+
 // ----------------------------------------------------------------------------- the step
 
 // Which sequence holds packed position p: s, e with cu[s] <= p < cu[s+1].
@@ -286,7 +294,8 @@ static void context_forward(drafter *d, student_work *w, int S) {
     }
 }
 
-static void context_backward(drafter *d, student_work *w, int S) {
+// hooks: call the gradient hook as each bucket becomes final (the last micro-batch of a step).
+static int context_backward(drafter *d, student_work *w, int S, int hooks) {
     backend *be = d->be;
     const drafter_config *c = &d->cfg;
     int H = (int)c->hidden, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, kvd = nkv * hd;
@@ -304,9 +313,11 @@ static void context_backward(drafter *d, student_work *w, int S) {
                              S * nkv, hd, eps, 0);
         linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->ctx_scratch_b, w->ctx, S, H, kvd);
         linear_dx(be, w->dctx, w->ctx_scratch_b, L->wk, S, H, kvd, 1);
+        if (hooks && grad_final(w, grad_bucket_context((int)c->n_layers, l))) return -1; // k_proj, v_proj, k_norm
     }
     ops_rmsnorm_backward(be, w->dctx_pre, grad_of(d, P_HIDDEN_NORM), w->dctx, w->ctx_pre, d->hidden_norm, S, H, eps, 0);
     linear_dw(be, grad_of(d, P_FC), w->dctx_pre, w->features, S, c->n_feat * H, H);
+    return hooks ? grad_final(w, grad_bucket_front((int)c->n_layers)) : 0; // fc, hidden_norm
 }
 
 static void chunk_forward(drafter *d, student_work *w, int C) {
@@ -349,7 +360,8 @@ static void chunk_forward(drafter *d, student_work *w, int C) {
 }
 
 // dh holds d(loss)/d(x) on entry (slot-0 rows zero); leaves the weight gradients and dkc/dvc.
-static void chunk_backward(drafter *d, student_work *w, int C) {
+// hooks: the last chunk of a step's last micro-batch: each layer's block parameters are final after it.
+static int chunk_backward(drafter *d, student_work *w, int C, int hooks) {
     backend *be = d->be;
     const drafter_config *c = &d->cfg;
     int B = (int)c->block_size, N = C * B, H = (int)c->hidden, I = (int)c->intermediate;
@@ -387,8 +399,10 @@ static void chunk_backward(drafter *d, student_work *w, int C) {
         linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->dkb_pre, s->u, N, H, kvd);
         linear_dw(be, grad_of(d, P_LAYER(l, 3)), w->dvb, s->u, N, H, kvd);
         ops_rmsnorm_backward(be, w->dh, grad_of(d, P_LAYER(l, 0)), w->du, s->h_in, L->input_norm, N, H, eps, 1);
+        if (hooks && grad_final(w, grad_bucket_block((int)c->n_layers, l))) return -1; // (with layer L-1: the final norm)
     }
     // the block input is the frozen embedding: the gradient stops here
+    return 0;
 }
 
 // Upload the batch's features in the compute dtype and the context positions.
@@ -562,11 +576,11 @@ int student_step(drafter *d, const loss_config *lc, const student_plan *p, stude
         // dx of the block rows: 0 for slot 0 (never scored), the loss gradient elsewhere
         backend_memset_zero(be, w->du, (size_t)N * H * e);
         ops_copy_2d(be, (char *)w->du + (size_t)H * e, (int64_t)B * H, w->dxs, (int64_t)(B - 1) * H, C, (int64_t)(B - 1) * H);
-        chunk_backward(d, w, C);
+        if (chunk_backward(d, w, C, w->hook && i0 + C >= n_anchors)) return -1;
         chunk_stats(d, w, C, st, NULL);
         st->block_tokens += N;
     }
-    context_backward(d, w, b->S);
+    if (context_backward(d, w, b->S, w->hook != NULL)) return -1;
     backend_sync(be);
     st->ctx_tokens += b->S;
     return 0;

@@ -66,6 +66,15 @@ size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[
 student_work *student_work_create(drafter *d, const student_plan *p, arena *a);
 void student_work_destroy(student_work *w);
 
+// step_grad_hook: gradient bucket b (student/grad_buckets.h) is final: every kernel that writes it
+// in this step has been queued on the backend. 0, or -1 (error_set: the step fails with it).
+typedef int (*step_grad_hook)(void *ctx, int bucket);
+// student_work_set_grad_hook: the next student_step calls hook (NULL: none) once per bucket, in
+// bucket order, as its last chunk's backward and the context backward finish each one: for the
+// last micro-batch of an optimizer step, whose gradients the students all-reduce while the rest
+// of the backward runs. The numbers the step computes are the same with or without a hook.
+void student_work_set_grad_hook(student_work *w, step_grad_hook hook, void *ctx);
+
 // student_step: gradients of the batch with the given anchors (packed indices, each with at least
 // one scorable slot: seq_start <= a and a + 1 < seq_end) added to d->grad; stats added to *st.
 // -1 with error_set on a batch or anchor that does not fit the plan.

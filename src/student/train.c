@@ -181,7 +181,10 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
     int32_t *matches = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));    // per held-out anchor
     int32_t *matches_at = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t)); // ... by position
-    float *host_grad = be->kind == BACKEND_CPU || S == 1 ? NULL : xmalloc((size_t)d.numel * sizeof(float));
+    // How the students sum their gradients (transport.grad_allreduce); one student sums nothing.
+    students_grads *grads = NULL;
+    if (S > 1 && !eval && students_grads_open(&grads, &d, comm, cfg->grad_allreduce, s == 0))
+        return s == 0 ? -1 : TRAIN_REPORTED_ELSEWHERE; // the same error on every student: the first says it
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
     step_stats interval, cur, first_eval, last_eval;
@@ -215,6 +218,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             } else {
                 uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
                 int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
+                // the last micro-batch starts the gradient sums while its backward runs
+                students_grads_arm(grads, sw, n == g->first + g->count - 1);
                 if (na > 0) rc = student_step(&d, &lc, &plan, sw, &b, anchors, na, &cur);
             }
             batch_source_release(&src, n);
@@ -242,7 +247,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             continue;
         }
         // An optimizer step: all-reduce the un-normalised gradients, then one update.
-        if (S > 1) students_allreduce_grads(&d, comm, host_grad);
+        if (grads && (rc = students_grads_finish(grads))) break;
         double lr = optim_lr(&oc, opt.step);
         last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
         if (!isfinite(last_norm)) { // optim_step left the weights as they were
@@ -327,7 +332,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     free(anchors);
     free(matches);
     free(matches_at);
-    free(host_grad);
+    students_grads_close(grads, rc != 0);
     batch_source_free(&src);
     if (fr) featreader_close(fr);
     student_work_destroy(sw);

@@ -361,9 +361,11 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
 // $DFLASH_EMU_NCCL_DIR (default $TMPDIR or /tmp). A send writes the message to a file (written under
 // a temporary name, then renamed) and returns: sends are buffered, so a send never waits for its
 // receive. A receive waits for the file of its sequence number from that peer, checks its size,
-// reads and deletes it. Collectives (ncclCommSplit, ncclAllReduce) are all-gathers: every rank writes
-// its part, waits for everyone's, computes the result itself; those files (a few bytes each) stay,
-// since no rank knows when the others have read them: point DFLASH_EMU_NCCL_DIR at a scratch folder.
+// reads and deletes it. Collectives (ncclCommSplit, ncclAllReduce, ncclCommFinalize) are all-gathers:
+// every rank writes its part, waits for everyone's, computes the result itself. A rank deletes its
+// part of a collective once it has seen every rank's part of the next one (each rank writes that
+// only after reading the whole previous one), and ncclCommFinalize is a one-byte collective of its
+// own, so only those few bytes stay: point DFLASH_EMU_NCCL_DIR at a scratch folder.
 // Streams are synchronous here, so every call has finished when it returns. A wait longer than 120 s
 // (a peer that never comes) fails with ncclSystemError.
 
@@ -371,6 +373,7 @@ struct ncclComm {
     std::string dir;
     int nranks, rank;
     int n_coll;                                  // collectives so far: their files' tags
+    std::string last_own;                        // this rank's part of the last collective ("": none)
     std::map<int, long> sent, received;          // per peer: messages so far
 };
 
@@ -427,6 +430,9 @@ static ncclResult_t all_gather(ncclComm *c, const char *kind, const void *mine, 
         if (!wait_file(p, all[(size_t)r])) return nccl_fail(ncclSystemError, "no peer wrote %s within 120 s", p.c_str());
         if (all[(size_t)r].size() != n) return nccl_fail(ncclInvalidUsage, "%s: ranks disagree on the size", p.c_str());
     }
+    // every rank has written its part of this one, so every rank has read all of the last one
+    if (!c->last_own.empty()) remove(c->last_own.c_str());
+    c->last_own = own;
     return ncclSuccess;
 }
 
@@ -502,7 +508,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *out,
     *out = c;
     return ncclSuccess;
 }
-ncclResult_t ncclCommFinalize(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) { // a collective, as NCCL's: then the last one's parts can go
+    char none = 0;
+    std::vector<std::vector<char>> all;
+    return all_gather(comm, "finalize", &none, 1, all);
+}
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     delete comm; // the collectives' files stay: a rank cannot know when the others have read them
     return ncclSuccess;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "common/comm/nccl_link.h"
+#include "common/comm/nccl_reduce.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -81,6 +82,49 @@ static long long tt_path(const world *w, nccl_links *links, uint32_t *buf, int i
     return wrong_total;
 }
 
+// One all-reduce table: every size from 1 KiB up to max_bytes by factors of 4, `iterations` fp32
+// sums over all ranks of the job, each of a freshly filled buffer, timed alone (the fill and the
+// check outside the clock) and checked element by element. Host path (r == NULL): MPI_Allreduce in
+// place on host memory. NCCL path: buf is GPU memory, filled, summed and checked on the GPU.
+// Bandwidths as nccl-tests' all_reduce_perf: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int iterations, long long max_bytes) {
+    long long wrong_total = 0;
+    int reporter = w->rank == w->teachers; // the first student, as for the payload tables
+    if (reporter)
+        printf("%s all-reduce, fp32 sum over all %d ranks, %s (GB/s: algbw = bytes/time, busbw = algbw*2(n-1)/n)\n"
+               "%12s %8s %12s %10s %10s %10s\n", r ? "NCCL" : "MPI", w->size, r ? "GPU memory" : "host memory", "bytes",
+               "iters", "time_us", "algbw", "busbw", "#wrong");
+    for (uint64_t n = 256; n <= (uint64_t)max_bytes / 4; n *= 4) {
+        long long wrong = 0;
+        double el = 0;
+        for (int it = 0; it < iterations; it++) {
+#ifdef DFLASH_HAVE_CUDA
+            if (r) tt_sum_fill_cuda(buf, n, w->rank, it);
+#endif
+            if (!r)
+                for (uint64_t i = 0; i < n; i++) buf[i] = tt_sum_value(w->rank, it, i);
+            mpi_check(MPI_Barrier(MPI_COMM_WORLD));
+            double t0 = time_now();
+            if (r && (nccl_reduce_sum_f32(r, buf, n) || nccl_reduce_sync(r))) fatal("transport-test: %s", error_msg());
+            if (!r) mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+            el += time_now() - t0;
+#ifdef DFLASH_HAVE_CUDA
+            if (r) wrong += tt_sum_check_cuda(buf, n, w->size, it);
+#endif
+            if (!r)
+                for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_sum_expected(w->size, it, i);
+        }
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); // the slowest rank's
+        wrong_total += wrong;
+        double t = el / iterations, algbw = t > 0 ? (double)n * 4 / t / 1e9 : 0;
+        if (reporter)
+            printf("%12llu %8d %12.1f %10.3f %10.3f %10lld\n", (unsigned long long)n * 4, iterations, 1e6 * t, algbw,
+                   algbw * 2.0 * (w->size - 1) / w->size, wrong);
+    }
+    return wrong_total;
+}
+
 long long transport_test_run(const world *w, backend *be, int iterations, long long max_bytes) {
     uint32_t *host = xmalloc((size_t)max_bytes);
     long long wrong = tt_path(w, NULL, host, iterations, max_bytes);
@@ -95,6 +139,21 @@ long long transport_test_run(const world *w, backend *be, int iterations, long l
         nccl_links_close(links);
     } else if (w->rank == w->teachers) {
         printf("NCCL path: not used (%s)\n", why);
+    }
+    // The all-reduce over all ranks: MPI from host memory, then NCCL when every rank has its own GPU.
+    float *sums = xmalloc((size_t)max_bytes);
+    wrong += tt_sum_path(w, NULL, sums, iterations, max_bytes);
+    free(sums);
+    nccl_reduce *r = NULL;
+    if (nccl_reduce_open(&r, MPI_COMM_WORLD, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why)) return -1;
+    if (r) {
+        float *dev = backend_alloc(be, (size_t)max_bytes);
+        if (!dev) fatal("transport-test: %s", error_msg());
+        wrong += tt_sum_path(w, r, dev, iterations, max_bytes);
+        backend_free(be, dev);
+        nccl_reduce_close(r, 0);
+    } else if (w->rank == w->teachers) {
+        printf("NCCL all-reduce: not used (%s)\n", why);
     }
     if (w->rank == w->teachers) {
         printf("transport-test: %s (%lld wrong elements)\n", wrong ? "FAILED" : "all payloads intact", wrong);

@@ -3,7 +3,11 @@
 // always, and NCCL from GPU memory to GPU memory when every rank has its own GPU (nccl_link.h) —
 // each checked element by element on arrival (on the GPU for NCCL); the first student prints one
 // table per path, one line per size with the bandwidth and the count of wrong elements (which must
-// be 0). Like nccl-tests' verifiable mode, for our paths.
+// be 0). Then the same for an fp32 sum over all ranks of the job (the students' gradient
+// all-reduce): MPI from host memory always, NCCL (nccl_reduce.h) when every rank has its own GPU,
+// one line per size with the time of one all-reduce, its algorithmic and bus bandwidth (as
+// nccl-tests' all_reduce_perf defines them) and the wrong elements. Like nccl-tests' verifiable
+// mode, for our paths.
 #pragma once
 #include <stdint.h>
 
@@ -26,6 +30,19 @@ static inline TT_HOST_DEVICE uint32_t tt_value(int t, int it, uint64_t i) {
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     return (uint32_t)x;
+}
+
+// tt_sum_value: element i of rank r's buffer in all-reduce iteration it: a small integer (-128 ..
+// 127) from the same hash, so that the sum over any number of ranks up to 2^16 is exact in fp32
+// and a dropped, duplicated or shifted element, or a missing rank, is caught element by element.
+static inline TT_HOST_DEVICE float tt_sum_value(int r, int it, uint64_t i) {
+    return (float)((int)(tt_value(r, it, i) & 0xffu) - 128);
+}
+// tt_sum_expected: what element i holds after the sum over ranks 0 .. n-1.
+static inline TT_HOST_DEVICE float tt_sum_expected(int n, int it, uint64_t i) {
+    float s = 0;
+    for (int r = 0; r < n; r++) s += tt_sum_value(r, it, i);
+    return s;
 }
 
 #ifndef __CUDACC__

@@ -1,0 +1,174 @@
+// nccl_reduce.c: nccl_reduce_open's decision and set-up over MPI, and the dispatch to
+// nccl_reduce_cuda.cu (see nccl_reduce.h). CPU-only builds decline.
+#include "common/comm/nccl_reduce.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "common/backend/backend_cuda.h"
+#include "common/backend/gpu_info.h"
+#include "common/comm/nccl_link_cuda.h"
+#include "common/comm/nccl_reduce_cuda.h"
+#endif
+
+#ifdef DFLASH_HAVE_CUDA
+struct nccl_reduce {
+    nccl_reduce_cuda c;
+    int nranks;
+};
+
+// The open communicators, for nccl_reduce_check on the watchdog thread.
+#define NR_MAX_OPEN 8
+static pthread_mutex_t nr_mu = PTHREAD_MUTEX_INITIALIZER;
+static nccl_reduce *nr_open[NR_MAX_OPEN];
+
+static void nr_register(nccl_reduce *r, int on) {
+    pthread_mutex_lock(&nr_mu);
+    for (int i = 0; i < NR_MAX_OPEN; i++)
+        if (on ? nr_open[i] == NULL : nr_open[i] == r) {
+            nr_open[i] = on ? r : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&nr_mu);
+}
+
+typedef struct {
+    int world_rank;
+    char host[64];
+    char bus[32]; // "" = not on a GPU
+} nr_place;
+
+// Why NCCL cannot sum over these ranks ("" = it can). The same answer on every rank.
+static void nr_decline_reason(const nr_place *all, int n, char *why, size_t wn) {
+    why[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        if (!all[r].bus[0]) {
+            snprintf(why, wn, "rank %d is not on a GPU", all[r].world_rank);
+            return;
+        }
+        for (int q = 0; q < r; q++)
+            if (strcmp(all[q].host, all[r].host) == 0 && strcmp(all[q].bus, all[r].bus) == 0) {
+                snprintf(why, wn, "ranks %d and %d share GPU %s on %s (NCCL needs one GPU per rank)", all[q].world_rank,
+                         all[r].world_rank, all[r].bus, all[r].host);
+                return;
+            }
+    }
+}
+#else
+struct nccl_reduce {
+    int unused;
+};
+#endif
+
+int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, size_t n) {
+    *out = NULL;
+#ifndef DFLASH_HAVE_CUDA
+    (void)comm, (void)device;
+    snprintf(why, n, "built without CUDA");
+    return 0;
+#else
+    int rank = 0, size = 0;
+    mpi_check(MPI_Comm_rank(comm, &rank));
+    mpi_check(MPI_Comm_size(comm, &size));
+    nr_place me;
+    memset(&me, 0, sizeof me);
+    mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &me.world_rank));
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+    if (device >= 0 && gpu_pci_bus_id(device, me.bus, sizeof me.bus)) me.bus[0] = '\0';
+    nr_place *all = xmalloc((size_t)size * sizeof(nr_place));
+    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm));
+    nr_decline_reason(all, size, why, n);
+    free(all);
+    if (why[0]) return 0;
+
+    // The id from the first rank (the byte after it says whether making it worked).
+    unsigned char id[GPU_NCCL_ID_BYTES + 1] = {0};
+    if (rank == 0) id[GPU_NCCL_ID_BYTES] = gpu_nccl_unique_id(id) == 0;
+    mpi_check(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, comm));
+    if (!id[GPU_NCCL_ID_BYTES]) return error_set("NCCL all-reduce: the first rank could not make the communicator id");
+    nccl_reduce *r = xcalloc(1, sizeof *r);
+    r->nranks = size;
+    int bad = 0;
+    if (nccl_reduce_cuda_init(&r->c, id, size, rank, device)) {
+        log_error("NCCL all-reduce: %s", error_msg());
+        bad = 1;
+    }
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+    if (bad) {
+        nccl_reduce_cuda_destroy(&r->c, 1);
+        free(r);
+        return error_set("NCCL all-reduce: a rank could not join the communicator (its log says why)");
+    }
+    nr_register(r, 1);
+    *out = r;
+    return 0;
+#endif
+}
+
+#ifdef DFLASH_HAVE_CUDA
+int nccl_reduce_after(nccl_reduce *r, backend *be) {
+    if (nccl_reduce_cuda_after(&r->c, cuda_stream(be))) return error_prefix("NCCL all-reduce: waiting for the backend");
+    return 0;
+}
+
+int nccl_reduce_group(nccl_reduce *r, int begin) {
+    (void)r;
+    return nccl_reduce_cuda_group(begin);
+}
+
+int nccl_reduce_sum_f32(nccl_reduce *r, float *dev, size_t count) {
+    if (nccl_reduce_cuda_sum_f32(&r->c, dev, count))
+        return error_prefix("NCCL all-reduce of %zu floats over %d ranks", count, r->nranks);
+    return 0;
+}
+
+int nccl_reduce_join(nccl_reduce *r, backend *be) {
+    if (nccl_reduce_cuda_join(&r->c, cuda_stream(be))) return error_prefix("NCCL all-reduce: the backend waiting for it");
+    return 0;
+}
+
+int nccl_reduce_sync(nccl_reduce *r) {
+    if (nccl_reduce_cuda_sync(&r->c)) return error_prefix("NCCL all-reduce: waiting for it");
+    return 0;
+}
+
+int nccl_reduce_check(void *ctx, char *msg, size_t n) {
+    (void)ctx;
+    char why[384];
+    int failed = 0;
+    pthread_mutex_lock(&nr_mu);
+    for (int i = 0; i < NR_MAX_OPEN && !failed; i++)
+        if (nr_open[i] && nccl_cuda_async_error(nr_open[i]->c.comm, why, sizeof why)) {
+            snprintf(msg, n, "NCCL all-reduce communicator of %d ranks failed: %s", nr_open[i]->nranks, why);
+            failed = 1;
+        }
+    pthread_mutex_unlock(&nr_mu);
+    return failed;
+}
+
+void nccl_reduce_close(nccl_reduce *r, int abort) {
+    if (!r) return;
+    nr_register(r, 0);
+    nccl_reduce_cuda_destroy(&r->c, abort);
+    free(r);
+}
+#else
+// CPU-only builds: nccl_reduce_open never returns a communicator, so these are never reached with one.
+int nccl_reduce_after(nccl_reduce *r, backend *be) { (void)r, (void)be; return error_set("NCCL all-reduce: built without CUDA"); }
+int nccl_reduce_group(nccl_reduce *r, int begin) { (void)r, (void)begin; return error_set("NCCL all-reduce: built without CUDA"); }
+int nccl_reduce_sum_f32(nccl_reduce *r, float *dev, size_t count) {
+    (void)r, (void)dev, (void)count;
+    return error_set("NCCL all-reduce: built without CUDA");
+}
+int nccl_reduce_join(nccl_reduce *r, backend *be) { (void)r, (void)be; return error_set("NCCL all-reduce: built without CUDA"); }
+int nccl_reduce_sync(nccl_reduce *r) { (void)r; return error_set("NCCL all-reduce: built without CUDA"); }
+int nccl_reduce_check(void *ctx, char *msg, size_t n) { (void)ctx, (void)msg, (void)n; return 0; }
+void nccl_reduce_close(nccl_reduce *r, int abort) { (void)abort; free(r); }
+#endif
