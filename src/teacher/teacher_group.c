@@ -1,6 +1,7 @@
 // teacher_group.c: the stage-to-stage link of a teacher group (see teacher_group.h).
 #include "teacher/teacher_group.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,12 @@ int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *link
     l->next = w->stage < w->group_size - 1 ? w->rank + 1 : -1;
     l->H = H, l->D = D, l->e = dtype_size(ops_act_dtype(be)), l->max_tokens = max_tokens;
     l->max_bytes = stage_msg_bytes(l, max_tokens, max_tokens, 0);
+    if (!links && l->max_bytes > (size_t)INT_MAX) { // an MPI count is an int
+        char b1[32];
+        return error_set("teacher stage messages of %d tokens take %s, more than one MPI message carries (2 GiB): "
+                         "lower the batch's tokens, or give every rank its own GPU so that NCCL carries the activations",
+                         max_tokens, bytes_format(l->max_bytes, b1, sizeof b1));
+    }
     size_t act_bytes = (size_t)max_tokens * (size_t)(H + D) * l->e;
     if (l->next >= 0) {
         l->n_buf = n_buf;
