@@ -116,6 +116,17 @@ static void pf_world(pf_ctx *x) {
             pf_add(x, PF_WORLD, -1, PF_FAIL, "%s; the rows below assume %d teacher(s) + 1 student", msg, w->teachers);
         return;
     }
+    // teacher groups (world.teacher_group_size): the teacher ranks a multiple of G, as the run forms them
+    char groups[96] = "";
+    if (!x->offline && strcmp(cfg->mode, "transport-test") != 0 && world_set_groups(w, cfg->teacher_group_size)) {
+        char msg[PF_DETAIL];
+        snprintf(msg, sizeof msg, "%s", error_msg());
+        world_set_groups(w, 1); // to go on with the other checks
+        if (w->rank == 0) pf_add(x, PF_WORLD, -1, PF_FAIL, "%s; the rows below assume teachers of one rank", msg);
+        return;
+    }
+    if (w->group_size > 1)
+        snprintf(groups, sizeof groups, " in %d group(s) of %d stage rank(s)", w->groups, w->group_size);
     if (w->rank != 0) return;
     if (strcmp(cfg->mode, "train") == 0 && !x->offline && w->teachers == 0)
         pf_add(x, PF_WORLD, -1, PF_FAIL, "no teacher rank and no data.features: nothing would produce batches");
@@ -123,8 +134,8 @@ static void pf_world(pf_ctx *x) {
         pf_add(x, PF_WORLD, -1, PF_FAIL, "train.batches_per_step = %lld is not a multiple of the %d student(s)",
                (long long)cfg->batches_per_step, w->students);
     else
-        pf_add(x, PF_WORLD, -1, PF_OK, "%d rank(s): %d teacher(s) + %d student(s), mode %s%s", w->size, w->teachers,
-               w->students, cfg->mode, x->offline ? " (offline features)" : "");
+        pf_add(x, PF_WORLD, -1, PF_OK, "%d rank(s): %d teacher(s)%s + %d student(s), mode %s%s", w->size, w->teachers,
+               groups, w->students, cfg->mode, x->offline ? " (offline features)" : "");
 }
 
 static void pf_backend(pf_ctx *x, const char *host) {
@@ -166,9 +177,12 @@ static void pf_target_shape(pf_ctx *x) {
 // ----------------------------------------------------------------------------- memory
 
 // The teacher's memory: target weights + forward work for its batch size (what teacher_plan_print
-// and dump-features compute). -1 when it cannot be known (detail says why, *res = FAIL or SKIP).
+// and dump-features compute); with teacher groups (world.teacher_group_size > 1) this rank's stage:
+// its layers' weights, its work and its NCCL buffers (teacher_plan.h). -1 when it cannot be known
+// (detail says why, *res = FAIL or SKIP).
 static int64_t pf_teacher_need(pf_ctx *x, char *detail, size_t n, pf_result *res) {
     const config *cfg = x->cfg;
+    const world *w = x->w;
     target_model m;
     memset(&m, 0, sizeof m);
     m.cfg = x->tc;
@@ -181,23 +195,47 @@ static int64_t pf_teacher_need(pf_ctx *x, char *detail, size_t n, pf_result *res
         return -1;
     }
     int tokens = x->dump ? (int)cfg->teacher_max_tokens : x->ct.max_tokens;
-    size_t weights = target_weight_bytes(&x->tc, ops_act_dtype(&x->be));
-    size_t work = target_work_bytes(&m, &o, tokens, tokens, o.vocab_tile);
-    char a[32], b[32], c[32];
+    int G = w->group_size > 1 ? w->group_size : 1, stage = G > 1 ? w->stage : 0;
+    int students = x->dump ? 0 : w->students;
+    int nccl = G > 1 && x->be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
+    teacher_stage_mem *st = xmalloc((size_t)G * sizeof *st);
+    if (teacher_group_mem(cfg, &x->tc, &x->be, &o, tokens, G, students, nccl, st)) {
+        *res = PF_FAIL;
+        snprintf(detail, n, "teacher: %s", error_msg());
+        free(st);
+        return -1;
+    }
+    teacher_stage_mem me = st[stage];
+    free(st);
+    m.layer_begin = G > 1 ? me.l0 : 0, m.layer_end = G > 1 ? me.l1 : 0;
+    char a[32], b[32], c[32], d[32], who[96] = "teacher";
+    if (G > 1)
+        snprintf(who, sizeof who, "teacher stage %d/%d, layers %lld-%lld", stage, G, (long long)me.l0,
+                 (long long)me.l1 - 1);
     if (x->dump && cfg->teacher_mem_budget > 0) { // dump-features refuses what does not fit its budget
+        size_t budget = (size_t)cfg->teacher_mem_budget;
         int tile = o.vocab_tile;
-        int fit = target_plan_tokens(&m, &o, (size_t)cfg->teacher_mem_budget, tokens, &tile);
+        int fit = target_plan_tokens(&m, &o, budget > me.ring ? budget - me.ring : 0, tokens, &tile);
         if (fit < tokens) {
             *res = PF_FAIL;
-            snprintf(detail, n, "teacher.mem_budget %s holds batches of %d tokens, less than teacher.max_tokens = %d "
+            snprintf(detail, n, "%s: teacher.mem_budget %s holds batches of %d tokens, less than teacher.max_tokens = %d "
                                 "(weights alone take %s)",
-                     pf_bytes((size_t)cfg->teacher_mem_budget, a), fit, tokens, pf_bytes(weights, b));
+                     who, pf_bytes(budget, a), fit, tokens, pf_bytes(me.weights, b));
             return -1;
         }
+    } else if (!x->dump && cfg->teacher_mem_budget > 0 &&
+               teacher_group_budget(cfg, &x->tc, &x->be, &o, tokens, G, students, nccl)) { // the run's own check
+        *res = PF_FAIL;
+        snprintf(detail, n, "%s: %s", who, error_msg());
+        return -1;
     }
-    snprintf(detail, n, "teacher: weights %s + forward work %s (%d tokens) = %s", pf_bytes(weights, a),
-             pf_bytes(work, b), tokens, pf_bytes(weights + work, c));
-    return (int64_t)(weights + work);
+    if (G > 1)
+        snprintf(detail, n, "%s: weights %s + forward work %s (%d tokens) + NCCL buffers %s = %s", who,
+                 pf_bytes(me.weights, a), pf_bytes(me.work, b), tokens, pf_bytes(me.ring, c), pf_bytes(me.total, d));
+    else
+        snprintf(detail, n, "teacher: weights %s + forward work %s (%d tokens) = %s", pf_bytes(me.weights, a),
+                 pf_bytes(me.work, b), tokens, pf_bytes(me.weights + me.work, c));
+    return (int64_t)(G > 1 ? me.total : me.weights + me.work);
 }
 
 // The student's memory: plan_make exactly as student_train calls it.

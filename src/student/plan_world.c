@@ -11,6 +11,7 @@
 #include "common/comm/world.h"
 #include "common/core/bytes.h"
 #include "common/core/error.h"
+#include "student/batch_source.h"
 #include "student/plan.h"
 #include "student/train_setup.h"
 #include "teacher/teacher_loop.h"
@@ -45,12 +46,14 @@ static const char *plan_ids(const int64_t *v, int n, char *buf, size_t size) {
 }
 
 // What the plans are made of: the world, the device, the target and the drafter, one line each.
-static void plan_header(const config *cfg, int T, int S, int t_known, const char *how, const target_config *tc,
+static void plan_header(const config *cfg, const world *w, int t_known, const char *how, const target_config *tc,
                         const drafter_config *dc) {
-    printf("plan: %d teacher(s) + %d student(s), mode %s; %s\n", T, S, cfg->mode, how);
+    char groups[96] = "";
+    if (w->group_size > 1) snprintf(groups, sizeof groups, " in %d group(s) of %d", w->groups, w->group_size);
+    printf("plan: %d teacher(s)%s + %d student(s), mode %s; %s\n", w->teachers, groups, w->students, cfg->mode, how);
     if (!t_known)
-        printf("  world.teachers = -1 (the world size less world.students) and no launcher: planned with 1 teacher; "
-               "set world.teachers, or run under mpirun -np N\n");
+        printf("  world.teachers = -1 (the world size less world.students) and no launcher: planned with 1 teacher%s; "
+               "set world.teachers, or run under mpirun -np N\n", w->group_size > 1 ? " (one group of stage ranks)" : "");
     int64_t linear = 0, sparse = 0;
     for (int64_t l = 0; l < tc->n_layers; l++) linear += target_layer_is_linear(tc, l), sparse += target_layer_is_sparse(tc, l);
     char mix[96] = "", moe[128] = "";
@@ -88,9 +91,11 @@ int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) 
         if (world_roles(&w, 0, world_size, offline ? 0 : cfg->teachers, offline ? world_size : cfg->students)) return -1;
     } else {
         long long T = offline ? 0 : cfg->teachers;
-        if (T < 0) t_known = 0, T = 1;
+        if (T < 0) t_known = 0, T = cfg->teacher_group_size > 1 ? cfg->teacher_group_size : 1; // one teacher
         if (world_roles(&w, 0, (int)(T + cfg->students), T, cfg->students)) return -1;
     }
+    // teacher groups of world.teacher_group_size ranks (the stages of one teacher), as the job forms them
+    if (world_set_groups(&w, offline ? 1 : cfg->teacher_group_size)) return -1;
     if (train_check_roles(&w, cfg)) return -1;
     int T = w.teachers, S = w.students;
 
@@ -103,7 +108,7 @@ int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) 
     if (target_config_load(&tc, cfg->target_path) || teacher_contract_make(cfg, tc.n_layers, &ct) ||
         train_drafter_config(cfg, &tc, &ct, &dc))
         return -1;
-    if (print) plan_header(cfg, T, S, t_known, how, &tc, &dc);
+    if (print) plan_header(cfg, &w, t_known, how, &tc, &dc);
 
     // Teachers: weights + forward work of the students' batches, against teacher.mem_budget.
     char teacher_err[1024] = "";
@@ -122,7 +127,10 @@ int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) 
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     // the NCCL receive ring when the features would travel GPU to GPU (transport.payload auto or nccl)
     int ring = !offline && be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
-    if (ring) pr.link_bytes = (size_t)(2 * cfg->slots * T + 1) * (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
+    // (as student_train counts it: 2 x the credits per teacher x the teachers the students see, + 1)
+    if (ring)
+        pr.link_bytes = (size_t)(2 * batch_source_credits(cfg, &w) * w.groups + 1) * (size_t)cfg->max_tokens_per_batch *
+                        (size_t)(ct.n_feat * tc.hidden) * 2;
     student_plan plan;
     plan_breakdown bd;
     char student_err[1024] = "", title[256];

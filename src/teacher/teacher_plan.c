@@ -2,9 +2,11 @@
 #include "teacher/teacher_plan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/core/bytes.h"
+#include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
 
@@ -33,25 +35,238 @@ int teacher_train_outputs(const config *cfg, const target_model *m, teacher_cont
     return target_outputs_check(m, o);
 }
 
-// The teacher of a training job runs the students' packed batches whole (T = data.max_tokens_per_batch
-// tokens): with teacher.mem_budget set, its weights and the work of such a batch must fit in the
-// budget. Sets o->vocab_tile to the tile of the work. -1 with error_set naming both keys.
-int teacher_train_budget(const config *cfg, const target_model *m, target_outputs *o, int T) {
+// ----------------------------------------------------------------------------- stage memory
+
+size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, const teacher_contract *ct, int G,
+                                int stage, int students, int nccl) {
+    if (!nccl || G < 1) return 0;
+    const size_t e = 2; // bf16, the compute dtype of a CUDA backend (NCCL runs on CUDA only)
+    size_t T = (size_t)ct->max_tokens, H = (size_t)tc->hidden, D = (size_t)ct->n_feat * H;
+    size_t n_buf = students > 0 ? ((size_t)cfg->slots + (size_t)G - 1) * (size_t)students + 1 : 2;
+    size_t act = T * (H + D) * e, bytes = 0;
+    int last = stage >= G - 1;
+    if (!last) bytes += n_buf * act;                   // the send ring to the next stage
+    if (stage > 0) bytes += act;                       // the receive buffer from the previous stage
+    if (last && students > 0) bytes += n_buf * T * D * e; // the payload features to the students
+    return bytes;
+}
+
+// The memory of layers [l0, l1) as stage s of G (m: the target's config and backend, no weights).
+static void stage_mem(const config *cfg, const target_model *m, const target_outputs *o, int T, int G, int s,
+                      int students, int nccl, teacher_stage_mem *out) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    teacher_contract ct = {.n_feat = o->n_feat, .max_tokens = T};
+    memset(out, 0, sizeof *out);
+    out->stage = s, out->G = G, out->l0 = l0, out->l1 = l1, out->tokens = T;
+    out->weights = target_model_weight_bytes(m);
+    out->work = target_work_bytes(m, o, T, T, o->vocab_tile);
+    out->ring = teacher_stage_ring_bytes(cfg, &m->cfg, &ct, G, s, students, nccl);
+    out->total = out->weights + out->work + out->ring;
+}
+
+int teacher_group_mem(const config *cfg, const target_config *tc, backend *be, const target_outputs *o, int T, int G,
+                      int students, int nccl, teacher_stage_mem *stages) {
+    if (G < 1 || G > tc->n_layers) {
+        int64_t b[2];
+        return target_stage_split(tc, ops_act_dtype(be), G < 1 ? 0 : G, b); // its error names the key
+    }
+    int64_t *bounds = xmalloc(((size_t)G + 1) * sizeof(int64_t));
+    if (target_stage_split(tc, ops_act_dtype(be), G, bounds)) {
+        free(bounds);
+        return -1;
+    }
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *tc;
+    m.be = be;
+    for (int s = 0; s < G; s++) {
+        m.layer_begin = G > 1 ? bounds[s] : 0;
+        m.layer_end = G > 1 ? bounds[s + 1] : 0;
+        stage_mem(cfg, &m, o, T, G, s, students, nccl, &stages[s]);
+    }
+    free(bounds);
+    return 0;
+}
+
+int teacher_plan_min_group(const config *cfg, const target_config *tc, backend *be, const target_outputs *o, int T,
+                           int students, int nccl, size_t budget, size_t *largest, int *best_G) {
+    int64_t L = tc->n_layers;
+    teacher_stage_mem *st = xmalloc((size_t)(L > 0 ? L : 1) * sizeof *st);
+    size_t best = 0;
+    int best_g = 0, found = 0;
+    for (int G = 1; G <= L && !found; G++) {
+        if (teacher_group_mem(cfg, tc, be, o, T, G, students, nccl, st)) break;
+        size_t top = 0;
+        for (int s = 0; s < G; s++)
+            if (st[s].total > top) top = st[s].total;
+        if (top <= budget) found = G;
+        if (found || best_g == 0 || top < best) best = top, best_g = G;
+    }
+    free(st);
+    if (largest) *largest = best;
+    if (best_G) *best_G = best_g;
+    return found;
+}
+
+// ----------------------------------------------------------------------------- budgets
+
+// "; set world.teacher_group_size to N (its largest stage then takes X of Y)", or why no N does.
+static void min_group_advice(const config *cfg, const target_model *m, const target_outputs *o, int T, int students,
+                             int nccl, int G, char *buf, size_t n) {
+    size_t budget = (size_t)cfg->teacher_mem_budget, largest = 0;
+    int best = 0;
+    char a[32], b[32];
+    int N = teacher_plan_min_group(cfg, &m->cfg, m->be, o, T, students, nccl, budget, &largest, &best);
+    if (N > 0 && N != G)
+        snprintf(buf, n, "; set world.teacher_group_size to %d (its largest stage then takes %s of %s)", N,
+                 bytes_format(largest, a, sizeof a), bytes_format(budget, b, sizeof b));
+    else if (N == 0)
+        snprintf(buf, n, "; no teacher group fits it either: the smallest largest stage, at world.teacher_group_size = "
+                         "%d of the target's %lld layers, takes %s",
+                 best, (long long)m->cfg.n_layers, bytes_format(largest, a, sizeof a));
+    else
+        buf[0] = '\0';
+}
+
+// m's stage as stage s of G (s = -1: unknown, the ring then taken as the last stage's when m ends
+// the model, else a middle stage's). advice_nccl: whether the group sizes advised count NCCL buffers.
+static int stage_budget(const config *cfg, const target_model *m, target_outputs *o, int T, int G, int s, int students,
+                        int nccl, int advice_nccl) {
     if (cfg->teacher_mem_budget <= 0) return 0;
-    int fit = target_plan_tokens(m, o, (size_t)cfg->teacher_mem_budget, T, &o->vocab_tile);
+    size_t budget = (size_t)cfg->teacher_mem_budget;
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    int whole = l0 == 0 && l1 == m->cfg.n_layers;
+    if (whole) G = 1, s = 0;
+    int ring_stage = s >= 0 ? s : target_stage_is_last(m) ? G - 1 : 1;
+    teacher_contract ct = {.n_feat = o->n_feat, .max_tokens = T};
+    size_t ring = teacher_stage_ring_bytes(cfg, &m->cfg, &ct, G, ring_stage, students, nccl);
+    int fit = target_plan_tokens(m, o, budget > ring ? budget - ring : 0, T, &o->vocab_tile);
     if (fit >= T) return 0;
-    char b1[32], b2[32];
-    size_t weights = target_weight_bytes(&m->cfg, ops_act_dtype(m->be));
-    if (weights >= (size_t)cfg->teacher_mem_budget) // every expert and layer stays resident on one teacher
-        return error_set("the target's weights alone take %s, more than teacher.mem_budget %s: %s does not fit one "
-                         "device, and splitting a target over a group of teacher GPUs is not implemented yet "
-                         "(docs/distributed.md)",
-                         bytes_format(weights, b2, sizeof b2), bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1),
-                         m->cfg.arch_name);
-    return error_set("teacher.mem_budget %s holds teacher batches of %d tokens, less than the students' "
-                     "data.max_tokens_per_batch = %d (weights alone take %s)",
-                     bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1), fit, T,
-                     bytes_format(target_weight_bytes(&m->cfg, ops_act_dtype(m->be)), b2, sizeof b2));
+    char b1[32], b2[32], b3[32], b4[32], b5[32], advice[256], ring_txt[64] = "";
+    size_t weights = target_model_weight_bytes(m);
+    min_group_advice(cfg, m, o, T, students, advice_nccl, G, advice, sizeof advice);
+    if (whole) {
+        if (ring) snprintf(ring_txt, sizeof ring_txt, ", its NCCL buffers %s", bytes_format(ring, b3, sizeof b3));
+        if (weights >= budget) // every expert and layer resident on one teacher rank
+            return error_set("the target's weights alone take %s, more than teacher.mem_budget %s: %s does not fit one "
+                             "device%s", bytes_format(weights, b2, sizeof b2), bytes_format(budget, b1, sizeof b1),
+                             m->cfg.arch_name, advice);
+        return error_set("teacher.mem_budget %s holds teacher batches of %d tokens, less than the students' "
+                         "data.max_tokens_per_batch = %d (weights alone take %s%s)%s",
+                         bytes_format(budget, b1, sizeof b1), fit, T, bytes_format(weights, b2, sizeof b2), ring_txt,
+                         advice);
+    }
+    size_t work = target_work_bytes(m, o, T, T, o->vocab_tile);
+    char which[64], holds[96] = "";
+    if (s >= 0) snprintf(which, sizeof which, "teacher stage %d of %d", s, G);
+    else snprintf(which, sizeof which, "a teacher stage");
+    if (fit > 0) snprintf(holds, sizeof holds, " (it holds batches of %d tokens, not %d)", fit, T);
+    return error_set("%s (layers %lld-%lld) takes weights %s + forward work %s (%d tokens) + NCCL buffers %s = %s, more "
+                     "than teacher.mem_budget %s%s%s",
+                     which, (long long)l0, (long long)l1 - 1, bytes_format(weights, b1, sizeof b1),
+                     bytes_format(work, b2, sizeof b2), T, bytes_format(ring, b3, sizeof b3),
+                     bytes_format(weights + work + ring, b4, sizeof b4), bytes_format(budget, b5, sizeof b5), holds,
+                     advice);
+}
+
+// The index of m's stage in the split of G (-1 when m's range is not one of its stages).
+static int stage_index(const target_model *m, int G) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    if (G <= 1 || G > m->cfg.n_layers) return l0 == 0 && l1 == m->cfg.n_layers ? 0 : -1;
+    int64_t *bounds = xmalloc(((size_t)G + 1) * sizeof(int64_t));
+    int s = -1;
+    if (target_stage_split(&m->cfg, ops_act_dtype(m->be), G, bounds) == 0)
+        for (int i = 0; i < G && s < 0; i++)
+            if (bounds[i] == l0 && bounds[i + 1] == l1) s = i;
+    free(bounds);
+    return s;
+}
+
+int teacher_stage_budget(const config *cfg, const target_model *m, target_outputs *o, int T, int students, int nccl) {
+    int G = cfg->teacher_group_size > 1 ? (int)cfg->teacher_group_size : 1;
+    return stage_budget(cfg, m, o, T, G, stage_index(m, G), students, nccl, nccl);
+}
+
+int teacher_train_budget(const config *cfg, const target_model *m, target_outputs *o, int T) {
+    return teacher_stage_budget(cfg, m, o, T, (int)cfg->students, 0);
+}
+
+int teacher_group_budget(const config *cfg, const target_config *tc, backend *be, target_outputs *o, int T, int G,
+                         int students, int nccl) {
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *tc;
+    m.be = be;
+    if (G <= 1 || cfg->teacher_mem_budget <= 0) return stage_budget(cfg, &m, o, T, 1, 0, students, nccl, nccl);
+    teacher_stage_mem *st = xmalloc((size_t)G * sizeof *st);
+    int rc = teacher_group_mem(cfg, tc, be, o, T, G, students, nccl, st);
+    for (int s = 0; rc == 0 && s < G; s++) {
+        m.layer_begin = st[s].l0, m.layer_end = st[s].l1;
+        rc = stage_budget(cfg, &m, o, T, G, s, students, nccl, nccl);
+    }
+    free(st);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------- --plan
+
+// G > 1: one row per stage, the split's balance, the stages' bytes.
+static int plan_print_group(const world *w, const config *cfg, backend *be, const target_model *m, target_outputs *o,
+                            int T) {
+    int G = w->group_size;
+    int nccl = be->kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
+    int budget_rc = teacher_group_budget(cfg, &m->cfg, be, o, T, G, w->students, nccl); // printed either way
+    char err[1024] = "";
+    if (budget_rc) snprintf(err, sizeof err, "%s", error_msg());
+    teacher_stage_mem *st = xmalloc((size_t)G * sizeof *st);
+    if (teacher_group_mem(cfg, &m->cfg, be, o, T, G, w->students, nccl, st)) {
+        free(st);
+        return -1;
+    }
+    size_t budget = cfg->teacher_mem_budget > 0 ? (size_t)cfg->teacher_mem_budget : 0;
+    if (w->rank == 0) {
+        char a[32], b[32], c[32], d[32], e[32], ranks[96];
+        if (w->teachers > 0)
+            snprintf(ranks, sizeof ranks, "%d group(s) of %d stage rank(s) = %d teacher rank(s)", w->groups, G,
+                     w->teachers);
+        else snprintf(ranks, sizeof ranks, "each teacher group of %d stage rank(s)", G);
+        printf("teacher memory plan (%s, %s)\n", ranks, be->name);
+        printf("  %-5s %-12s %12s %14s %14s %12s  (%d tokens per batch)\n", "stage", "layers", "weights",
+               "forward work", "NCCL buffers", "total", T);
+        int big = 0, small = 0;
+        for (int s = 0; s < G; s++) {
+            char layers[48];
+            snprintf(layers, sizeof layers, "[%lld, %lld)", (long long)st[s].l0, (long long)st[s].l1);
+            printf("  %-5d %-12s %12s %14s %14s %12s  %s\n", s, layers, bytes_format(st[s].weights, a, sizeof a),
+                   bytes_format(st[s].work, b, sizeof b), bytes_format(st[s].ring, c, sizeof c),
+                   bytes_format(st[s].total, d, sizeof d),
+                   budget == 0 ? "(no budget)" : st[s].total <= budget ? "fits" : "too small");
+            if (st[s].weights > st[big].weights) big = s;
+            if (st[s].weights < st[small].weights) small = s;
+        }
+        size_t whole = target_weight_bytes(&m->cfg, ops_act_dtype(be));
+        printf("  split by weight bytes: largest stage %d (%s), smallest stage %d (%s): %.3fx; the whole target %s\n", big,
+               bytes_format(st[big].weights, a, sizeof a), small, bytes_format(st[small].weights, b, sizeof b),
+               st[small].weights ? (double)st[big].weights / (double)st[small].weights : 0.0,
+               bytes_format(whole, e, sizeof e));
+        if (budget)
+            printf("  %-26s %12s  (%s)\n", "budget (teacher.mem_budget)", bytes_format(budget, a, sizeof a),
+                   budget_rc ? "too small" : "fits");
+        if (nccl)
+            printf("  (NCCL buffers: each stage's send ring to the next, its receive buffer, the last stage's payload "
+                   "ring; transport.payload %s, every rank on its own GPU; --transport.payload=mpi plans without them)\n",
+                   cfg->payload);
+        for (int s = 0; s < G; s++)
+            printf("teacher_stage_bytes %d %lld %lld %zu %zu %zu %zu\n", s, (long long)st[s].l0, (long long)st[s].l1,
+                   st[s].weights, st[s].work, st[s].ring, st[s].total);
+        fflush(stdout);
+    }
+    free(st);
+    if (budget_rc) error_set("%s", err);
+    return budget_rc;
 }
 
 int teacher_plan_print(const world *w, const config *cfg, backend *be) {
@@ -62,7 +277,10 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     teacher_contract tc;
     target_outputs o;
     if (teacher_train_outputs(cfg, &m, &tc, &o)) return -1;
-    int budget_rc = teacher_train_budget(cfg, &m, &o, tc.max_tokens); // the plan is printed either way
+    if (w->group_size > 1) return plan_print_group(w, cfg, be, &m, &o, tc.max_tokens);
+    // the plan is printed either way; a group size advised is planned as plan_print_group would plan it
+    int nccl = be->kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
+    int budget_rc = stage_budget(cfg, &m, &o, tc.max_tokens, 1, 0, w->students, 0, nccl);
     size_t weights = target_weight_bytes(&m.cfg, ops_act_dtype(be));
     size_t work = target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile);
     if (w->rank == 0) {

@@ -5,7 +5,10 @@
 # under mpirun it prints the same once. The plan is the allocation: the one-process student plan
 # equals the one a real job prints. A budget too small, roles that do not fit the world, a mode that
 # trains nothing or no target are one error line and a non-zero exit; training from the config-only
-# directory is still refused with the loader's message.
+# directory is still refused with the loader's message. Teacher groups (world.teacher_group_size):
+# one row per stage whose weights are the safetensors' bytes of its layers, a teacher too big for
+# its budget names the group size that fits, a stage too big names itself, and the teachers must be
+# a multiple of the group size; examples/qwen3.5-122b-a10b plans groups of 2 H200s that fit.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -107,4 +110,92 @@ has coder "target weights +5[0-9]\.[0-9] GiB"
 has coder "^plan: every role fits"
 expect_fail coder-too-big "the target's weights alone take 5[0-9].[0-9] GiB, more than teacher.mem_budget 40.0 GiB: Qwen3MoeForCausalLM does not fit one device" \
   "$R" "${c[@]}" --teacher.mem_budget=40GiB --plan
+# ---------------------------------------------------------------- teacher groups (world.teacher_group_size)
+# A made Qwen3 whose embedding and lm_head outweigh several layers: the stages' weights, read from
+# the plan's teacher_stage_bytes lines, against the same bytes computed here from the safetensors
+# header (dflash_tool inspect): each tensor's bytes + 256 (its arena alignment) on the stage of its
+# layer, the embedding on the first stage (and again on the last when tied), the final norm and
+# lm_head on the last, inv_freq (head_dim / 2 floats + 256) on every stage; so the stages add up to
+# the whole target's weights plus what each further stage holds again.
+for tie in "" --tie; do
+  gdir="$TMP/groups$tie"
+  "$T" make-target "$gdir" --arch qwen3 --layers 6 --hidden 32 --heads 4 --kv-heads 2 --vocab 3000 --seed 3 $tie >/dev/null 2>&1 ||
+    bad "make-target $gdir"
+  "$T" inspect "$gdir/model.safetensors" >"$TMP/inspect$tie" || bad "inspect $gdir"
+  g=(--config "$SRC/examples/tiny/train.json" --target.path="$gdir" --target.layer_ids=0,1 --run.dir="$TMP/g-run" --device cuda)
+  for G in 2 3; do
+    expect_ok "groups$tie-G$G" "$R" "${g[@]}" --world.teachers=$((2 * G)) --world.teacher_group_size=$G --plan
+    has "groups$tie-G$G" "^plan: $((2 * G)) teacher\(s\) in 2 group\(s\) of $G \+ 1 student\(s\)"
+    has "groups$tie-G$G" "^teacher memory plan \(2 group\(s\) of $G stage rank\(s\) = $((2 * G)) teacher rank\(s\), cuda, bf16"
+    has "groups$tie-G$G" "^  split by weight bytes: largest stage [0-9]+ .*, smallest stage [0-9]+ .*x; the whole target"
+    [ "$(count '^  [0-9]+ +\[[0-9]+, [0-9]+\) ')" = "$G" ] && [ "$(count '^teacher_stage_bytes ')" = "$G" ] && ok ||
+      { bad "groups$tie-G$G: wanted $G stage rows"; cat "$TMP/out" >&2; }
+    if /usr/bin/python3 - "$TMP/inspect$tie" "$TMP/out" "$G" "${tie:+1}" <<'PYEOF'; then ok; else bad "groups$tie-G$G: the stages' weights (above)"; fi
+import re, sys
+inspect, out, G, tied = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3]), sys.argv[4] == "1"
+L, ALIGN, inv = 6, 256, 8 // 2 * 4 + 256     # 6 layers; inv_freq: head_dim / 2 floats
+tensors = [(n, int(b)) for n, b in re.findall(r"^  (\S+)\s+BF16\s+\[[^\]]*\]\s+(\d+) bytes$", inspect, re.M)]
+assert len(tensors) == 2 + 11 * L + (0 if tied else 1), len(tensors)
+def stage_bytes(l0, l1):
+    b = inv
+    for name, n in tensors:
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        if m: keep = l0 <= int(m.group(1)) < l1
+        elif name == "model.embed_tokens.weight": keep = l0 == 0 or (tied and l1 == L)
+        else: keep = l1 == L                     # model.norm.weight, lm_head.weight
+        b += n + ALIGN if keep else 0
+    return b
+rows = [tuple(map(int, r)) for r in re.findall(r"^teacher_stage_bytes (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)]
+assert [r[0] for r in rows] == list(range(G)) and rows[0][1] == 0 and rows[-1][2] == L, rows
+for s, l0, l1, weights, work, ring, total in rows:
+    assert l1 > l0 and (s == 0 or l0 == rows[s - 1][2]), rows
+    assert weights == stage_bytes(l0, l1), (s, l0, l1, weights, stage_bytes(l0, l1))
+    assert total == weights + work + ring, rows
+whole = stage_bytes(0, L)
+embed = sum(n + ALIGN for name, n in tensors if name == "model.embed_tokens.weight")
+extra = (G - 1) * inv + (embed if tied else 0)
+assert sum(r[3] for r in rows) == whole + extra, (sum(r[3] for r in rows), whole, extra)
+print("G=%d%s: stages %s, weights %s = the whole %d + %d" % (G, " tied" if tied else "", [(r[1], r[2]) for r in rows],
+      [r[3] for r in rows], whole, extra))
+PYEOF
+  done
+done
+# over MPI (no NCCL buffers): the smallest budget of the two stages, in bytes
+expect_ok groups-mpi "$R" "${g[@]}" --world.teachers=2 --world.teacher_group_size=2 --transport.payload=mpi --plan
+has groups-mpi "^  (0|1) +\[[0-9]+, [0-9]+\) .* 0 B .*\(no budget\)$"
+fit2=$(awk '/^teacher_stage_bytes /{ if ($8 > m) m = $8 } END { print m }' "$TMP/out")
+gm=("${g[@]}" --world.teachers=2 --transport.payload=mpi)
+expect_ok groups-fit "$R" "${gm[@]}" --world.teacher_group_size=2 --teacher.mem_budget="$fit2" --plan
+[ "$(count '^  [01] +\[.* fits$')" = 2 ] && ok || { bad "groups-fit: wanted 2 rows that fit"; cat "$TMP/out" >&2; }
+has groups-fit "budget \(teacher.mem_budget\) .*\(fits\)"
+# one teacher that does not fit names the group size whose largest stage does
+expect_fail groups-advice "holds teacher batches of [0-9]* tokens, less than the students' data.max_tokens_per_batch = 1024 (weights alone take .*); set world.teacher_group_size to 2 (its largest stage then takes .* of .*)" \
+  "$R" "${gm[@]}" --teacher.mem_budget="$fit2" --plan
+# a stage that does not fit: the stage, its layers and bytes, and the group size that does fit
+expect_fail groups-stage-budget "teacher stage [01] of 2 (layers [0-9]*-[0-9]*) takes weights .* + forward work .* (1024 tokens) + NCCL buffers 0 B = .*, more than teacher.mem_budget .*; set world.teacher_group_size to [3-6] " \
+  "$R" "${gm[@]}" --world.teacher_group_size=2 --teacher.mem_budget=$((fit2 - 1)) --plan
+has groups-stage-budget "^  [01] +\[.* too small$"
+expect_fail groups-none "no teacher group fits it either" "$R" "${gm[@]}" --teacher.mem_budget=64KiB --plan
+# the world: the teachers a multiple of G, G at most the layers
+expect_fail groups-divide "world.teacher_group_size = 2 does not divide the 3 teacher rank(s)" \
+  "$R" "${g[@]}" --world.teachers=3 --world.teacher_group_size=2 --plan
+expect_fail_mpi groups-divide-mpirun "world.teacher_group_size = 2 does not divide the 3 teacher rank(s)" \
+  mpirun -np 4 "$R" "${g[@]}" --world.teacher_group_size=2 --plan
+expect_fail groups-too-many "world.teacher_group_size = 7: a teacher group splits the target's 6 layers" \
+  "$R" "${g[@]}" --world.teachers=7 --world.teacher_group_size=7 --plan
+
+# ---------------------------------------------------------------- examples/qwen3.5-122b-a10b (groups of 2, config.json alone)
+mkdir -p "$TMP/q122"
+cp "$SRC/examples/qwen3.5-122b-a10b/config.json" "$TMP/q122/"
+q122=(--config "$SRC/examples/qwen3.5-122b-a10b/train.json" --target.path="$TMP/q122" --run.dir="$TMP/q122-run")
+expect_ok q122 "$R" "${q122[@]}" --plan
+has q122 "^plan: 6 teacher\(s\) in 3 group\(s\) of 2 \+ 2 student\(s\), mode train; planned for cuda"
+has q122 "Qwen3_5MoeForConditionalGeneration, 48 layers \(36 Gated DeltaNet \+ 12 gated attention\) \(48 MoE MLPs: 256 experts x 1024, top 8 \+ a shared expert\), hidden 3072, vocab 248320"
+has q122 "^  0 +\[0, 24\) +11[0-9] GiB .* fits$"
+has q122 "^  1 +\[24, 48\) +11[0-9] GiB .* fits$"
+has q122 "the whole target 22[0-9] GiB"
+has q122 "^plan: every role fits"
+# one H200 per teacher: refused, naming the group size that fits
+expect_fail q122-one "the target's weights alone take 22[0-9] GiB, more than teacher.mem_budget 136 GiB: Qwen3_5MoeForConditionalGeneration does not fit one device; set world.teacher_group_size to 2" \
+  "$R" "${q122[@]}" --world.teacher_group_size=1 --plan
 finish

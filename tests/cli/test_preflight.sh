@@ -2,7 +2,10 @@
 # test_preflight.sh: dflash_rank --preflight prints one table (check, rank, result, detail) on rank 0
 # and exits 0 when the run would start; each problem a run would die of is a FAIL row and a non-zero
 # exit: roles that do not fit the world, a missing target, an unreadable training set, a run.dir
-# that cannot be written, a train.mem_budget below the student's plan.
+# that cannot be written, a train.mem_budget below the student's plan. Teacher groups
+# (world.teacher_group_size): each teacher rank's memory row is its stage's (layers, weights, work,
+# NCCL buffers), a stage beyond teacher.mem_budget is a FAIL row, and teachers that are not a
+# multiple of the group size a FAIL of the world row.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
@@ -69,6 +72,22 @@ expect_preflight_fail mem-budget memory "memory budget .* is too small" "${base[
 # the other rows are still there: the table is complete whatever fails
 row target ok && ok || bad "mem-budget: the target row is missing"
 
+# Teacher groups: 2 teacher ranks as one teacher of 2 stages (a layer each) + 1 student.
+expect_ok preflight-groups mpirun -np 3 "$R" "${base[@]}" --world.teacher_group_size=2
+row world ok "3 rank\(s\): 2 teacher\(s\) in 1 group\(s\) of 2 stage rank\(s\) \+ 1 student\(s\)" && ok || bad "groups: no world row: $(cat "$TMP/out")"
+grep -qE '^memory +0 +ok +teacher stage 0/2, layers 0-0: weights .* \+ forward work .* \(200 tokens\) \+ NCCL buffers 0 B = ' "$TMP/out" &&
+  grep -qE '^memory +1 +ok +teacher stage 1/2, layers 1-1: weights ' "$TMP/out" && ok || bad "groups: no stage memory rows: $(cat "$TMP/out")"
+row memory ok "student: drafter state" && ok || bad "groups: no student memory row"
+grep -q "^preflight: ok" "$TMP/out" && ok || bad "groups: not ok: $(cat "$TMP/out")"
+cp "$TMP/out" "$TMP/groups.out"
+# a stage beyond teacher.mem_budget: its row fails with the run's message
+mpirun -np 3 "$R" "${base[@]}" --world.teacher_group_size=2 --teacher.mem_budget=8KiB >"$TMP/out" 2>"$TMP/err"
+[ $? -ne 0 ] && grep -qE '^memory +0 +FAIL +teacher stage 0/2, layers 0-0: teacher stage 0 of 2 \(layers 0-0\) takes weights .*, more than teacher.mem_budget 8.00 KiB' "$TMP/out" &&
+  grep -qE "^preflight: [1-9][0-9]* problem" "$TMP/out" && ok || bad "groups-budget: no stage FAIL row: $(cat "$TMP/out" "$TMP/err")"
+# 1 teacher rank is no group of 2
+expect_preflight_fail groups-divide world "world.teacher_group_size = 2 does not divide the 1 teacher rank\(s\)" \
+  "${base[@]}" --world.teacher_group_size=2
+
 # Alone (no mpirun): one rank, a student without teachers: the world row says why it cannot train.
 "$R" "${base[@]}" >"$TMP/out" 2>"$TMP/err"
 rc=$?
@@ -90,4 +109,6 @@ fi
 
 echo "--- the ok case's table:"
 cat "$TMP/ok.out"
+echo "--- teacher groups of 2:"
+cat "$TMP/groups.out"
 finish

@@ -10,13 +10,26 @@
 //   4. every plan over a sweep of budgets fits its budget, and a smaller budget never gives a faster
 //      estimate
 //   5. the estimate: more chunks of the same loss mode cost more; TILES costs more than ROWS
+//   6. the teacher's pipeline stages (teacher groups, target_stage_split): on made targets with
+//      layers of different sizes (Qwen3-MoE with random dense layers, the Qwen3.5 hybrid with random
+//      layer types; random vocabularies, tied or not), for every G from 1 to the layer count, G
+//      non-empty consecutive stages whose largest weight bytes equals the brute-force minimum over
+//      every split; G = n_layers is one layer per stage; G > n_layers and G = 0 are errors naming
+//      world.teacher_group_size
+//   7. teacher_plan.h: the stages' weights add up to the whole target's plus what every stage holds
+//      again (inv_freq; the tied embedding on the last stage), the NCCL buffers per stage, and the
+//      smallest group size that fits a budget
 // No device is opened: the plan is computed for a CPU backend of one thread, as --plan does.
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/backend/arena.h"
 #include "common/backend/backend.h"
+#include "common/kernels/ops.h"
 #include "student/drafter_config.h"
 #include "student/plan.h"
+#include "teacher/teacher_plan.h"
 #include "testing.h"
 
 static drafter_config shape(long H, long L, long V, long B) {
@@ -47,6 +60,156 @@ static size_t forced_total(const drafter_config *c, const backend *be, int ancho
     plan_breakdown bd;
     if (plan_make(c, be, &r, &p, &bd)) return 0;
     return bd.total;
+}
+
+// ----------------------------------------------------------------------------- 6, 7: teacher stages
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static unsigned rnd(unsigned n) { // a small LCG: the cases are the same on every run
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (unsigned)(rng_state >> 33) % n;
+}
+
+// A made target of L layers whose layer sizes differ: kind 0 a Qwen3-MoE with random dense
+// (mlp_only) layers, kind 1 the Qwen3.5 hybrid with random layer types.
+static int made_target(target_config *c, int kind, int L, int V, int tied) {
+    char json[4096], list[1024] = "";
+    size_t n = 0;
+    if (kind == 0) {
+        for (int l = 0; l < L; l++)
+            if (rnd(2)) n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", l);
+        snprintf(json, sizeof json,
+                 "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 32, "
+                 "\"num_hidden_layers\": %d, \"intermediate_size\": %d, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"head_dim\": 8, \"vocab_size\": %d, \"num_experts\": %d, "
+                 "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16, \"mlp_only_layers\": [%s], "
+                 "\"tie_word_embeddings\": %s}",
+                 L, 32 + 32 * (int)rnd(8), V, 4 + (int)rnd(12), list, tied ? "true" : "false");
+    } else {
+        for (int l = 0; l < L; l++)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", l ? ", " : "",
+                                  rnd(3) ? "linear_attention" : "full_attention");
+        snprintf(json, sizeof json,
+                 "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": 32, "
+                 "\"num_hidden_layers\": %d, \"intermediate_size\": 64, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": %d, \"linear_num_key_heads\": 2, "
+                 "\"linear_num_value_heads\": %d, \"linear_key_head_dim\": 8, \"linear_value_head_dim\": 8, "
+                 "\"layer_types\": [%s], \"tie_word_embeddings\": %s}",
+                 L, V, 2 * (1 + (int)rnd(6)), list, tied ? "true" : "false");
+    }
+    memset(c, 0, sizeof *c);
+    if (target_config_parse(c, json, "made config.json")) {
+        fprintf(stderr, "target_config_parse: %s\n%s\n", error_msg(), json);
+        return -1;
+    }
+    return 0;
+}
+
+// The smallest largest-stage bytes over every split of [from, L) into g non-empty stages (W[a][b]:
+// the bytes of stage [a, b)).
+static size_t brute_split(size_t W[][17], int64_t from, int64_t L, int g) {
+    if (g == 1) return W[from][L];
+    size_t best = (size_t)-1;
+    for (int64_t cut = from + 1; cut <= L - (g - 1); cut++) {
+        size_t rest = brute_split(W, cut, L, g - 1), top = W[from][cut] > rest ? W[from][cut] : rest;
+        if (top < best) best = top;
+    }
+    return best;
+}
+
+static void test_stage_split(void) {
+    dtype dt = DT_BF16;
+    int cases = 0, optimal = 0;
+    for (int t = 0; t < 24; t++) {
+        int kind = t % 2, L = 4 + (int)rnd(9), tied = (t / 2) % 2; // 4..12 layers
+        int V = kind == 0 ? 64 + (int)rnd(4000) : 64 + (int)rnd(2000); // embedding from a sliver to several layers
+        target_config c;
+        if (made_target(&c, kind, L, V, tied)) { CHECK(0); continue; }
+        static size_t W[17][17];
+        for (int64_t a = 0; a < L; a++)
+            for (int64_t b = a + 1; b <= L; b++) W[a][b] = target_stage_weight_bytes(&c, dt, a, b);
+        for (int G = 1; G <= L; G++) {
+            int64_t bounds[17];
+            if (target_stage_split(&c, dt, G, bounds)) { CHECK_MSG(0, "split G=%d: %s", G, error_msg()); continue; }
+            int ordered = bounds[0] == 0 && bounds[G] == L;
+            size_t top = 0;
+            for (int s = 0; s < G; s++) {
+                ordered &= bounds[s + 1] > bounds[s]; // non-empty, consecutive
+                if (ordered && W[bounds[s]][bounds[s + 1]] > top) top = W[bounds[s]][bounds[s + 1]];
+            }
+            CHECK_MSG(ordered, "case %d (kind %d, %d layers, V %d%s) G=%d: stages not consecutive and non-empty", t,
+                      kind, L, V, tied ? ", tied" : "", G);
+            size_t best = brute_split(W, 0, L, G);
+            cases++;
+            optimal += ordered && top == best;
+            CHECK_MSG(ordered && top == best,
+                      "case %d (kind %d, %d layers, V %d%s) G=%d: largest stage %zu bytes, the best split %zu", t, kind,
+                      L, V, tied ? ", tied" : "", G, top, best);
+            if (G == L)
+                for (int s = 0; s < G; s++) CHECK(bounds[s] == s); // one layer per stage
+        }
+        int64_t b[18];
+        CHECK_ERR(target_stage_split(&c, dt, L + 1, b), "world.teacher_group_size");
+        CHECK_ERR(target_stage_split(&c, dt, 0, b), "world.teacher_group_size");
+    }
+    printf("target_stage_split: %d of %d splits as balanced as the brute force\n", optimal, cases);
+}
+
+static void test_stage_memory(const backend *be0) {
+    backend be = *be0;
+    config cfg;
+    config_defaults(&cfg);
+    target_config c;
+    for (int tied = 0; tied <= 1; tied++) {
+        CHECK(made_target(&c, 0, 9, 3000, tied) == 0);
+        target_outputs o = {.n_feat = 3, .layer_ids = {1, 4, 7}, .topk = 4};
+        size_t whole = target_weight_bytes(&c, ops_act_dtype(&be));
+        size_t inv = (size_t)c.rope_dim / 2 * sizeof(float) + ARENA_ALIGN; // every stage holds inv_freq
+        size_t embed = (size_t)(c.vocab * c.hidden) * dtype_size(ops_act_dtype(&be)) + ARENA_ALIGN;
+        teacher_stage_mem st[9];
+        for (int G = 1; G <= 9; G++) {
+            CHECK(teacher_group_mem(&cfg, &c, &be, &o, 64, G, 2, 0, st) == 0);
+            size_t sum = 0;
+            for (int s = 0; s < G; s++) {
+                sum += st[s].weights;
+                CHECK(st[s].total == st[s].weights + st[s].work + st[s].ring && st[s].ring == 0);
+                CHECK(st[s].l0 == (s ? st[s - 1].l1 : 0) && st[s].l1 > st[s].l0);
+            }
+            CHECK(st[G - 1].l1 == 9);
+            CHECK_MSG(sum == whole + (size_t)(G - 1) * inv + (tied && G > 1 ? embed : 0),
+                      "G=%d%s: the stages' weights %zu, the whole %zu", G, tied ? " tied" : "", sum, whole);
+            // the lm_head's logits tile only on the last stage
+            if (G > 1) CHECK(st[G - 1].work > st[0].work);
+        }
+        CHECK_ERR(teacher_group_mem(&cfg, &c, &be, &o, 64, 10, 2, 0, st), "world.teacher_group_size");
+
+        // the smallest G that fits: every smaller G has a stage over the budget
+        CHECK(teacher_group_mem(&cfg, &c, &be, &o, 64, 3, 2, 0, st) == 0);
+        size_t budget = 0;
+        for (int s = 0; s < 3; s++) budget = st[s].total > budget ? st[s].total : budget;
+        size_t largest = 0;
+        int best = 0, N = teacher_plan_min_group(&cfg, &c, &be, &o, 64, 2, 0, budget, &largest, &best);
+        CHECK(N >= 1 && N <= 3 && largest <= budget && best == N);
+        for (int G = 1; G < N; G++) {
+            CHECK(teacher_group_mem(&cfg, &c, &be, &o, 64, G, 2, 0, st) == 0);
+            size_t top = 0;
+            for (int s = 0; s < G; s++) top = st[s].total > top ? st[s].total : top;
+            CHECK_MSG(top > budget, "G=%d fits (%zu of %zu) but the smallest is said to be %d", G, top, budget, N);
+        }
+        CHECK(teacher_plan_min_group(&cfg, &c, &be, &o, 64, 2, 0, 1000, &largest, &best) == 0 && best >= 1 &&
+              largest > 1000);
+    }
+
+    // the NCCL buffers: T = 100, H = 32, D = 3 * 32, slots 2, 2 students, bf16
+    teacher_contract ct = {.n_feat = 3, .max_tokens = 100};
+    size_t act = 100 * (32 + 96) * 2, feat = 100 * 96 * 2;
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 1, 0, 2, 1) == (2 * 2 + 1) * feat);           // G = 1: the payload ring
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 0, 2, 1) == (4 * 2 + 1) * act);            // first: the send ring
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 1, 2, 1) == (4 * 2 + 1) * act + act);      // + a receive buffer
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 2, 2, 1) == act + (4 * 2 + 1) * feat);     // last: receive + payloads
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 0, 0, 1) == 2 * act);                      // dump-features
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 2, 0, 1) == act);
+    CHECK(teacher_stage_ring_bytes(&cfg, &c, &ct, 3, 1, 2, 0) == 0);                            // over MPI
 }
 
 int main(void) {
@@ -115,5 +278,9 @@ int main(void) {
     t.loss.mode = LOSS_MODE_TILES, t.loss.vocab_tile = 4096;
     CHECK(plan_step_seconds(&c, &be, &r, &b2) > plan_step_seconds(&c, &be, &r, &a));
     CHECK(plan_step_seconds(&c, &be, &r, &t) > plan_step_seconds(&c, &be, &r, &a));
+
+    // 6, 7. the teacher's stages
+    test_stage_split();
+    test_stage_memory(&be);
     return test_finish("test_plan");
 }
