@@ -36,12 +36,14 @@ struct students_grads {
     grad_buckets gb;   // NCCL: the buckets, in the order the backward finishes them
     float *host;       // MPI on a GPU: [numel] staging buffer
     int started;       // NCCL: buckets issued since the last finish (an error then aborts them)
+    int log;           // the first student: logs the path, and at the end how much overlapped
+    int64_t during, total; // NCCL: bucket sums started during the backward, and in all
 };
 
 int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const char *want, int log) {
     *out = NULL;
     students_grads *g = xcalloc(1, sizeof *g);
-    g->d = d, g->comm = comm;
+    g->d = d, g->comm = comm, g->log = log;
     int cpu = d->be->kind == BACKEND_CPU;
     char why[256] = "";
     if (strcmp(want, "mpi") == 0) snprintf(why, sizeof why, "transport.grad_allreduce = mpi");
@@ -99,6 +101,7 @@ int students_grads_finish(students_grads *g) {
         backend_copy_to_device(d->be, d->grad, g->host, (size_t)d->numel * sizeof(float));
         return 0;
     }
+    g->during += g->gb.next, g->total += g->gb.n_buckets;
     if (grad_buckets_finish(&g->gb, grads_issue, g) || nccl_reduce_join(g->nccl, d->be)) return -1;
     // The host waits here, under the watchdog, so that a student that hangs is named after
     // run.rank_timeout rather than leaving the others' next copy to the host blocked for ever.
@@ -111,6 +114,9 @@ int students_grads_finish(students_grads *g) {
 
 void students_grads_close(students_grads *g, int abort) {
     if (!g) return;
+    if (g->log && g->total > 0 && !abort)
+        log_info("gradients: %lld of %lld bucket sums started during the backward, the rest after it", (long long)g->during,
+                 (long long)g->total);
     nccl_reduce_close(g->nccl, abort || g->started);
     grad_buckets_free(&g->gb);
     free(g->host);

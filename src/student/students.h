@@ -32,4 +32,5 @@ void students_grads_arm(students_grads *g, student_work *w, int on);
 // then d->grad holds the sum on the backend's stream. Waits under the watchdog. 0 or -1 (error_set).
 int students_grads_finish(students_grads *g);
 // students_grads_close: abort = 1 after an error (a peer may never issue its part). NULL: no-op.
+// Otherwise the first student logs how many bucket sums started during the backward (NCCL).
 void students_grads_close(students_grads *g, int abort);
