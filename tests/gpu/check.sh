@@ -16,7 +16,10 @@
 #               tests/unit/test_ops_train_cuda.c, every training op: CUDA against the CPU) and gpu.*
 #   reference   (2) teacher-dump / step-dump on the committed fixtures vs their references (compare)
 #   e2e         (3) mpirun -np 2: 1 teacher + 1 student sharing the GPU, MPI payloads; loss must fall
-#   transport   (6) transport-test and --preflight with 2 ranks (NCCL declining on one GPU is expected)
+#   transport   (6) transport-test (payload and all-reduce tables) and --preflight with 2 ranks (NCCL
+#               declining on one GPU is expected)
+#   grads       (8) 1 teacher + 2 students, 12 steps: the step time with the gradients summed over MPI,
+#               and over NCCL when each student has a GPU of its own (2 GPUs or more), with equal losses
 #   memory      (4) dflash_tool mem-check: anchors 1 -> 16 x under one budget, plan vs measured
 #   bench       (5) bench_attn (the attention: tensor-core tiles vs scalar kernels), bench/gpu_student.py
 #                   (PyTorch full / chunked+checkpoint / ours) and bench_loss
@@ -240,7 +243,13 @@ part_transport() {
   local nccl
   nccl=$(grep -h "NCCL path" "$WORK/tt.out" "$WORK/tt.err" | head -1)
   num transport_nccl "$nccl"
-  num transport_mpi_gbps_max "$(awk '$1 ~ /^[0-9]+$/ && NF >= 5 {if ($4 > m) m = $4} END {print m + 0}' "$WORK/tt.out")"
+  # the MPI payload table's rows only; then the largest size of each all-reduce table
+  num transport_mpi_gbps_max "$(awk '/^[A-Za-z]/ {t = ($0 ~ /^MPI, host memory/)} t && $1 ~ /^[0-9]+$/ && NF >= 5 {if ($4 > m) m = $4} END {print m + 0}' "$WORK/tt.out")"
+  local p
+  for p in MPI NCCL; do
+    num "allreduce_$p" "$(awk -v p="$p all-reduce" '/^[A-Za-z]/ {t = index($0, p) == 1} t && $1 ~ /^[0-9]+$/ && NF == 6 {last = $0}
+      END {if (!last) {print "not run"; exit} split(last, f); printf "{\"bytes\": %s, \"time_us\": %s, \"algbw_gbps\": %s, \"busbw_gbps\": %s, \"wrong\": %s}\n", f[1], f[3], f[4], f[5], f[6]}' "$WORK/tt.out")"
+  done
   if [ "$rc" -ne 0 ] || ! grep -q "all payloads intact (0 wrong elements)" "$WORK/tt.out"; then
     echo "FAIL: transport-test (exit $rc)"; tail -20 "$WORK/tt.err"; bad=1
   fi
@@ -255,6 +264,73 @@ part_transport() {
   num preflight_memory "$(grep -E '^memory ' "$WORK/pf.out" | tr -s ' ' | paste -sd';' -)"
   if [ "$prc" -ne 0 ]; then echo "FAIL: --preflight exit $prc"; tail -20 "$WORK/pf.err"; bad=1; fi
   note "transport: ${nccl:-no NCCL line}; preflight: $(tail -1 "$WORK/pf.out")"
+  [ "$bad" -eq 0 ]
+}
+
+# A target whose drafter's gradient is large enough (hidden 512, 2 drafter layers: about 40 MiB of
+# fp32) for the way the students sum it to show in the step time; the toy on the CPU.
+make_wide() {
+  local T=$BUILD/dflash_tool
+  [ -f "$1/data.h5" ] && return 0
+  mkdir -p "$1"
+  "$T" make-target "$1/target" --arch qwen3 --layers 2 --hidden 512 --heads 8 --kv-heads 4 --vocab 2048 --seed 13 >/dev/null 2>&1 &&
+    "$T" make-data "$1/data.h5" --target "$1/target" --samples 48 --prompt-len 8 --gen-len 40 --seed 4 >/dev/null 2>&1
+}
+
+# grads_step_ms METRICS: the median step time over steps 3.. (block tokens / block tokens per second,
+# less the share teacher_wait_frac spent waiting for the teacher) and the losses, as JSON
+grads_step_ms() {
+  python3 - "$1" <<'EOF'
+import json, statistics, sys
+rows = [d for d in map(json.loads, open(sys.argv[1])) if "block_tokens_per_s" in d and d.get("step", 0) >= 3]
+step = [8 * d["anchors"] / d["block_tokens_per_s"] * (1 - d["teacher_wait_frac"]) for d in rows]
+print(json.dumps({"step_ms": round(1e3 * statistics.median(step), 2), "losses": [d["loss"] for d in rows]}))
+EOF
+}
+
+part_grads() {
+  # 1 teacher + 2 students, 12 steps: the gradients over MPI (host memory), then over NCCL (buckets
+  # overlapping the backward) when each student has a GPU of its own; step times, and equal losses
+  local R=$BUILD/dflash_rank dir=$WORK/toy gpus=0 g bad=0 res line=""
+  if gpu_mode && "$R" --version | grep -q "cuda(emulated)"; then # the CUDA emulator (tests/emu): the toy
+    gpus=${DFLASH_EMU_DEVICES:-1}
+    make_toy "$dir" || { note "make-target/make-data failed"; return 1; }
+  elif gpu_mode; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    dir=$WORK/wide
+    make_wide "$dir" || { note "make-target/make-data (hidden 512) failed"; return 1; }
+  else
+    make_toy "$dir" || { note "make-target/make-data failed"; return 1; }
+  fi
+  local args=(--mode train --device "$DEV" --target.path="$dir/target" --data.path="$dir/data.h5" --target.layer_ids=0,1
+              --drafter.block_size=8 --drafter.layers=2 --train.max_anchors=32 --train.log_interval=1
+              --train.eval_interval=1000 --train.eval_batches=1 --data.max_tokens_per_batch=256 --data.heldout_samples=8
+              --teacher.topk=8 --train.steps=12 --world.students=2 --train.batches_per_step=2 --transport.payload=mpi)
+  for g in mpi nccl; do
+    # a rank takes GPU local rank mod GPUs: the students (local ranks 1, 2) have GPUs of their own from 2 GPUs on
+    if [ "$g" = nccl ] && [ "$gpus" -lt 2 ]; then
+      num grads_nccl "not run: $gpus GPU(s); NCCL needs each student on a GPU of its own"
+      line="$line; nccl not run ($gpus GPU)"
+      continue
+    fi
+    echo "mpirun -np 3 dflash_rank --world.students=2 --transport.grad_allreduce=$g --device $DEV (12 steps)"
+    mpirun -np 3 "$R" "${args[@]}" --transport.grad_allreduce=$g --run.dir="$WORK/grads-$g" >"$WORK/grads-$g.out" 2>"$WORK/grads-$g.err"
+    local rc=$?
+    grep -E "gradients:|error" "$WORK/grads-$g.err" | head -5
+    [ "$rc" -eq 0 ] || { tail -20 "$WORK/grads-$g.err"; echo "FAIL: grad_allreduce $g: exit $rc"; bad=1; continue; }
+    grep -q "gradients: summed over $([ $g = nccl ] && echo NCCL || echo MPI)" "$WORK/grads-$g.err" ||
+      { echo "FAIL: grad_allreduce $g: the log names another path"; bad=1; }
+    res=$(grads_step_ms "$WORK/grads-$g/metrics.jsonl") || { echo "FAIL: grad_allreduce $g: no step times"; bad=1; continue; }
+    echo "grad_allreduce $g: $res"
+    num "grads_$g" "$res"
+    line="$line; $g $(echo "$res" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step_ms"])') ms/step"
+  done
+  if [ -f "$WORK/grads-nccl/metrics.jsonl" ] && [ -f "$WORK/grads-mpi/metrics.jsonl" ]; then
+    # two students: each element of the sum is one fp32 addition, the same whichever path makes it
+    cmp -s <(grep -o '"loss": [^,]*' "$WORK/grads-nccl/metrics.jsonl") <(grep -o '"loss": [^,]*' "$WORK/grads-mpi/metrics.jsonl") ||
+      { echo "FAIL: the losses with NCCL gradients differ from MPI's"; bad=1; }
+  fi
+  note "2 students, $DEV${line}"
   [ "$bad" -eq 0 ]
 }
 
@@ -347,7 +423,7 @@ START=$SECONDS
 meta() { $LIB put "$WORK/meta.num" "$1" "$2"; }
 # summary [final]: $OUT/summary.json from what has run ("complete": false until the end)
 summary() { $LIB summary "$WORK" "$OUT" "${1:-}" || echo "check: could not write $OUT/summary.json"; }
-N_PARTS=8 # deps build ops reference e2e transport memory bench
+N_PARTS=9 # deps build ops reference e2e transport grads memory bench
 finish() {
   local rc=$?
   trap '' PIPE # the tee may be gone (a signal to the whole process group): finish anyway
@@ -445,6 +521,7 @@ run_part ops 200
 run_part reference 90
 run_part e2e 150
 run_part transport 90
+run_part grads 120
 run_part memory 150
 run_part bench 300 "$((LIMIT_TOTAL - (SECONDS - START) - 15))"
 ! grep -q "	FAIL	" "$WORK/parts.tsv"
