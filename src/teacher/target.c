@@ -130,24 +130,25 @@ size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, i
 }
 
 // The stages' weight bytes at capacity cap: greedy from the first layer, each stage as long as it
-// fits. 1 when G stages cover every layer within cap (bounds filled, empty stages then split off
-// the longest), else 0. Greedy-longest leaves the least for the last stage, so it finds a cover
-// whenever one exists.
+// fits (the embedding counts on the first stage, the head with the last layer). 1 when at most G
+// stages cover every layer within cap (bounds filled; with fewer, the longest are halved until
+// there are G), else 0. Greedy-longest puts each boundary as late as any cover can, so it finds a
+// cover whenever one exists.
 static int stage_cover(const size_t *layer, size_t embed, size_t head, int64_t L, int G, size_t cap, int64_t *bounds) {
     int s = 0;
     size_t used = embed;
     bounds[0] = 0;
     for (int64_t l = 0; l < L; l++) {
+        size_t b = layer[l] + (l == L - 1 ? head : 0); // the head goes with the last layer
         int empty = bounds[s] == l;
-        if (!empty && used + layer[l] > cap) { // close stage s, start s + 1 at l
+        if (!empty && used + b > cap) { // close stage s, start s + 1 at l
             if (++s >= G) return 0;
             bounds[s] = l;
             used = 0;
         }
-        used += layer[l];
+        used += b;
         if (used > cap) return 0;
     }
-    if (used + head > cap) return 0;
     int n = s + 1;
     bounds[n] = L;
     while (n < G) { // fewer stages than G: halve the longest (no stage grows)

@@ -60,12 +60,6 @@ static void stage_msg_layout(const stage_link *l, char *buf, int64_t S, int64_t 
     *act = p; // x [S, H] then features [S, D]
 }
 
-size_t stage_link_device_bytes(int n_buf, int max_tokens, int64_t H, int64_t D, size_t e, int on_link, int has_next) {
-    if (!on_link) return 0;
-    size_t one = (size_t)max_tokens * (size_t)(H + D) * e;
-    return one * (size_t)(has_next ? n_buf + 1 : 1); // the send ring and the receive buffer
-}
-
 int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *links, int n_buf, int max_tokens,
                     int64_t H, int64_t D) {
     memset(l, 0, sizeof *l);

@@ -56,9 +56,7 @@ typedef struct {
     nccl_ticket in_ticket;
 } stage_link;
 
-// stage_link_bytes: device bytes a stage's link takes (the NCCL rings); 0 over MPI.
-size_t stage_link_device_bytes(int n_buf, int max_tokens, int64_t H, int64_t D, size_t e, int on_link, int has_next);
-// stage_link_init: for this teacher rank of w (stage w->stage of group w->group), n_buf send buffers
+// stage_link_init (its device memory: teacher_stage_ring_bytes, teacher_plan.h): for this teacher rank of w (stage w->stage of group w->group), n_buf send buffers
 // (the batches it may have in flight to the next stage). -1 with error_set when a device buffer does
 // not fit.
 int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *links, int n_buf, int max_tokens,

@@ -84,7 +84,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     target_outputs o;
     // the same on every group: the first group's stages say it (each its own stage's)
     if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
-        teacher_stage_select(w, &m) || teacher_train_budget(cfg, &m, &o, tc.max_tokens))
+        teacher_stage_select(w, &m) || teacher_stage_budget(cfg, &m, &o, tc.max_tokens, w->students, links != NULL))
         return w->group == 0 ? -1 : WORLD_REPORTED_ELSEWHERE;
     if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
     teacher_requests q = {.stops = 0};
@@ -122,8 +122,9 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     void **feat_dev = links ? xcalloc((size_t)n_pay + 1, sizeof(void *)) : NULL;
     nccl_ticket *tickets = links ? xcalloc((size_t)n_pay + 1, sizeof(nccl_ticket)) : NULL;
     for (int i = 0; links && i < n_pay; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
-    size_t peak = m.weights.used + work.used + (links ? (size_t)n_pay * feat_bytes : 0) +
-                  (G > 1 ? stage_link_device_bytes(n_buf, T, m.cfg.hidden, D, dtype_size(act), links != NULL, !last) : 0);
+    // the device memory: weights, work, and the NCCL buffers (the stage rings and the payload ring)
+    size_t peak = m.weights.used + work.used +
+                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, links != NULL);
 
     int next = 0;
     int64_t served = 0;

@@ -86,6 +86,17 @@ PYEOF
 done
 # every rank's memory peak is in the summary (a group's ranks show its largest stage)
 grep -q "peak memory rank 3 (teacher)" "$TMP/err" && ok || bad "train g2x2: no peak memory line for teacher rank 3"
+# --mode eval of the drafter the run exported: a group of 2 evaluates as two single-rank teachers do
+ev=(--mode eval --device cpu --target.path="$TMP/dense" --data.path="$TMP/data.h5" --eval.drafter="$TMP/r-1/drafter"
+    --data.max_tokens_per_batch=200 --teacher.topk=6)
+expect_ok "eval 2 teachers" mpirun -np 3 "$R" "${ev[@]}" --run.dir="$TMP/e-1"
+expect_ok "eval group of 2" mpirun -np 3 "$R" "${ev[@]}" --run.dir="$TMP/e-2" --world.teacher_group_size=2
+"$PY" - "$TMP/e-1/eval.json" "$TMP/e-2/eval.json" <<'PYEOF' && ok || bad "eval with a group of 2 differs: $(cat "$TMP/e-2/eval.json")"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["samples"] == b["samples"] > 0 and a["tau_decode_tokens"] == b["tau_decode_tokens"], (a, b)
+assert a["tau_decode_steps"] == b["tau_decode_steps"] and abs(a["loss"] - b["loss"]) <= 1e-4 * max(1, abs(a["loss"])), (a, b)
+PYEOF
 
 # A killed stage: rank 1 (the last stage of the group, which sends the payloads) and rank 0 (the
 # first, which takes the requests) in turn; the job ends within the timeout, naming the rank.
