@@ -35,18 +35,19 @@
 #define TK 4
 #define NA 9
 
+// The drafter: H 32, 4/2 heads of 8, MLP 64, V 64, B 4, two target features, tied lm_head.
+#define SHAPE_JSON                                                                                                   \
+    "{\"architectures\": [\"DFlashDraftModel\"], \"model_type\": \"qwen3\", \"vocab_size\": 64, \"hidden_size\": 32, "    \
+    "\"intermediate_size\": 64, \"num_hidden_layers\": %d, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "    \
+    "\"head_dim\": 8, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "           \
+    "\"num_target_layers\": 4, \"tie_word_embeddings\": true, \"dflash_config\": {\"block_size\": 4, "                 \
+    "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2]}}"
+
 static drafter_config shape(int layers) {
-    char json[2048];
-    snprintf(json, sizeof json,
-             "{\"architectures\": [\"DFlashDraftModel\"], \"model_type\": \"qwen3\", \"vocab_size\": %d, "
-             "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": 4, "
-             "\"num_key_value_heads\": 2, \"head_dim\": 8, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, "
-             "\"max_position_embeddings\": 512, \"num_target_layers\": 4, \"tie_word_embeddings\": true, "
-             "\"dflash_config\": {\"block_size\": %d, \"mask_token_id\": %d, \"target_layer_ids\": [1, 2]}}",
-             V, H, 2 * H, layers, B, V - 1);
-    drafter_config c;
-    memset(&c, 0, sizeof c);
-    if (drafter_config_parse(&c, json, "test shape")) fprintf(stderr, "drafter_config_parse: %s\n", error_msg());
+    char json[1024];
+    snprintf(json, sizeof json, SHAPE_JSON, layers);
+    drafter_config c = {0};
+    CHECK_MSG(drafter_config_parse(&c, json, "test shape") == 0, "drafter_config_parse: %s", error_msg());
     return c;
 }
 
