@@ -1,25 +1,127 @@
 #!/usr/bin/env bash
-# test_slurm.sh: launch/slurm/dflash.sbatch under a real one-node SLURM on localhost. munged,
-# slurmctld and slurmd are started here with their own key, socket, ports, config, state and logs
-# under the test's directory (SLURM_CONF points the daemons and the clients at it). A tiny CPU run
-# (1 teacher + 1 student) gets the preemption warning the way --signal=B:USR1@300 sends it (USR1
-# to the batch shell only), checkpoints, is requeued by the script, resumes from that checkpoint
-# and finishes: once with mpirun, once with srun --mpi=pmix (when SLURM has PMIx). A job whose
-# launcher fails, one whose launcher runs nothing, and one cancelled with scancel are not requeued.
-# The daemons and every process of theirs are stopped at exit, also on failure. About 55 s on 2
+# test_slurm.sh: launch/slurm/dflash.sbatch, first alone, then under a real SLURM on localhost.
+#
+# Alone (no SLURM needed): the script's layout for several nodes, with a fake SLURM environment
+# (SLURM_JOB_NUM_NODES, SLURM_NTASKS_PER_NODE, SLURM_NTASKS) and fake mpirun/srun on PATH that
+# record their arguments: the mapping (-np, --map-by ppr:R:node, --bind-to none; srun's
+# --ntasks-per-node and --distribution=block), the rank count, the NCCL settings passed on, the
+# teacher group size passed on, and a group size that does not divide the ranks per node refused
+# in one line before any launch (unless DFLASH_GROUP_CROSS_NODE=1).
+#
+# Under SLURM: munged, slurmctld and slurmd are started here with their own key, socket, ports,
+# config, state and logs under the test's directory (SLURM_CONF points the daemons and the clients
+# at it). One node first: a tiny CPU run (1 teacher + 1 student) gets the preemption warning the
+# way --signal=B:USR1@300 sends it (USR1 to the batch shell only), checkpoints, is requeued by the
+# script, resumes from that checkpoint and finishes: once with mpirun, once with srun --mpi=pmix
+# (when SLURM has PMIx). A job whose launcher fails, one whose launcher runs nothing, and one
+# cancelled with scancel are not requeued. Then, when this SLURM runs several slurmd on one host
+# (MULTIPLE_SLURMD), the cluster is restarted as two nodes of this machine and a 4-rank run goes
+# through the multi-node path under mpirun: 2 nodes x 2 ranks, ranks 0-1 (a teacher group of 2) on
+# the first node and 2-3 (the students) on the second, checked rank by rank; it stops after a
+# checkpoint as a preempted job would, is requeued onto both nodes, resumes and finishes; and a
+# group size that does not divide the ranks per node fails the job before launching.
+# The daemons and every process of theirs are stopped at exit, also on failure. About 100 s on 2
 # cores.
 # Needs root (slurmd runs the jobs); installs slurmctld, slurmd, slurm-client and munge with apt-get
 # when they are missing (not on a machine run by systemd, where that would start them as services),
-# and is skipped (77) when they cannot be had.
+# and the SLURM part is skipped (77, once the checks without SLURM have passed) when they cannot be
+# had.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
 R=$BUILD/dflash_rank
 PATH=$PATH:/usr/sbin:/sbin
-skip() { echo "test_slurm: SKIPPED: $*"; exit 77; } # the EXIT trap removes TMP (and stops the daemons)
+# skip: the checks so far (the script alone) passed, the rest needs SLURM; a failure is not hidden
+skip() { # the EXIT trap removes TMP (and stops the daemons)
+  [ "$failed" -eq 0 ] || { echo "test_slurm: the SLURM part not run: $*"; finish; }
+  echo "test_slurm: SKIPPED (the $passed checks of the script alone passed): $*"
+  exit 77
+}
 
-# A SLURM job around the test (a CI runner) must not leak into ours.
+# A SLURM job around the test (a CI runner) must not leak into ours, nor the script's settings.
 for v in $(compgen -e | grep -E '^(SLURM|SBATCH|SALLOC|SRUN|SQUEUE|SINFO|SCONTROL|SCANCEL)_'); do unset "$v"; done
+unset DFLASH_CONFIG DFLASH_LAUNCHER_ARGS DFLASH_RANKS_PER_NODE DFLASH_GROUP_SIZE DFLASH_GROUP_CROSS_NODE
+
+# --- the script alone: its layout for several nodes, with fake SLURM variables and launchers -------
+fake=$TMP/fake
+mkdir -p "$fake/bin"
+for l in mpirun srun; do # a launcher that runs nothing: records its command line, makes the run look finished
+  cat >"$fake/bin/$l" <<'EOF'
+#!/bin/bash
+echo " $(basename "$0") $* " >"$FAKE_RECORD"
+for a; do case "$a" in --run.dir=*) d=${a#--run.dir=} ;; esac; done
+mkdir -p "$d" && echo '{"train": {"steps": 1}}' >"$d/config.json"
+echo '{"summary": true, "finished": true, "steps": 1}' >"$d/metrics.jsonl"
+EOF
+  chmod +x "$fake/bin/$l"
+done
+alone() { # alone VAR=VALUE...: the script with only these SLURM variables, the fake launchers first on PATH
+  rm -rf "$fake/rec" "$fake/run"
+  env PATH="$fake/bin:$PATH" FAKE_RECORD="$fake/rec" DFLASH_RUN_DIR="$fake/run" DFLASH_BIN="$R" "$@" \
+    bash "$SRC/launch/slurm/dflash.sbatch" "$fake/run.json" --train.steps=1 >"$fake/out" 2>"$fake/err"
+}
+launched() { # launched NAME VAR=VALUE...: the script exits 0 having run the launcher once
+  local name=$1; shift
+  alone "$@"
+  local rc=$?
+  [ "$rc" -eq 0 ] && [ -s "$fake/rec" ] && ok || bad "$name: exit $rc, launcher run: $([ -s "$fake/rec" ] && echo yes || echo no): $(cat "$fake/err")"
+}
+has() { # has NAME 'WORDS': the launcher's command line has WORDS, one after the other
+  grep -qF -- " $2 " "$fake/rec" 2>/dev/null && ok || bad "$1: the launcher's command lacks '$2': $(cat "$fake/rec" 2>/dev/null)"
+}
+lacks() { # lacks NAME 'WORDS'
+  grep -qF -- " $2 " "$fake/rec" 2>/dev/null && bad "$1: the launcher's command has '$2': $(cat "$fake/rec")" || ok
+}
+logged() { # logged NAME TEXT: the script's log has TEXT
+  grep -qF -- "$2" "$fake/out" && ok || bad "$1: the log lacks '$2': $(grep layout "$fake/out")"
+}
+refused() { # refused NAME TEXT VAR=VALUE...: exit 1, one line on stderr (an error with TEXT), no launch
+  local name=$1 text=$2; shift 2
+  alone "$@"
+  local rc=$?
+  [ "$rc" -eq 1 ] && ok || bad "$name: exit $rc, wanted 1"
+  [ "$(wc -l <"$fake/err")" -eq 1 ] && grep -q "^dflash.sbatch: error: .*$text" "$fake/err" && ok ||
+    bad "$name: stderr is not the one error line with '$text': $(cat "$fake/err")"
+  [ -e "$fake/rec" ] && bad "$name: the launcher ran: $(cat "$fake/rec")" || ok
+  grep -q "run: " "$fake/out" && bad "$name: the script got as far as the command line" || ok
+}
+two_by_two=(SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=2 SLURM_NTASKS=4 "SLURM_JOB_NODELIST=n[1-2]")
+# 2 nodes x 2 ranks, groups of 2, a site's NCCL setting: mpirun gets -np 4 and 2 ranks per node
+launched "mpirun 2x2" "${two_by_two[@]}" DFLASH_GROUP_SIZE=2 NCCL_SOCKET_IFNAME=ib0
+has "mpirun 2x2" "mpirun -np 4 --map-by ppr:2:node --bind-to none"
+has "mpirun 2x2" "-x NCCL_SOCKET_IFNAME"
+has "mpirun 2x2" "$R --config $fake/run.json --train.steps=1 --world.teacher_group_size=2 --run.dir=$fake/run --run.resume=true"
+lacks "mpirun 2x2" "--world.teacher_group_cross_node=true"
+logged "mpirun 2x2" "layout: 2 node(s) x 2 rank(s) per node = 4 rank(s), node by node: ranks 0-1 on the first node, 2-3 on the last, one per GPU, teacher groups of 2 rank(s) (inside the nodes)"
+# srun: the same layout in its own words (and no -x: to srun that excludes nodes)
+launched "srun 2x2" "${two_by_two[@]}" DFLASH_LAUNCHER=srun DFLASH_GROUP_SIZE=2 NCCL_SOCKET_IFNAME=ib0
+has "srun 2x2" "srun --mpi=pmix --kill-on-bad-exit=1 --ntasks=4 --ntasks-per-node=2 --distribution=block $R"
+lacks "srun 2x2" "-x"
+# the ranks per node from the task count when SLURM does not say them; 8 (one per GPU) outside SLURM
+launched "tasks / nodes" SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=6
+has "tasks / nodes" "mpirun -np 6 --map-by ppr:3:node --bind-to none"
+launched "outside SLURM"
+has "outside SLURM" "mpirun -np 8 --map-by ppr:8:node --bind-to none"
+logged "outside SLURM" "layout: 1 node(s) x 8 rank(s) per node = 8 rank(s), all on one node"
+launched "DFLASH_RANKS_PER_NODE" SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=8 SLURM_NTASKS=16 DFLASH_RANKS_PER_NODE=4
+has "DFLASH_RANKS_PER_NODE" "mpirun -np 8 --map-by ppr:4:node --bind-to none"
+# groups of 2 on 3 ranks per node: refused before the launch, unless allowed across nodes
+three=(SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=3 SLURM_NTASKS=6)
+refused "groups of 2, 3 per node" "DFLASH_GROUP_SIZE=2 does not divide the 3 ranks per node" "${three[@]}" DFLASH_GROUP_SIZE=2
+refused "groups of 4, 2 per node" "DFLASH_GROUP_SIZE=4 does not divide the 2 ranks per node" "${two_by_two[@]}" DFLASH_GROUP_SIZE=4 DFLASH_LAUNCHER=srun
+launched "across nodes allowed" "${three[@]}" DFLASH_GROUP_SIZE=2 DFLASH_GROUP_CROSS_NODE=1
+has "across nodes allowed" "mpirun -np 6 --map-by ppr:3:node --bind-to none"
+has "across nodes allowed" "--world.teacher_group_size=2 --world.teacher_group_cross_node=true --run.dir=$fake/run"
+logged "across nodes allowed" "teacher groups of 2 rank(s) (allowed across nodes)"
+launched "one node, 7 ranks, groups of 2" SLURM_JOB_NUM_NODES=1 SLURM_NTASKS_PER_NODE=7 SLURM_NTASKS=7 DFLASH_GROUP_SIZE=2
+has "one node, 7 ranks, groups of 2" "mpirun -np 7 --map-by ppr:7:node --bind-to none"
+refused "group size not a number" "DFLASH_GROUP_SIZE must be a positive whole number, not 'two'" "${two_by_two[@]}" DFLASH_GROUP_SIZE=two
+refused "group size 0" "DFLASH_GROUP_SIZE must be a positive whole number, not '0'" "${two_by_two[@]}" DFLASH_GROUP_SIZE=0
+# fewer tasks than the nodes hold (--ntasks=3 --ntasks-per-node=2 on 2 nodes): 3 ranks, the last node not full
+launched "3 tasks on 2 x 2" SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=2 SLURM_NTASKS=3
+has "3 tasks on 2 x 2" "mpirun -np 3 --map-by ppr:2:node --bind-to none"
+logged "3 tasks on 2 x 2" "layout: 2 node(s) x 2 rank(s) per node = 3 rank(s), node by node: ranks 0-1 on the first node, 2-2 on the last"
+refused "more tasks than places" "SLURM_NTASKS=5 ranks do not fit 2 node(s) x 2 rank(s) per node" SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=2 SLURM_NTASKS=5
 
 # --- SLURM and munge: installed, or installed now, or skipped --------------------------------------
 [ "$(id -u)" -eq 0 ] || skip "needs root (slurmd must run as root to start the jobs)"
@@ -47,7 +149,7 @@ fi
 # --- cleanup at exit: jobs, daemons, and any process left with our SLURM_CONF ----------------------
 conf=$TMP/slurm.conf
 sl() { SLURM_CONF=$conf "$@"; } # a SLURM client (or daemon) of this test's cluster only
-munged_pid='' ctld_pid='' slurmd_pid=''
+munged_pid='' ctld_pid='' slurmd_pids=''
 stop_pid() { # stop_pid PID: TERM, up to 5 s, then KILL
   [ -n "$1" ] || return 0
   kill "$1" 2>/dev/null || return 0
@@ -55,13 +157,18 @@ stop_pid() { # stop_pid PID: TERM, up to 5 s, then KILL
   kill -9 "$1" 2>/dev/null
   wait "$1" 2>/dev/null
 }
+stop_cluster() { # the slurmd(s), then slurmctld
+  local p
+  for p in $slurmd_pids; do stop_pid "$p"; done
+  stop_pid "$ctld_pid"
+  slurmd_pids='' ctld_pid=''
+}
 cleanup() {
   if [ -n "$ctld_pid" ] && kill -0 "$ctld_pid" 2>/dev/null; then
     sl scancel --user=root >/dev/null 2>&1
     for _ in $(seq 1 100); do [ -z "$(sl squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
   fi
-  stop_pid "$slurmd_pid"
-  stop_pid "$ctld_pid"
+  stop_cluster
   stop_pid "$munged_pid"
   # Anything else started by our daemons (slurmstepd, a job's shell, mpirun, ranks) has our
   # SLURM_CONF in its environment (this shell does not export it).
@@ -78,7 +185,7 @@ trap 'exit 1' INT TERM
 
 show_logs() { # after a failure: the daemons' logs and the jobs' output
   local f
-  for f in "$TMP"/log/munged.log "$TMP"/log/slurmctld.log "$TMP"/log/slurmd.log; do
+  for f in "$TMP"/log/munged.log "$TMP"/log/slurmctld.log "$TMP"/log/slurmd*.log; do
     [ -f "$f" ] && { echo "--- $f (end)" >&2; tail -15 "$f" >&2; }
   done
   for f in "$TMP"/job-*.out; do
@@ -94,7 +201,7 @@ fail_now() { # a set-up step failed: the rest cannot run
 # --- munged: its own key, socket, pid, log and seed file -------------------------------------------
 # munged wants every directory above its socket to be searchable by all.
 chmod 711 "$TMP"
-mkdir -p "$TMP/munge" "$TMP/log" "$TMP/state" "$TMP/spool" "$TMP/tmpfs" "$TMP/shm"
+mkdir -p "$TMP/munge" "$TMP/log" "$TMP/spool" "$TMP/tmpfs" "$TMP/shm"
 chmod 755 "$TMP/munge"
 head -c 128 /dev/urandom >"$TMP/munge/munge.key"
 chmod 600 "$TMP/munge/munge.key"
@@ -123,33 +230,42 @@ start_munged || start_munged --force || fail_now "munged did not start: $(tail -
 # spmix_appdir_UID_JOB.STEP) is under TMP too.
 first_job=$((1000 + RANDOM * 30))
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for _ in $(seq 1 50); do
-  port=$((20000 + RANDOM % 30000))
-  port_free "$port" && port_free $((port + 1)) && break
-done
+free_ports() { # free_ports N: the first of N free ports in a row
+  local p i
+  for _ in $(seq 1 50); do
+    p=$((20000 + RANDOM % 30000))
+    for i in $(seq 0 $(($1 - 1))); do port_free $((p + i)) || continue 2; done
+    echo "$p"
+    return
+  done
+  echo "$p"
+}
 host=$(hostname -s)
 node=$(slurmd -C 2>/dev/null | head -1 | sed 's/ RealMemory=[0-9]*//')
 case "$node" in "NodeName=$host "*) ;; *) fail_now "slurmd -C printed '$node', not NodeName=$host ..." ;; esac
 cpus=$(echo "$node" | sed -n 's/.* CPUs=\([0-9]*\).*/\1/p')
 [ "${cpus:-0}" -ge 2 ] || skip "the jobs have 2 tasks; SLURM sees ${cpus:-no} CPUs here"
+write_conf() { # write_conf FIRST-JOB-ID PORT PER-NODE NODE-LINES PARTITION-NODES: slurmctld on PORT,
+  # slurmd on PORT+1; PER-NODE ("" or "-%n", the node's name) names each slurmd's own files
+  mkdir -p "$TMP/state-$1"
 cat >"$conf" <<EOF
 ClusterName=dflashtest
 SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
+SlurmctldPort=$2
+SlurmdPort=$(($2 + 1))
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sock
 SlurmUser=root
 SlurmdUser=root
-StateSaveLocation=$TMP/state
-SlurmdSpoolDir=$TMP/spool
-TmpFS=$TMP/tmpfs
-FirstJobId=$first_job
+StateSaveLocation=$TMP/state-$1
+SlurmdSpoolDir=$TMP/spool$3
+TmpFS=$TMP/tmpfs$3
+FirstJobId=$1
 SlurmctldPidFile=$TMP/slurmctld.pid
-SlurmdPidFile=$TMP/slurmd.pid
+SlurmdPidFile=$TMP/slurmd$3.pid
 SlurmctldLogFile=$TMP/log/slurmctld.log
-SlurmdLogFile=$TMP/log/slurmd.log
+SlurmdLogFile=$TMP/log/slurmd$3.log
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -165,24 +281,37 @@ ReturnToService=2
 JobRequeue=1
 MinJobAge=3600
 KillWait=5
-$node NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+$4
+PartitionName=debug Nodes=$5 Default=YES MaxTime=INFINITE State=UP
 EOF
+}
+write_conf "$first_job" "$(free_ports 2)" "" "$node NodeAddr=127.0.0.1 State=UNKNOWN" "$host"
 
 # --- slurmctld and slurmd, in the foreground of their own background jobs -----------------------------
-# (not through sl: $! must be the daemon itself, not a subshell around it)
-SLURM_CONF=$conf slurmctld -D -i >"$TMP/log/slurmctld.out" 2>&1 &
-ctld_pid=$!
-SLURM_CONF=$conf slurmd -D >"$TMP/log/slurmd.out" 2>&1 &
-slurmd_pid=$!
-state=
-for _ in $(seq 1 1200); do # until the node is idle (a hang bound: at most 120 s on a busy machine)
-  state=$(sl sinfo -h -n "$host" -o %t 2>/dev/null)
-  [ "$state" = idle ] && break
-  kill -0 "$ctld_pid" 2>/dev/null && kill -0 "$slurmd_pid" 2>/dev/null || break
-  sleep 0.1
-done
-[ "$state" = idle ] || fail_now "the node is not idle after 120 s (sinfo: '$state')"
+start_cluster() { # start_cluster [NODE...]: slurmctld and a slurmd (one per NODE, slurmd -N NODE),
+  # until every node is idle (a hang bound: at most 120 s on a busy machine); 1 if not
+  # (not through sl: $! must be the daemon itself, not a subshell around it)
+  SLURM_CONF=$conf slurmctld -D -i >>"$TMP/log/slurmctld.out" 2>&1 &
+  ctld_pid=$!
+  if [ $# -eq 0 ]; then
+    SLURM_CONF=$conf slurmd -D >>"$TMP/log/slurmd.out" 2>&1 &
+    slurmd_pids=$!
+  fi
+  local n p
+  for n; do
+    SLURM_CONF=$conf slurmd -D -N "$n" >>"$TMP/log/slurmd-$n.out" 2>&1 &
+    slurmd_pids="$slurmd_pids $!"
+  done
+  state=
+  for _ in $(seq 1 1200); do
+    state=$(sl sinfo -h -N -o %t 2>/dev/null | sort -u | xargs)
+    [ "$state" = idle ] && return 0
+    for p in $ctld_pid $slurmd_pids; do kill -0 "$p" 2>/dev/null || return 1; done
+    sleep 0.1
+  done
+  return 1
+}
+start_cluster || fail_now "the node is not idle after 120 s (sinfo: '$state')"
 ok
 
 # --- the job: a tiny CPU run (1 teacher + 1 student) ------------------------------------------------
@@ -201,12 +330,13 @@ steps=800
 # 20 ms per batch from the teacher: about 16 s of training, time enough to signal it midway even
 # when a busy machine is slow to deliver the signal (the job is signalled at step 40).
 args="--train.steps=$steps --checkpoint.every=20 --checkpoint.keep=100"
-submit() { # submit LAUNCHER RUN_DIR SBATCH-SCRIPT-ARGS...: prints the job id
-  local launcher=$1 run_dir=$2; shift 2
+submit() { # submit LAUNCHER RUN_DIR SBATCH-SCRIPT-ARGS...: prints the job id; $shape: the job's size
+  local launcher=$1 run_dir=$2 size; shift 2
+  read -r -a size <<<"${shape:---ntasks=2 --ntasks-per-node=2}"
   # Open MPI's shared-memory files under TMP too: a killed job's leftovers go with it
   OMPI_MCA_btl_vader_backing_directory=$TMP/shm \
   DFLASH_LAUNCHER=$launcher DFLASH_BIN=${bin:-$R} DFLASH_RUN_DIR=$run_dir DFLASH_ARGS=$args \
-    sl sbatch --parsable --ntasks=2 --ntasks-per-node=2 --gres=none --chdir="$TMP" -o "$TMP/job-%j.out" \
+    sl sbatch --parsable "${size[@]}" --gres=none --chdir="$TMP" -o "$TMP/job-%j.out" \
     "$SRC/launch/slurm/dflash.sbatch" "$TMP/run.json" "$@" 2>"$TMP/sbatch.err"
 }
 wait_step() { # wait_step JOBID RUN_DIR STEP: until the job has logged STEP (a hang bound: at most 120 s)
@@ -274,7 +404,9 @@ preempt() { # preempt LAUNCHER
 t0=$SECONDS
 preempt mpirun
 # srun --mpi=pmix: when this SLURM has the PMIx plugin (Debian's has; Open MPI then talks PMIx to it)
-if sl srun --mpi=list 2>&1 | grep -qw pmix; then
+have_pmix=0
+sl srun --mpi=list 2>&1 | grep -qw pmix && have_pmix=1
+if [ "$have_pmix" = 1 ]; then
   preempt srun
 else
   echo "test_slurm: srun --mpi=pmix not checked: this SLURM has no PMIx plugin"
@@ -314,6 +446,82 @@ if [ -n "$job_cancel" ]; then
   grep -q "requeueing" "$TMP/job-$job_cancel.out" && bad "the script requeued a cancelled job" || ok
 else
   bad "sbatch failed: $(cat "$TMP/sbatch.err")"
+fi
+
+# --- two nodes: the cluster again as two slurmd of this machine, a 4-rank run across them ----------
+# One host can be two SLURM nodes when this SLURM runs several slurmd per host (MULTIPLE_SLURMD:
+# each its own name, port, spool and TmpFS). Both nodes are this machine, so Open MPI's shared
+# memory (segments named after the host, the job and the node-local rank) would be shared between
+# them: the ranks talk over TCP on the loopback, as ranks on two hosts talk over the network.
+multinode() { # 2 nodes x 2 ranks under mpirun; stops at step 20 as if preempted, requeued, finishes
+  local launcher=mpirun run=$TMP/mrun place=$TMP/place job out state want
+  job=$(shape="--nodes=2 --ntasks-per-node=2" bin=$TMP/rankwrap args=$margs PLACE_FILE=$place DFLASH_GROUP_SIZE=$mgroup \
+        submit "$launcher" "$run" --test.stop_at_step=20)
+  [ -n "$job" ] || { bad "2 nodes, $launcher: sbatch failed: $(cat "$TMP/sbatch.err")"; return; }
+  out=$TMP/job-$job.out
+  state=$(wait_job_end "$job" 300)
+  echo "2 nodes, $launcher: job $job $state after $(job_field "$job" RunTime) of its last start"
+  [ "$state" = RUNNING ] || [ "$state" = PENDING ] && end_job "$job"
+  [ "$state" = COMPLETED ] && ok || bad "2 nodes, $launcher: job $job ended $state, wanted COMPLETED"
+  [ "$(job_field "$job" NumNodes)" = 2 ] && ok || bad "2 nodes, $launcher: job $job has $(job_field "$job" NumNodes) node(s)"
+  [ "$(job_field "$job" Restarts)" = 1 ] && ok || bad "2 nodes, $launcher: job $job restarted $(job_field "$job" Restarts) times, wanted 1"
+  [ "$(grep -c "layout: 2 node(s) x 2 rank(s) per node = 4 rank(s), node by node: ranks 0-1 on the first node, 2-3 on the last" "$out")" = 2 ] && ok ||
+    bad "2 nodes, $launcher: not two starts with the 2 x 2 layout line: $(grep layout "$out")"
+  want="run: mpirun -np 4 --map-by ppr:2:node --bind-to none $TMP/rankwrap"
+  grep -qF "$want" "$out" && ok || bad "2 nodes, $launcher: no '$want' in $out"
+  grep -q "teacher groups of 2 rank(s), the target's layers" "$out" && ok || bad "2 nodes, $launcher: the ranks did not run teacher groups of 2"
+  # every start: world ranks 0-1 on the first node (local ranks 0, 1), 2-3 on the second
+  want=$(printf '%s\n' "0 ${mnodes[0]} 0" "1 ${mnodes[0]} 1" "2 ${mnodes[1]} 0" "3 ${mnodes[1]} 1" "0 ${mnodes[0]} 0" "1 ${mnodes[0]} 1" "2 ${mnodes[1]} 0" "3 ${mnodes[1]} 1" | sort)
+  [ "$(sort "$place" 2>/dev/null)" = "$want" ] && ok || bad "2 nodes, $launcher: ranks placed (rank node local-rank) $(sort "$place" 2>/dev/null | tr '\n' ','), wanted $(echo "$want" | tr '\n' ',')"
+  grep -q "resuming from .*/checkpoints/step-0*20\$" "$out" && ok || bad "2 nodes, $launcher: the requeued job did not resume from step 20"
+  tail -n 1 "$run/metrics.jsonl" 2>/dev/null | grep -q "\"summary\": true, \"finished\": true, \"steps\": 60," && ok || bad "2 nodes, $launcher: metrics.jsonl does not end with a summary of 60 steps"
+  [ -s "$run/drafter/model.safetensors" ] && ok || bad "2 nodes, $launcher: no exported drafter"
+}
+if ! sl scontrol show config 2>/dev/null | grep -q '^MULTIPLE_SLURMD *= *Yes'; then
+  echo "test_slurm: two nodes not checked: this SLURM runs one slurmd per host (MULTIPLE_SLURMD = No)"
+else
+  stop_cluster
+  mnodes=(dflash1 dflash2)
+  port=$(free_ports 4)
+  rest=${node#"NodeName=$host "}
+  lines="NodeName=${mnodes[0]} NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 2)) $rest State=UNKNOWN
+NodeName=${mnodes[1]} NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 3)) $rest State=UNKNOWN"
+  for n in "${mnodes[@]}"; do mkdir -p "$TMP/spool-$n" "$TMP/tmpfs-$n"; done
+  # job ids after the one-node part's, below the next instance's (first_job steps by 30)
+  write_conf $((first_job + 15)) "$port" "-%n" "$lines" "${mnodes[0]},${mnodes[1]}"
+  if ! start_cluster "${mnodes[@]}"; then
+    bad "two nodes: not idle after 120 s (sinfo: '$state')"
+  else
+    export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+    # each rank says where it runs, then is dflash_rank (mpirun's OMPI_* rank, srun's SLURM_* one)
+    cat >"$TMP/rankwrap" <<EOF
+#!/bin/bash
+echo "\${OMPI_COMM_WORLD_RANK:-\$SLURM_PROCID} \$SLURMD_NODENAME \${OMPI_COMM_WORLD_LOCAL_RANK:-\$SLURM_LOCALID}" >>"\$PLACE_FILE"
+exec "$R" "\$@"
+EOF
+    chmod +x "$TMP/rankwrap"
+    # a teacher group of 2 (ranks 0-1, its two stages) on the first node, 2 students on the second:
+    # the stages' link inside the first node, the payloads across the nodes
+    margs="--world.teachers=2 --world.students=2 --train.batches_per_step=2 --train.steps=60 --checkpoint.every=10 --checkpoint.keep=100"
+    mgroup=2
+    multinode
+    # srun across the two nodes is not run: its two slurmstepd on one host serve the same PMIx
+    # namespace, and now and then (a start in ten or so here) a rank crashes in MPI_Init, an artefact
+    # of two nodes on one host. srun's layout is checked above with the fake launcher, and its
+    # requeue on one node.
+    # a group size that does not divide the ranks per node: the job fails before any launch
+    job=$(shape="--nodes=2 --ntasks-per-node=2" DFLASH_GROUP_SIZE=4 submit mpirun "$TMP/mrun-g4")
+    if [ -n "$job" ]; then
+      state=$(wait_job_end "$job" 120)
+      [ "$state" = FAILED ] && ok || { bad "2 nodes, groups of 4: job $job ended $state, wanted FAILED"; end_job "$job"; }
+      [ "$(job_field "$job" Restarts)" = 0 ] && ok || bad "2 nodes, groups of 4: job $job was requeued"
+      [ "$(grep -c "error:" "$TMP/job-$job.out")" = 1 ] && grep -q "^dflash.sbatch: error: DFLASH_GROUP_SIZE=4 does not divide the 2 ranks per node" "$TMP/job-$job.out" && ok ||
+        bad "2 nodes, groups of 4: not the one error line: $(cat "$TMP/job-$job.out")"
+      grep -q "run: " "$TMP/job-$job.out" && bad "2 nodes, groups of 4: the script got as far as launching" || ok
+    else
+      bad "sbatch failed: $(cat "$TMP/sbatch.err")"
+    fi
+  fi
 fi
 echo "test_slurm: $((SECONDS - t0)) s of jobs"
 [ "$failed" -eq 0 ] || show_logs
