@@ -26,6 +26,7 @@
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
 #include "common/comm/nccl_link.h"
+#include "common/comm/nccl_reduce.h"
 #include "common/comm/transport_test.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/world.h"
@@ -198,8 +199,11 @@ static void report_checkpoint(char *buf, size_t n) {
         snprintf(buf, n, "no checkpoints (checkpoint.every = 0)");
 }
 
-// NCCL's asynchronous errors, polled by the watchdog thread.
-static int links_check(void *links, char *msg, size_t n) { return nccl_links_check((nccl_links *)links, msg, n); }
+// NCCL's asynchronous errors, polled by the watchdog thread: the payload links (NULL: none) and the
+// students' gradient communicators (nccl_reduce.h keeps the open ones).
+static int links_check(void *links, char *msg, size_t n) {
+    return nccl_links_check((nccl_links *)links, msg, n) || nccl_reduce_check(NULL, msg, n);
+}
 
 // The payload path of a live training job (transport.payload auto or nccl): NCCL links when every
 // rank has a GPU of its own, else MPI; rank 0 says which and why. -1 (rank 0 printed the error)
@@ -368,6 +372,7 @@ int main(int argc, char **argv) {
             run_teachers = w.teachers, run_group_size = w.group_size;
             watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
             watchdog_set_watchers(train_watches);
+            watchdog_add_check(links_check, NULL); // the students' gradient communicators (links: below)
         }
         nccl_links *links = NULL;
         if (!offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
@@ -385,8 +390,8 @@ int main(int argc, char **argv) {
             fatal("the rank that stopped the job did not end it within 60 s");
         }
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
+        watchdog_stop(); // before the links it polls are closed
         nccl_links_close(links);
-        watchdog_stop();
         mpi_check(MPI_Comm_free(&role_comm));
         backend_close(&be);
         world_finalize();

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/comm/gpu_place.h"
 #include "common/comm/world.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -23,34 +23,6 @@ struct nccl_links {
     void **stream; // [size]
 };
 
-#ifdef DFLASH_HAVE_CUDA
-typedef struct {
-    char host[64];
-    char bus[32]; // "" = not on a GPU
-} gpu_place;
-
-// Why NCCL cannot carry the payloads of this world ("" = it can). The same answer on every rank.
-static void links_decline_reason(const world *w, const gpu_place *all, char *why, size_t n) {
-    why[0] = '\0';
-    if ((w->teachers == 0 || w->students == 0) && w->group_size <= 1) {
-        snprintf(why, n, "no teacher-student pair and no teacher group");
-        return;
-    }
-    for (int r = 0; r < w->size; r++) {
-        if (!all[r].bus[0]) {
-            snprintf(why, n, "rank %d is not on a GPU", r);
-            return;
-        }
-        for (int q = 0; q < r; q++)
-            if (strcmp(all[q].host, all[r].host) == 0 && strcmp(all[q].bus, all[r].bus) == 0) {
-                snprintf(why, n, "ranks %d and %d share GPU %s on %s (NCCL needs one GPU per rank)", q, r, all[r].bus,
-                         all[r].host);
-                return;
-            }
-    }
-}
-#endif
-
 int nccl_links_open(nccl_links **out, const world *w, int device, char *why, size_t n) {
     *out = NULL;
 #ifndef DFLASH_HAVE_CUDA
@@ -58,13 +30,12 @@ int nccl_links_open(nccl_links **out, const world *w, int device, char *why, siz
     snprintf(why, n, "built without CUDA");
     return 0;
 #else
-    gpu_place me;
-    memset(&me, 0, sizeof me);
-    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
-    if (device >= 0 && gpu_pci_bus_id(device, me.bus, sizeof me.bus)) me.bus[0] = '\0';
-    gpu_place *all = xmalloc((size_t)w->size * sizeof(gpu_place));
-    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD));
-    links_decline_reason(w, all, why, n);
+    why[0] = '\0';
+    if ((w->teachers == 0 || w->students == 0) && w->group_size <= 1) snprintf(why, n, "no teacher-student pair and no teacher group");
+    gpu_place *all;
+    int n_all;
+    gpu_places_gather(MPI_COMM_WORLD, device, &all, &n_all); // (collective: every rank, whatever why says)
+    if (!why[0]) gpu_places_decline(all, n_all, why, n);
     free(all);
     if (why[0]) return 0;
 

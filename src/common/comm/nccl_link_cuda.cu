@@ -5,30 +5,14 @@
 #include <string.h>
 
 #include "common/comm/nccl_link_cuda.h"
-
-extern "C" {
-#include "common/core/error.h"
-}
-
-static int nc_fail(const char *call, ncclResult_t r) {
-    const char *last = ncclGetLastError(NULL);
-    return error_set("%s: %s%s%s", call, ncclGetErrorString(r), last && last[0] ? ": " : "", last ? last : "");
-}
-
-static int cu_fail(const char *call, cudaError_t e) {
-    (void)cudaGetLastError();
-    return error_set("%s: %s", call, cudaGetErrorString(e));
-}
-
-#define NC(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) return nc_fail(#call, r_); } while (0)
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return cu_fail(#call, e_); } while (0)
+#include "common/comm/nccl_try_cuda.cuh"
 
 extern "C" int nccl_cuda_init(void **comm, const void *id, int nranks, int rank, int device) {
-    CU(cudaSetDevice(device));
+    CUDA_TRY(cudaSetDevice(device));
     ncclUniqueId uid;
     memcpy(&uid, id, sizeof uid);
     ncclComm_t c = NULL;
-    NC(ncclCommInitRank(&c, nranks, uid, rank));
+    NCCL_TRY(ncclCommInitRank(&c, nranks, uid, rank));
     *comm = c;
     return 0;
 }
@@ -37,10 +21,10 @@ extern "C" int nccl_cuda_split(void *comm, int member, int key, void **pair, voi
     ncclComm_t p = NULL;
     *pair = NULL;
     *stream = NULL;
-    NC(ncclCommSplit((ncclComm_t)comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &p, NULL));
+    NCCL_TRY(ncclCommSplit((ncclComm_t)comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &p, NULL));
     if (!member) return 0;
     cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     *pair = p;
     *stream = s;
     return 0;
@@ -49,17 +33,17 @@ extern "C" int nccl_cuda_split(void *comm, int member, int key, void **pair, voi
 static int nc_event(void **event, cudaStream_t s) {
     if (!*event) {
         cudaEvent_t e;
-        CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         *event = e;
     }
-    CU(cudaEventRecord((cudaEvent_t)*event, s));
+    CUDA_TRY(cudaEventRecord((cudaEvent_t)*event, s));
     return 0;
 }
 
 // The other rank of a two-rank communicator.
 static int nc_peer(ncclComm_t pair, int *peer) {
     int me = 0;
-    NC(ncclCommUserRank(pair, &me));
+    NCCL_TRY(ncclCommUserRank(pair, &me));
     *peer = 1 - me;
     return 0;
 }
@@ -68,21 +52,21 @@ extern "C" int nccl_cuda_send(void *pair, void *stream, const void *dev, size_t 
     cudaStream_t s = (cudaStream_t)stream;
     if (after_stream) { // the payload is ready once the producer's queued work is done
         cudaEvent_t ready;
-        CU(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-        CU(cudaEventRecord(ready, (cudaStream_t)after_stream));
-        CU(cudaStreamWaitEvent(s, ready, 0));
-        CU(cudaEventDestroy(ready)); // freed once the wait is satisfied (CUDA defers it)
+        CUDA_TRY(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+        CUDA_TRY(cudaEventRecord(ready, (cudaStream_t)after_stream));
+        CUDA_TRY(cudaStreamWaitEvent(s, ready, 0));
+        CUDA_TRY(cudaEventDestroy(ready)); // freed once the wait is satisfied (CUDA defers it)
     }
     int peer = 0;
     if (nc_peer((ncclComm_t)pair, &peer)) return -1;
-    NC(ncclSend(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, s));
+    NCCL_TRY(ncclSend(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, s));
     return nc_event(event, s);
 }
 
 extern "C" int nccl_cuda_recv(void *pair, void *stream, void *dev, size_t bytes, void **event) {
     int peer = 0;
     if (nc_peer((ncclComm_t)pair, &peer)) return -1;
-    NC(ncclRecv(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, (cudaStream_t)stream));
+    NCCL_TRY(ncclRecv(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, (cudaStream_t)stream));
     return nc_event(event, (cudaStream_t)stream);
 }
 
@@ -91,11 +75,11 @@ extern "C" int nccl_cuda_event_query(void *event) {
     cudaError_t e = cudaEventQuery((cudaEvent_t)event);
     if (e == cudaSuccess) return 1;
     if (e == cudaErrorNotReady) return 0;
-    return cu_fail("cudaEventQuery", e);
+    return cuda_try_fail("cudaEventQuery", e);
 }
 
 extern "C" int nccl_cuda_event_sync(void *event) {
-    if (event) CU(cudaEventSynchronize((cudaEvent_t)event));
+    if (event) CUDA_TRY(cudaEventSynchronize((cudaEvent_t)event));
     return 0;
 }
 

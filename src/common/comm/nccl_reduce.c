@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/comm/gpu_place.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -39,28 +39,6 @@ static void nr_register(nccl_reduce *r, int on) {
     pthread_mutex_unlock(&nr_mu);
 }
 
-typedef struct {
-    int world_rank;
-    char host[64];
-    char bus[32]; // "" = not on a GPU
-} nr_place;
-
-// Why NCCL cannot sum over these ranks ("" = it can). The same answer on every rank.
-static void nr_decline_reason(const nr_place *all, int n, char *why, size_t wn) {
-    why[0] = '\0';
-    for (int r = 0; r < n; r++) {
-        if (!all[r].bus[0]) {
-            snprintf(why, wn, "rank %d is not on a GPU", all[r].world_rank);
-            return;
-        }
-        for (int q = 0; q < r; q++)
-            if (strcmp(all[q].host, all[r].host) == 0 && strcmp(all[q].bus, all[r].bus) == 0) {
-                snprintf(why, wn, "ranks %d and %d share GPU %s on %s (NCCL needs one GPU per rank)", all[q].world_rank,
-                         all[r].world_rank, all[r].bus, all[r].host);
-                return;
-            }
-    }
-}
 #else
 struct nccl_reduce {
     int unused;
@@ -77,14 +55,10 @@ int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, si
     int rank = 0, size = 0;
     mpi_check(MPI_Comm_rank(comm, &rank));
     mpi_check(MPI_Comm_size(comm, &size));
-    nr_place me;
-    memset(&me, 0, sizeof me);
-    mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &me.world_rank));
-    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
-    if (device >= 0 && gpu_pci_bus_id(device, me.bus, sizeof me.bus)) me.bus[0] = '\0';
-    nr_place *all = xmalloc((size_t)size * sizeof(nr_place));
-    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, comm));
-    nr_decline_reason(all, size, why, n);
+    gpu_place *all;
+    int n_all;
+    gpu_places_gather(comm, device, &all, &n_all);
+    gpu_places_decline(all, n_all, why, n);
     free(all);
     if (why[0]) return 0;
 
