@@ -20,6 +20,8 @@
 #               declining on one GPU is expected)
 #   grads       (8) 1 teacher + 2 students, 12 steps: the step time with the gradients summed over MPI,
 #               and over NCCL when each student has a GPU of its own (2 GPUs or more), with equal losses
+#   groups      (9) a teacher group of 2 stages (world.teacher_group_size=2) on the one GPU against one
+#               teacher rank: equal losses over 24 steps
 #   memory      (4) dflash_tool mem-check: anchors 1 -> 16 x under one budget, plan vs measured
 #   bench       (5) bench_attn (the attention: tensor-core tiles vs scalar kernels), bench/gpu_student.py
 #                   (PyTorch full / chunked+checkpoint / ours) and bench_loss
@@ -334,6 +336,34 @@ part_grads() {
   [ "$bad" -eq 0 ]
 }
 
+# groups: a teacher group of 2 stages (world.teacher_group_size=2) against one teacher rank, on the
+# one GPU (the ranks share it, so the stages' activations and the payloads go over MPI): the same
+# 24 steps must log the same losses, the batches being the same numbers.
+part_groups() {
+  make_toy "$WORK/toy" || { note "make-target/make-data failed"; return 1; }
+  local R=$BUILD/dflash_rank g rc
+  for g in 1 2; do
+    echo "mpirun -np $((g + 1)) dflash_rank --mode train --device $DEV --world.teacher_group_size=$g (1 teacher of $g rank(s) + 1 student)"
+    mpirun -np $((g + 1)) "$R" --mode train --device "$DEV" --world.teacher_group_size=$g --target.path="$WORK/toy/target" \
+      --data.path="$WORK/toy/data.h5" "${TOY_ARGS[@]}" --train.steps=24 --run.dir="$WORK/groups-$g" >"$WORK/groups-$g.out" 2>"$WORK/groups-$g.err"
+    rc=$?
+    grep -E "teacher groups|summary|error" "$WORK/groups-$g.err" | head -5
+    [ "$rc" -eq 0 ] || { tail -20 "$WORK/groups-$g.err"; note "the job with groups of $g exited $rc"; return 1; }
+  done
+  local msg
+  msg=$(python3 - "$WORK/groups-1/metrics.jsonl" "$WORK/groups-2/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([(d["step"], d.get("split"), d["loss"]) for d in map(json.loads, open(p)) if "loss" in d] for p in sys.argv[1:])
+print("group of 2 == 1 rank over %d logged losses" % len(a) if len(a) >= 3 and a == b else "losses differ: %s vs %s" % (a, b))
+sys.exit(0 if len(a) >= 3 and a == b else 1)
+PY
+)
+  local lrc=$?
+  echo "$msg"
+  note "$msg"
+  return $lrc
+}
+
 part_memory() {
   local T=$BUILD/dflash_tool args slack
   if gpu_mode; then
@@ -423,7 +453,7 @@ START=$SECONDS
 meta() { $LIB put "$WORK/meta.num" "$1" "$2"; }
 # summary [final]: $OUT/summary.json from what has run ("complete": false until the end)
 summary() { $LIB summary "$WORK" "$OUT" "${1:-}" || echo "check: could not write $OUT/summary.json"; }
-N_PARTS=9 # deps build ops reference e2e transport grads memory bench
+N_PARTS=10 # deps build ops reference e2e transport grads groups memory bench
 finish() {
   local rc=$?
   trap '' PIPE # the tee may be gone (a signal to the whole process group): finish anyway
@@ -522,6 +552,7 @@ run_part reference 90
 run_part e2e 150
 run_part transport 90
 run_part grads 120
+run_part groups 90
 run_part memory 150
 run_part bench 300 "$((LIMIT_TOTAL - (SECONDS - START) - 15))"
 ! grep -q "	FAIL	" "$WORK/parts.tsv"
