@@ -34,13 +34,15 @@ static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
     return rc;
 }
 
-// The next batch of a first stage: a student's request (or a stop); the batch read from the
-// training sets into tokens/cu/mask. 1 a batch (h filled), 0 every student has stopped.
+// What a first stage serves from: the batch plan, the training sets, the students' stops so far.
 typedef struct {
     batchplan bp;
     dataset ts;
     int stops;
 } teacher_requests;
+
+// The next batch of a first stage: a student's request (or a stop); the batch read from the
+// training sets into tokens/cu/mask. 1 a batch (h filled), 0 every student has stopped.
 
 static int teacher_next_request(const world *w, teacher_requests *q, int64_t served, stage_header *h, int32_t *tokens,
                                 int32_t *cu, uint8_t *mask) {
