@@ -3,35 +3,12 @@
 
 #include <string.h>
 
-#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "common/kernels/ops_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
 #include "common/kernels/ops_cuda.h"
-#define ON_CUDA(be) ((be)->kind == BACKEND_CUDA)
-#else
-#define ON_CUDA(be) 0
 #endif
-
-// Each op: the CUDA call when the backend is a GPU, else the CPU twin. Without the CUDA backend
-// compiled in, the first branch is dead code and the cuda_* names are never referenced.
-// Timed under the op's function name while profile.h collects.
-#ifdef DFLASH_HAVE_CUDA
-#define DISPATCH(be, cuda_call, cpu_call)      \
-    do {                                       \
-        int prof_ = prof_begin(be);            \
-        if (ON_CUDA(be)) cuda_call;            \
-        else cpu_call;                         \
-        prof_end(be, prof_, __func__, 0);      \
-    } while (0)
-#else
-#define DISPATCH(be, cuda_call, cpu_call)      \
-    do {                                       \
-        int prof_ = prof_begin(be);            \
-        cpu_call;                              \
-        prof_end(be, prof_, __func__, 0);      \
-    } while (0)
-#endif
+#include "common/kernels/ops_dispatch.h"
 
 dtype ops_act_dtype(const backend *be) { return be->kind == BACKEND_CUDA ? DT_BF16 : DT_F32; }
 

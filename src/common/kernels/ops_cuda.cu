@@ -26,19 +26,10 @@ extern "C" {
 typedef __nv_bfloat16 bf16;
 typedef __nv_bfloat162 bf16x2;
 
+#include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
 
-static cudaStream_t stream_of(backend *be) { return (cudaStream_t)cuda_stream(be); }
-
-// Blocks for a grid-stride loop over `units` (rows, elements): one unit per thread or block up to
-// a cap; beyond it each thread or block takes several. Never 0 (callers return early on empty work).
-static unsigned grid_for(int64_t units) {
-    const int64_t cap = (int64_t)1 << 20;
-    if (units < 1) return 1;
-    return (unsigned)(units < cap ? units : cap);
-}
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// (stream_of, grid_for, ceil_div, GRID_STRIDE, bf: common/kernels/cuda_launch.cuh)
 
 // ---------------------------------------------------------------------------- reductions
 
@@ -316,8 +307,6 @@ extern "C" void cuda_attention_causal(backend *be, void *out, const void *q, con
 // ---------------------------------------------------------------------------- elementwise
 
 #define EW_THREADS 256
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 // out may alias gate (target.c computes gate = silu(gate) * up in place): same index, read first.
 static __global__ void swiglu_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {

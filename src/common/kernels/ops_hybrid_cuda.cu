@@ -16,20 +16,11 @@
 
 typedef __nv_bfloat16 bf16;
 
+#include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
 
-static cudaStream_t hy_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }
-
 #define HY_THREADS 256
-// blocks of HY_THREADS for a grid-stride loop over n units (capped; never 0)
-static unsigned hy_blocks(int64_t n) {
-    int64_t b = (n + HY_THREADS - 1) / HY_THREADS;
-    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
-}
-#define HY_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
-static __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+// (stream_of, grid_for, ceil_div, GRID_STRIDE, bf: common/kernels/cuda_launch.cuh)
 static __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 
 // ---------------------------------------------------------------------------- norms
@@ -59,7 +50,7 @@ static void norm_launch(backend *be, void *out, const void *in, const void *w, c
                         int zc) {
     if (R <= 0 || D <= 0) return;
     int64_t blocks = ((int64_t)R + NORM_WARPS - 1) / NORM_WARPS;
-    norm_kernel<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), NORM_WARPS * 32, 0, hy_stream(be)>>>(
+    norm_kernel<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), NORM_WARPS * 32, 0, stream_of(be)>>>(
         (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)z, R, D, eps, zc);
     cuda_check_launch();
 }
@@ -80,7 +71,7 @@ extern "C" void cuda_gated_rmsnorm(backend *be, void *out, const void *x, const 
 static __global__ void rope_partial_kernel(bf16 *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd,
                                            int rot) {
     int half = rot / 2;
-    HY_STRIDE(u, (int64_t)T * half) {
+    GRID_STRIDE(u, (int64_t)T * half) {
         int64_t t = u / half;
         int i = (int)(u % half);
         float s, c;
@@ -97,18 +88,18 @@ static __global__ void rope_partial_kernel(bf16 *x, const int32_t *pos, const fl
 extern "C" void cuda_rope_partial(backend *be, void *x, const int32_t *pos, const float *inv_freq, int T, int nh,
                                   int hd, int rot) {
     if (T <= 0 || nh <= 0 || rot < 2) return;
-    rope_partial_kernel<<<hy_blocks((int64_t)T * (rot / 2)), HY_THREADS, 0, hy_stream(be)>>>((bf16 *)x, pos, inv_freq,
+    rope_partial_kernel<<<grid_for_threads((int64_t)T * (rot / 2), HY_THREADS), HY_THREADS, 0, stream_of(be)>>>((bf16 *)x, pos, inv_freq,
                                                                                           T, nh, hd, rot);
     cuda_check_launch();
 }
 
 static __global__ void sigmoid_mul_kernel(bf16 *x, const bf16 *g, int64_t n) {
-    HY_STRIDE(i, n) x[i] = __float2bfloat16(bf(x[i]) * (1.0f / (1.0f + expf(-bf(g[i])))));
+    GRID_STRIDE(i, n) x[i] = __float2bfloat16(bf(x[i]) * (1.0f / (1.0f + expf(-bf(g[i])))));
 }
 
 extern "C" void cuda_sigmoid_mul(backend *be, void *x, const void *g, int64_t n) {
     if (n <= 0) return;
-    sigmoid_mul_kernel<<<hy_blocks(n), HY_THREADS, 0, hy_stream(be)>>>((bf16 *)x, (const bf16 *)g, n);
+    sigmoid_mul_kernel<<<grid_for_threads(n, HY_THREADS), HY_THREADS, 0, stream_of(be)>>>((bf16 *)x, (const bf16 *)g, n);
     cuda_check_launch();
 }
 
@@ -130,7 +121,7 @@ static __device__ int seq_of(const int32_t *cu, int n_seq, int64_t t) {
 static __global__ void conv_kernel(bf16 *out, const bf16 *x, const bf16 *w, const int32_t *cu, int n_seq, int T, int C,
                                    int K, const bf16 *state) {
     int S = K - 1;
-    HY_STRIDE(u, (int64_t)T * C) {
+    GRID_STRIDE(u, (int64_t)T * C) {
         int64_t t = u / C;
         int c = (int)(u % C), s = seq_of(cu, n_seq, t);
         int64_t start = cu[s], i = t - start;
@@ -148,7 +139,7 @@ static __global__ void conv_kernel(bf16 *out, const bf16 *x, const bf16 *w, cons
 // Runs after conv_kernel on the stream, so every output read the old state.
 static __global__ void conv_state_kernel(bf16 *state, const bf16 *x, const int32_t *cu, int n_seq, int C, int K) {
     int S = K - 1;
-    HY_STRIDE(u, (int64_t)n_seq * C) {
+    GRID_STRIDE(u, (int64_t)n_seq * C) {
         int s = (int)(u / C), c = (int)(u % C);
         int64_t start = cu[s], L = cu[s + 1] - start;
         bf16 *st = state + (int64_t)s * S * C;
@@ -163,12 +154,12 @@ extern "C" void cuda_conv1d_silu(backend *be, void *out, const void *x, const vo
                                  int n_seq, int T, int C, int K, void *state) {
     if (n_seq <= 0 || C <= 0) return;
     if (T > 0) {
-        conv_kernel<<<hy_blocks((int64_t)T * C), HY_THREADS, 0, hy_stream(be)>>>(
+        conv_kernel<<<grid_for_threads((int64_t)T * C, HY_THREADS), HY_THREADS, 0, stream_of(be)>>>(
             (bf16 *)out, (const bf16 *)x, (const bf16 *)w, cu_seqlens, n_seq, T, C, K, (const bf16 *)state);
         cuda_check_launch();
     }
     if (state && K > 1) {
-        conv_state_kernel<<<hy_blocks((int64_t)n_seq * C), HY_THREADS, 0, hy_stream(be)>>>(
+        conv_state_kernel<<<grid_for_threads((int64_t)n_seq * C, HY_THREADS), HY_THREADS, 0, stream_of(be)>>>(
             (bf16 *)state, (const bf16 *)x, cu_seqlens, n_seq, C, K);
         cuda_check_launch();
     }
@@ -178,7 +169,7 @@ extern "C" void cuda_conv1d_silu(backend *be, void *out, const void *x, const vo
 
 static __global__ void gates_kernel(float *beta, float *g, const bf16 *b, const bf16 *a, const float *A_log,
                                     const float *dt_bias, int T, int Hv) {
-    HY_STRIDE(i, (int64_t)T * Hv) {
+    GRID_STRIDE(i, (int64_t)T * Hv) {
         int h = (int)(i % Hv);
         float u = bf(a[i]) + dt_bias[h];
         float sp = u > 20.0f ? u : log1pf(expf(u)); // torch's softplus (threshold 20)
@@ -190,7 +181,7 @@ static __global__ void gates_kernel(float *beta, float *g, const bf16 *b, const 
 extern "C" void cuda_gdn_gates(backend *be, float *beta, float *g, const void *b, const void *a, const float *A_log,
                                const float *dt_bias, int T, int Hv) {
     if (T <= 0 || Hv <= 0) return;
-    gates_kernel<<<hy_blocks((int64_t)T * Hv), HY_THREADS, 0, hy_stream(be)>>>(beta, g, (const bf16 *)b,
+    gates_kernel<<<grid_for_threads((int64_t)T * Hv, HY_THREADS), HY_THREADS, 0, stream_of(be)>>>(beta, g, (const bf16 *)b,
                                                                              (const bf16 *)a, A_log, dt_bias, T, Hv);
     cuda_check_launch();
 }
@@ -399,7 +390,7 @@ extern "C" void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, c
     if (smem > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(gdr_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)Hv, (unsigned)n_seq, (unsigned)((dv + W - 1) / W));
-    gdr_kernel<<<grid, GDR_THREADS, smem, hy_stream(be)>>>((bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, Hk, Hv,
+    gdr_kernel<<<grid, GDR_THREADS, smem, stream_of(be)>>>((bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, Hk, Hv,
                                                           dk, dv, W, C, state);
     cuda_check_launch();
 }

@@ -2,27 +2,12 @@
 // kernels, in the pattern of ops_hybrid.c. Argument checks that hold on both backends live here.
 #include "common/kernels/ops_moe.h"
 
-#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "common/kernels/ops_moe_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
 #include "common/kernels/ops_moe_cuda.h"
-// the CUDA call when the backend is a GPU, else (the statement after it) the CPU twin
-#define CUDA_OR_ELSE(be, cuda_call)           \
-    if ((be)->kind == BACKEND_CUDA) cuda_call; \
-    else
-#else
-// without the CUDA backend compiled in the cuda_* names are never referenced
-#define CUDA_OR_ELSE(be, cuda_call)
 #endif
-
-// Each op timed under its function name while profile.h collects.
-#define DISPATCH(be, cuda_call, cpu_call)     \
-    do {                                      \
-        int prof_ = prof_begin(be);           \
-        CUDA_OR_ELSE(be, cuda_call) cpu_call; \
-        prof_end(be, prof_, __func__, 0);     \
-    } while (0)
+#include "common/kernels/ops_dispatch.h"
 
 size_t ops_moe_route_work_bytes(const backend *be, int T, int E, int k) {
 #ifdef DFLASH_HAVE_CUDA

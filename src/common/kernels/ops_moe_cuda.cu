@@ -33,20 +33,11 @@
 typedef __nv_bfloat16 bf16;
 using namespace nvcuda;
 
+#include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
 
-static cudaStream_t moe_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }
-
 #define MOE_THREADS 256
-// blocks of MOE_THREADS for a grid-stride loop over n units (capped; never 0)
-static unsigned moe_blocks(int64_t n) {
-    int64_t b = (n + MOE_THREADS - 1) / MOE_THREADS;
-    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
-}
-#define MOE_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
-static __device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+// (stream_of, grid_for, ceil_div, GRID_STRIDE, bf: common/kernels/cuda_launch.cuh)
 
 static __device__ __forceinline__ int warp_min_int(int v) {
     for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(FULL_MASK, v, o));
@@ -160,7 +151,7 @@ extern "C" size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int
 
 extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
                                float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
-    cudaStream_t st = moe_stream(be);
+    cudaStream_t st = stream_of(be);
     cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
     if (T <= 0) return;
     int warps = 8;
@@ -179,12 +170,12 @@ extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, i
 }
 
 static __global__ void gather_kernel(bf16 *xs, const bf16 *x, const int32_t *perm, int R, int H) {
-    MOE_STRIDE(i, (int64_t)R * H) xs[i] = x[(int64_t)perm[i / H] * H + i % H];
+    GRID_STRIDE(i, (int64_t)R * H) xs[i] = x[(int64_t)perm[i / H] * H + i % H];
 }
 
 extern "C" void cuda_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H) {
     if (R <= 0 || H <= 0) return;
-    gather_kernel<<<moe_blocks((int64_t)R * H), MOE_THREADS, 0, moe_stream(be)>>>((bf16 *)xs, (const bf16 *)x, perm,
+    gather_kernel<<<grid_for_threads((int64_t)R * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>((bf16 *)xs, (const bf16 *)x, perm,
                                                                                  R, H);
     cuda_check_launch();
 }
@@ -296,14 +287,14 @@ extern "C" void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W
     int vec = K % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)W % 16 == 0;
     void (*kernel)(bf16 *, const bf16 *, const bf16 *, const int32_t *, int, int, int) =
         vec ? moe_gemm_kernel<1> : moe_gemm_kernel<0>;
-    kernel<<<grid, MG_THREADS, 0, moe_stream(be)>>>((bf16 *)y, (const bf16 *)x, (const bf16 *)W, offsets, E, N, K);
+    kernel<<<grid, MG_THREADS, 0, stream_of(be)>>>((bf16 *)y, (const bf16 *)x, (const bf16 *)W, offsets, E, N, K);
     cuda_check_launch();
 }
 
 // ---------------------------------------------------------------------------- elementwise
 
 static __global__ void swiglu_packed_kernel(bf16 *out, const bf16 *gu, int R, int I) {
-    MOE_STRIDE(u, (int64_t)R * I) {
+    GRID_STRIDE(u, (int64_t)R * I) {
         int64_t r = u / I, i = u % I;
         float g = bf(gu[r * 2 * I + i]), v = bf(gu[r * 2 * I + I + i]);
         out[u] = __float2bfloat16(g / (1.0f + expf(-g)) * v);
@@ -312,7 +303,7 @@ static __global__ void swiglu_packed_kernel(bf16 *out, const bf16 *gu, int R, in
 
 extern "C" void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R, int I) {
     if (R <= 0 || I <= 0) return;
-    swiglu_packed_kernel<<<moe_blocks((int64_t)R * I), MOE_THREADS, 0, moe_stream(be)>>>((bf16 *)out,
+    swiglu_packed_kernel<<<grid_for_threads((int64_t)R * I, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>((bf16 *)out,
                                                                                         (const bf16 *)gu, R, I);
     cuda_check_launch();
 }
@@ -320,7 +311,7 @@ extern "C" void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R
 // One thread per (token, column): the k terms in ascending expert id (the CPU's selection), fp32.
 static __global__ void combine_kernel(bf16 *y, const bf16 *ys, const int32_t *slot, const int32_t *topk_idx,
                                       const float *topk_w, int T, int k, int H) {
-    MOE_STRIDE(u, (int64_t)T * H) {
+    GRID_STRIDE(u, (int64_t)T * H) {
         int64_t t = u / H, h = u % H;
         const int32_t *idx = topk_idx + t * k;
         float acc = 0.0f;
@@ -339,13 +330,13 @@ static __global__ void combine_kernel(bf16 *y, const bf16 *ys, const int32_t *sl
 extern "C" void cuda_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
                                  const float *topk_w, int T, int k, int H) {
     if (T <= 0 || H <= 0) return;
-    combine_kernel<<<moe_blocks((int64_t)T * H), MOE_THREADS, 0, moe_stream(be)>>>(
+    combine_kernel<<<grid_for_threads((int64_t)T * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>(
         (bf16 *)y, (const bf16 *)ys, slot, topk_idx, topk_w, T, k, H);
     cuda_check_launch();
 }
 
 static __global__ void sigmoid_gate_add_kernel(bf16 *y, const bf16 *s, const bf16 *g, int T, int H) {
-    MOE_STRIDE(u, (int64_t)T * H) {
+    GRID_STRIDE(u, (int64_t)T * H) {
         float a = 1.0f / (1.0f + expf(-bf(g[u / H])));
         y[u] = __float2bfloat16(bf(y[u]) + a * bf(s[u]));
     }
@@ -353,7 +344,7 @@ static __global__ void sigmoid_gate_add_kernel(bf16 *y, const bf16 *s, const bf1
 
 extern "C" void cuda_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H) {
     if (T <= 0 || H <= 0) return;
-    sigmoid_gate_add_kernel<<<moe_blocks((int64_t)T * H), MOE_THREADS, 0, moe_stream(be)>>>(
+    sigmoid_gate_add_kernel<<<grid_for_threads((int64_t)T * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>(
         (bf16 *)y, (const bf16 *)s, (const bf16 *)g, T, H);
     cuda_check_launch();
 }

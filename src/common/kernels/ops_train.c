@@ -4,33 +4,14 @@
 
 #include <string.h>
 
-#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "common/kernels/ops_cpu.h"
 #include "common/kernels/ops_train_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
 #include "common/kernels/ops_train_cuda.h"
 #endif
+#include "common/kernels/ops_dispatch.h"
 
-// Each op: the CUDA call when the backend is a GPU, else the CPU twin. Without the CUDA backend
-// compiled in, the first branch is dead code and the cuda_* names are never referenced.
-// Timed under the op's function name while profile.h collects.
-#ifdef DFLASH_HAVE_CUDA
-#define DISPATCH(be, cuda_call, cpu_call)          \
-    do {                                           \
-        int prof_ = prof_begin(be);                \
-        if ((be)->kind == BACKEND_CUDA) cuda_call; \
-        else cpu_call;                             \
-        prof_end(be, prof_, __func__, 0);          \
-    } while (0)
-#else
-#define DISPATCH(be, cuda_call, cpu_call)          \
-    do {                                           \
-        int prof_ = prof_begin(be);                \
-        cpu_call;                                  \
-        prof_end(be, prof_, __func__, 0);          \
-    } while (0)
-#endif
 
 void ops_rmsnorm_backward(backend *be, void *dx, float *dw, const void *dy, const void *x, const void *w, int R, int D,
                           float eps, int accumulate) {

@@ -24,25 +24,11 @@
 
 typedef __nv_bfloat16 bf16;
 
+#include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
 #define EW_THREADS 256
 
-static cudaStream_t stream_of(backend *be) { return (cudaStream_t)cuda_stream(be); }
-
-// Blocks for a grid-stride loop over `units`: one per unit up to a cap, never 0.
-static unsigned grid_for(int64_t units) {
-    const int64_t cap = (int64_t)1 << 20;
-    if (units < 1) return 1;
-    return (unsigned)(units < cap ? units : cap);
-}
-
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
-
-static __device__ float bf(bf16 x) { return __bfloat162float(x); }
+// (stream_of, grid_for, ceil_div, GRID_STRIDE, bf: common/kernels/cuda_launch.cuh)
 
 // ---------------------------------------------------------------------------- RMSNorm backward
 //
