@@ -101,25 +101,6 @@ static void *down_raw(const void *d, size_t bytes) {
     return h;
 }
 
-// max |a - ref| / max |ref| (the scale; 1 when ref is all zero); NaN anywhere makes it inf
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (d != d) return INFINITY;
-        if (d > err) err = d;
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-40s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    fflush(stdout);
-    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
-}
-
 // ----------------------------------------------------------------------------- copies
 
 static void test_embed(void) {
@@ -134,7 +115,7 @@ static void test_embed(void) {
     void *d_out = gpu_alloc((size_t)T * H * 2);
     ops_embed(&gpu, d_out, d_table, d_ids, T, H);
     float *got = down_bf16(d_out, (size_t)T * H);
-    report("embed T=777 H=520", rel_err(got, ref, (size_t)T * H), 0);
+    test_report("embed T=777 H=520", test_rel_err(got, ref, (size_t)T * H), 0);
     backend_free(&gpu, d_table);
     backend_free(&gpu, d_ids);
     backend_free(&gpu, d_out);
@@ -151,7 +132,7 @@ static void test_to_f32(void) {
     float *d_y = gpu_alloc((size_t)n * sizeof(float));
     ops_to_f32(&gpu, d_y, d_x, n);
     float *got = down_raw(d_y, (size_t)n * sizeof(float));
-    report("to_f32 n=1000003", rel_err(got, x, (size_t)n), 0);
+    test_report("to_f32 n=1000003", test_rel_err(got, x, (size_t)n), 0);
     backend_free(&gpu, d_x);
     backend_free(&gpu, d_y);
     free(x);
@@ -166,7 +147,7 @@ static void test_copy_2d(void) {
     ops_copy_2d(&cpu, dst + off, dst_ld, src, src_ld, rows, cols);
     ops_copy_2d(&gpu, (uint16_t *)d_dst + off, dst_ld, d_src, src_ld, rows, cols);
     float *got = down_bf16(d_dst, (size_t)(rows * dst_ld));
-    report("copy_2d 300x128 into ld 640", rel_err(got, dst, (size_t)(rows * dst_ld)), 0);
+    test_report("copy_2d 300x128 into ld 640", test_rel_err(got, dst, (size_t)(rows * dst_ld)), 0);
     backend_free(&gpu, d_src);
     backend_free(&gpu, d_dst);
     free(src);
@@ -186,7 +167,7 @@ static void rmsnorm_case(int R, int D, int in_place) {
     float *got = down_bf16(d_y, n);
     char name[96];
     snprintf(name, sizeof name, "rmsnorm R=%d D=%d%s", R, D, in_place ? " in place" : "");
-    report(name, rel_err(got, ref, n), TOL_BF16);
+    test_report(name, test_rel_err(got, ref, n), TOL_BF16);
     if (!in_place) backend_free(&gpu, d_y);
     backend_free(&gpu, d_x);
     backend_free(&gpu, d_w);
@@ -222,7 +203,7 @@ static void rope_case(int T, int nh, int hd, int pos_offset) {
     float *got = down_bf16(d_x, n);
     char name[96];
     snprintf(name, sizeof name, "rope T=%d nh=%d hd=%d pos>=%d", T, nh, hd, pos_offset);
-    report(name, rel_err(got, ref, n), TOL_BF16);
+    test_report(name, test_rel_err(got, ref, n), TOL_BF16);
     backend_free(&gpu, d_x);
     backend_free(&gpu, d_pos);
     backend_free(&gpu, d_inv);
@@ -263,7 +244,7 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
     float *got = down_bf16(d_out, nqe);
     char name[96];
     snprintf(name, sizeof name, "attention T=%d seqs=%d nq=%d nkv=%d hd=%d %s", T, n_seq, nq, nkv, hd, attn_path);
-    report(name, rel_err(got, ref, nqe), TOL_BF16);
+    test_report(name, test_rel_err(got, ref, nqe), TOL_BF16);
     backend_free(&gpu, d_q);
     backend_free(&gpu, d_k);
     backend_free(&gpu, d_v);
@@ -306,7 +287,7 @@ static void test_swiglu_add(void) {
     void *d_g = up_bf16(g, (size_t)n), *d_u = up_bf16(u, (size_t)n);
     ops_swiglu(&gpu, d_g, d_g, d_u, n); // in place, as the target forward calls it
     float *got = down_bf16(d_g, (size_t)n);
-    report("swiglu n=3000017 in place", rel_err(got, ref, (size_t)n), TOL_BF16);
+    test_report("swiglu n=3000017 in place", test_rel_err(got, ref, (size_t)n), TOL_BF16);
     free(got);
 
     // x += y with y small against x: the bf16 rounding of the sum is the whole difference
@@ -315,7 +296,7 @@ static void test_swiglu_add(void) {
     ops_add(&cpu, x, y, n);
     ops_add(&gpu, d_x, d_y, n);
     got = down_bf16(d_x, (size_t)n);
-    report("add n=3000017", rel_err(got, x, (size_t)n), TOL_BF16);
+    test_report("add n=3000017", test_rel_err(got, x, (size_t)n), TOL_BF16);
     backend_free(&gpu, d_g);
     backend_free(&gpu, d_u);
     backend_free(&gpu, d_x);
@@ -390,11 +371,11 @@ static void topk_case(int R, int V, int tile, int k) {
     }
     char name[96];
     snprintf(name, sizeof name, "topk ids V=%d tile=%d k=%d", V, tile, k);
-    report(name, id_err, 0);
+    test_report(name, id_err, 0);
     snprintf(name, sizeof name, "topk vals V=%d tile=%d k=%d", V, tile, k);
-    report(name, val_err, 0);
+    test_report(name, val_err, 0);
     snprintf(name, sizeof name, "lse (vs exact) V=%d tile=%d k=%d", V, tile, k);
-    report(name, lse_err, TOL_LSE);
+    test_report(name, lse_err, TOL_LSE);
 
     backend_free(&gpu, d_val);
     backend_free(&gpu, d_m);

@@ -41,32 +41,6 @@ static float *copyv(const float *x, size_t n) {
     return y;
 }
 
-// max |a - ref| / max |ref| (1 when ref is all zero); NaN anywhere gives inf
-static double rel_err_d(const float *a, const double *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d != d) return INFINITY;
-        err = d > err ? d : err;
-        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double *r = xmalloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) r[i] = ref[i];
-    double e = rel_err_d(a, r, n);
-    free(r);
-    return e;
-}
-
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-52s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    CHECK_MSG(ok, "%s: err %.3e > tol %.1e", op, err, tol);
-}
-
 // A packed batch cut in two: sequence s is la[s] tokens of part a, then lb[s] of part b (either may
 // be 0). cu: the whole batch; cua, cub: the parts. split/join move rows of `row` floats.
 typedef struct {
@@ -124,13 +98,13 @@ static void test_norms(void) {
         char name[96];
         ops_rmsnorm_zc(&be, y, x, w, R, D, eps);
         snprintf(name, sizeof name, "rmsnorm_zc R=%d D=%d", R, D);
-        report(name, rel_err_d(y, ref, n), 8 * U32);
+        test_report(name, test_rel_err_d(y, ref, n), 8 * U32);
         float *xi = copyv(x, n); // in place
         ops_rmsnorm_zc(&be, xi, xi, w, R, D, eps);
         CHECK_MSG(memcmp(xi, y, n * sizeof(float)) == 0, "rmsnorm_zc R=%d D=%d: in place differs", R, D);
         ops_gated_rmsnorm(&be, y, x, z, w, R, D, eps);
         snprintf(name, sizeof name, "gated_rmsnorm R=%d D=%d", R, D);
-        report(name, rel_err_d(y, refg, n), 8 * U32);
+        test_report(name, test_rel_err_d(y, refg, n), 8 * U32);
         memcpy(xi, x, n * sizeof(float));
         ops_gated_rmsnorm(&be, xi, xi, z, w, R, D, eps);
         CHECK_MSG(memcmp(xi, y, n * sizeof(float)) == 0, "gated_rmsnorm R=%d D=%d: in place differs", R, D);
@@ -171,7 +145,7 @@ static void test_rope_partial(void) {
         ops_rope_partial(&be, x, pos, inv, T, nh, hd, rot);
         char name[96];
         snprintf(name, sizeof name, "rope_partial hd=%d rot=%d nh=%d", hd, rot, nh);
-        report(name, rel_err_d(x, ref, n), 16 * U32);
+        test_report(name, test_rel_err_d(x, ref, n), 16 * U32);
         int pass_bad = 0; // the pass-through dims are bit-identical
         for (size_t r = 0; r < (size_t)T * nh; r++)
             pass_bad += memcmp(x + r * hd + rot, x0 + r * hd + rot, (size_t)(hd - rot) * sizeof(float)) != 0;
@@ -190,7 +164,7 @@ static void test_sigmoid_mul(void) {
     double *ref = xmalloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] / (1.0 + exp(-(double)g[i]));
     ops_sigmoid_mul(&be, x, g, n);
-    report("sigmoid_mul n=40001", rel_err_d(x, ref, (size_t)n), 4 * U32);
+    test_report("sigmoid_mul n=40001", test_rel_err_d(x, ref, (size_t)n), 4 * U32);
     free(x);
     free(g);
     free(ref);
@@ -236,14 +210,14 @@ static void conv_case(const int *lens_a, const int *lens_b, int n_seq, int C, in
     conv_ref(ref, NULL, x, w, cu, n_seq, C, K, NULL); // no state: zeros before each sequence
     ops_conv1d_silu(&be, out, x, w, cu, n_seq, T, C, K, NULL);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d", T, C, K);
-    report(name, rel_err_d(out, ref, n), 16 * U32);
+    test_report(name, test_rel_err_d(out, ref, n), 16 * U32);
 
     conv_ref(ref, st_ref, x, w, cu, n_seq, C, K, st0); // with a state in and out
     ops_conv1d_silu(&be, out, x, w, cu, n_seq, T, C, K, st);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state", T, C, K);
-    report(name, rel_err_d(out, ref, n), 16 * U32);
+    test_report(name, test_rel_err_d(out, ref, n), 16 * U32);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state out", T, C, K);
-    report(name, rel_err(st, st_ref, ns), 0);
+    test_report(name, test_rel_err(st, st_ref, ns), 0);
 
     // the same sequences in two parts, the state carried: part a then part b
     float *xa = xmalloc(n * sizeof(float)), *xb = xmalloc(n * sizeof(float));
@@ -254,9 +228,9 @@ static void conv_case(const int *lens_a, const int *lens_b, int n_seq, int C, in
     ops_conv1d_silu(&be, ob, xb, w, P.cub, n_seq, P.cub[n_seq], C, K, st2);
     parts_move(&P, two, oa, ob, (size_t)C, 0);
     snprintf(name, sizeof name, "conv1d_silu K=%d two parts = one run", K);
-    report(name, rel_err(two, out, n), 0);
+    test_report(name, test_rel_err(two, out, n), 0);
     snprintf(name, sizeof name, "conv1d_silu K=%d two parts: state", K);
-    report(name, rel_err(st2, st, ns), 0);
+    test_report(name, test_rel_err(st2, st, ns), 0);
 
     free(x);
     free(w);
@@ -307,8 +281,8 @@ static void test_gates(void) {
         eb = db == db && db > eb ? db : (db != db ? INFINITY : eb);
         eg = dg == dg && dg > eg ? dg : (dg != dg ? INFINITY : eg);
     }
-    report("gdn_gates beta (per element)", eb, 8 * U32);
-    report("gdn_gates g (per element)", eg, 8 * U32);
+    test_report("gdn_gates beta (per element)", eb, 8 * U32);
+    test_report("gdn_gates g (per element)", eg, 8 * U32);
     free(b);
     free(a);
     free(A_log);
@@ -408,14 +382,14 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     gdr_ref(ref, NULL, qkv, g, beta, cu, n_seq, Hk, Hv, dk, dv, NULL);
     ops_gated_delta_rule(&be, out, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, NULL, work);
     snprintf(name, sizeof name, "gated_delta_rule T=%d Hk=%d Hv=%d dk=%d dv=%d", T, Hk, Hv, dk, dv);
-    report(name, rel_err_d(out, ref, no), tol);
+    test_report(name, test_rel_err_d(out, ref, no), tol);
 
     gdr_ref(ref, st_ref, qkv, g, beta, cu, n_seq, Hk, Hv, dk, dv, st0);
     ops_gated_delta_rule(&be, out, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, st, work);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d state in", dk, dv);
-    report(name, rel_err_d(out, ref, no), tol);
+    test_report(name, test_rel_err_d(out, ref, no), tol);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d state out", dk, dv);
-    report(name, rel_err_d(st, st_ref, ns), tol);
+    test_report(name, test_rel_err_d(st, st_ref, ns), tol);
 
     // two parts with the state carried = the one run above
     float *qa = xmalloc(nq * sizeof(float)), *qb = xmalloc(nq * sizeof(float));
@@ -430,9 +404,9 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     ops_gated_delta_rule(&be, ob, qb, gb, bb, P.cub, n_seq, P.cub[n_seq], Hk, Hv, dk, dv, st2, work);
     parts_move(&P, two, oa, ob, (size_t)Hv * dv, 0);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d two parts = one run", dk, dv);
-    report(name, rel_err(two, out, no), tol);
+    test_report(name, test_rel_err(two, out, no), tol);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d two parts: state", dk, dv);
-    report(name, rel_err(st2, st, ns), tol);
+    test_report(name, test_rel_err(st2, st, ns), tol);
 
     free(qkv);
     free(g);

@@ -60,17 +60,10 @@ static float *copyv(const float *x, size_t n) {
     return y;
 }
 
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-56s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    fflush(stdout);
-    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
-}
-
 // the device copy of a bf16 result against the CPU's, freed after
 static void report_bf16(const char *op, const void *d, const float *ref, size_t n) {
     float *got = dev_down_bf16(&gpu, d, n);
-    report(op, rel_err(got, ref, n), TOL_BF16);
+    test_report(op, test_rel_err(got, ref, n), TOL_BF16);
     free(got);
 }
 
@@ -178,7 +171,7 @@ static void conv_case(const int *lens, int n_seq, int C, int K) {
     report_bf16(name, d_out, ref, n);
     float *got = dev_down_bf16(&gpu, d_st, ns);
     snprintf(name, sizeof name, "conv1d_silu T=%d C=%d K=%d state out", T, C, K);
-    report(name, rel_err(got, st, ns), 0);
+    test_report(name, test_rel_err(got, st, ns), 0);
     backend_free(&gpu, d_x);
     backend_free(&gpu, d_w);
     backend_free(&gpu, d_st);
@@ -210,8 +203,8 @@ static void test_gates(void) {
     float *d_beta = dev_alloc(&gpu, n * 4), *d_g = dev_alloc(&gpu, n * 4);
     ops_gdn_gates(&gpu, d_beta, d_g, d_b, d_a, d_al, d_dt, T, Hv);
     float *gb = dev_down_f32(&gpu, d_beta, n), *gg = dev_down_f32(&gpu, d_g, n);
-    report("gdn_gates beta T=202 Hv=6", rel_err(gb, beta, n), TOL_GATES);
-    report("gdn_gates g T=202 Hv=6", rel_err(gg, g, n), TOL_GATES);
+    test_report("gdn_gates beta T=202 Hv=6", test_rel_err(gb, beta, n), TOL_GATES);
+    test_report("gdn_gates g T=202 Hv=6", test_rel_err(gg, g, n), TOL_GATES);
     backend_free(&gpu, d_b);
     backend_free(&gpu, d_a);
     backend_free(&gpu, d_al);
@@ -267,7 +260,7 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     report_bf16(name, d_out, ref, no);
     float *got = dev_down_f32(&gpu, d_st, ns);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state out", dk, dv, *plan ? plan : "auto");
-    report(name, rel_err(got, st, ns), TOL_STATE);
+    test_report(name, test_rel_err(got, st, ns), TOL_STATE);
 
     if (d_work) backend_free(&gpu, d_work);
     backend_free(&gpu, d_qkv);

@@ -50,23 +50,6 @@ static float *randv(size_t n, float amp) {
     return x;
 }
 
-static double rel_err(const float *a, const double *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (d != d) return INFINITY;
-        err = d > err ? d : err;
-        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-60s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    CHECK_MSG(ok, "%s: err %.3e > tol %.1e", op, err, tol);
-}
-
 // ----------------------------------------------------------------------------- the naive router
 
 // Logit patterns: random multiples of 1/8; the same with experts 1, 4, 5 (mod 7) pushed to -40 (no
@@ -176,7 +159,7 @@ static void block_case(int T, int E, int k, int H, int I, int renorm, int mode) 
     for (int i = 0; i < R; i++) werr = fmax(werr, fabs(w[i] - ref.w[i]));
     char wname[160];
     snprintf(wname, sizeof wname, "route weights %s", name);
-    report(wname, werr, (E + 8) * U32);
+    test_report(wname, werr, (E + 8) * U32);
 
     // the case is what it says: no token on the pushed-down experts, every token on the pushed-up one
     int shape_ok = 1;
@@ -225,7 +208,7 @@ static void block_case(int T, int E, int k, int H, int I, int renorm, int mode) 
             }
     }
     snprintf(wname, sizeof wname, "block %s", name);
-    report(wname, rel_err(y, yr, (size_t)T * H), 4e-6);
+    test_report(wname, test_rel_err_d(y, yr, (size_t)T * H), 4e-6);
 
     route_ref_free(&ref);
     free(logits);
@@ -293,7 +276,7 @@ static void test_gemm(void) {
                 ref[(size_t)r * N + n] = s;
             }
     ops_moe_gemm(&be, y, x, W, off, E, R, N, K, 17);
-    report("moe_gemm E=6 N=29 K=51 rows 0,5,0,17,1,14", rel_err(y, ref, (size_t)R * N), 4e-6);
+    test_report("moe_gemm E=6 N=29 K=51 rows 0,5,0,17,1,14", test_rel_err_d(y, ref, (size_t)R * N), 4e-6);
     free(x);
     free(W);
     free(y);
@@ -310,14 +293,14 @@ static void test_elementwise(void) {
             ref[(size_t)r * I + i] = g / (1 + exp(-g)) * u;
         }
     ops_swiglu_packed(&be, out, gu, R, I);
-    report("swiglu_packed R=37 I=45", rel_err(out, ref, (size_t)R * I), 1e-6);
+    test_report("swiglu_packed R=37 I=45", test_rel_err_d(out, ref, (size_t)R * I), 1e-6);
 
     float *y = randv((size_t)T * H, 2), *s = randv((size_t)T * H, 2), *g = randv((size_t)T, 8);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
             ref[(size_t)t * H + h] = y[(size_t)t * H + h] + s[(size_t)t * H + h] / (1 + exp(-(double)g[t]));
     ops_sigmoid_gate_add(&be, y, s, g, T, H);
-    report("sigmoid_gate_add T=23 H=70", rel_err(y, ref, (size_t)T * H), 1e-6);
+    test_report("sigmoid_gate_add T=23 H=70", test_rel_err_d(y, ref, (size_t)T * H), 1e-6);
 
     // combine over an arbitrary slot map (a permutation of the rows), experts distinct per token
     int Rc = T * k;
@@ -338,7 +321,7 @@ static void test_elementwise(void) {
             ref[(size_t)t * H + h] = acc;
         }
     ops_moe_combine(&be, yc, ys, slot, idx, w, T, k, H);
-    report("moe_combine T=23 k=3 H=70", rel_err(yc, ref, (size_t)T * H), 1e-6);
+    test_report("moe_combine T=23 k=3 H=70", test_rel_err_d(yc, ref, (size_t)T * H), 1e-6);
 
     // gather
     int32_t *perm = xmalloc((size_t)Rc * 4);

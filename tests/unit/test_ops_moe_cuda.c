@@ -53,19 +53,12 @@ static float *rand_bf16(size_t n, float amp) {
     return x;
 }
 
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-64s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    fflush(stdout);
-    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
-}
-
 // the device copy of a bf16 result against the CPU's
 static void report_bf16(const char *op, const char *shape, const void *d, const float *ref, size_t n, double tol) {
     float *got = dev_down_bf16(&gpu, d, n);
     char name[160];
     snprintf(name, sizeof name, "%s %s", op, shape);
-    report(name, rel_err(got, ref, n), tol);
+    test_report(name, test_rel_err(got, ref, n), tol);
     free(got);
 }
 
@@ -124,7 +117,7 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
     for (size_t i = 0; i < nR; i++) werr = fmax(werr, fabs((double)g_w[i] - w[i]));
     char name[160];
     snprintf(name, sizeof name, "route weights %s", shape);
-    report(name, werr, (2 * E + 16) * U32);
+    test_report(name, werr, (2 * E + 16) * U32);
 
     // gather
     float *x = rand_bf16((size_t)T * H, 1.0f);

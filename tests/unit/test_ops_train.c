@@ -359,16 +359,6 @@ static void naive_free(naive_result *r) {
     free(r->out), free(r->lse), free(r->dq), free(r->dkb), free(r->dvb), free(r->dkc), free(r->dvc);
 }
 
-// max_i |x_i - ref_i| / max_i |ref_i|
-static double rel_err(const float *x, const double *ref, size_t n) {
-    double e = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        e = fabs(x[i] - ref[i]) > e ? fabs(x[i] - ref[i]) : e;
-        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-    }
-    return e / (m > 0 ? m : 1);
-}
-
 // The gradients of one case, from the op (dkc/dvc start at 0).
 typedef struct {
     float *dq, *dkb, *dvb, *dkc, *dvc;
@@ -399,11 +389,11 @@ static void check_against_naive(const attn_case *cs) {
     naive_result r = naive_attention(&t, t.G);
     size_t nqe = (size_t)t.rows * cs->nq * cs->hd, nbe = (size_t)t.rows * cs->nkv * cs->hd;
     size_t nce = (size_t)t.S * cs->nkv * cs->hd;
-    double e_out = rel_err(t.out, r.out, nqe), e_lse = 0;
+    double e_out = test_rel_err_d(t.out, r.out, nqe), e_lse = 0;
     for (size_t i = 0; i < (size_t)t.rows * cs->nq; i++)
         e_lse = fabs(t.lse[i] - r.lse[i]) > e_lse ? fabs(t.lse[i] - r.lse[i]) : e_lse;
-    double e[5] = {rel_err(g.dq, r.dq, nqe), rel_err(g.dkb, r.dkb, nbe), rel_err(g.dvb, r.dvb, nbe),
-                   rel_err(g.dkc, r.dkc, nce), rel_err(g.dvc, r.dvc, nce)};
+    double e[5] = {test_rel_err_d(g.dq, r.dq, nqe), test_rel_err_d(g.dkb, r.dkb, nbe), test_rel_err_d(g.dvb, r.dvb, nbe),
+                   test_rel_err_d(g.dkc, r.dkc, nce), test_rel_err_d(g.dvc, r.dvc, nce)};
     printf("  naive %-26s out %.1e lse %.1e dq %.1e dkb %.1e dvb %.1e dkc %.1e dvc %.1e\n", cs->name, e_out, e_lse,
            e[0], e[1], e[2], e[3], e[4]);
     CHECK_MSG(e_out <= 1e-5, "%s: forward out differs from the naive one by %.3g", cs->name, e_out);

@@ -111,34 +111,15 @@ static float *down_f32(const void *d, size_t n) {
     return x;
 }
 
-// max |a - ref| / max |ref| (1 when ref is all zero); NaN anywhere makes it inf
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)ref[i]);
-        if (d != d) return INFINITY;
-        if (d > err) err = d;
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
-static void report(const char *op, double err, double tol) {
-    int ok = err <= tol;
-    printf("%-52s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
-    fflush(stdout);
-    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
-}
-
 // compare a device act buffer / f32 buffer with the CPU's result, then free the host copy
 static void cmp_act(const char *name, const void *d, const float *ref, size_t n, double tol) {
     float *got = down_act(d, n);
-    report(name, rel_err(got, ref, n), tol);
+    test_report(name, test_rel_err(got, ref, n), tol);
     free(got);
 }
 static void cmp_f32(const char *name, const void *d, const float *ref, size_t n, double tol) {
     float *got = down_f32(d, n);
-    report(name, rel_err(got, ref, n), tol);
+    test_report(name, test_rel_err(got, ref, n), tol);
     free(got);
 }
 
@@ -320,7 +301,7 @@ static void test_optim(void) {
     void *g_w = up_raw(w, (size_t)n * 4), *g_g = up_raw(g, (size_t)n * 4), *g_m = up_raw(m, (size_t)n * 4);
     void *g_v = up_raw(v, (size_t)n * 4);
     double s_cpu = optim_sum_squares(&cpu, g, n), s_gpu = optim_sum_squares(&gpu, g_g, n);
-    report("optim_sum_squares n=1000003", fabs(s_gpu - s_cpu) / s_cpu, 1e-9);
+    test_report("optim_sum_squares n=1000003", fabs(s_gpu - s_cpu) / s_cpu, 1e-9);
     optim_adamw(&cpu, w, g, m, v, n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.001f);
     optim_adamw(&gpu, g_w, g_g, g_m, g_v, n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.001f);
     cmp_f32("optim_adamw w n=1000003", g_w, w, (size_t)n, TOL_OPT);

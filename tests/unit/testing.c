@@ -1,6 +1,7 @@
 // testing.c: see testing.h.
 #include "testing.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,4 +69,33 @@ int test_finish(const char *name) {
         if (fs_remove_tree(tmpdir) != 0) fprintf(stderr, "%s: could not remove %s\n", name, tmpdir);
     }
     return test_failed ? 1 : 0;
+}
+
+void test_report(const char *op, double err, double tol) {
+    int ok = err <= tol;
+    printf("%-60s %10.3e %8.1e  %s\n", op, err, tol, ok ? "ok" : "FAIL");
+    fflush(stdout);
+    CHECK_MSG(ok, "%s: max_err %.3e > tol %.1e", op, err, tol);
+}
+
+double test_rel_err(const float *a, const float *ref, size_t n) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)ref[i]);
+        if (d != d) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return err / (scale > 0 ? scale : 1);
+}
+
+double test_rel_err_d(const float *a, const double *ref, size_t n) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d != d) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    }
+    return err / (scale > 0 ? scale : 1);
 }

@@ -5,6 +5,10 @@
 //   CHECK_CLOSE(a, b, tol)            |a - b| <= tol
 //   CHECK_ERR(expr, "substring")      expr returns < 0 (or NULL) and error_msg() contains substring
 //   return test_finish("name");       prints "name: N passed, M failed" and the exit code
+//   test_report(op, err, tol)         one line "op  err  tol  ok|FAIL" (what tests/gpu/check_lib.py
+//                                     reads), and a check that err <= tol
+//   test_rel_err(a, ref, n)           max |a - ref| / max |ref| (1 when ref is all zero); NaN anywhere:
+//                                     infinity, so a NaN never passes; test_rel_err_d: ref in double
 //
 // Nothing here can make a test pass that did not run its checks: test_finish fails when no CHECK ran.
 #pragma once
@@ -27,6 +31,9 @@ const char *test_path(const char *name);
 const char *test_src_path(const char *rel);
 // test_write_file: write bytes to path; returns 0 on success.
 int test_write_file(const char *path, const void *data, size_t n);
+void test_report(const char *op, double err, double tol);
+double test_rel_err(const float *a, const float *ref, size_t n);
+double test_rel_err_d(const float *a, const double *ref, size_t n);
 
 // TEST_EMULATED: 1 in the CUDA emulator build (DFLASH_CUDA_EMU, tests/emu/README.md), where a kernel
 // runs some 10^3-10^5 times slower than on a GPU. TEST_EMU_SIZE(gpu_n, emu_n): gpu_n, or emu_n there.
