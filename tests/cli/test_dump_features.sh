@@ -39,15 +39,15 @@ ls "$TMP"/feat/features-0000{0,1,2}-of-00003.h5 >/dev/null 2>&1 && ok || bad "sh
 # The reference: teacher-dump on the same sequences, packed in one batch.
 expect_ok teacher-dump "$T" teacher-dump "$TMP/target" "$TMP/seqs.json" "$TMP/ref.safetensors" --layers 0,2 --topk 5 --device cpu
 if "$PY" - "$TMP" <<'PYEOF'
-import json, struct, sys
+import json, os, struct, sys
 import h5py, numpy as np
+sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
+from st_read import st_load
 tmp = sys.argv[1]
-raw = open(f"{tmp}/ref.safetensors", "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-hdr = json.loads(raw[8:8 + n])
+ref_t = st_load(f"{tmp}/ref.safetensors")
 def st(name, dt):
-    e = hdr[name]; b, end = e["data_offsets"]
-    return np.frombuffer(raw[8 + n + b:8 + n + end], dtype=dt).reshape(e["shape"])
+    assert ref_t[name].dtype == dt, (name, ref_t[name].dtype)
+    return ref_t[name]
 idx = json.load(open(f"{tmp}/feat/features.json"))
 assert idx["target_layer_ids"] == [0, 2] and idx["topk"] == 5 and idx["hidden_size"] == 48 and idx["samples"] == 7, idx
 feats, tops, vals, lses, toks = [], [], [], [], []

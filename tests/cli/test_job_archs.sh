@@ -50,15 +50,15 @@ PYEOF
     --features.dir="$dir/feat" --features.shard_samples=10 --teacher.max_tokens=300 --drafter.block_size=6
   expect_ok "$name teacher-dump" "$T" teacher-dump "$dir/target" "$dir/seqs.json" "$dir/ref.safetensors" --layers 0,2 --topk 6 --device cpu
   "$PY" - "$dir" <<'PYEOF' && ok || bad "$name: the feature file does not match teacher-dump"
-import json, struct, sys
+import json, os, sys
 import h5py, numpy as np
+sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
+from st_read import st_load
 d = sys.argv[1]
-raw = open(f"{d}/ref.safetensors", "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-hdr = json.loads(raw[8:8 + n])
+ref_t = st_load(f"{d}/ref.safetensors")
 def st(name, dt):
-    e = hdr[name]; b, end = e["data_offsets"]
-    return np.frombuffer(raw[8 + n + b:8 + n + end], dtype=dt).reshape(e["shape"])
+    assert ref_t[name].dtype == dt, (name, ref_t[name].dtype)
+    return ref_t[name]
 idx = json.load(open(f"{d}/feat/features.json"))
 got = {k: [] for k in ("features", "topk_idx", "topk_val", "lse", "tokens")}
 for shard in idx["shards"]:

@@ -178,21 +178,11 @@ json.dump(plens, open(sys.argv[3], "w"))
 PYEOF
 # chain.py DUMP.safetensors PROMPTLENS: teacher-dump's top-1 at t equals token t+1 for t >= P-1.
 cat >"$TMP/chain.py" <<'PYEOF'
-import json, struct, sys
+import json, os, sys
 import numpy as np
-def load(path):  # a minimal safetensors reader (numpy only)
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    dt = {"I32": np.int32, "F32": np.float32}
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=dt[v["dtype"]]).reshape(v["shape"])
-    return out
-t = load(sys.argv[1])
+sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
+from st_read import st_load
+t = st_load(sys.argv[1])
 plens = json.load(open(sys.argv[2]))
 tok, cu, top = t["tokens"], t["cu_seqlens"], t["topk_idx"][:, 0]
 checked = 0

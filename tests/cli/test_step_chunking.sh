@@ -21,15 +21,11 @@ for variant in full sliding; do
   # no gradient at all (every grad.* tensor exactly 0)
   expect_ok "$variant eval" "$T" step-dump "$in" "$cfg" "$TMP/eval.safetensors" --device cpu --chunk-anchors 5 --eval
   "$PY" - "$TMP/ref.safetensors" "$TMP/eval.safetensors" <<'PYEOF' && ok || bad "$variant: the evaluation's loss terms differ from the step's, or it left a gradient"
-import json, struct, sys
+import json, os, sys
 import numpy as np
-def load(p):
-    raw = open(p, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    h = json.loads(raw[8:8 + n])
-    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32)
-            for k, v in h.items() if k != "__metadata__"}
-ref, ev = load(sys.argv[1]), load(sys.argv[2])
+sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
+from st_read import st_load
+ref, ev = st_load(sys.argv[1]), st_load(sys.argv[2])
 for k in ("loss", "ce", "kl", "cap"):
     assert abs(float(ev[k][0]) - float(ref[k][0])) <= 1e-5 * max(1.0, abs(float(ref[k][0]))), k
 grads = [k for k in ev if k.startswith("grad.")]
