@@ -3,6 +3,7 @@
     sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
     from st_read import st_load
     t = st_load("dump.safetensors")       # {name: numpy array of the file's dtype and shape}
+    x = st_expect(t, "lse", np.float32)   # the same, failing when the tensor's dtype is not that
 
 BF16 tensors come as their uint16 bits (shift left 16 and view as float32 to read them).
 """
@@ -24,3 +25,8 @@ def st_load(path):
         b, end = e["data_offsets"]
         out[name] = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=_DTYPES[e["dtype"]]).reshape(e["shape"])
     return out
+
+
+def st_expect(t, name, dtype):
+    assert t[name].dtype == dtype, (name, t[name].dtype, dtype)
+    return t[name]

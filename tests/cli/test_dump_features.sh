@@ -42,12 +42,10 @@ if "$PY" - "$TMP" <<'PYEOF'
 import json, os, struct, sys
 import h5py, numpy as np
 sys.path.insert(0, os.path.join(os.environ["DFLASH_SRC"], "tests", "cli"))
-from st_read import st_load
+from st_read import st_expect, st_load
 tmp = sys.argv[1]
 ref_t = st_load(f"{tmp}/ref.safetensors")
-def st(name, dt):
-    assert ref_t[name].dtype == dt, (name, ref_t[name].dtype)
-    return ref_t[name]
+st = lambda name, dt: st_expect(ref_t, name, dt)
 idx = json.load(open(f"{tmp}/feat/features.json"))
 assert idx["target_layer_ids"] == [0, 2] and idx["topk"] == 5 and idx["hidden_size"] == 48 and idx["samples"] == 7, idx
 feats, tops, vals, lses, toks = [], [], [], [], []

@@ -21,6 +21,7 @@
 #include "common/core/half.h"
 #include "student/loss.h"
 #include "testing.h"
+#include "testing_device.h"
 
 static backend cpu, gpu;
 
@@ -175,14 +176,8 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
 }
 
 int main(void) {
-    if (backend_cuda_devices() == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
-    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, "cuda", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
+    int open_rc = test_open_devices(&cpu, &gpu);
+    if (open_rc) return open_rc;
     printf("%s vs %s\n", gpu.name, cpu.name);
     for (int w = 0; w < 2; w++) {
         run_case(5, 3, 64, 307, 8, 4, 0, (loss_weighting)w, LOSS_MODE_ROWS, 6, 0);

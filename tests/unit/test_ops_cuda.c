@@ -27,6 +27,7 @@
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define TOL_BF16 1e-2
 #define TOL_LSE 1e-5
@@ -403,14 +404,8 @@ static void test_topk_lse(void) {
 }
 
 int main(void) {
-    if (backend_cuda_devices() == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
-    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, "cuda", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
+    int open_rc = test_open_devices(&cpu, &gpu);
+    if (open_rc) return open_rc;
     printf("%s vs %s\n%-40s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");
     test_embed();
     test_to_f32();

@@ -291,14 +291,8 @@ static void test_gated_delta_rule(void) {
 }
 
 int main(void) {
-    if (backend_cuda_devices() == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
-    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, "cuda", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
+    int open_rc = test_open_devices(&cpu, &gpu);
+    if (open_rc) return open_rc;
     printf("%s vs %s\n%-56s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");
     test_norms();
     test_rope_gate();

@@ -193,14 +193,8 @@ static void test_route_empty(void) {
 }
 
 int main(void) {
-    if (backend_cuda_devices() == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
-    if (backend_open(&cpu, "cpu", 0) != 0 || backend_open(&gpu, "cuda", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
+    int open_rc = test_open_devices(&cpu, &gpu);
+    if (open_rc) return open_rc;
     printf("%s vs %s\n%-64s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");
     test_route_empty();
     moe_case(37, 13, 3, 72, 40, 1, LOG_GRID, 1);   // K = 72, 40: multiples of 8 (16-byte staging)

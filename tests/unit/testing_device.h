@@ -1,4 +1,5 @@
-// testing_device.h: moving test data to and from a backend's device (the CUDA op tests): allocation
+// testing_device.h: the CUDA op tests' devices (opening the CPU reference and the GPU) and moving
+// test data to and from a backend's device: allocation
 // that stops the test on failure, bf16 and raw uploads, bf16/f32/raw downloads (host copies the
 // caller frees). The error measure and the report line: testing.h.
 #pragma once
@@ -11,6 +12,21 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/half.h"
+
+// test_open_devices: the CPU reference and the CUDA device the test compares it with. 77 (the test
+// is skipped, said in one line) without a CUDA device, 1 (the reason printed) when either fails to
+// open, else 0.
+static inline int test_open_devices(backend *cpu, backend *gpu) {
+    if (backend_cuda_devices() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (backend_open(cpu, "cpu", 0) != 0 || backend_open(gpu, "cuda", 0) != 0) {
+        fprintf(stderr, "%s\n", error_msg());
+        return 1;
+    }
+    return 0;
+}
 
 static inline void *dev_alloc(backend *be, size_t bytes) {
     void *d = backend_alloc(be, bytes ? bytes : 1);
