@@ -72,7 +72,7 @@ batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
 
 // ----------------------------------------------------------------------------- set-up
 
-int batch_source_credits(const config *cfg, const world *w) { return (int)cfg->slots + w->group_size - 1; }
+int batch_source_buffers(const config *cfg, const world *w) { return 2 * teacher_credits(cfg, w->group_size) * w->groups + 1; }
 
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, nccl_links *links,
                             size_t feat_bytes, backend *be) {

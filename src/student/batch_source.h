@@ -89,11 +89,12 @@ typedef struct {
     char *offline_buf;
 } batch_source;
 
-// batch_source_credits: the requests outstanding per teacher: transport.slots, plus G - 1 for a
-// group of G stages, so that every stage has a batch to work on while the last one's is in flight.
-int batch_source_credits(const config *cfg, const world *w);
+// batch_source_buffers: the payload buffers of a live source (in flight and arrived, not yet
+// consumed): twice every teacher's credits (teacher_credits, teacher_plan.h), and one more.
+int batch_source_buffers(const config *cfg, const world *w);
 // batch_source_init_live: the teachers of world w (w->groups of them: a request goes to a group's
-// first rank, its payload comes from the last), `credits` requests outstanding per teacher, n_buf
+// first rank, its payload comes from the last), `credits` requests outstanding per teacher
+// (teacher_credits), n_buf
 // payload buffers (in flight and arrived, not yet consumed: the per-item state is a ring of that
 // size); links (NULL: MPI only) with one GPU buffer of feat_bytes per payload buffer, from be.
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf,

@@ -127,9 +127,9 @@ int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) 
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     // the NCCL receive ring when the features would travel GPU to GPU (transport.payload auto or nccl)
     int ring = !offline && be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
-    // (as student_train counts it: 2 x the credits per teacher x the teachers the students see, + 1)
+    // (batch_source_buffers of them, as student_train counts it)
     if (ring)
-        pr.link_bytes = (size_t)(2 * batch_source_credits(cfg, &w) * w.groups + 1) * (size_t)cfg->max_tokens_per_batch *
+        pr.link_bytes = (size_t)batch_source_buffers(cfg, &w) * (size_t)cfg->max_tokens_per_batch *
                         (size_t)(ct.n_feat * tc.hidden) * 2;
     student_plan plan;
     plan_breakdown bd;

@@ -125,7 +125,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
-    int n_buf = 2 * batch_source_credits(cfg, w) * w->groups + 1;
+    int n_buf = batch_source_buffers(cfg, w);
     size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
     if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
@@ -169,7 +169,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     batch_source src;
     int64_t D = (int64_t)ct.n_feat * tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
-    if (live) batch_source_init_live(&src, w, batch_source_credits(cfg, w), max_bytes, n_buf, links, feat_bytes, be);
+    if (live) batch_source_init_live(&src, w, teacher_credits(cfg, w->group_size), max_bytes, n_buf, links, feat_bytes, be);
     else batch_source_init_offline(&src, fr, &bp, max_bytes);
 
     // Run directory and metrics (first student).

@@ -102,8 +102,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     target_work tw;
     target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
     int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
-    // every batch in flight from this rank: the students' credits with it (batch_source_credits)
-    int n_buf = ((int)cfg->slots + G - 1) * w->students + 1;
+    int n_buf = teacher_send_buffers(cfg, G, w->students); // every batch this rank may have in flight
     stage_link sl;
     if (G > 1 && stage_link_init(&sl, w, be, links, n_buf, T, m.cfg.hidden, D)) return -1;
     size_t max_bytes = wire_bytes(T, T, k, D);
