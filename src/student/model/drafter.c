@@ -16,62 +16,13 @@
 #include "common/core/rng.h"
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_train.h"
+#include "student/model/drafter_kind.h"
 #include "teacher/target_config.h"
 
-#define DRAFTER_ALIGN 64 // elements: every tensor starts 256-byte aligned in f32, 128 in bf16
-
-// The trainable tensors in export order. Returns the count; fills list when not NULL.
-static int drafter_param_list(const drafter_config *c, drafter_param *list) {
-    int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim;
-    int64_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    int n = 0;
-    int64_t off = 0;
-#define P(nm, d, s0, s1, norm)                                                   \
-    do {                                                                         \
-        if (list) {                                                              \
-            drafter_param *p_ = &list[n];                                        \
-            snprintf(p_->name, sizeof p_->name, "%s", nm);                       \
-            p_->ndim = d;                                                        \
-            p_->shape[0] = s0;                                                   \
-            p_->shape[1] = d == 2 ? s1 : 1;                                      \
-            p_->numel = (int64_t)(s0) * (d == 2 ? (s1) : 1);                     \
-            p_->offset = off;                                                    \
-            p_->is_norm = norm;                                                  \
-        }                                                                        \
-        off += ((int64_t)(s0) * (d == 2 ? (s1) : 1) + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN; \
-        n++;                                                                     \
-    } while (0)
-    char nm[96];
-    P("fc.weight", 2, H, (int64_t)c->n_feat * H, 0);
-    P("hidden_norm.weight", 1, H, 0, 1);
-    for (int64_t l = 0; l < c->n_layers; l++) {
-#define L(suffix, d, s0, s1, norm)                                               \
-    do {                                                                         \
-        snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)l, suffix);         \
-        P(nm, d, s0, s1, norm);                                                  \
-    } while (0)
-        L("input_layernorm.weight", 1, H, 0, 1);
-        L("self_attn.q_proj.weight", 2, qd, H, 0);
-        L("self_attn.k_proj.weight", 2, kvd, H, 0);
-        L("self_attn.v_proj.weight", 2, kvd, H, 0);
-        L("self_attn.o_proj.weight", 2, H, qd, 0);
-        L("self_attn.q_norm.weight", 1, hd, 0, 1);
-        L("self_attn.k_norm.weight", 1, hd, 0, 1);
-        L("post_attention_layernorm.weight", 1, H, 0, 1);
-        L("mlp.gate_proj.weight", 2, I, H, 0);
-        L("mlp.up_proj.weight", 2, I, H, 0);
-        L("mlp.down_proj.weight", 2, H, I, 0);
-#undef L
-    }
-    P("norm.weight", 1, H, 0, 1);
-#undef P
-    return n;
-}
-
 int64_t drafter_param_numel(const drafter_config *c) {
-    int n = drafter_param_list(c, NULL);
+    int n = c->kind->param_list(c, NULL);
     drafter_param *list = xcalloc((size_t)n, sizeof *list);
-    drafter_param_list(c, list);
+    c->kind->param_list(c, list);
     int64_t total = list[n - 1].offset + (list[n - 1].numel + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN;
     free(list);
     return total;
@@ -108,32 +59,6 @@ const drafter_param *drafter_find(const drafter *d, const char *name) {
     return NULL;
 }
 
-// Point the per-layer pointers into the compute copy.
-static void drafter_bind(drafter *d) {
-    size_t e = dtype_size(ops_act_dtype(d->be));
-    char *base = d->compute;
-#define AT(i) ((void *)(base + (size_t)d->params[i].offset * e))
-    d->fc = AT(0);
-    d->hidden_norm = AT(1);
-    for (int64_t l = 0; l < d->cfg.n_layers; l++) {
-        int i = 2 + (int)l * 11;
-        drafter_layer *L = &d->layers[l];
-        L->input_norm = AT(i + 0);
-        L->wq = AT(i + 1);
-        L->wk = AT(i + 2);
-        L->wv = AT(i + 3);
-        L->wo = AT(i + 4);
-        L->q_norm = AT(i + 5);
-        L->k_norm = AT(i + 6);
-        L->post_norm = AT(i + 7);
-        L->w_gate = AT(i + 8);
-        L->w_up = AT(i + 9);
-        L->w_down = AT(i + 10);
-    }
-    d->norm = AT(d->n_params - 1);
-#undef AT
-}
-
 // Upload a frozen [V, H] host tensor in the compute dtype, through a bounded staging buffer.
 static int drafter_upload_frozen(drafter *d, void *dst, tensor t, const char *what) {
     const drafter_config *c = &d->cfg;
@@ -164,9 +89,9 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
     memset(d, 0, sizeof *d);
     d->cfg = *c;
     d->be = be;
-    d->n_params = drafter_param_list(c, NULL);
+    d->n_params = c->kind->param_list(c, NULL);
     d->params = xcalloc((size_t)d->n_params, sizeof *d->params);
-    drafter_param_list(c, d->params);
+    c->kind->param_list(c, d->params);
     d->numel = drafter_param_numel(c);
     d->layers = xcalloc((size_t)c->n_layers, sizeof *d->layers);
     if (arena_init(&d->mem, "drafter", be, drafter_bytes(c, be, lm_head == NULL))) {
@@ -174,7 +99,7 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
         return -1;
     }
     drafter_carve(d, &d->mem, lm_head == NULL);
-    drafter_bind(d);
+    d->cfg.kind->bind(d);
 
     // Master weights on the host first: normal(0, 0.02) matrices (transformers' initializer_range),
     // RMSNorm weights 1, padding 0; one Philox stream per tensor so the layout does not matter.

@@ -1,4 +1,5 @@
-// drafter.h: the DFlash drafter's parameters on one student rank (SPEC §3).
+// drafter.h: the drafter's parameters on one student rank (SPEC §3), laid out by its kind
+// (cfg.kind, drafter_kind.h).
 //
 // Every trainable tensor lives in one flat fp32 buffer (the master weights), with its gradient and
 // the optimizer state in buffers of the same layout, so AdamW, clipping and the all-reduce see one
@@ -14,7 +15,11 @@
 #include "common/data/safetensors.h"
 #include "student/model/drafter_config.h"
 
-typedef struct {
+// DRAFTER_ALIGN: elements; every tensor starts 256-byte aligned in f32, 128 in bf16 (the kinds
+// lay their tensors out on it).
+#define DRAFTER_ALIGN 64
+
+typedef struct drafter_param {
     char name[96];
     int ndim;
     int64_t shape[2];
@@ -27,7 +32,7 @@ typedef struct {
     void *input_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_norm, *w_gate, *w_up, *w_down;
 } drafter_layer;
 
-typedef struct {
+typedef struct drafter {
     drafter_config cfg;
     backend *be;
     int n_params;
@@ -37,7 +42,7 @@ typedef struct {
     float *master;             // [numel] f32, device
     float *grad;               // [numel] f32, device (accumulated; the step zeroes it)
     void *compute;             // [numel] act: == master on the CPU, a bf16 copy on CUDA
-    drafter_layer *layers;     // pointers into compute
+    drafter_layer *layers;     // pointers into compute (set by cfg.kind->bind)
     void *fc, *hidden_norm, *norm;
     void *embed, *lm_head;     // [V, H] act, frozen (lm_head == embed when the target ties them)
     float *inv_freq;           // [head_dim/2] f32, device

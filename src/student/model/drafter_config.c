@@ -27,7 +27,8 @@
 //   - The package's mask also applies the window between block slots (|k - j| < W); with
 //     W >= block_size that never hides a slot, so W < block_size is refused.
 // Refused because the package would apply them and the trainer does not: architectures other than
-// DFlashDraftModel (DFlash2DraftModel has conv/selector modules), model_type other than qwen3,
+// those of a drafter kind (drafter_kind.c: DFlashDraftModel; DFlash2DraftModel, with its conv and
+// selector modules, is not one yet), model_type other than the kind's (qwen3),
 // attention_bias true, hidden_act other than silu, non-default RoPE types or a partial rotary
 // factor, dflash_config.input_embedding_scale / output_multiplier != 1, final_logit_softcapping > 0.
 // A JSON null counts as absent everywhere except num_key_value_heads (see above).
@@ -43,6 +44,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
+#include "student/model/drafter_kind.h"
 #include "teacher/target_config.h"
 
 // ---------------------------------------------------------------- typed field access
@@ -127,23 +129,31 @@ static int dc_draft_double(const cJSON *root, const cJSON *dflash, const char *k
 
 // ---------------------------------------------------------------- parse, part by part
 
-// dc_parse_identity: architectures, model_type, and the package features we do not implement.
-static int dc_parse_identity(const cJSON *root, const cJSON *dflash, const char *src) {
+// dc_parse_identity: architectures (the drafter kind), model_type, and the package features we do
+// not implement.
+static int dc_parse_identity(drafter_config *c, const cJSON *root, const cJSON *dflash, const char *src) {
     char s[160];
+    c->kind = drafter_kind_default();
     const cJSON *archs = json_field(root, "architectures");
     if (archs) {
         json_value_str(archs, s, sizeof s);
         const cJSON *a = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
         if (!a || !cJSON_IsString(a))
             return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
-        if (cJSON_GetArraySize(archs) != 1 || strcmp(a->valuestring, "DFlashDraftModel") != 0)
-            return error_set("%s: 'architectures' is %s: only [\"DFlashDraftModel\"] is supported"
-                             " (DFlash2DraftModel adds conv and selector modules)", src, s);
+        c->kind = cJSON_GetArraySize(archs) == 1 ? drafter_kind_by_architecture(a->valuestring) : NULL;
+        if (!c->kind) {
+            char archs_known[256], kinds_known[256];
+            drafter_kind_list(1, 1, archs_known, sizeof archs_known);
+            drafter_kind_list(0, 0, kinds_known, sizeof kinds_known);
+            return error_set("%s: 'architectures' is %s: only [%s] is supported (one name, of a drafter kind: %s)",
+                             src, s, archs_known, kinds_known);
+        }
     }
-    const char *model_type = "qwen3";
+    const char *model_type = c->kind->model_type;
     if (json_get_string(root, "model_type", "model_type", src, &model_type)) return -1;
-    if (strcmp(model_type, "qwen3") != 0)
-        return error_set("%s: 'model_type' is \"%s\": the DFlash drafter is a qwen3 model", src, model_type);
+    if (strcmp(model_type, c->kind->model_type) != 0)
+        return error_set("%s: 'model_type' is \"%s\": the %s drafter is a %s model", src, model_type,
+                         c->kind->architecture, c->kind->model_type);
 
     const char *act = "silu";
     if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
@@ -394,11 +404,12 @@ static int dc_parse_root(drafter_config *c, const cJSON *root, const char *src) 
         json_value_str(dflash, s, sizeof s);
         return error_set("%s: 'dflash_config' wants an object, got %s", src, s);
     }
-    if (dc_parse_identity(root, dflash, src)) return -1;
+    if (dc_parse_identity(c, root, dflash, src)) return -1;
     if (dc_parse_shape(c, root, src)) return -1;
     if (dc_parse_rope(c, root, src)) return -1;
     if (dc_parse_dflash(c, root, dflash, src)) return -1;
     if (dc_parse_attention(c, root, src)) return -1;
+    if (c->kind->config_parse && c->kind->config_parse(c, root, dflash, src)) return -1;
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";
     if (json_get_string(root, "torch_dtype", "torch_dtype", src, &dt)) return -1;
@@ -432,8 +443,8 @@ char *drafter_config_to_json(const drafter_config *c) {
     int any_sliding = 0;
     for (int64_t i = 0; i < c->n_layers; i++) any_sliding |= c->layer_sliding[i];
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"), cJSON_CreateString("DFlashDraftModel"));
-    cJSON_AddStringToObject(o, "model_type", "qwen3");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"), cJSON_CreateString(c->kind->architecture));
+    cJSON_AddStringToObject(o, "model_type", c->kind->model_type);
     cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
     cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
     cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);
@@ -469,6 +480,7 @@ char *drafter_config_to_json(const drafter_config *c) {
     cJSON_AddNumberToObject(d, "mask_token_id", (double)c->mask_token_id);
     cJSON *ids = cJSON_AddArrayToObject(d, "target_layer_ids");
     for (int i = 0; i < c->n_feat; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)c->target_layer_ids[i]));
+    if (c->kind->config_write) c->kind->config_write(c, o, d);
     cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype[0] ? c->torch_dtype : "float32");
     cJSON_AddBoolToObject(o, "use_cache", 1);
     char *text = cJSON_Print(o);

@@ -5,10 +5,13 @@
 #pragma once
 #include <stdint.h>
 
+#include "student/model/drafter_kind.h"
+
 #define DRAFTER_MAX_LAYERS 64
 #define DRAFTER_MAX_FEAT 64
 
-typedef struct {
+typedef struct drafter_config {
+    const drafter_kind *kind;   // the kind (drafter.kind; from "architectures" when parsed)
     int64_t n_layers;           // num_hidden_layers
     int64_t hidden;             // hidden_size H (= the target's)
     int64_t intermediate;       // intermediate_size
@@ -36,9 +39,10 @@ typedef struct {
 // heads divide, head_dim even, layer_types length = num_hidden_layers, window >= block_size when a
 // sliding layer has one, block_size >= 2, mask_token_id inside the vocabulary, target_layer_ids
 // present (or derivable from num_target_layers, as the package does), features the package would
-// apply and we do not (biases, DFlash2, logit scaling, non-default RoPE) refused.
+// apply and we do not (biases, DFlash2, logit scaling, non-default RoPE) refused. c->kind: the kind
+// whose architecture "architectures" names (drafter_kind_default() when absent).
 int drafter_config_parse(drafter_config *c, const char *json, const char *source);
 int drafter_config_load(drafter_config *c, const char *path);
-// drafter_config_to_json: config.json for export (architectures ["DFlashDraftModel"], model_type
-// "qwen3", the Qwen3 keys, dflash_config). Caller frees.
+// drafter_config_to_json: config.json for export (architectures and model_type of c->kind, e.g.
+// ["DFlashDraftModel"] and "qwen3", the Qwen3 keys, dflash_config, the kind's own keys). Caller frees.
 char *drafter_config_to_json(const drafter_config *c);

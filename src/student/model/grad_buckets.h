@@ -39,8 +39,9 @@ static inline int grad_bucket_block(int n_layers, int l) { return n_layers - 1 -
 static inline int grad_bucket_context(int n_layers, int l) { return n_layers + l; }
 static inline int grad_bucket_front(int n_layers) { return 2 * n_layers; }
 
-// grad_buckets_plan: the buckets of d's parameter layout (drafter.h: fc, hidden_norm, 11 per
-// layer, norm). -1 (error_set) when the layout is not that one.
+// grad_buckets_plan: the buckets of d's parameters, each in the bucket its kind says
+// (d->cfg.kind->grad_buckets; DFlash: fc, hidden_norm, 11 per layer, norm). -1 (error_set) when
+// the layout is not the kind's, or two parameters overlap.
 int grad_buckets_plan(grad_buckets *gb, const drafter *d);
 void grad_buckets_free(grad_buckets *gb);
 

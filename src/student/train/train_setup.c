@@ -32,12 +32,17 @@ static int64_t train_default_mask_token(const target_config *tc) {
 // the target layers the teachers send (target.layer_ids); the drafter.* shape keys are then unused
 // (a warning names those set to something else).
 int train_drafter_config(const config *cfg, const target_config *tc, const teacher_contract *ct, drafter_config *dc) {
+    const drafter_kind *kind = drafter_kind_find(cfg->drafter_kind);
+    if (!kind) return -1;
     if (cfg->drafter_config_path[0]) {
         char path[CONFIG_STR + 16];
         struct stat st; // a drafter directory (run.dir/drafter, a downloaded drafter) stands for its config.json
         snprintf(path, sizeof path, "%s%s", cfg->drafter_config_path,
                  stat(cfg->drafter_config_path, &st) == 0 && S_ISDIR(st.st_mode) ? "/config.json" : "");
         if (drafter_config_load(dc, path)) return error_prefix("drafter.config");
+        if (dc->kind != kind)
+            return error_set("drafter.config %s: a %s drafter (kind %s) but drafter.kind is \"%s\"", path,
+                             dc->kind->architecture, dc->kind->name, kind->name);
         const char *fields[3] = {"hidden_size", "vocab_size", "num_target_layers"};
         const char *target_fields[3] = {"hidden_size", "vocab_size", "num_hidden_layers"};
         int64_t mine[3] = {dc->hidden, dc->vocab, dc->num_target_layers}, theirs[3] = {tc->hidden, tc->vocab, tc->n_layers};
@@ -84,6 +89,7 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
         return 0;
     }
     memset(dc, 0, sizeof *dc);
+    dc->kind = kind;
     dc->n_layers = cfg->drafter_layers;
     dc->hidden = tc->hidden;
     // the target's dense MLP width; a target without one (Qwen3.5-MoE: every MLP sparse) gets 3 H
@@ -239,6 +245,7 @@ int eval_config_prepare(config *cfg) {
         drafter_config dc;
         if (drafter_config_load(&dc, path)) return error_prefix("eval.drafter");
         snprintf(cfg->drafter_config_path, sizeof cfg->drafter_config_path, "%s", cfg->eval_drafter);
+        snprintf(cfg->drafter_kind, sizeof cfg->drafter_kind, "%s", dc.kind->name); // the file's kind
         if (cfg->target_layer_ids.n == 0) { // the teachers send what the drafter reads
             cfg->target_layer_ids.n = dc.n_feat;
             for (int i = 0; i < dc.n_feat; i++) cfg->target_layer_ids.v[i] = dc.target_layer_ids[i];
