@@ -60,7 +60,7 @@ ok
 
 # no include circle between modules (foo.c + foo.h + foo.cu = foo) anywhere under src
 circles=$(/usr/bin/python3 - <<'PYEOF'
-import os, re, sys
+import os, re
 inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 files = [os.path.join(d, n) for d, _, ns in os.walk("src") for n in ns
          if n.endswith((".c", ".h", ".cu", ".cuh"))]
@@ -135,7 +135,7 @@ for comp in sorted(comps):
             seen.add(tuple(cycle))
             print(" -> ".join(p[len("src/"):] for p in cycle + cycle[:1]))
 PYEOF
-)
+) || bad "the include graph could not be read (python3 failed)"
 [ -z "$circles" ] && ok || while IFS= read -r c; do bad "include circle: $c"; done <<< "$circles"
 
 while IFS= read -r dir; do
