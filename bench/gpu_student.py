@@ -25,7 +25,7 @@ model-FLOP utilisation: the step's model FLOPs (below) / time / the chip's bf16 
 here (an 8192^3 torch.matmul on random data, median of 10).
 
 The PyTorch drafter follows the DFlash drafter as dflash_rank implements it (docs/student.md,
-src/student/step.c): ctx = hidden_norm(fc(features)); per layer context K = rope(k_norm(k_proj(ctx))),
+src/student/model/step.c): ctx = hidden_norm(fc(features)); per layer context K = rope(k_norm(k_proj(ctx))),
 V = v_proj(ctx); the block input is the frozen embedding of [anchor token, mask, ..., mask]; Qwen3
 layers (RMSNorm, q/k norm, RoPE, SwiGLU) whose attention lets slot j of anchor a see the context
 positions [seq_start, a) and every slot of its own block; final norm, the frozen lm_head. It is

@@ -46,7 +46,7 @@ How the two walks line up: the package's first block is anchored at the first ge
 m leading drafts equal to the target's greedy tokens plus the bonus token, capped by
 max_length - start - 1, and the next block starts at the bonus token; with max_new_tokens = the
 turn's length (max_length = r1) the package walks p -> p + min(1 + m, r1 - 1 - p) and stops when an
-anchor reaches r1 - 1 (tokens = turn length - 1). metrics_decode_walk (src/student/metrics.c,
+anchor reaches r1 - 1 (tokens = turn length - 1). metrics_decode_walk (src/student/model/metrics.c,
 tau_decode at commit bd4e1bc) takes the same steps but counts a = 1 + min(m, r1 - 1 - p): when the
 drafts of a turn's last step reach the turn's last token it counts one token more (a bonus token
 past the turn's end). The tool prints a note when the steps agree and the tokens do not.

@@ -40,12 +40,12 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/core/log.h"
-#include "student/drafter.h"
-#include "student/drafter_config.h"
-#include "student/loss_config.h"
-#include "student/optim.h"
-#include "student/plan.h"
-#include "student/step.h"
+#include "student/model/drafter.h"
+#include "student/model/drafter_config.h"
+#include "student/loss/loss_config.h"
+#include "student/train/optim.h"
+#include "student/model/plan.h"
+#include "student/model/step.h"
 #include "tools/tools.h"
 
 #define MC_MAX_RUNS 32

@@ -25,10 +25,10 @@
 #include "common/core/json_util.h"
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
-#include "student/drafter.h"
-#include "student/loss_config.h"
-#include "student/plan.h"
-#include "student/step.h"
+#include "student/model/drafter.h"
+#include "student/loss/loss_config.h"
+#include "student/model/plan.h"
+#include "student/model/step.h"
 #include "tools/tools.h"
 
 static void step_dump_usage(FILE *f) {

@@ -19,7 +19,7 @@
 #include "common/backend/backend.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
-#include "student/loss.h"
+#include "student/loss/loss.h"
 
 static uint64_t mix(uint64_t z) { // splitmix64's finaliser
     z += 0x9e3779b97f4a7c15ull;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_config_errors.sh: configurations and targets that say what is wrong, nothing silent: a key
 # given twice, a NUL in a string or in the file, train.steps and data.bucket_size out of range, a
-# newline in a key (still one line), train.ema = 1, data.max_tokens_per_batch above
+# newline in a key (still one line), train.ema = 1, an unknown drafter.kind, data.max_tokens_per_batch above
 # teacher.max_tokens in train mode, teacher.mem_budget enforced in train mode (--plan and the job),
 # and a target with tie_word_embeddings true whose files also hold lm_head.weight (one warning).
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -36,6 +36,7 @@ expect_fail steps-override "key 'train.steps' = 1e+12 is outside \[1, 1000000000
 expect_fail checkpoint-every "key 'checkpoint.every' = -1 is outside" "$R" "${base[@]}" --checkpoint.every=-1
 expect_fail size-too-large "key 'train.mem_budget' = .* is outside \[0, 1e+18\]" "$R" "${base[@]}" --train.mem_budget=2000000T
 expect_fail ema-one "train.ema = 1 never moves the averaged weights" "$R" "${base[@]}" --train.ema=1
+expect_fail drafter-kind "drafter.kind: \"dflash3\" is not a drafter kind (known: dflash)" "$R" "${base[@]}" --drafter.kind=dflash3 --plan
 expect_fail teacher-max-tokens "data.max_tokens_per_batch = 200 is more than teacher.max_tokens = 100" \
   "$R" "${base[@]}" --teacher.max_tokens=100
 "$R" "${base[@]}" --train.steps=1e3 --print-config >"$TMP/out" 2>&1 && grep -q '"steps":.*1000,' "$TMP/out" && ok ||

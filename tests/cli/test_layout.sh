@@ -3,6 +3,13 @@
 #   - src/common has no source file at its top level, only its concern folders;
 #   - the folders stack: core uses nothing above it, data and backend use core, kernels and comm use
 #     backend and core; nothing in src/common includes the teacher or the student;
+#   - the student's folders stack: loss uses no other student folder, model uses loss, train uses
+#     model and loss (the drafter never includes its training loop);
+#   - no include circle between files anywhere under src: in the graph of quoted includes (resolved
+#     against src/, then the including file's folder), with foo.c, foo.h and foo.cu one node (the
+#     module foo), no module reaches itself; a circle is reported with its path. A module's device
+#     halves beside it (foo_cpu.*, foo_cuda.* next to foo.*) are the module foo: foo.c dispatching
+#     to foo_cuda.h, whose kernels use foo.h's types, is one module, not a circle;
 #   - no folder under src holds more than 20 source files (.c, .cu, .cuh);
 #   - every source file starts with the comment that names it and says what it holds;
 #   - README's layout table names every folder under src that holds sources, and only those.
@@ -31,6 +38,105 @@ while IFS= read -r file; do
   done < <(grep -E '^#include "' "$file")
 done < <(find src/common -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
 ok
+
+# the student's folders: stu_allowed[folder] = the student folders its files may include
+declare -A stu_allowed=([loss]="loss" [model]="loss model" [train]="loss model train")
+for dir in src/student/*/; do
+  f=$(basename "$dir")
+  [ -n "${stu_allowed[$f]+x}" ] && ok || bad "src/student/$f: a folder this test does not know (add it to the stack here and to README)"
+done
+top=$(find src/student -maxdepth 1 -type f | sort)
+[ -z "$top" ] && ok || bad "source files at the top of src/student: $(echo $top)"
+while IFS= read -r file; do
+  f=$(echo "$file" | cut -d/ -f3)
+  [ -n "${stu_allowed[$f]+x}" ] || continue
+  while IFS= read -r inc; do
+    to=$(echo "$inc" | sed -n 's|.*#include "student/\([a-z_]*\)/.*|\1|p')
+    [ -z "$to" ] && continue
+    echo " ${stu_allowed[$f]} " | grep -q " $to " || bad "$file includes $inc: student/$f may use only ${stu_allowed[$f]}"
+  done < <(grep -E '^#include "' "$file")
+done < <(find src/student -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
+ok
+
+# no include circle between modules (foo.c + foo.h + foo.cu = foo) anywhere under src
+circles=$(/usr/bin/python3 - <<'PYEOF'
+import os, re
+inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+files = [os.path.join(d, n) for d, _, ns in os.walk("src") for n in ns
+         if n.endswith((".c", ".h", ".cu", ".cuh"))]
+stems = {os.path.splitext(os.path.normpath(f))[0] for f in files}
+def mod(path):
+    stem = os.path.splitext(os.path.normpath(path))[0]
+    for half in ("_cuda", "_cpu"):
+        if stem.endswith(half) and stem[: -len(half)] in stems:
+            return stem[: -len(half)]
+    return stem
+graph = {}
+for path in sorted(files):
+    node = graph.setdefault(mod(path), set())
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for name in inc.findall(fh.read()):
+            for cand in (os.path.join("src", name), os.path.join(os.path.dirname(path), name)):
+                if os.path.isfile(cand):
+                    if mod(cand) != mod(path):
+                        node.add(mod(cand))
+                    break
+# Tarjan's strongly connected components (iterative); each component of two or more modules holds
+# circles: each is reported as the shortest cycle through each of its modules, once.
+index, low, on, stack, comps, count = {}, {}, set(), [], [], [0]
+for root in sorted(graph):
+    if root in index:
+        continue
+    work = [(root, iter(sorted(graph[root])))]
+    index[root] = low[root] = count[0]; count[0] += 1; stack.append(root); on.add(root)
+    while work:
+        v, it = work[-1]
+        w = next(it, None)
+        if w is not None:
+            if w not in index:
+                index[w] = low[w] = count[0]; count[0] += 1; stack.append(w); on.add(w)
+                work.append((w, iter(sorted(graph.get(w, ())))))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+            continue
+        work.pop()
+        if work:
+            low[work[-1][0]] = min(low[work[-1][0]], low[v])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop(); on.discard(w); comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+seen = set()
+for comp in sorted(comps):
+    members = set(comp)
+    for start in comp:
+        prev, frontier, last = {start: None}, [start], None
+        while last is None:
+            nxt = []
+            for v in frontier:
+                if start in graph[v]:
+                    last = v
+                    break
+                for w in sorted(graph[v] & members):
+                    if w not in prev:
+                        prev[w] = v; nxt.append(w)
+            frontier = nxt
+        cycle = []
+        while last is not None:
+            cycle.append(last); last = prev[last]
+        cycle.reverse()
+        i = cycle.index(min(cycle))
+        cycle = cycle[i:] + cycle[:i]
+        if tuple(cycle) not in seen:
+            seen.add(tuple(cycle))
+            print(" -> ".join(p[len("src/"):] for p in cycle + cycle[:1]))
+PYEOF
+) || bad "the include graph could not be read (python3 failed)"
+[ -z "$circles" ] && ok || while IFS= read -r c; do bad "include circle: $c"; done <<< "$circles"
 
 while IFS= read -r dir; do
   n=$(find "$dir" -maxdepth 1 -type f \( -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) | wc -l)

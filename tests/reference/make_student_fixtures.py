@@ -97,7 +97,7 @@ FIXTURES = [
 # ---------------------------------------------------------------- config.json
 
 def drafter_config_json(f):
-    """The drafter's config.json exactly as drafter_config_to_json (src/student/drafter_config.c)
+    """The drafter's config.json exactly as drafter_config_to_json (src/student/model/drafter_config.c)
     writes it: Qwen3Config keys, layer types, window, dflash_config."""
     sliding = any(t == "sliding_attention" for t in f["layer_types"])
     window = sliding and f["window"] is not None

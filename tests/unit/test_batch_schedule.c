@@ -9,7 +9,7 @@
 
 #include "common/comm/wire.h"
 #include "common/core/config.h"
-#include "student/batch_source.h"
+#include "student/train/batch_source.h"
 #include "testing.h"
 
 typedef struct {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "student/drafter_config.h"
+#include "student/model/drafter_config.h"
 #include "testing.h"
 
 // z-lab/Qwen3-8B-DFlash-b16's config.json. The key set and layout are those of the z-lab

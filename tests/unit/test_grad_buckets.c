@@ -1,4 +1,4 @@
-// test_grad_buckets.c: the gradient buckets of the students' all-reduce (student/grad_buckets.h).
+// test_grad_buckets.c: the gradient buckets of the students' all-reduce (student/model/grad_buckets.h).
 //   1. coverage: for 1 to 4 layers, the ranges of all buckets tile the flat gradient [0, numel)
 //      exactly once, each bucket's ranges are increasing and apart, and every parameter lies in the
 //      bucket grad_buckets.h gives it (k_proj, v_proj, k_norm in its layer's context bucket, the
@@ -17,12 +17,12 @@
 
 #include "common/backend/backend.h"
 #include "common/core/check.h"
-#include "student/drafter.h"
-#include "student/drafter_config.h"
-#include "student/grad_buckets.h"
-#include "student/loss_config.h"
-#include "student/plan.h"
-#include "student/step.h"
+#include "student/model/drafter.h"
+#include "student/model/drafter_config.h"
+#include "student/model/grad_buckets.h"
+#include "student/loss/loss_config.h"
+#include "student/model/plan.h"
+#include "student/model/step.h"
 #include "testing.h"
 
 #define H 32

@@ -1,4 +1,4 @@
-// test_loss.c: the fused lm_head loss (student/loss.h) on the CPU backend.
+// test_loss.c: the fused lm_head loss (student/loss/loss.h) on the CPU backend.
 //
 //   1. one row by hand: CE, KL with its tail bucket, CAP and the decay weight from double formulas
 //      written here, on logits chosen directly (lm_head = identity)
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/backend/backend.h"
-#include "student/loss.h"
+#include "student/loss/loss.h"
 #include "testing.h"
 
 static backend be;

@@ -19,7 +19,7 @@
 
 #include "common/backend/backend.h"
 #include "common/core/half.h"
-#include "student/loss.h"
+#include "student/loss/loss.h"
 #include "testing.h"
 #include "testing_device.h"
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "common/backend/backend.h"
-#include "student/metrics.h"
-#include "student/optim.h"
+#include "student/model/metrics.h"
+#include "student/train/optim.h"
 #include "testing.h"
 
 static void test_chain(void) {

@@ -25,7 +25,7 @@
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_train.h"
-#include "student/optim.h"
+#include "student/train/optim.h"
 #include "testing.h"
 
 #define TOL_ACT 1e-2

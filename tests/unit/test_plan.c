@@ -1,4 +1,4 @@
-// test_plan.c: the student's planner (student/plan.h) chooses by estimated step time (SPEC §5).
+// test_plan.c: the student's planner (student/model/plan.h) chooses by estimated step time (SPEC §5).
 //
 //   1. no budget: all anchors in one chunk, loss mode ROWS with all the rows
 //   2. the case (H 512, 2 layers, V 32000, B 16, 1024 tokens, 256 anchors): under the budget
@@ -27,8 +27,8 @@
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
 #include "common/kernels/ops.h"
-#include "student/drafter_config.h"
-#include "student/plan.h"
+#include "student/model/drafter_config.h"
+#include "student/model/plan.h"
 #include "teacher/teacher_plan.h"
 #include "testing.h"
 

@@ -38,6 +38,7 @@ const config_key config_keys[] = {
     {"teacher.vocab_tile", CFG_INT, F(teacher_vocab_tile), "0", "vocabulary columns of the lm_head per tile; 0 = min(V, 8192)", NULL, 0, 1073741824},
     {"features.dir", CFG_STRING, F(features_dir), "", "directory of the offline feature files (written by dump-features)", NULL, NOLIM},
     {"features.shard_samples", CFG_INT, F(features_shard_samples), "1024", "samples per feature shard (the unit of work and of resuming)", NULL, 1, 1e12},
+    {"drafter.kind", CFG_STRING, F(drafter_kind), "dflash", "the kind of drafter trained: dflash (the only one so far; src/student/model/drafter_kind.c lists them); a drafter.config file must be of this kind (--mode eval takes the kind of eval.drafter)", NULL, NOLIM},
     {"drafter.block_size", CFG_INT, F(block_size), "16", "block size B: slots per anchor (16 or 32 in the public drafters)", NULL, 2, 1024},
     {"drafter.layers", CFG_INT, F(drafter_layers), "1", "drafter decoder layers (the public drafters use 5)", NULL, 1, 64},
     {"drafter.intermediate", CFG_INT, F(drafter_intermediate), "0", "drafter MLP size; 0 = the target's", NULL, 0, 1e7},

@@ -56,6 +56,7 @@ typedef struct {
     char features_dir[CONFIG_STR];
     int64_t features_shard_samples;
     // drafter (shape defaults come from the target)
+    char drafter_kind[CONFIG_STR];  // drafter.kind: the drafter kind (src/student/model/drafter_kind.h)
     int64_t block_size;
     int64_t drafter_layers;
     int64_t drafter_intermediate;   // 0 = the target's

@@ -1,0 +1,297 @@
+// batch_source.c: the student's batches, live from the teachers or offline from feature files
+// (see batch_source.h).
+#include "student/train/batch_source.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/comm/watchdog.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "teacher/teacher_loop.h"
+
+// ----------------------------------------------------------------------------- the schedule
+
+// The schedule is arithmetic, not a list: O(1) memory for any train.steps. Groups, in order: an
+// evaluation (when there are held-out batches), then per period of I = eval_interval steps the I
+// training steps and an evaluation; the last period may be shorter, and ends with an evaluation too.
+// This student's items: Tc = G/S per training step (global batches t*G + s, t*G + s + S, ...) and e per
+// evaluation (held-out batches s, s + S, ... below ev).
+void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches) {
+    int64_t G = cfg->batches_per_step;
+    int64_t ev = cfg->eval_batches > 0 && cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
+    *sc = (batch_schedule){.s = s, .S = S, .G = G, .steps = cfg->steps, .interval = cfg->eval_interval};
+    sc->tc = (G - s + S - 1) / S; // G is a multiple of S: G / S
+    sc->evals = ev > 0;
+    sc->e = ev > s ? (ev - s + S - 1) / S : 0;
+    int64_t after = sc->steps / sc->interval + (sc->steps % sc->interval != 0); // evaluations after a step
+    sc->n_items = sc->evals * sc->e * (1 + after) + sc->steps * sc->tc;
+    sc->n_groups = sc->evals * (1 + after) + sc->steps;
+}
+
+void batch_schedule_eval_only(batch_schedule *sc) {
+    sc->steps = 0;
+    sc->n_items = sc->evals * sc->e;
+    sc->n_groups = sc->evals;
+}
+
+void batch_schedule_free(batch_schedule *sc) { memset(sc, 0, sizeof *sc); }
+
+// The first item of training step t's group.
+static int64_t schedule_train_first(const batch_schedule *sc, int64_t t) {
+    return sc->evals * sc->e * (1 + t / sc->interval) + t * sc->tc;
+}
+
+batch_group batch_schedule_group(const batch_schedule *sc, int64_t gi) {
+    if (sc->evals && gi == 0) return (batch_group){WIRE_HELDOUT, 0, sc->e};
+    int64_t per = sc->interval + sc->evals, k = (gi - sc->evals) / per, r = (gi - sc->evals) % per;
+    int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
+    if (r < in_period) return (batch_group){WIRE_TRAIN, schedule_train_first(sc, k * sc->interval + r), sc->tc};
+    // the evaluation after the period's last step
+    return (batch_group){WIRE_HELDOUT, schedule_train_first(sc, k * sc->interval + in_period - 1) + sc->tc, sc->e};
+}
+
+int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t) {
+    return sc->evals + (t / sc->interval) * (sc->interval + sc->evals) + t % sc->interval;
+}
+
+batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
+    int64_t e = sc->evals * sc->e;
+    if (n < e) return (batch_item){WIRE_HELDOUT, sc->s + n * sc->S};
+    // periods of I steps of tc items, then e items of an evaluation
+    int64_t m = n - e, per = sc->interval * sc->tc + e, k = m / per, r = m % per;
+    int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
+    if (r < in_period * sc->tc) {
+        int64_t t = k * sc->interval + r / sc->tc, j = r % sc->tc;
+        return (batch_item){WIRE_TRAIN, t * sc->G + sc->s + j * sc->S};
+    }
+    return (batch_item){WIRE_HELDOUT, sc->s + (r - in_period * sc->tc) * sc->S};
+}
+
+// ----------------------------------------------------------------------------- set-up
+
+int batch_source_buffers(const config *cfg, const world *w) { return 2 * teacher_credits(cfg, w->group_size) * w->groups + 1; }
+
+void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, nccl_links *links,
+                            size_t feat_bytes, backend *be) {
+    memset(s, 0, sizeof *s);
+    int T = w->groups;
+    s->live = 1, s->T = T, s->G = w->group_size, s->slots = credits, s->my_rank = w->rank, s->max_bytes = max_bytes;
+    s->outstanding = xcalloc((size_t)T, sizeof(int));
+    s->served = xcalloc((size_t)T, sizeof(int64_t));
+    s->n_buf = n_buf;
+    s->bufs = xmalloc((size_t)n_buf * sizeof(char *));
+    s->buf_free = xmalloc((size_t)n_buf * sizeof(int));
+    for (int i = 0; i < n_buf; i++) s->bufs[i] = xmalloc(max_bytes), s->buf_free[i] = 1;
+    // per item in flight: a ring of n_buf (each requested, unconsumed item holds a buffer)
+    s->buf_of = xmalloc((size_t)n_buf * sizeof(int));
+    s->teacher_of = xmalloc((size_t)n_buf * sizeof(int));
+    s->recv = xmalloc((size_t)n_buf * sizeof(MPI_Request));
+    s->landed = xcalloc((size_t)n_buf, sizeof(int));
+    s->arrived = xcalloc((size_t)n_buf, sizeof(int));
+    s->bytes_of = xcalloc((size_t)n_buf, sizeof(int));
+    s->posted = xcalloc((size_t)n_buf, sizeof(int));
+    s->blocked = xcalloc((size_t)T, sizeof(int));
+    if (links) {
+        s->links = links;
+        s->be = be;
+        s->feat_bytes = feat_bytes;
+        s->feat_dev = xcalloc((size_t)n_buf, sizeof(void *));
+        s->tickets = xcalloc((size_t)n_buf, sizeof(nccl_ticket));
+        for (int i = 0; i < n_buf; i++) s->feat_dev[i] = backend_alloc(be, feat_bytes);
+    }
+}
+
+void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes) {
+    memset(s, 0, sizeof *s);
+    s->fr = fr;
+    s->bp = bp;
+    s->max_bytes = max_bytes;
+    s->offline_buf = xmalloc(max_bytes);
+}
+
+void batch_source_start_at(batch_source *s, int64_t n) { s->next_request = s->next_consume = n; }
+
+// ----------------------------------------------------------------------------- live: credits and order
+
+// Teacher t is the group of world ranks t*G .. t*G+G-1: requests go to its first stage, the payload
+// (and its features over NCCL) comes from its last.
+static int source_request_rank(const batch_source *s, int t) { return t * s->G; }
+static int source_data_rank(const batch_source *s, int t) { return t * s->G + s->G - 1; }
+
+static int source_free_buf(batch_source *s) {
+    for (int i = 0; i < s->n_buf; i++)
+        if (s->buf_free[i]) {
+            s->buf_free[i] = 0;
+            return i;
+        }
+    return -1;
+}
+
+// Advance the batches in flight, oldest first. A payload that has landed gives its teacher the
+// credit back (its buffer stays taken until the batch is consumed, in order). With NCCL links its
+// features then come GPU to GPU: the receive is enqueued once the payload has landed, in each
+// teacher's sending order (a later batch of a teacher never enqueues before an earlier one: the
+// order of our requests to it), and the batch is ready once that transfer is done.
+static int source_progress(batch_source *s) {
+    for (int t = 0; t < s->T; t++) s->blocked[t] = 0;
+    for (int64_t n = s->next_consume; n < s->next_request; n++) {
+        int t = s->teacher_of[n % s->n_buf], b = s->buf_of[n % s->n_buf];
+        if (!s->landed[n % s->n_buf]) {
+            int done = 0;
+            MPI_Status st;
+            mpi_check(MPI_Test(&s->recv[n % s->n_buf], &done, &st));
+            if (done) {
+                MPI_Get_count(&st, MPI_BYTE, &s->bytes_of[n % s->n_buf]);
+                s->landed[n % s->n_buf] = 1;
+                s->outstanding[t]--;
+                if (!s->links) s->arrived[n % s->n_buf] = 1;
+            }
+        }
+        if (!s->links || s->arrived[n % s->n_buf]) continue;
+        if (!s->posted[n % s->n_buf]) {
+            if (!s->landed[n % s->n_buf] || s->blocked[t]) {
+                s->blocked[t] = 1;
+                continue;
+            }
+            wire_batch wb;
+            if (wire_read(s->bufs[b], (size_t)s->bytes_of[n % s->n_buf], &wb)) return error_prefix("batch from teacher %d", t);
+            if (!wb.features_on_link) return error_set("teacher %d sent its features over MPI; NCCL links expected", t);
+            if ((size_t)wb.S * (size_t)wb.D * 2 > s->feat_bytes)
+                return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
+                                 (long long)wb.D);
+            if (nccl_link_recv(s->links, source_data_rank(s, t), s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
+            s->posted[n % s->n_buf] = 1;
+        }
+        int done = nccl_ticket_done(&s->tickets[b]);
+        if (done < 0) return error_prefix("features from teacher %d", t);
+        s->arrived[n % s->n_buf] = done;
+    }
+    return 0;
+}
+
+// Send requests while credits allow: the next item goes to the teacher with the fewest outstanding
+// requests (never more than `slots`), so a slow teacher simply gets less work. Credits come back
+// when a payload lands, not when it is consumed, so a fast teacher keeps working while the
+// student waits for an earlier batch from a slow one.
+static int source_pump(batch_source *s, const batch_schedule *sc) {
+    if (!s->live) return 0;
+    if (source_progress(s)) return -1;
+    while (s->next_request < sc->n_items) {
+        int best = -1;
+        for (int t = 0; t < s->T; t++)
+            if (s->outstanding[t] < s->slots && (best < 0 || s->outstanding[t] < s->outstanding[best])) best = t;
+        if (best < 0) return 0;
+        int b = source_free_buf(s);
+        if (b < 0) return 0; // every buffer holds a batch not yet consumed
+        int64_t n = s->next_request++;
+        int64_t r = n % s->n_buf;
+        s->buf_of[r] = b, s->teacher_of[r] = best;
+        s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
+        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, source_data_rank(s, best), TAG_DATA, MPI_COMM_WORLD,
+                            &s->recv[n % s->n_buf]));
+        batch_item it = batch_schedule_item(sc, n);
+        int64_t req[WIRE_REQUEST] = {it.kind, it.index, s->my_rank};
+        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, best), TAG_REQUEST, MPI_COMM_WORLD));
+        s->outstanding[best]++;
+    }
+    return 0;
+}
+
+int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_batch *wb) {
+    s->features_dev = NULL;
+    if (s->live) {
+        s->next_consume = n;
+        if (source_pump(s, sc)) return -1;
+        double t0 = time_now();
+        // a teacher's first batch also waits for it to load the target: 5 x the timeout
+        int tw = s->teacher_of[n % s->n_buf]; // every stage of its group
+        if (!s->arrived[n % s->n_buf])
+            watchdog_wait_begin(source_request_rank(s, tw), source_data_rank(s, tw), s->served[tw] ? 1 : 5, "a batch");
+        while (!s->arrived[n % s->n_buf]) { // keep handing out work while this batch is on its way
+            if (source_pump(s, sc)) return -1;
+            if (s->arrived[n % s->n_buf]) break;
+            struct timespec pause = {0, 100000}; // 0.1 ms
+            nanosleep(&pause, NULL);
+        }
+        watchdog_wait_end();
+        s->wait_s += time_now() - t0;
+        int t = s->teacher_of[n % s->n_buf];
+        s->served[t]++;
+        if (wire_read(s->bufs[s->buf_of[n % s->n_buf]], (size_t)s->bytes_of[n % s->n_buf], wb)) return error_prefix("batch from teacher %d", t);
+        batch_item it = batch_schedule_item(sc, n);
+        if (wb->kind != it.kind || wb->index != it.index)
+            return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
+                             (long long)wb->index, (long long)it.kind, (long long)it.index);
+        if (wb->features_on_link) s->features_dev = s->feat_dev[s->buf_of[n % s->n_buf]];
+        if (t < 1024) s->last_peak[t] = wb->peak_bytes;
+        return source_pump(s, sc); // keep the teachers busy while this batch is computed
+    }
+    // offline: pack the batch's samples from the feature files into the same layout
+    batch_item it = batch_schedule_item(sc, n);
+    const batch_ref *b = it.kind == WIRE_TRAIN ? batchplan_train_batch(s->bp, it.index, NULL) : batchplan_heldout_batch(s->bp, it.index);
+    int64_t S = b->tokens, D = featreader_feat_dim(s->fr), k = featreader_topk(s->fr);
+    *wb = (wire_batch){.kind = it.kind, .index = it.index, .S = S, .n_seq = b->n, .k = k, .D = D};
+    wire_layout(s->offline_buf, wb);
+    int64_t t = 0;
+    wb->cu[0] = 0;
+    double t0 = time_now();
+    for (int64_t i = 0; i < b->n; i++) {
+        int64_t len = featreader_len(s->fr, b->samples[i]);
+        if (featreader_read(s->fr, b->samples[i], wb->tokens + t, wb->mask + t, wb->features + t * D, wb->topk_idx + t * k,
+                            wb->topk_val + t * k, wb->lse + t))
+            return -1;
+        t += len;
+        wb->cu[i + 1] = (int32_t)t;
+    }
+    s->wait_s += time_now() - t0;
+    return 0;
+}
+
+int batch_source_drain(batch_source *s) {
+    if (!s->live) return 0;
+    watchdog_wait_begin(0, s->T * s->G - 1, 1, "the batches requested before the stop");
+    for (int64_t n = s->next_consume; n < s->next_request; n++)
+        while (!s->arrived[n % s->n_buf]) {
+            if (source_progress(s)) {
+                watchdog_wait_end();
+                return -1;
+            }
+            struct timespec pause = {0, 100000};
+            nanosleep(&pause, NULL);
+        }
+    watchdog_wait_end();
+    return 0;
+}
+
+void batch_source_release(batch_source *s, int64_t n) {
+    if (s->live) s->buf_free[s->buf_of[n % s->n_buf]] = 1;
+}
+
+void batch_source_stop_teachers(batch_source *s) {
+    if (!s->live) return;
+    for (int t = 0; t < s->T; t++) {
+        int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, s->my_rank};
+        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, t), TAG_REQUEST, MPI_COMM_WORLD));
+        for (int r = source_request_rank(s, t); r <= source_data_rank(s, t); r++) watchdog_watch(r, 0); // it may exit now
+    }
+}
+
+void batch_source_free(batch_source *s) {
+    if (s->live) {
+        for (int i = 0; i < s->n_buf; i++) free(s->bufs[i]);
+        free(s->bufs); free(s->buf_free); free(s->buf_of); free(s->teacher_of); free(s->recv);
+        free(s->landed); free(s->arrived); free(s->bytes_of); free(s->posted); free(s->blocked);
+        free(s->outstanding); free(s->served);
+        for (int i = 0; s->links && i < s->n_buf; i++) {
+            nccl_ticket_free(&s->tickets[i]);
+            backend_free(s->be, s->feat_dev[i]);
+        }
+        free(s->feat_dev); free(s->tickets);
+    } else {
+        free(s->offline_buf);
+    }
+    memset(s, 0, sizeof *s);
+}

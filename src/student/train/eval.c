@@ -1,0 +1,54 @@
+// eval.c: the drafter --mode eval evaluates, and its result (see eval.h).
+#include "student/train/eval.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "common/data/safetensors.h"
+#include "student/train/optim.h"
+#include "student/train/train_log.h"
+
+int eval_load_drafter(drafter *d, const config *cfg) {
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/model.safetensors", cfg->eval_drafter);
+    st_file f;
+    if (safetensors_open(&f, path)) return error_prefix("eval.drafter");
+    int rc = drafter_load_weights(d, &f);
+    safetensors_close(&f);
+    if (rc) return error_prefix("eval.drafter");
+    if (!isfinite(optim_sum_squares(d->be, d->master, d->numel)))
+        return error_set("eval.drafter %s: the weights hold a non-finite value (NaN or inf)", path);
+    log_info("eval: drafter %s (%lld layer(s), block %lld, target layers %d)", cfg->eval_drafter,
+             (long long)d->cfg.n_layers, (long long)d->cfg.block_size, d->cfg.n_feat);
+    return 0;
+}
+
+int eval_write_result(const config *cfg, const step_stats *st, const loss_config *lc, int B, int64_t samples) {
+    char *text = NULL, path[CONFIG_STR + 32];
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return error_set("eval: cannot build eval.json: out of memory");
+    fprintf(f, "{");
+    train_stats_json(f, st, lc, B);
+    fprintf(f, ", \"tokens\": %lld, \"samples\": %lld, \"drafter\": \"", (long long)st->ctx_tokens, (long long)samples);
+    for (const char *c = cfg->eval_drafter; *c; c++) // a path as a JSON string
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20) fprintf(f, "\\u%04x", (unsigned char)*c);
+        else fputc(*c, f);
+    fprintf(f, "\"}\n");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/eval.json", cfg->run_dir);
+    int rc = fs_write_text(path, text);
+    free(text);
+    if (rc) return error_prefix("eval");
+    char what[CONFIG_STR + 64];
+    snprintf(what, sizeof what, "eval: %lld samples, %lld tokens:", (long long)samples, (long long)st->ctx_tokens);
+    train_log_eval_text(what, st, lc);
+    log_info("eval: results in %s", path);
+    return 0;
+}

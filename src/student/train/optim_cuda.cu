@@ -1,0 +1,70 @@
+// optim_cuda.cu: AdamW, EMA and the squared gradient norm on the GPU (the CPU twins are in optim.c).
+// fp32 throughout: the master weights, moments and gradients are fp32 buffers.
+#include "common/backend/backend_cuda.h"
+#include "common/backend/check_cuda.h"
+#include "student/train/optim_cuda.h"
+
+static cudaStream_t optim_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }
+
+static int optim_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b < 65535 * 16 ? b : 65535 * 16); // grid-stride loops cover the rest
+}
+
+// Each block sums its grid-stride slice in double, one atomicAdd per block.
+__global__ static void optim_sum_squares_kernel(const float *g, int64_t n, double *out) {
+    __shared__ double part[256];
+    double s = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)g[i] * g[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+extern "C" double cuda_optim_sum_squares(backend *be, const float *g, int64_t n) {
+    double *d = NULL, h = 0;
+    cuda_check(cudaMallocAsync((void **)&d, sizeof(double), optim_stream(be)));
+    cuda_check(cudaMemsetAsync(d, 0, sizeof(double), optim_stream(be)));
+    int blocks = optim_blocks(n, 256);
+    if (blocks > 4096) blocks = 4096;
+    if (n > 0) optim_sum_squares_kernel<<<blocks, 256, 0, optim_stream(be)>>>(g, n, d);
+    cuda_check_launch();
+    cuda_check(cudaMemcpyAsync(&h, d, sizeof(double), cudaMemcpyDeviceToHost, optim_stream(be)));
+    cuda_check(cudaFreeAsync(d, optim_stream(be)));
+    cuda_check(cudaStreamSynchronize(optim_stream(be)));
+    return h;
+}
+
+__global__ static void optim_adamw_kernel(float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                                          float b2, float eps, float wd, float gscale, float bc1, float bc2) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * gscale;
+        float mi = b1 * m[i] + (1 - b1) * gi, vi = b2 * v[i] + (1 - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i]);
+    }
+}
+
+extern "C" void cuda_optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                                 float b2, float eps, float wd, float gscale, float bc1, float bc2) {
+    if (n <= 0) return;
+    optim_adamw_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(w, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
+    cuda_check_launch();
+}
+
+__global__ static void optim_ema_kernel(float *ema, const float *w, int64_t n, float decay) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        ema[i] = decay * ema[i] + (1 - decay) * w[i];
+}
+
+extern "C" void cuda_optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
+    if (n <= 0) return;
+    optim_ema_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(ema, w, n, decay);
+    cuda_check_launch();
+}

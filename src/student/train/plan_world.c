@@ -1,0 +1,157 @@
+// plan_world.c: --plan: every role's memory plan from the configuration and the target's
+// config.json, in one process, no device opened (see plan_world.h).
+#include "student/train/plan_world.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend/backend.h"
+#include "common/comm/world.h"
+#include "common/core/bytes.h"
+#include "common/core/error.h"
+#include "student/train/batch_source.h"
+#include "student/model/plan.h"
+#include "student/train/train_setup.h"
+#include "teacher/teacher_loop.h"
+
+// The backend a rank of the job would open, described but not opened: the kind decides the
+// dtypes and the library workspace the planners count; threads the CPU work buffers.
+static void plan_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
+    memset(be, 0, sizeof *be);
+    int gpus = strcmp(cfg->device, "auto") == 0 ? backend_cuda_devices() : 0;
+    int cuda = strcmp(cfg->device, "cuda") == 0 || gpus > 0;
+    be->kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
+    be->device = cuda ? DEVICE_CUDA : DEVICE_CPU;
+    // as dflash_rank sets it: the host's cores shared among its ranks, unless OMP_NUM_THREADS says
+    int threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : omp_get_num_procs() / (ranks_here > 0 ? ranks_here : 1);
+    be->threads = threads > 0 ? threads : 1;
+    if (cuda) snprintf(be->name, sizeof be->name, "cuda, bf16, planned: no device opened");
+    else snprintf(be->name, sizeof be->name, "cpu, fp32, %d thread(s) per rank, planned", be->threads);
+    if (strcmp(cfg->device, "auto") != 0)
+        snprintf(how, n, "planned for %s (run.device %s; no device opened)", cuda ? "cuda" : "cpu", cfg->device);
+    else if (cuda)
+        snprintf(how, n, "planned for cuda (run.device auto: %d GPU(s) visible; no device opened)", gpus);
+    else
+        snprintf(how, n, "planned for cpu (run.device auto: no GPU visible here; --device cuda plans for GPUs)");
+}
+
+// "[1, 16, 31]" into buf.
+static const char *plan_ids(const int64_t *v, int n, char *buf, size_t size) {
+    size_t m = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n && m < size; i++) m += (size_t)snprintf(buf + m, size - m, "%s%lld", i ? ", " : "", (long long)v[i]);
+    if (m < size) snprintf(buf + m, size - m, "]");
+    return buf;
+}
+
+// What the plans are made of: the world, the device, the target and the drafter, one line each.
+static void plan_header(const config *cfg, const world *w, int t_known, const char *how, const target_config *tc,
+                        const drafter_config *dc) {
+    char groups[96] = "";
+    if (w->group_size > 1) snprintf(groups, sizeof groups, " in %d group(s) of %d", w->groups, w->group_size);
+    printf("plan: %d teacher(s)%s + %d student(s), mode %s; %s\n", w->teachers, groups, w->students, cfg->mode, how);
+    if (!t_known)
+        printf("  world.teachers = -1 (the world size less world.students) and no launcher: planned with 1 teacher%s; "
+               "set world.teachers, or run under mpirun -np N\n", w->group_size > 1 ? " (one group of stage ranks)" : "");
+    int64_t linear = 0, sparse = 0;
+    for (int64_t l = 0; l < tc->n_layers; l++) linear += target_layer_is_linear(tc, l), sparse += target_layer_is_sparse(tc, l);
+    char mix[96] = "", moe[128] = "";
+    if (linear) snprintf(mix, sizeof mix, " (%lld Gated DeltaNet + %lld gated attention)", (long long)linear,
+                         (long long)(tc->n_layers - linear));
+    if (sparse)
+        snprintf(moe, sizeof moe, " (%lld MoE MLPs: %lld experts x %lld, top %lld%s)", (long long)sparse,
+                 (long long)tc->n_experts, (long long)tc->moe_intermediate, (long long)tc->n_experts_tok,
+                 tc->shared_intermediate > 0 ? " + a shared expert" : "");
+    printf("  target %s: %s, %lld layers%s%s, hidden %lld, vocab %lld (config.json only: no weight is read)\n",
+           cfg->target_path, tc->arch_name, (long long)tc->n_layers, mix, moe, (long long)tc->hidden, (long long)tc->vocab);
+    int sliding = 0;
+    for (int64_t l = 0; l < dc->n_layers; l++) sliding += dc->layer_sliding[l];
+    char types[64] = "", ids[DRAFTER_MAX_FEAT * 8];
+    if (sliding) snprintf(types, sizeof types, " (%d sliding, window %lld)", sliding, (long long)dc->sliding_window);
+    printf("  drafter: %lld layer(s)%s, %lld/%lld heads x %lld, intermediate %lld, block %lld, mask token %lld, "
+           "target layers %s\n", (long long)dc->n_layers, types, (long long)dc->n_heads, (long long)dc->n_kv_heads,
+           (long long)dc->head_dim, (long long)dc->intermediate, (long long)dc->block_size, (long long)dc->mask_token_id,
+           plan_ids(dc->target_layer_ids, dc->n_feat, ids, sizeof ids));
+}
+
+int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) {
+    int eval = strcmp(cfg->mode, "eval") == 0, offline = cfg->data_features[0] != '\0';
+    if (strcmp(cfg->mode, "train") != 0 && !eval)
+        return error_set("--plan plans a training job (run.mode train or eval), not run.mode %s", cfg->mode);
+    if (!cfg->target_path[0])
+        return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
+
+    // The roles: the launcher's world when there is one (checked as the job checks it), else the
+    // configured counts.
+    world w;
+    memset(&w, 0, sizeof w);
+    int t_known = 1;
+    if (world_size > 0) {
+        if (world_roles(&w, 0, world_size, offline ? 0 : cfg->teachers, offline ? world_size : cfg->students)) return -1;
+    } else {
+        long long T = offline ? 0 : cfg->teachers;
+        if (T < 0) t_known = 0, T = cfg->teacher_group_size > 1 ? cfg->teacher_group_size : 1; // one teacher
+        if (world_roles(&w, 0, (int)(T + cfg->students), T, cfg->students)) return -1;
+    }
+    // teacher groups of world.teacher_group_size ranks (the stages of one teacher), as the job forms them
+    if (world_set_groups(&w, offline ? 1 : cfg->teacher_group_size)) return -1;
+    if (train_check_roles(&w, cfg)) return -1;
+    int T = w.teachers, S = w.students;
+
+    backend be;
+    char how[160];
+    plan_backend(cfg, ranks_on_host > 0 ? ranks_on_host : T + S, &be, how, sizeof how);
+    target_config tc;
+    teacher_contract ct;
+    drafter_config dc;
+    if (target_config_load(&tc, cfg->target_path) || teacher_contract_make(cfg, tc.n_layers, &ct) ||
+        train_drafter_config(cfg, &tc, &ct, &dc))
+        return -1;
+    if (print) plan_header(cfg, &w, t_known, how, &tc, &dc);
+
+    // Teachers: weights + forward work of the students' batches, against teacher.mem_budget.
+    char teacher_err[1024] = "";
+    if (T > 0) {
+        world tw = w;
+        tw.rank = print ? 0 : 1; // teacher_plan_print prints on rank 0
+        tw.teachers = t_known ? T : -1;
+        if (teacher_plan_print(&tw, cfg, &be)) snprintf(teacher_err, sizeof teacher_err, "%s", error_msg());
+    } else if (print) {
+        printf("teacher memory plan: no teacher rank (data.features: the students read offline features)\n");
+    }
+
+    // Students: plan_make as student_train calls it.
+    plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
+                       .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
+                       .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+    // the NCCL receive ring when the features would travel GPU to GPU (transport.payload auto or nccl)
+    int ring = !offline && be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
+    // (batch_source_buffers of them, as student_train counts it)
+    if (ring)
+        pr.link_bytes = (size_t)batch_source_buffers(cfg, &w) * (size_t)cfg->max_tokens_per_batch *
+                        (size_t)(ct.n_feat * tc.hidden) * 2;
+    student_plan plan;
+    plan_breakdown bd;
+    char student_err[1024] = "", title[256];
+    snprintf(title, sizeof title, "student memory plan (each of %d student rank(s), %s)", S, be.name);
+    if (plan_make(&dc, &be, &pr, &plan, &bd)) snprintf(student_err, sizeof student_err, "train.mem_budget: %s", error_msg());
+    if (print) {
+        if (!student_err[0]) plan_print_titled(stdout, title, &bd, &plan, (size_t)cfg->train_mem_budget);
+        else printf("%s\n  does not fit (the error below)\n", title);
+        if (ring)
+            printf("  (the NCCL receive ring: transport.payload %s, every rank on its own GPU; --transport.payload=mpi "
+                   "plans without it)\n", cfg->payload);
+        fflush(stdout);
+    }
+    if (teacher_err[0] && student_err[0]) return error_set("%s; and %s", teacher_err, student_err);
+    if (teacher_err[0] || student_err[0]) return error_set("%s", teacher_err[0] ? teacher_err : student_err);
+    if (print) {
+        char a[32], b[32];
+        printf("plan: every role fits (teacher.mem_budget %s, train.mem_budget %s)\n",
+               cfg->teacher_mem_budget > 0 ? bytes_format((size_t)cfg->teacher_mem_budget, a, sizeof a) : "0 = no limit",
+               cfg->train_mem_budget > 0 ? bytes_format((size_t)cfg->train_mem_budget, b, sizeof b) : "0 = no limit");
+        fflush(stdout);
+    }
+    return 0;
+}

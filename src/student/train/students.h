@@ -1,0 +1,36 @@
+// students.h: collectives among the student ranks, each under the watchdog: a student that died
+// or hangs ends the job with its rank named instead of leaving the others in the collective forever.
+#pragma once
+#include <mpi.h>
+#include <stdint.h>
+
+#include "student/model/drafter.h"
+#include "student/model/step.h"
+
+// students_set_ranks: the students are world ranks first..last (whom the watchdog names).
+void students_set_ranks(int first, int last);
+// students_allreduce: in place over comm (the students' communicator); `what` names the wait.
+void students_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what);
+// students_allgather_i64: every student's `mine`, in student order, into all[S].
+void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const char *what);
+// students_grads: how the students sum their un-normalised fp32 gradients before each update
+// (transport.grad_allreduce). NCCL: GPU to GPU on its own stream, bucket by bucket
+// (grad_buckets.h) as the last micro-batch's backward finishes each, so the sum overlaps the rest
+// of the backward. MPI: the whole gradient at once, in place on the CPU backend, through a host
+// buffer on a GPU (MPI need not be CUDA-aware).
+typedef struct students_grads students_grads;
+// students_grads_open: collective over comm (the students). want: "auto" (NCCL when every student
+// has a GPU of its own, else MPI), "mpi" or "nccl" (-1, error_set naming the key and the reason,
+// when NCCL cannot be had). The CPU backend uses MPI unless nccl is asked for. log = 1 (the first
+// student): one log line saying which path and why. -1 (error_set) the same on every student.
+int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const char *want, int log);
+// students_grads_arm: on = 1 before the last micro-batch of an optimizer step (its student_step then
+// starts each bucket's sum as soon as its backward is queued), 0 before any other. No-op on MPI.
+void students_grads_arm(students_grads *g, student_work *w, int on);
+// students_grads_finish: after the step's micro-batches, before the update: the buckets not started
+// yet (all of them after a last micro-batch without anchors), in the same order on every student,
+// then d->grad holds the sum on the backend's stream. Waits under the watchdog. 0 or -1 (error_set).
+int students_grads_finish(students_grads *g);
+// students_grads_close: abort = 1 after an error (a peer may never issue its part). NULL: no-op.
+// Otherwise the first student logs how many bucket sums started during the backward (NCCL).
+void students_grads_close(students_grads *g, int abort);

@@ -1,0 +1,345 @@
+// train.c: the student's training loop (see train.h).
+#include "student/train/train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/backend/arena.h"
+#include "common/comm/watchdog.h"
+#include "common/comm/wire.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "student/train/anchors.h"
+#include "student/train/batch_source.h"
+#include "student/train/checkpoint.h"
+#include "student/model/drafter.h"
+#include "student/train/eval.h"
+#include "student/loss/loss_config.h"
+#include "student/model/metrics.h"
+#include "student/train/optim.h"
+#include "student/model/plan.h"
+#include "student/model/step.h"
+#include "student/train/students.h"
+#include "student/train/train_log.h"
+#include "student/train/train_setup.h"
+
+// SIGTERM / SIGUSR1 (SLURM's preemption warning): finish the current step, checkpoint, exit 0.
+// SIGINT (Ctrl-C) the same the first time; a second SIGINT aborts at once, without a checkpoint.
+static volatile sig_atomic_t train_stop_requested = 0, train_interrupts = 0;
+static void train_on_signal(int sig) { train_stop_requested = sig; }
+static void train_on_interrupt(int sig) {
+    if (train_interrupts++ > 0) {
+        static const char m[] = "error: interrupted twice: aborted at once, without a checkpoint\n";
+        ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
+        (void)ignored;
+        _exit(130);
+    }
+    static const char m[] = "interrupt: finishing this step and writing a checkpoint (interrupt again to abort at once)\n";
+    ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
+    (void)ignored;
+    train_stop_requested = sig;
+}
+
+void train_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = train_on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = train_on_interrupt;
+    sigaction(SIGINT, &sa, NULL);
+    // a file-size limit (ulimit -f) makes write() fail with EFBIG, reported as such, rather than kill
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+// A non-finite value at step + 1: the first student's error line (the last good checkpoint named),
+// TRAIN_REPORTED_ELSEWHERE on the others.
+static int train_nonfinite(int s, const config *cfg, int64_t step, const char *what, double value) {
+    if (s != 0) return TRAIN_REPORTED_ELSEWHERE;
+    int found = 0;
+    int64_t last = checkpoint_latest(cfg->run_dir, &found);
+    char good[CONFIG_STR + 64] = "none";
+    if (found) snprintf(good, sizeof good, "step %lld in %s/checkpoints", (long long)last, cfg->run_dir);
+    return error_set("step %lld: %s is %g: training stopped before the update (nothing written, no drafter exported); "
+                     "the last good checkpoint: %s (lower train.lr, or check the data)", (long long)step + 1, what,
+                     value, good);
+}
+
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
+    int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
+    int eval = strcmp(cfg->mode, "eval") == 0; // --mode eval: one evaluation of eval.drafter, no training
+    if (train_check_roles(w, cfg)) return -1;
+    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
+    students_set_ranks(T, T + S - 1);
+    // One job per run directory, for the job's life; the second is refused before it writes anything.
+    int lock_fd = -1;
+    if (s == 0 && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &lock_fd))) return -1;
+    // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
+    int64_t start_step = 0;
+    int resume_found = 0;
+    if (cfg->resume && !eval) {
+        if (checkpoint_find_resume(cfg->run_dir, &start_step, &resume_found)) return -1;
+        if (resume_found && s == 0 && checkpoint_check_resume(cfg->run_dir, start_step, cfg)) return -1;
+        if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
+            if (s == 0)
+                log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
+                         (long long)start_step, (long long)cfg->steps, cfg->run_dir);
+            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank};
+            batch_source_stop_teachers(&done);
+            fs_unlock_dir(lock_fd);
+            return 0;
+        }
+    }
+
+    // The target: its shape, and only its embedding and lm_head (SPEC §3).
+    target_config tc;
+    teacher_contract ct;
+    drafter_config dc;
+    st_dir td;
+    const st_entry *e_emb, *e_head;
+    if (train_target_open(cfg, &tc, &ct, &dc, &td, &e_emb, &e_head)) return -1;
+
+    // Data: the batch plan over the usable samples of the training sets (the same on every rank).
+    batchplan bp;
+    featreader *fr = NULL;
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    int rc = 0;
+    for (int i = 0; i < bp.n_sets && s == 0; i++) {
+        const batchplan_set_info *si = &bp.sets[i];
+        const char *name = "";
+        if (config_data_count(cfg) > 0) name = config_data_path(cfg, i, NULL);
+        else featreader_set(fr, i, NULL, &name);
+        log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out), weight %g: %lld per epoch", i,
+                 name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout, si->weight,
+                 (long long)si->per_epoch);
+    }
+
+    // Memory: the plan, then every allocation up front.
+    plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
+                       .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
+                       .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+    // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
+    int n_buf = batch_source_buffers(cfg, w);
+    size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
+    if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
+    student_plan plan;
+    plan_breakdown bd;
+    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1; // (--plan prints it without a job: plan_world.c)
+    if (s == 0) plan_print(stderr, &bd, &plan, (size_t)cfg->train_mem_budget);
+    drafter d;
+    tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
+    if (drafter_init(&d, &dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
+    safetensors_dir_close(&td);
+    if (eval && eval_load_drafter(&d, cfg)) return -1;
+    arena work, opt_mem = {0};
+    if (arena_init(&work, "student work", be, student_work_bytes(&d, &plan))) return -1;
+    student_work *sw = student_work_create(&d, &plan, &work);
+    optim_config oc;
+    optim_config_default(&oc);
+    oc.lr = cfg->lr, oc.warmup_frac = cfg->warmup_frac, oc.weight_decay = cfg->weight_decay, oc.clip = cfg->grad_clip;
+    oc.total_steps = cfg->steps, oc.ema_decay = cfg->ema_decay;
+    optim opt = {0};
+    if (!eval) {
+        if (arena_init(&opt_mem, "optimizer", be, optim_bytes(d.numel, cfg->ema_decay > 0))) return -1;
+        optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
+    }
+    if (cfg->resume && resume_found) { // every student loads the same checkpoint
+        if (checkpoint_read(cfg->run_dir, start_step, &d, &opt)) return -1;
+        if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)start_step);
+    } else if (cfg->resume && s == 0) {
+        log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
+    }
+    loss_config lc;
+    loss_config_default(&lc, (int)dc.block_size);
+    lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda;
+    if (cfg->loss_gamma > 0) lc.gamma = cfg->loss_gamma;
+    lc.weighting = strcmp(cfg->loss_weighting, "dpace") == 0 ? LOSS_WEIGHT_DPACE : LOSS_WEIGHT_DECAY;
+    lc.label_teacher = strcmp(cfg->loss_label, "teacher") == 0;
+
+    // The source of batches.
+    batch_schedule sc; // --mode eval: no step, one evaluation over all the (held-out) batches
+    batch_schedule_make(&sc, cfg, s, S, bp.n_heldout_batches);
+    if (eval) batch_schedule_eval_only(&sc);
+    batch_source src;
+    int64_t D = (int64_t)ct.n_feat * tc.hidden;
+    size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
+    if (live) batch_source_init_live(&src, w, teacher_credits(cfg, w->group_size), max_bytes, n_buf, links, feat_bytes, be);
+    else batch_source_init_offline(&src, fr, &bp, max_bytes);
+
+    // Run directory and metrics (first student).
+    train_log lg = {0};
+    if (s == 0 && !eval && train_log_open(&lg, cfg, start_step > 0)) return -1;
+    int n_ranks = w->size;
+    int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
+    int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
+    int32_t *anchors = xmalloc((size_t)cfg->max_anchors * sizeof(int32_t));
+    int32_t *matches = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));    // per held-out anchor
+    int32_t *matches_at = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t)); // ... by position
+    // How the students sum their gradients (transport.grad_allreduce); one student sums nothing.
+    students_grads *grads = NULL;
+    if (S > 1 && !eval && students_grads_open(&grads, &d, comm, cfg->grad_allreduce, s == 0))
+        return s == 0 ? -1 : TRAIN_REPORTED_ELSEWHERE; // the same error on every student: the first says it
+
+    double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
+    step_stats interval, cur, first_eval, last_eval;
+    memset(&interval, 0, sizeof interval);
+    memset(&first_eval, 0, sizeof first_eval);
+    memset(&last_eval, 0, sizeof last_eval);
+    int64_t step = start_step, evals = 0, total_block = 0, total_ctx = 0;
+    // A resumed run skips the groups before its checkpoint (and asks no teacher for their batches).
+    // (the evaluation after the checkpoint's step, when one is due, runs after the resume)
+    int64_t first_group = start_step > 0 ? batch_schedule_group_of_step(&sc, start_step - 1) + 1 : 0;
+    if (first_group < sc.n_groups) batch_source_start_at(&src, batch_schedule_group(&sc, first_group).first);
+    for (int64_t gi = first_group; gi < sc.n_groups; gi++) {
+        const batch_group group = batch_schedule_group(&sc, gi), *g = &group;
+        int64_t kind = g->kind;
+        memset(&cur, 0, sizeof cur);
+        for (int64_t n = g->first; n < g->first + g->count && rc == 0; n++) {
+            wire_batch wb;
+            if ((rc = batch_source_get(&src, &sc, n, &wb))) break;
+            student_batch b = {.S = (int)wb.S, .n_seq = (int)wb.n_seq, .k = (int)wb.k, .tokens = wb.tokens,
+                               .loss_mask = wb.mask, .cu_seqlens = wb.cu, .topk_idx = wb.topk_idx, .topk_val = wb.topk_val,
+                               .lse = wb.lse};
+            int64_t shape[2] = {wb.S, wb.D};
+            b.features = src.features_dev ? tensor_make(DT_BF16, src.features_dev, DEVICE_CUDA, 2, shape)
+                                          : tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
+            int nv = anchors_valid(wb.mask, wb.cu, (int)wb.n_seq, valid);
+            if (kind == WIRE_HELDOUT) { // every anchor, forward only, then the decode walk over them
+                if (nv > 0 && (rc = student_eval(&d, &lc, &plan, sw, &b, valid, nv, &cur, matches)) == 0) {
+                    for (int i = 0; i < nv; i++) matches_at[valid[i]] = matches[i];
+                    metrics_decode_walk(wb.mask, wb.cu, (int)wb.n_seq, matches_at, &cur.decode_tokens, &cur.decode_steps);
+                }
+            } else {
+                uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
+                int na = anchors_sample(valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, anchors);
+                // the last micro-batch starts the gradient sums while its backward runs
+                students_grads_arm(grads, sw, n == g->first + g->count - 1);
+                if (na > 0) rc = student_step(&d, &lc, &plan, sw, &b, anchors, na, &cur);
+            }
+            batch_source_release(&src, n);
+        }
+        // A failure on one student must not leave the others waiting in a collective: agree first.
+        int bad = rc ? 1 : 0;
+        students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to finish the step");
+        if (bad) {
+            if (!rc) rc = TRAIN_REPORTED_ELSEWHERE; // the student that failed says why
+            break;
+        }
+        train_stats_allreduce(&cur, comm);
+        // NaN or inf: stop before it reaches the weights, a checkpoint or the export (every student
+        // sees the same sums; the first says it).
+        double loss = train_stats_loss(&cur, &lc);
+        if (!isfinite(loss)) {
+            rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss);
+            break;
+        }
+        if (kind == WIRE_HELDOUT) { // evaluation (forward only: the gradients are untouched)
+            if (evals == 0) first_eval = cur;
+            last_eval = cur;
+            evals++;
+            if (s == 0 && !eval) train_log_line(&lg, "heldout", step, &cur, &lc, (int)dc.block_size, 0, 0, 0, 0, NULL, 0);
+            continue;
+        }
+        // An optimizer step: all-reduce the un-normalised gradients, then one update.
+        if (grads && (rc = students_grads_finish(grads))) break;
+        double lr = optim_lr(&oc, opt.step);
+        last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
+        if (!isfinite(last_norm)) { // optim_step left the weights as they were
+            rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm);
+            break;
+        }
+        drafter_sync_compute(&d);
+        train_stats_add(&interval, &cur);
+        total_block += cur.block_tokens;
+        total_ctx += cur.ctx_tokens;
+        step++;
+        if (step % cfg->log_interval == 0 || step == cfg->steps) {
+            double now = time_now(), el = now - t_int;
+            double wait = src.wait_s - wait_int;
+            double wait_all = wait;
+            students_allreduce(&wait_all, 1, MPI_DOUBLE, MPI_MAX, comm, "the students' log line");
+            int64_t mine = (int64_t)(d.mem.used + work.used + opt_mem.used);
+            int64_t *student_peaks = xcalloc((size_t)S, sizeof(int64_t));
+            students_allgather_i64(mine, student_peaks, comm, "the students' log line");
+            // a teacher group's payload reports its largest stage's peak: every rank of the group shows it
+            for (int r = 0; r < T && r / w->group_size < 1024; r++) peaks[r] = src.last_peak[r / w->group_size];
+            for (int i = 0; i < S; i++) peaks[T + i] = student_peaks[i];
+            free(student_peaks);
+            if (s == 0) train_log_line(&lg, NULL, step, &interval, &lc, (int)dc.block_size, lr, last_norm, el, el > 0 ? wait_all / el : 0, peaks, n_ranks);
+            memset(&interval, 0, sizeof interval);
+            t_int = now;
+            wait_int = src.wait_s;
+            if (train_log_failed(&lg)) { // the job would go on without its metrics: stop with the reason
+                rc = error_set("%s/metrics.jsonl: a write failed (is the disk full?)", cfg->run_dir);
+                break;
+            }
+        }
+        if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
+            checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
+            rc = -1; // the previous checkpoints are intact; the job stops with the reason
+            break;
+        }
+        // A signal on any rank stops every student after this step, with a checkpoint.
+        int stop = train_stop_requested ? 1 : 0;
+        students_allreduce(&stop, 1, MPI_INT, MPI_MAX, comm, "the other students after the step");
+        if (stop && step < cfg->steps) {
+            if (s == 0) {
+                if (checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
+                    rc = -1;
+                    break;
+                }
+                log_info("stopped by a signal after step %lld with a checkpoint in %s/checkpoints; resume with the same "
+                         "command and --run.resume=true", (long long)step, cfg->run_dir);
+            }
+            break;
+        }
+        if (cfg->test_stop_at_step > 0 && step == cfg->test_stop_at_step) {
+            if (s == 0) log_info("stopping after step %lld (test.stop_at_step); resume with --run.resume=true", (long long)step);
+            break;
+        }
+    }
+    // Tell every teacher this student is done (also after an error, so they can stop), once the
+    // batches still in flight have landed.
+    if (batch_source_drain(&src) && rc == 0) rc = -1;
+    batch_source_stop_teachers(&src);
+    for (int r = T; r < T + S; r++) watchdog_watch(r, 0); // no collective among the students follows
+    if (rc == 0 && live) {
+        char served[256];
+        int m = 0;
+        for (int t = 0; t < src.T && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)src.served[t]);
+        log_info("student %d: batches received per teacher: [%s]", s, served);
+    }
+    double wall = time_now() - t_run;
+    if (rc == 0 && s == 0 && eval) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_samples);
+    else if (rc == 0 && s == 0) {
+        char dir[CONFIG_STR + 16];
+        snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
+        if (drafter_export(&d, dir, 0)) rc = -1;
+        double per_s = wall > 0 ? (double)S / wall : 0;
+        train_log_summary(&lg, step >= cfg->steps, step, wall, (double)total_block * per_s, (double)total_ctx * per_s, peaks,
+                          n_ranks, T, &first_eval, &last_eval, dir);
+    }
+    train_log_close(&lg);
+    batch_schedule_free(&sc);
+    free(peaks);
+    free(valid);
+    free(anchors);
+    free(matches);
+    free(matches_at);
+    students_grads_close(grads, rc != 0);
+    batch_source_free(&src);
+    if (fr) featreader_close(fr);
+    student_work_destroy(sw);
+    arena_free(&work);
+    arena_free(&opt_mem);
+    drafter_free(&d);
+    batchplan_free(&bp);
+    fs_unlock_dir(lock_fd);
+    return rc;
+}

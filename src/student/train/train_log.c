@@ -1,0 +1,157 @@
+// train_log.c: the student's metrics: statistics summed over the students, metrics.jsonl and the
+// terminal lines (see train_log.h).
+#include "student/train/train_log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/core/bytes.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "student/train/students.h"
+
+int train_log_open(train_log *lg, const config *cfg, int append) {
+    memset(lg, 0, sizeof *lg);
+    if (fs_mkdirs(cfg->run_dir)) return error_prefix("run.dir");
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/config.json", cfg->run_dir);
+    char *json = config_to_json(cfg);
+    size_t jn = strlen(json);
+    json = xrealloc(json, jn + 2);
+    memcpy(json + jn, "\n", 2);
+    int rc = fs_write_text(path, json);
+    free(json);
+    if (rc) return -1;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
+    lg->jsonl = fopen(path, append ? "a" : "w");
+    if (!lg->jsonl) return error_set("%s: %s", path, strerror(errno));
+    return 0;
+}
+
+void train_stats_add(step_stats *a, const step_stats *b) {
+    a->sum_w += b->sum_w;
+    a->sum_w_ce += b->sum_w_ce;
+    a->sum_w_kl += b->sum_w_kl;
+    a->sum_w_cap += b->sum_w_cap;
+    a->anchors += b->anchors;
+    for (int j = 0; j < STEP_MAX_SLOTS; j++) {
+        a->slot_scored[j] += b->slot_scored[j];
+        a->slot_correct[j] += b->slot_correct[j];
+    }
+    a->tau_chain_sum += b->tau_chain_sum;
+    a->decode_tokens += b->decode_tokens;
+    a->decode_steps += b->decode_steps;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) a->tau_tree_sum[t] += b->tau_tree_sum[t];
+    a->ctx_tokens += b->ctx_tokens;
+    a->block_tokens += b->block_tokens;
+}
+
+void train_stats_allreduce(step_stats *s, MPI_Comm comm) {
+    double d[5 + STEP_TREE_BUDGETS];
+    int64_t i[5 + 2 * STEP_MAX_SLOTS];
+    d[0] = s->sum_w, d[1] = s->sum_w_ce, d[2] = s->sum_w_kl, d[3] = s->sum_w_cap, d[4] = s->tau_chain_sum;
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) d[5 + t] = s->tau_tree_sum[t];
+    i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens, i[3] = s->decode_tokens, i[4] = s->decode_steps;
+    memcpy(i + 5, s->slot_scored, sizeof s->slot_scored);
+    memcpy(i + 5 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
+    students_allreduce(d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
+    students_allreduce(i, 5 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
+    s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
+    s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2], s->decode_tokens = i[3], s->decode_steps = i[4];
+    memcpy(s->slot_scored, i + 5, sizeof s->slot_scored);
+    memcpy(s->slot_correct, i + 5 + STEP_MAX_SLOTS, sizeof s->slot_correct);
+}
+
+double train_stats_loss(const step_stats *s, const loss_config *lc) {
+    double W = s->sum_w > 0 ? s->sum_w : 1;
+    return (1 - lc->alpha) * s->sum_w_ce / W + lc->alpha * s->sum_w_kl / W + lc->lambda * s->sum_w_cap / W;
+}
+
+double train_stats_tau_decode(const step_stats *s) {
+    return s->decode_steps > 0 ? (double)s->decode_tokens / (double)s->decode_steps : 0;
+}
+
+void train_stats_json(FILE *f, const step_stats *s, const loss_config *lc, int B) {
+    double W = s->sum_w > 0 ? s->sum_w : 1;
+    if (s->decode_steps > 0)
+        fprintf(f, "\"tau_decode\": %.4f, \"tau_decode_steps\": %lld, \"tau_decode_tokens\": %lld, ", train_stats_tau_decode(s),
+                (long long)s->decode_steps, (long long)s->decode_tokens);
+    fprintf(f, "\"loss\": %.6f, \"ce\": %.6f, \"kl\": %.6f, \"cap\": %.6f, \"acc\": [", train_stats_loss(s, lc),
+            s->sum_w_ce / W, s->sum_w_kl / W, s->sum_w_cap / W);
+    for (int j = 1; j < B; j++)
+        fprintf(f, "%s%.4f", j > 1 ? ", " : "", s->slot_scored[j] ? (double)s->slot_correct[j] / (double)s->slot_scored[j] : 0.0);
+    fprintf(f, "], \"tau_chain\": %.4f, \"tau_tree\": {", s->anchors ? s->tau_chain_sum / (double)s->anchors : 0);
+    for (int t = 0; t < STEP_TREE_BUDGETS; t++)
+        fprintf(f, "%s\"%d\": %.4f", t ? ", " : "", step_tree_budgets[t], s->anchors ? s->tau_tree_sum[t] / (double)s->anchors : 0);
+    fprintf(f, "}, \"anchors\": %lld", (long long)s->anchors);
+}
+
+void train_log_eval_text(const char *what, const step_stats *s, const loss_config *lc) {
+    double W = s->sum_w > 0 ? s->sum_w : 1;
+    log_info("%s  tau_decode %.3f (%lld steps)  loss %.4f  ce %.4f  kl %.4f  acc@1 %.3f  tau_chain %.3f  tau_tree@%d %.3f", what,
+             train_stats_tau_decode(s), (long long)s->decode_steps, train_stats_loss(s, lc), s->sum_w_ce / W, s->sum_w_kl / W,
+             s->slot_scored[1] ? (double)s->slot_correct[1] / (double)s->slot_scored[1] : 0.0,
+             s->anchors ? s->tau_chain_sum / (double)s->anchors : 0, step_tree_budgets[STEP_TREE_BUDGETS - 1],
+             s->anchors ? s->tau_tree_sum[STEP_TREE_BUDGETS - 1] / (double)s->anchors : 0);
+}
+
+void train_log_line(train_log *lg, const char *split, int64_t step, const step_stats *s, const loss_config *lc, int B,
+                    double lr, double grad_norm, double seconds, double wait_frac, const int64_t *peaks, int n_peaks) {
+    FILE *f = lg->jsonl;
+    fprintf(f, "{\"step\": %lld, ", (long long)step);
+    if (split) fprintf(f, "\"split\": \"%s\", ", split);
+    train_stats_json(f, s, lc, B);
+    if (!split) {
+        fprintf(f, ", \"lr\": %.6g, \"grad_norm\": %.6f, \"block_tokens_per_s\": %.1f, \"ctx_tokens_per_s\": %.1f, "
+                   "\"teacher_wait_frac\": %.4f, \"peak_bytes\": [",
+                lr, grad_norm, seconds > 0 ? (double)s->block_tokens / seconds : 0, seconds > 0 ? (double)s->ctx_tokens / seconds : 0,
+                wait_frac);
+        for (int r = 0; r < n_peaks; r++) fprintf(f, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+    if (split) {
+        char what[48];
+        snprintf(what, sizeof what, "eval  step %5lld", (long long)step);
+        train_log_eval_text(what, s, lc);
+    } else {
+        double W = s->sum_w > 0 ? s->sum_w : 1;
+        log_info("step %5lld  loss %.4f  ce %.4f  kl %.4f  cap %.4f  tau %.3f  lr %.2e  |g| %.3f  %.0f block tok/s  wait %.0f%%",
+                 (long long)step, train_stats_loss(s, lc), s->sum_w_ce / W, s->sum_w_kl / W, s->sum_w_cap / W,
+                 s->anchors ? s->tau_chain_sum / (double)s->anchors : 0, lr, grad_norm,
+                 seconds > 0 ? (double)s->block_tokens / seconds : 0, 100 * wait_frac);
+    }
+}
+
+int train_log_failed(const train_log *lg) { return lg->jsonl && ferror(lg->jsonl); }
+
+void train_log_summary(train_log *lg, int finished, int64_t steps, double wall, double block_per_s, double ctx_per_s,
+                       const int64_t *peaks, int n_ranks, int T, const step_stats *first_eval,
+                       const step_stats *last_eval, const char *drafter_dir) {
+    double tau0 = first_eval->anchors ? first_eval->tau_chain_sum / (double)first_eval->anchors : 0;
+    double tau1 = last_eval->anchors ? last_eval->tau_chain_sum / (double)last_eval->anchors : 0;
+    double dec0 = train_stats_tau_decode(first_eval), dec1 = train_stats_tau_decode(last_eval);
+    fprintf(lg->jsonl, "{\"summary\": true, \"finished\": %s, \"steps\": %lld, \"wall_s\": %.2f, \"block_tokens_per_s\": %.1f, "
+                       "\"ctx_tokens_per_s\": %.1f, \"peak_bytes\": [", finished ? "true" : "false", (long long)steps, wall,
+            block_per_s, ctx_per_s);
+    for (int r = 0; r < n_ranks; r++) fprintf(lg->jsonl, "%s%lld", r ? ", " : "", (long long)peaks[r]);
+    fprintf(lg->jsonl, "], \"tau_decode_first\": %.4f, \"tau_decode_last\": %.4f, \"tau_decode_steps_last\": %lld, "
+                       "\"tau_chain_first\": %.4f, \"tau_chain_last\": %.4f}\n",
+            dec0, dec1, (long long)last_eval->decode_steps, tau0, tau1);
+    log_info("summary: %lld steps in %.1fs, %.0f block tokens/s, held-out tau_decode %.3f -> %.3f (%lld decoding steps; "
+             "tau_chain %.3f -> %.3f), drafter in %s", (long long)steps, wall, block_per_s, dec0, dec1,
+             (long long)last_eval->decode_steps, tau0, tau1, drafter_dir);
+    char pb[32];
+    for (int r = 0; r < n_ranks; r++)
+        log_info("  peak memory rank %d (%s): %s", r, r < T ? "teacher" : "student", bytes_format((size_t)peaks[r], pb, sizeof pb));
+}
+
+void train_log_close(train_log *lg) {
+    if (lg->jsonl) fclose(lg->jsonl);
+    lg->jsonl = NULL;
+}
