@@ -8,18 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/backend/backend_type.h"
 #include "common/core/tensor.h"
 
-typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } backend_kind;
-
-typedef struct {
-    backend_kind kind;
-    device_kind device;  // where backend_alloc'd memory lives
-    int device_id;       // CUDA device ordinal (0 on CPU)
-    int threads;         // CPU threads used (OpenMP / OpenBLAS)
-    char name[128];      // "cpu (2 threads)" or "cuda:0 NVIDIA H200 (139 GiB)"
-    void *impl;          // backend-private state (CUDA stream, cuBLAS handle)
-} backend;
 
 // backend_compiled_cuda: 1 when this binary has the CUDA backend.
 int backend_compiled_cuda(void);
