@@ -3,6 +3,7 @@
 // m->cfg.table), the SwiGLU MLP of dense layers is here (target_mlp_swiglu).
 #include "teacher/target.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -435,9 +436,14 @@ static void swiglu_forward(const target_model *m, int l, target_work *w, int T) 
     target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)m->cfg.intermediate, w, T, w->xn);
 }
 
+static void swiglu_to_json(cJSON *o, const target_config *c) {
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);
+}
+
 const target_mlp target_mlp_swiglu = {
     .layer_tensors = swiglu_layer_tensors,
     .forward = swiglu_forward,
+    .to_json = swiglu_to_json,
 };
 
 void target_mlp_block(const target_model *m, int l, target_work *w, int T) {

@@ -30,6 +30,7 @@ struct target_config;
 struct target_model;
 struct target_work;
 struct target_tensor_list;
+struct target_arch;
 
 // The token mixer of a layer. Every hook reads its shapes from m->cfg; l is the global layer id.
 typedef struct {
@@ -54,6 +55,9 @@ typedef struct {
     void (*attn_project)(const struct target_model *m, int l, struct target_work *w, int T);
     // attn_finish: w->att [T, nq*hd] (the attention's output) in, the mixer's output in w->xn [T, H].
     void (*attn_finish)(const struct target_model *m, int l, struct target_work *w, int T);
+    // to_json: a config.json of c that transformers loads as table A's class (the layout is the
+    // mixer family's; A->mlp->to_json adds the MLP's keys). Caller frees (target_config_to_json).
+    char *(*to_json)(const struct target_config *c, const struct target_arch *A);
 } target_mixer;
 
 // The MLP of a layer (its input norm and the residual add are the frame's).
@@ -68,6 +72,8 @@ typedef struct {
     void (*work_carve)(struct target_work *w, arena *a, const struct target_model *m, int max_tokens);
     // forward: layer l's MLP: w->xn [T, H] (normed) in, its output in w->xn.
     void (*forward)(const struct target_model *m, int l, struct target_work *w, int T);
+    // to_json: the MLP's keys into config.json object o (the text model's).
+    void (*to_json)(struct cJSON *o, const struct target_config *c);
 } target_mlp;
 
 // A transformers model class the table serves: config.json's "architectures" entry, the
@@ -80,6 +86,9 @@ typedef struct {
 } target_arch_class;
 
 #define TARGET_ARCH_MAX_CLASSES 4
+
+// target_arch_class_of: A's class with that multimodal flag (the first class when none has it).
+static inline const target_arch_class *target_arch_class_of(const struct target_arch *A, int multimodal);
 
 typedef struct target_arch {
     const char *name;            // "qwen3": for messages and docs
@@ -104,3 +113,9 @@ extern const target_mixer target_mixer_qwen3;   // target_dense.c: per-head q_no
 extern const target_mixer target_mixer_llama;   // target_dense.c: no per-head norms
 extern const target_mixer target_mixer_qwen3_5; // target_qwen3_5.c: gated attention + Gated DeltaNet
 extern const target_mlp target_mlp_swiglu;      // target.c: down(silu(gate(x)) * up(x))
+
+static inline const target_arch_class *target_arch_class_of(const target_arch *A, int multimodal) {
+    for (const target_arch_class *k = A->classes; k->class_name; k++)
+        if (k->multimodal == multimodal) return k;
+    return &A->classes[0];
+}

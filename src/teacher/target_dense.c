@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
@@ -87,12 +88,67 @@ static void dense_forward(const target_model *m, int l, target_work *w, int T, i
     dense_attn_finish(m, l, w, T);
 }
 
+// dense_to_json: a config.json of table A's class (qwen3: Qwen3Config's sliding-window keys; else
+// LlamaConfig's mlp_bias and pretraining_tp).
+static char *dense_to_json(const target_config *c, const target_arch *A, int qwen3) {
+    const target_arch_class *cls = &A->classes[0];
+    cJSON *o = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(c->arch_name[0] ? c->arch_name : cls->class_name));
+    cJSON_AddStringToObject(o, "model_type", cls->model_type);
+    cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
+    A->mlp->to_json(o, c);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
+    json_add_float_py(o, "rms_norm_eps", c->rms_eps);
+    // The legacy spelling (rope_theta + rope_scaling) is read by transformers 4.x and 5.x alike.
+    json_add_float_py(o, "rope_theta", c->rope_theta);
+    if (c->rope_llama3) {
+        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        json_add_float_py(r, "factor", c->rope_factor);
+        json_add_float_py(r, "low_freq_factor", c->rope_low_freq_factor);
+        json_add_float_py(r, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
+    } else {
+        cJSON_AddNullToObject(o, "rope_scaling");
+    }
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
+    cJSON_AddBoolToObject(o, "attention_bias", 0);
+    json_add_float_py(o, "attention_dropout", 0.0);
+    if (qwen3) {
+        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+        cJSON_AddNullToObject(o, "sliding_window");
+        cJSON_AddNumberToObject(o, "max_window_layers", (double)c->n_layers);
+    } else {
+        cJSON_AddBoolToObject(o, "mlp_bias", 0);
+        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
+    }
+    json_add_float_py(o, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(o, "use_cache", 1);
+    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) fatal("dense_to_json: out of memory");
+    // cJSON's allocation is plain malloc (the default hooks), so the caller's free() is right.
+    return text;
+}
+
+static char *qwen3_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 1); }
+static char *llama_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 0); }
+
 const target_mixer target_mixer_qwen3 = {
     .parse = qwen3_parse,
     .layer_tensors = dense_layer_tensors,
     .forward = dense_forward,
     .attn_project = dense_attn_project,
     .attn_finish = dense_attn_finish,
+    .to_json = qwen3_to_json,
 };
 
 const target_mixer target_mixer_llama = {
@@ -101,6 +157,7 @@ const target_mixer target_mixer_llama = {
     .forward = dense_forward,
     .attn_project = dense_attn_project,
     .attn_finish = dense_attn_finish,
+    .to_json = llama_to_json,
 };
 
 // Qwen3Config: head_dim 128 whatever hidden_size is, 32 kv heads, 32768 positions.

@@ -187,6 +187,31 @@ static void moe_forward(const target_model *m, int l, target_work *w, int T) {
     if (c->shared_intermediate > 0) ops_sigmoid_gate_add(be, w->xn, w->moe_shared, w->moe_sgate, T, H);
 }
 
+// ---------------------------------------------------------------- config.json
+
+static void moe_experts_to_json(cJSON *t, const target_config *c) {
+    cJSON_AddNumberToObject(t, "num_experts", (double)c->n_experts);
+    cJSON_AddNumberToObject(t, "num_experts_per_tok", (double)c->n_experts_tok);
+    cJSON_AddNumberToObject(t, "moe_intermediate_size", (double)c->moe_intermediate);
+}
+
+// Qwen3-MoE: the sparse layers' pattern (the step and the dense layers it does not imply) and the
+// dense layers' intermediate_size.
+static void qwen3_moe_to_json(cJSON *t, const target_config *c) {
+    moe_experts_to_json(t, c);
+    cJSON_AddBoolToObject(t, "norm_topk_prob", c->norm_topk_prob != 0);
+    cJSON_AddNumberToObject(t, "decoder_sparse_step", (double)c->sparse_step);
+    cJSON *only = cJSON_AddArrayToObject(t, "mlp_only_layers");
+    for (int64_t i = 0; i < c->n_layers; i++)
+        if (!c->layer_sparse[i] && (i + 1) % c->sparse_step == 0) cJSON_AddItemToArray(only, cJSON_CreateNumber((double)i));
+    cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
+}
+
+static void qwen3_5_moe_to_json(cJSON *t, const target_config *c) {
+    moe_experts_to_json(t, c);
+    cJSON_AddNumberToObject(t, "shared_expert_intermediate_size", (double)c->shared_intermediate);
+}
+
 // ---------------------------------------------------------------- tables
 
 static const target_mlp moe_mlp_qwen3 = {
@@ -194,6 +219,7 @@ static const target_mlp moe_mlp_qwen3 = {
     .layer_tensors = moe_layer_tensors,
     .work_carve = moe_work_carve,
     .forward = moe_forward,
+    .to_json = qwen3_moe_to_json,
 };
 
 static const target_mlp moe_mlp_qwen3_5 = {
@@ -201,6 +227,7 @@ static const target_mlp moe_mlp_qwen3_5 = {
     .layer_tensors = moe_layer_tensors,
     .work_carve = moe_work_carve,
     .forward = moe_forward,
+    .to_json = qwen3_5_moe_to_json,
 };
 
 // Qwen3MoeConfig: 4 kv heads, head_dim = hidden_size / heads, 32768 positions.

@@ -14,8 +14,10 @@
 //   out = out_proj(norm.weight * rmsnorm(o) * silu(in_proj_z(x)))   per value head
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
@@ -192,6 +194,76 @@ static void qwen3_5_forward(const target_model *m, int l, target_work *w, int T,
     else qwen3_5_attention(m, l, w, T, n_seq);
 }
 
+// qwen3_5_to_json: a Qwen3.5 config.json of table A's classes: the text-only class (keys at the
+// top), or the multimodal wrapper (keys under text_config, plus a small vision_config: the
+// wrapper's class builds its vision tower from it; the teacher never reads it).
+static char *qwen3_5_to_json(const target_config *c, const target_arch *A) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    const target_arch_class *cls = target_arch_class_of(A, c->multimodal), *text_cls = target_arch_class_of(A, 0);
+    cJSON_AddItemToArray(archs, cJSON_CreateString(cls->class_name));
+    cJSON *t = o;
+    if (c->multimodal) {
+        cJSON_AddStringToObject(o, "model_type", cls->model_type);
+        cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
+        t = cJSON_AddObjectToObject(o, "text_config");
+    }
+    cJSON_AddStringToObject(t, "model_type", text_cls->model_type);
+    cJSON_AddNumberToObject(t, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(t, "hidden_size", (double)c->hidden);
+    A->mlp->to_json(t, c);
+    cJSON_AddNumberToObject(t, "num_hidden_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(t, "num_attention_heads", (double)c->n_heads);
+    cJSON_AddNumberToObject(t, "num_key_value_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(t, "head_dim", (double)c->head_dim);
+    cJSON_AddNumberToObject(t, "linear_num_key_heads", (double)c->lin_k_heads);
+    cJSON_AddNumberToObject(t, "linear_num_value_heads", (double)c->lin_v_heads);
+    cJSON_AddNumberToObject(t, "linear_key_head_dim", (double)c->lin_k_dim);
+    cJSON_AddNumberToObject(t, "linear_value_head_dim", (double)c->lin_v_dim);
+    cJSON_AddNumberToObject(t, "linear_conv_kernel_dim", (double)c->lin_conv_kernel);
+    if (c->full_interval > 0) {
+        cJSON_AddNumberToObject(t, "full_attention_interval", (double)c->full_interval);
+    } else {
+        cJSON *types = cJSON_AddArrayToObject(t, "layer_types");
+        for (int64_t i = 0; i < c->n_layers; i++)
+            cJSON_AddItemToArray(types, cJSON_CreateString(c->layer_linear[i] ? "linear_attention" : "full_attention"));
+    }
+    cJSON_AddStringToObject(t, "hidden_act", "silu");
+    cJSON_AddNumberToObject(t, "max_position_embeddings", (double)c->max_positions);
+    json_add_float_py(t, "rms_norm_eps", c->rms_eps);
+    cJSON *r = cJSON_AddObjectToObject(t, "rope_parameters");
+    cJSON_AddStringToObject(r, "rope_type", "default");
+    json_add_float_py(r, "rope_theta", c->rope_theta);
+    json_add_float_py(r, "partial_rotary_factor", c->partial_rotary);
+    // Also under text_config for the wrapper (the same value): AutoModelForCausalLM loads the
+    // wrapper's directory as Qwen3_5ForCausalLM from text_config alone, and would untie otherwise.
+    cJSON_AddBoolToObject(t, "tie_word_embeddings", c->tie_embeddings != 0);
+    cJSON_AddBoolToObject(t, "attention_bias", 0);
+    json_add_float_py(t, "attention_dropout", 0.0);
+    json_add_float_py(t, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(t, "use_cache", 1);
+    if (c->multimodal) {
+        cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
+        char vision[64];
+        snprintf(vision, sizeof vision, "%s_vision", cls->model_type);
+        cJSON_AddStringToObject(v, "model_type", vision);
+        cJSON_AddNumberToObject(v, "depth", 1);
+        cJSON_AddNumberToObject(v, "hidden_size", 32);
+        cJSON_AddNumberToObject(v, "intermediate_size", 64);
+        cJSON_AddNumberToObject(v, "num_heads", 2);
+        cJSON_AddNumberToObject(v, "patch_size", 4);
+        cJSON_AddNumberToObject(v, "spatial_merge_size", 2);
+        cJSON_AddNumberToObject(v, "temporal_patch_size", 2);
+        cJSON_AddNumberToObject(v, "out_hidden_size", (double)c->hidden);
+        cJSON_AddNumberToObject(v, "num_position_embeddings", 64);
+    }
+    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) fatal("qwen3_5_to_json: out of memory");
+    return text;
+}
+
 const target_mixer target_mixer_qwen3_5 = {
     .parse = qwen3_5_parse,
     .layer_tensors = qwen3_5_layer_tensors,
@@ -199,6 +271,7 @@ const target_mixer target_mixer_qwen3_5 = {
     .forward = qwen3_5_forward,
     .attn_project = qwen3_5_attn_project,
     .attn_finish = qwen3_5_attn_finish,
+    .to_json = qwen3_5_to_json,
 };
 
 // Qwen3_5TextConfig: 4 kv heads, head_dim 256, 32768 positions, partial_rotary_factor 0.25. The
