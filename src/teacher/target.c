@@ -1,7 +1,10 @@
-// target.c: load the target's weights and run its forward over a packed batch (see target.h).
+// target.c: load the target's weights and run its forward over a packed batch (see target.h): the
+// parts every architecture shares; the architecture's own come through its table (target_arch.h,
+// m->cfg.table), the SwiGLU MLP of dense layers is here (target_mlp_swiglu).
 #include "teacher/target.h"
 
-#include <math.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,7 @@
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_hybrid.h"
+#include "common/kernels/ops_hybrid.h" // the zero-centred RMSNorm (target_norm)
 #include "teacher/target_arch.h"
 
 // ----------------------------------------------------------------------------- loading
@@ -50,8 +53,7 @@ void target_tensor_part(target_tensor_list *l, int i, int parent, int64_t offset
 // implies; m->layers must be allocated (the list holds pointers into it).
 static void target_tensor_list_build(target_model *m, target_tensor_list *list, const st_dir *d) {
     const target_config *c = &m->cfg;
-    int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim, V = c->vocab;
-    int64_t q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
+    int64_t H = c->hidden, V = c->vocab;
     const char *P = target_tensor_prefix(c);
     int64_t l0, l1; // a stage holds its layers only: the embedding on the first, the head on the last
     target_stage_range(m, &l0, &l1);
@@ -63,27 +65,9 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
         long long ll = (long long)l;
         int first = list->n;
         target_tensor_add(list, &L->input_norm, 0, 1, H, 0, 0, "%slayers.%lld.input_layernorm.weight", P, ll);
-        if (c->arch == ARCH_QWEN3_5) {
-            target_qwen3_5_layer_tensors(m, l, P, list);
-        } else {
-            
-            target_tensor_add(list, &L->wq, 0, 2, q_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_proj.weight");
-            target_tensor_add(list, &L->wk, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_proj.weight");
-            target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "v_proj.weight");
-            target_tensor_add(list, &L->wo, 0, 2, H, q_out, 0, "%slayers.%lld.self_attn.%s", P, ll, "o_proj.weight");
-            if (c->arch == ARCH_QWEN3) {
-                target_tensor_add(list, &L->q_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_norm.weight");
-                target_tensor_add(list, &L->k_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_norm.weight");
-            }
-        }
+        c->table->mixer->layer_tensors(m, l, P, list);
         target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
-        if (target_layer_is_sparse(c, l)) {
-            target_moe_layer_tensors(m, l, P, list, d);
-        } else {
-            target_tensor_add(list, &L->w_gate, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "gate_proj.weight");
-            target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%slayers.%lld.mlp.%s", P, ll, "up_proj.weight");
-            target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%slayers.%lld.mlp.%s", P, ll, "down_proj.weight");
-        }
+        c->table->mlp->layer_tensors(m, l, P, list, d);
         for (int i = first; i < list->n; i++) list->t[i].layer = l;
     }
     if (!last) return;
@@ -369,8 +353,9 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
 }
 
 void target_arch_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs) {
-    if (m->cfg.arch == ARCH_QWEN3_5) target_qwen3_5_work_carve(w, a, m, max_tokens, max_seqs);
-    if (m->cfg.moe) target_moe_work_carve(w, a, m, max_tokens);
+    const target_arch *A = m->cfg.table;
+    if (A->mixer->work_carve) A->mixer->work_carve(w, a, m, max_tokens, max_seqs);
+    if (A->mlp->work_carve) A->mlp->work_carve(w, a, m, max_tokens);
 }
 
 int64_t target_mlp_width(const target_config *c) {
@@ -429,31 +414,51 @@ void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_
     target_linear(be, out, w->gate, w_down, T, I, H);
 }
 
+void target_swiglu_tensors(target_model *m, int64_t l, int64_t I, target_tensor_list *list, const char *mlp) {
+    target_layer *L = &m->layers[l];
+    int64_t H = m->cfg.hidden;
+    target_tensor_add(list, &L->w_gate, 0, 2, I, H, 0, "%s.%s", mlp, "gate_proj.weight");
+    target_tensor_add(list, &L->w_up, 0, 2, I, H, 0, "%s.%s", mlp, "up_proj.weight");
+    target_tensor_add(list, &L->w_down, 0, 2, H, I, 0, "%s.%s", mlp, "down_proj.weight");
+}
+
+// The SwiGLU MLP of a dense layer: mlp.{gate,up,down}_proj of width intermediate_size.
+static void swiglu_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
+                                 const st_dir *d) {
+    (void)d;
+    char mlp[128];
+    snprintf(mlp, sizeof mlp, "%slayers.%lld.mlp", prefix, (long long)l);
+    target_swiglu_tensors(m, l, m->cfg.intermediate, list, mlp);
+}
+
+static void swiglu_forward(const target_model *m, int l, target_work *w, int T) {
+    const target_layer *L = &m->layers[l];
+    target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)m->cfg.intermediate, w, T, w->xn);
+}
+
+static void swiglu_to_json(cJSON *o, const target_config *c) {
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);
+}
+
+const target_mlp target_mlp_swiglu = {
+    .layer_tensors = swiglu_layer_tensors,
+    .forward = swiglu_forward,
+    .to_json = swiglu_to_json,
+};
+
 void target_mlp_block(const target_model *m, int l, target_work *w, int T) {
     const target_layer *L = &m->layers[l];
     int H = (int)m->cfg.hidden;
     target_norm(m, w->xn, w->x, L->post_norm, T, H);
-    if (target_layer_is_sparse(&m->cfg, l)) target_moe_mlp(m, l, w, T);
-    else target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)m->cfg.intermediate, w, T, w->xn);
+    m->cfg.table->mlp->forward(m, l, w, T);
     ops_add(m->be, w->x, w->xn, (int64_t)T * H);
 }
 
-// The attention of a Qwen3 / Llama layer: w->xn in, w->xn out.
-static void target_dense_attention(const target_model *m, const target_layer *L, target_work *w, int T, int n_seq) {
-    const target_config *c = &m->cfg;
-    backend *be = m->be;
-    int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
-    target_linear(be, w->q, w->xn, L->wq, T, H, nq * hd);
-    target_linear(be, w->k, w->xn, L->wk, T, H, nkv * hd);
-    target_linear(be, w->v, w->xn, L->wv, T, H, nkv * hd);
-    if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
-        target_norm(m, w->q, w->q, L->q_norm, T * nq, hd);
-        target_norm(m, w->k, w->k, L->k_norm, T * nkv, hd);
-    }
-    ops_rope(be, w->q, w->pos, m->inv_freq, T, nq, hd);
-    ops_rope(be, w->k, w->pos, m->inv_freq, T, nkv, hd);
-    ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, nq, nkv, hd, 1.0f / sqrtf((float)hd));
-    target_linear(be, w->xn, w->att, L->wo, T, nq * hd, H);
+void target_mixer_block(const target_model *m, int l, target_work *w, int T, int n_seq) {
+    int H = (int)m->cfg.hidden;
+    target_norm(m, w->xn, w->x, m->layers[l].input_norm, T, H);
+    m->cfg.table->mixer->forward(m, l, w, T, n_seq, NULL, NULL);
+    ops_add(m->be, w->x, w->xn, (int64_t)T * H);
 }
 
 int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,
@@ -495,12 +500,8 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     target_stage_range(m, &l0, &l1);
     if (l0 == 0) ops_embed(be, w->x, m->embed, w->tokens, T, H); // else w->x holds the previous stage's stream
     for (int l = (int)l0; l < (int)l1; l++) {
-        const target_layer *L = &m->layers[l];
-        // token mixer block: the architecture's attention (or Gated DeltaNet) on the normed stream
-        target_norm(m, w->xn, w->x, L->input_norm, T, H);
-        if (c->arch == ARCH_QWEN3_5) target_qwen3_5_mixer(m, l, w, T, n_seq, NULL, NULL);
-        else target_dense_attention(m, L, w, T, n_seq);
-        ops_add(be, w->x, w->xn, (int64_t)T * H);
+        // the token mixer block (the architecture's attention, or a hybrid's mixers), then the MLP block
+        target_mixer_block(m, l, w, T, n_seq);
         target_mlp_block(m, l, w, T);
         // features: HF hidden_states[l + 1], the residual stream after this layer, into its column
         // block; the last layer's comes after the final norm, below

@@ -38,7 +38,7 @@ typedef struct {
     void *shared_gate;        // [1, H]       mlp.shared_expert_gate.weight
 } target_layer;
 
-typedef struct {
+typedef struct target_model {
     target_config cfg;
     backend *be;
     arena weights;           // every weight, in ops_act_dtype, on the device
@@ -89,12 +89,13 @@ typedef struct {
 // for targets under 8 layers, as DFlash does); 1 <= k <= min(V, OPS_TOPK_MAX).
 int target_outputs_check(const target_model *m, const target_outputs *o);
 
-// Work buffers for batches of up to max_tokens tokens, carved from an arena on the device.
-typedef struct {
+// Work buffers for batches of up to max_tokens tokens, carved from an arena on the device. The
+// architectures' buffers (the hybrid mixer's, the MoE MLP's) are NULL for the others.
+typedef struct target_work {
     int max_tokens, max_seqs, vocab_tile;
     void *x, *xn, *q, *k, *v, *att, *gate, *up; // activations
     float *logits;                              // [max_tokens, vocab_tile] f32
-    // Qwen3.5 / Qwen3.6 (NULL otherwise): gated attention
+    // Qwen3.5 / Qwen3.6 gated attention
     void *qg;                                   // [T, nq, 2*hd] act: q_proj's [query | gate] per head
     void *att_gate;                             // [T, nq*hd] act
     // Gated DeltaNet (C = 2*Hk*dk + Hv*dv)
@@ -139,3 +140,58 @@ int target_plan_tokens(const target_model *m, const target_outputs *o, size_t bu
 int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,
                    const int32_t *cu_seqlens, int n_seq, int T, const int *logits_rows, int n_logits,
                    float *logits_out);
+
+// ----------------------------------------------------------------------------- for the architecture files
+// The shared parts an architecture's table (target_arch.h) builds on.
+
+// One tensor of the checkpoint: its name, the shape config.json implies, and where its device
+// pointer goes. f32: kept in fp32 on every backend (small per-head constants such as A_log).
+// A tensor may be a part of another entry's buffer (parent >= 0: the file tensor is copied at
+// element offset `offset` of the parent's device buffer; per-expert files stacked into [E, ...]),
+// and an entry may be a buffer only (alloc_only: no file tensor of its own, its parts fill it).
+typedef struct {
+    char name[160];
+    int ndim;
+    int64_t shape[3];
+    int f32;
+    void **dst;
+    int parent;     // -1, or the index of the entry whose buffer holds this tensor
+    int64_t offset; // elements into the parent's buffer
+    int alloc_only; // a buffer for parts, not a file tensor
+    int64_t layer;  // the decoder layer it belongs to; -1 the embedding, -2 the final norm and lm_head
+} target_tensor;
+
+// A growing list of tensors (target.c frees it).
+typedef struct target_tensor_list {
+    target_tensor *t;
+    int n, cap;
+} target_tensor_list;
+
+// target_tensor_add: append name (printf-style) with ndim dims of shape s (s[1], s[2] ignored beyond
+// ndim); returns its index (for target_tensor_part).
+int target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
+                      const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+// target_tensor_part: make entry i a part of entry parent's buffer, at element offset.
+void target_tensor_part(target_tensor_list *l, int i, int parent, int64_t offset);
+
+// target_mlp_width: the widest SwiGLU the work buffers hold: intermediate_size, or the shared expert's.
+int64_t target_mlp_width(const target_config *c);
+// target_arch_work_carve: the architecture's work buffers (its mixer's and MLP's), for
+// target_work_carve and the decoder's view.
+void target_arch_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs);
+// target_swiglu_tensors: a SwiGLU MLP's gate/up [I, H] and down [H, I] under name `mlp` (e.g.
+// "%slayers.%lld.mlp", prefix, l) into L's w_gate/w_up/w_down.
+void target_swiglu_tensors(target_model *m, int64_t l, int64_t I, target_tensor_list *list, const char *mlp);
+// target_swiglu_mlp: out [T, H] = down(silu(gate(w->xn)) * up(w->xn)), width I, through w->gate/up.
+void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_up, const void *w_down, int I,
+                       target_work *w, int T, void *out);
+// target_mlp_block: the MLP half of layer l: w->x += mlp(norm(w->x)) (the architecture's MLP).
+void target_mlp_block(const target_model *m, int l, target_work *w, int T);
+// target_mixer_block: the token mixer half of layer l in the packed forward: w->x += mixer(norm(w->x)).
+void target_mixer_block(const target_model *m, int l, target_work *w, int T, int n_seq);
+
+// target_norm: the model's RMSNorm: zero-centred ((1 + w), Qwen3.5) or plain (w).   act [R, D]
+void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D);
+
+// y[T, out] = x[T, in] @ W[out, in]^T on the backend (act in, act out).
+void target_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out);

@@ -1,95 +1,121 @@
-// target_arch.h: what an architecture's file gives target.c (the loader and the forward's frame):
-// the tensors its layers hold, and the token mixer of a layer. target.c owns everything the
-// architectures share (embedding, pre-norm residual blocks, the SwiGLU MLP, features, the lm_head
-// over vocabulary tiles); the dense attention of Qwen3/Llama is in target.c, the Qwen3.5/3.6 hybrid
-// layers in target_qwen3_5.c.
+// target_arch.h: the table an architecture fills (struct target_arch), all the teacher knows of it.
+//
+// target.c (the loader and the forward's frame: embedding, pre-norm residual blocks, features, the
+// lm_head over vocabulary tiles), target_config.c (config.json's shared keys) and target_decode.c
+// (the KV-cached decoder) call an architecture only through its table; target_registry.c lists the
+// tables. An architecture is two parts and its data:
+//   the token mixer of a layer (target_mixer): its config keys, its tensors, its work buffers, its
+//     forward over a packed batch, and for attention layers the two halves around the attention
+//     (the decoder runs its attention over the cache between them);
+//   the MLP of a layer (target_mlp): its config keys, its tensors, its work buffers, its forward;
+//   the defaults its transformers config class gives absent keys, the names it serves, its
+//   default MASK token.
+// Files: target_dense.c (the Qwen3 / Llama attention, tables qwen3 and llama), target_qwen3_5.c (the
+// Qwen3.5 / Qwen3.6 hybrid mixer, table qwen3_5), target_moe.c (the mixture-of-experts MLP, tables
+// qwen3_moe and qwen3_5_moe, which reuse the dense and hybrid mixers through their parts below);
+// the SwiGLU MLP every dense layer has is target.c's (target_mlp_swiglu). docs/teacher.md, "Adding
+// an architecture", says how to add one.
+//
+// This header includes nothing of the teacher (target_config.c includes it; target_config.h is below
+// it): the model's types are named by their struct tags.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
+#include "common/backend/arena.h"
 #include "common/data/safetensors.h"
-#include "teacher/target.h"
 
-// One tensor of the checkpoint: its name, the shape config.json implies, and where its device
-// pointer goes. f32: kept in fp32 on every backend (small per-head constants such as A_log).
-// A tensor may be a part of another entry's buffer (parent >= 0: the file tensor is copied at
-// element offset `offset` of the parent's device buffer; per-expert files stacked into [E, ...]),
-// and an entry may be a buffer only (alloc_only: no file tensor of its own, its parts fill it).
+struct cJSON;
+struct target_config;
+struct target_model;
+struct target_work;
+struct target_tensor_list;
+struct target_arch;
+
+// The token mixer of a layer. Every hook reads its shapes from m->cfg; l is the global layer id.
 typedef struct {
-    char name[160];
-    int ndim;
-    int64_t shape[3];
-    int f32;
-    void **dst;
-    int parent;     // -1, or the index of the entry whose buffer holds this tensor
-    int64_t offset; // elements into the parent's buffer
-    int alloc_only; // a buffer for parts, not a file tensor
-    int64_t layer;  // the decoder layer it belongs to; -1 the embedding, -2 the final norm and lm_head
-} target_tensor;
+    // parse: the mixer's config.json keys after the shared ones (root: the text model's object; src
+    // names it in messages); sets the flags its layer code reads. -1 with error_set naming the key.
+    int (*parse)(struct target_config *c, const struct cJSON *root, const char *src);
+    // layer_tensors: layer l's mixer tensors under prefix ("model." or "model.language_model."),
+    // with the shapes config.json implies (target_tensor_add).
+    void (*layer_tensors)(struct target_model *m, int64_t l, const char *prefix, struct target_tensor_list *list);
+    // work_carve: its buffers of target_work beyond the shared ones for max_tokens tokens and max_seqs
+    // sequences (NULL: none); a dry arena counts them for the memory plan.
+    void (*work_carve)(struct target_work *w, arena *a, const struct target_model *m, int max_tokens, int max_seqs);
+    // forward: the mixer of layer l over T packed tokens (w->cu_seqlens, w->pos on the device):
+    // w->xn [T, H] (the normed residual stream) in, its output in w->xn. conv_state / rec_state: the
+    // decoding state of a recurrent layer (target_layer_is_linear; NULL in the packed forward: every
+    // sequence starts from zero), unused by attention layers.
+    void (*forward)(const struct target_model *m, int l, struct target_work *w, int T, int n_seq, void *conv_state,
+                    float *rec_state);
+    // An attention layer in two halves, as forward runs it around causal attention:
+    // attn_project: w->xn [T, H] in; w->q [T, nq, hd], w->k, w->v [T, nkv, hd] (after the
+    // architecture's norms and RoPE at w->pos) out, and whatever attn_finish needs.
+    void (*attn_project)(const struct target_model *m, int l, struct target_work *w, int T);
+    // attn_finish: w->att [T, nq*hd] (the attention's output) in, the mixer's output in w->xn [T, H].
+    void (*attn_finish)(const struct target_model *m, int l, struct target_work *w, int T);
+    // to_json: a config.json of c that transformers loads as table A's class (the layout is the
+    // mixer family's; A->mlp->to_json adds the MLP's keys). Caller frees (target_config_to_json).
+    char *(*to_json)(const struct target_config *c, const struct target_arch *A);
+} target_mixer;
 
-// A growing list of tensors (target.c frees it).
+// The MLP of a layer (its input norm and the residual add are the frame's).
 typedef struct {
-    target_tensor *t;
-    int n, cap;
-} target_tensor_list;
+    // parse: the MLP's config.json keys (NULL: none), as target_mixer.parse.
+    int (*parse)(struct target_config *c, const struct cJSON *root, const char *src);
+    // layer_tensors: layer l's MLP tensors (d: the checkpoint, for layouts that vary by file; NULL
+    // when only sizing).
+    void (*layer_tensors)(struct target_model *m, int64_t l, const char *prefix, struct target_tensor_list *list,
+                          const st_dir *d);
+    // work_carve: its buffers of target_work beyond the shared ones (NULL: none).
+    void (*work_carve)(struct target_work *w, arena *a, const struct target_model *m, int max_tokens);
+    // forward: layer l's MLP: w->xn [T, H] (normed) in, its output in w->xn.
+    void (*forward)(const struct target_model *m, int l, struct target_work *w, int T);
+    // to_json: the MLP's keys into config.json object o (the text model's).
+    void (*to_json)(struct cJSON *o, const struct target_config *c);
+} target_mlp;
 
-// target_tensor_add: append name (printf-style) with ndim dims of shape s (s[1], s[2] ignored beyond
-// ndim); returns its index (for target_tensor_part).
-int target_tensor_add(target_tensor_list *l, void **dst, int f32, int ndim, int64_t s0, int64_t s1, int64_t s2,
-                      const char *fmt, ...) __attribute__((format(printf, 8, 9)));
-// target_tensor_part: make entry i a part of entry parent's buffer, at element offset.
-void target_tensor_part(target_tensor_list *l, int i, int parent, int64_t offset);
+// A transformers model class the table serves: config.json's "architectures" entry, the
+// "model_type" it goes with, and whether it is a multimodal wrapper (the text model's keys under
+// text_config, its tensors under model.language_model.).
+typedef struct {
+    const char *class_name;
+    const char *model_type;
+    int multimodal;
+} target_arch_class;
 
-// target_mlp_width: the widest SwiGLU the work buffers hold: intermediate_size, or the shared expert's.
-int64_t target_mlp_width(const target_config *c);
-// target_arch_work_carve: the architecture-specific work buffers (hybrid mixer, MoE), for
-// target_work_carve and the decoder's view.
-void target_arch_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs);
-// target_swiglu_mlp: out [T, H] = down(silu(gate(w->xn)) * up(w->xn)), width I, through w->gate/up.
-void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_up, const void *w_down, int I,
-                       target_work *w, int T, void *out);
-// target_mlp_block: the MLP half of layer l: w->x += mlp(norm(w->x)) (dense SwiGLU or MoE).
-void target_mlp_block(const target_model *m, int l, target_work *w, int T);
+#define TARGET_ARCH_MAX_CLASSES 4
 
-// target_norm: the model's RMSNorm: zero-centred ((1 + w), Qwen3.5) or plain (w).   act [R, D]
-void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D);
+// target_arch_class_of: A's class with that multimodal flag (the first class when none has it).
+static inline const target_arch_class *target_arch_class_of(const struct target_arch *A, int multimodal);
 
-// y[T, out] = x[T, in] @ W[out, in]^T on the backend (act in, act out).
-void target_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out);
+typedef struct target_arch {
+    const char *name;            // "qwen3": for messages and docs
+    int family;                  // target_config.arch (ARCH_*): the attention family the config reports
+    int moe;                     // target_config.moe: the MLPs may be mixtures of experts
+    target_arch_class classes[TARGET_ARCH_MAX_CLASSES]; // the classes it serves (class_name NULL ends)
+    // The config class's defaults for absent keys (transformers' *Config __init__):
+    int64_t default_kv_heads;    // num_key_value_heads; 0: num_attention_heads
+    int64_t default_head_dim;    // head_dim; 0: hidden_size / num_attention_heads
+    int64_t default_max_positions; // max_position_embeddings
+    double default_partial_rotary; // partial_rotary_factor; 0: none (RoPE on the whole head, a factor must be 1)
+    int no_intermediate;         // 1: no intermediate_size (every MLP is sparse)
+    // The MASK token of a drafter whose mask_token_id is -1, for a vocabulary of mask_vocab rows
+    // (0: the rule's fallback, the last row)
+    int64_t mask_vocab, mask_token;
+    const target_mixer *mixer;
+    const target_mlp *mlp;
+} target_arch;
 
-// ----------------------------------------------------------------------------- Qwen3.5 / Qwen3.6 (target_qwen3_5.c)
+// The parts the architecture files define, for the tables that combine them.
+extern const target_mixer target_mixer_qwen3;   // target_dense.c: per-head q_norm/k_norm before RoPE
+extern const target_mixer target_mixer_llama;   // target_dense.c: no per-head norms
+extern const target_mixer target_mixer_qwen3_5; // target_qwen3_5.c: gated attention + Gated DeltaNet
+extern const target_mlp target_mlp_swiglu;      // target.c: down(silu(gate(x)) * up(x))
 
-// target_qwen3_5_layer_tensors: the mixer tensors of layer l (gated attention or Gated DeltaNet)
-// under prefix ("model.language_model." or "model.").
-void target_qwen3_5_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list);
-
-// target_qwen3_5_work_carve: the hybrid buffers of target_work for max_tokens tokens and max_seqs
-// sequences (the dry arena counts them for the memory plan).
-void target_qwen3_5_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens, int max_seqs);
-
-// target_qwen3_5_mixer: the token mixer of layer l: w->xn [T, H] (the normed residual stream) in,
-// the mixer's output in w->xn (act [T, H]). Packed sequences by w->cu_seqlens / w->pos (device).
-// conv_state [n_seq, K-1, C] act and rec_state [n_seq, Hv, dk, dv] f32 are the decoding state of a
-// linear layer (NULL in the packed forward: every sequence starts from zero).
-void target_qwen3_5_mixer(const target_model *m, int l, target_work *w, int T, int n_seq, void *conv_state,
-                          float *rec_state);
-
-// The gated attention of a full_attention layer in two halves around the attention itself (the
-// packed forward runs causal attention between them, the decoder its attention over the cache):
-// target_qwen3_5_attn_project: w->xn [T, H] in; w->q [T, nq, hd] (q_norm, partial RoPE), w->k
-// [T, nkv, hd] (k_norm, partial RoPE), w->v [T, nkv, hd] and w->att_gate [T, nq*hd] out (w->pos).
-void target_qwen3_5_attn_project(const target_model *m, int l, target_work *w, int T);
-// target_qwen3_5_attn_finish: w->att [T, nq*hd] (the attention's output) in, gated by
-// sigmoid(w->att_gate) in place; o_proj of it into w->xn [T, H].
-void target_qwen3_5_attn_finish(const target_model *m, int l, target_work *w, int T);
-
-// ----------------------------------------------------------------------------- mixture of experts (target_moe.c)
-
-// target_moe_layer_tensors: the sparse MLP of layer l: router, experts (fused [E, 2I, H] / [E, H, I]
-// as in the files, or per expert stacked into those buffers when d holds them per expert; d NULL:
-// fused), and the Qwen3.5-MoE shared expert and its gate.
-void target_moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
-                              const st_dir *d);
-// target_moe_work_carve: the routing and expert buffers of target_work for max_tokens tokens.
-void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens);
-// target_moe_mlp: the MoE MLP of layer l: w->xn [T, H] in, out in w->xn.
-void target_moe_mlp(const target_model *m, int l, target_work *w, int T);
+static inline const target_arch_class *target_arch_class_of(const target_arch *A, int multimodal) {
+    for (const target_arch_class *k = A->classes; k->class_name; k++)
+        if (k->multimodal == multimodal) return k;
+    return &A->classes[0];
+}

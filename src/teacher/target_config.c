@@ -24,6 +24,8 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
+#include "teacher/target_arch.h"
+#include "teacher/target_registry.h"
 
 // ---------------------------------------------------------------- typed field access
 
@@ -87,28 +89,35 @@ static int tc_refuse_true(const cJSON *obj, const char *key, const char *src, co
     return 0;
 }
 
+int target_config_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out, int *found) {
+    return tc_int(obj, key, name, src, out, found);
+}
+
+int target_config_bool(const cJSON *obj, const char *key, const char *src, int *out) { return tc_bool(obj, key, src, out); }
+
+int target_config_positive(const cJSON *obj, const char *key, const char *src, int64_t *out) {
+    if (tc_int(obj, key, key, src, out, NULL)) return -1;
+    if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
+    return 0;
+}
+
 // ---------------------------------------------------------------- architecture
 
-typedef struct {
-    const char *arch_name;
-    const char *model_type;
-    target_arch arch;
-} tc_arch_row;
+// tc_names: the registry's class names (model_types when types), ", "-separated, into s.
+static void tc_names(char *s, size_t n, int types) {
+    size_t used = 0;
+    s[0] = 0;
+    for (int i = 0; i < target_n_archs; i++)
+        for (const target_arch_class *k = target_archs[i]->classes; k->class_name; k++)
+            used += (size_t)snprintf(s + used, used < n ? n - used : 0, "%s%s", used ? ", " : "",
+                                     types ? k->model_type : k->class_name);
+}
 
-static const tc_arch_row tc_archs[] = {
-    {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3},
-    {"LlamaForCausalLM", "llama", ARCH_LLAMA},
-    {"Qwen3_5ForConditionalGeneration", "qwen3_5", ARCH_QWEN3_5}, // Qwen3.5 / Qwen3.6, multimodal wrapper
-    {"Qwen3_5ForCausalLM", "qwen3_5_text", ARCH_QWEN3_5},          // the text-only layout
-    {"Qwen3MoeForCausalLM", "qwen3_moe", ARCH_QWEN3},                   // Qwen3 attention, MoE MLPs
-    {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", ARCH_QWEN3_5}, // the hybrid with MoE MLPs
-    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", ARCH_QWEN3_5},
-};
-#define TC_NARCHS (int)(sizeof tc_archs / sizeof tc_archs[0])
-
-// tc_parse_arch: "architectures" (a list of one supported name), else "model_type".
+// tc_parse_arch: "architectures" (a list of one supported name), else "model_type": the table
+// (target_registry.h) that serves it.
 static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
     const char *name = NULL, *model_type = NULL;
+    char list[1024];
     if (json_get_string(root, "model_type", "model_type", src, &model_type)) return -1;
     const cJSON *archs = json_field(root, "architectures");
     if (archs) {
@@ -122,30 +131,36 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
         if (!cJSON_IsString(a)) return error_set("%s: 'architectures' wants a list of names, got %s", src, s);
         name = a->valuestring;
     } else if (model_type) {
-        for (int i = 0; i < TC_NARCHS; i++)
-            if (strcmp(model_type, tc_archs[i].model_type) == 0) name = tc_archs[i].arch_name;
-        if (!name)
-            return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are qwen3, llama, qwen3_5,"
-                             " qwen3_5_text, qwen3_moe, qwen3_5_moe, qwen3_5_moe_text",
-                             src, model_type);
+        for (int i = 0; i < target_n_archs; i++)
+            for (const target_arch_class *k = target_archs[i]->classes; k->class_name; k++)
+                if (strcmp(model_type, k->model_type) == 0) name = k->class_name;
+        if (!name) {
+            tc_names(list, sizeof list, 1);
+            return error_set("%s: no 'architectures' and 'model_type' is \"%s\": supported are %s", src, model_type, list);
+        }
     } else {
         return error_set("%s: missing 'architectures' (and 'model_type')", src);
     }
-    for (int i = 0; i < TC_NARCHS; i++) {
-        if (strcmp(name, tc_archs[i].arch_name) != 0) continue;
-        if (model_type && strcmp(model_type, tc_archs[i].model_type) != 0)
-            return error_set("%s: 'model_type' is \"%s\" but 'architectures' is [\"%s\"] (expected model_type \"%s\")",
-                             src, model_type, name, tc_archs[i].model_type);
-        c->arch = tc_archs[i].arch;
-        c->multimodal = strstr(name, "ForConditionalGeneration") != NULL;
-        c->moe = strstr(name, "Moe") != NULL;
-        snprintf(c->arch_name, sizeof c->arch_name, "%s", name);
-        return 0;
-    }
-    return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: Qwen3ForCausalLM, LlamaForCausalLM,"
-                     " Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM, Qwen3MoeForCausalLM,"
-                     " Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM)",
-                     src, name);
+    for (int i = 0; i < target_n_archs; i++)
+        for (const target_arch_class *k = target_archs[i]->classes; k->class_name; k++) {
+            if (strcmp(name, k->class_name) != 0) continue;
+            if (model_type && strcmp(model_type, k->model_type) != 0)
+                return error_set("%s: 'model_type' is \"%s\" but 'architectures' is [\"%s\"] (expected model_type \"%s\")",
+                                 src, model_type, name, k->model_type);
+            c->table = target_archs[i];
+            c->arch = (target_family)c->table->family;
+            c->moe = c->table->moe;
+            c->multimodal = k->multimodal;
+            snprintf(c->arch_name, sizeof c->arch_name, "%s", name);
+            return 0;
+        }
+    tc_names(list, sizeof list, 0);
+    return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: %s)", src, name, list);
+}
+
+int64_t target_config_mask_token(const target_config *c) {
+    if (c->table && c->table->mask_vocab > 0 && c->vocab == c->table->mask_vocab) return c->table->mask_token;
+    return c->vocab - 1;
 }
 
 // ---------------------------------------------------------------- RoPE
@@ -188,10 +203,11 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
         return error_set("%s: 'rope_theta' must be a finite number > 1, got %g", src, c->rope_theta);
 
-    // partial_rotary_factor: RoPE on the first int(head_dim * factor) dims of a head. Qwen3.5 only
-    // (its default is 0.25); the other architectures rotate the whole head.
-    int hybrid = c->arch == ARCH_QWEN3_5;
-    double partial = hybrid ? 0.25 : 1.0;
+    // partial_rotary_factor: RoPE on the first int(head_dim * factor) dims of a head, for the
+    // architectures whose config class has the key (Qwen3.5: its default is 0.25); the others rotate
+    // the whole head.
+    int hybrid = c->table->default_partial_rotary > 0;
+    double partial = hybrid ? c->table->default_partial_rotary : 1.0;
     if (tc_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
@@ -251,124 +267,9 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
 
 // ---------------------------------------------------------------- parse
 
-// tc_parse_hybrid: the Qwen3.5 / Qwen3.6 keys (Qwen3_5TextConfig's names and defaults): the layer
-// types, given as layer_types or derived from full_attention_interval (full when (i+1) % interval
-// == 0, interval 4), and the Gated DeltaNet shape.
-static int tc_parse_hybrid(target_config *c, const cJSON *root, const char *src) {
-    c->norm_zero_centred = 1;
-    c->gated_attention = 1;
-    if (c->n_layers > TARGET_MAX_LAYERS)
-        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
-                         (long long)c->n_layers, TARGET_MAX_LAYERS);
-    static const char *const keys[5] = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                                        "linear_value_head_dim", "linear_conv_kernel_dim"};
-    int64_t *vals[5] = {&c->lin_k_heads, &c->lin_v_heads, &c->lin_k_dim, &c->lin_v_dim, &c->lin_conv_kernel};
-    const int64_t defaults[5] = {16, 32, 128, 128, 4};
-    for (int i = 0; i < 5; i++) {
-        *vals[i] = defaults[i];
-        if (tc_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
-        if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
-    }
-    if (c->lin_v_heads % c->lin_k_heads != 0)
-        return error_set("%s: 'linear_num_value_heads' %lld is not a multiple of 'linear_num_key_heads' %lld", src,
-                         (long long)c->lin_v_heads, (long long)c->lin_k_heads);
-    if (c->lin_conv_kernel > 64)
-        return error_set("%s: 'linear_conv_kernel_dim' %lld is over 64", src, (long long)c->lin_conv_kernel);
-    char s[160];
-    const cJSON *types = json_field(root, "layer_types");
-    if (types) {
-        json_value_str(types, s, sizeof s);
-        if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
-        if (cJSON_GetArraySize(types) != c->n_layers)
-            return error_set("%s: 'layer_types' has %d entries for %lld layers ('num_hidden_layers')", src,
-                             cJSON_GetArraySize(types), (long long)c->n_layers);
-        int i = 0;
-        for (const cJSON *t = types->child; t; t = t->next, i++) {
-            int lin = cJSON_IsString(t) && strcmp(t->valuestring, "linear_attention") == 0;
-            int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
-            if (!lin && !full) {
-                json_value_str(t, s, sizeof s);
-                return error_set("%s: 'layer_types[%d]' is %s: want \"linear_attention\" or \"full_attention\"", src,
-                                 i, s);
-            }
-            c->layer_linear[i] = (uint8_t)lin;
-        }
-        c->full_interval = 0;
-    } else {
-        c->full_interval = 4;
-        if (tc_int(root, "full_attention_interval", "full_attention_interval", src, &c->full_interval, NULL)) return -1;
-        if (c->full_interval <= 0)
-            return error_set("%s: 'full_attention_interval' must be positive, got %lld", src,
-                             (long long)c->full_interval);
-        for (int64_t i = 0; i < c->n_layers; i++) c->layer_linear[i] = (uint8_t)((i + 1) % c->full_interval != 0);
-    }
-    return 0;
-}
-
-// tc_parse_moe: the mixture-of-experts keys (Qwen3MoeConfig / Qwen3_5MoeTextConfig names and
-// defaults). Qwen3-MoE: layer i is sparse unless i is in mlp_only_layers or (i+1) %
-// decoder_sparse_step != 0, norm_topk_prob default false. Qwen3.5-MoE: every layer sparse, the
-// top-k always renormalised, a shared expert of shared_expert_intermediate_size.
-static int tc_parse_moe(target_config *c, const cJSON *root, const char *src) {
-    int hybrid = c->arch == ARCH_QWEN3_5;
-    if (c->n_layers > TARGET_MAX_LAYERS)
-        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
-                         (long long)c->n_layers, TARGET_MAX_LAYERS);
-    c->n_experts = hybrid ? 256 : 128;
-    c->n_experts_tok = 8;
-    c->moe_intermediate = hybrid ? 512 : 768;
-    c->shared_intermediate = hybrid ? 512 : 0;
-    c->sparse_step = 1;
-    static const char *const keys[3] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size"};
-    int64_t *vals[3] = {&c->n_experts, &c->n_experts_tok, &c->moe_intermediate};
-    for (int i = 0; i < 3; i++) {
-        if (tc_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
-        if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
-    }
-    if (c->n_experts_tok > c->n_experts)
-        return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
-                         (long long)c->n_experts_tok, (long long)c->n_experts);
-    if (c->n_experts_tok > 64)
-        return error_set("%s: 'num_experts_per_tok' %lld is over 64", src, (long long)c->n_experts_tok);
-    if (hybrid) {
-        if (tc_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
-                   &c->shared_intermediate, NULL))
-            return -1;
-        if (c->shared_intermediate <= 0)
-            return error_set("%s: 'shared_expert_intermediate_size' must be positive, got %lld", src,
-                             (long long)c->shared_intermediate);
-        c->norm_topk_prob = 1;
-        for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = 1;
-        return 0;
-    }
-    c->norm_topk_prob = 0;
-    if (tc_bool(root, "norm_topk_prob", src, &c->norm_topk_prob)) return -1;
-    if (tc_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
-    if (c->sparse_step <= 0)
-        return error_set("%s: 'decoder_sparse_step' must be positive, got %lld", src, (long long)c->sparse_step);
-    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = (uint8_t)((i + 1) % c->sparse_step == 0);
-    const cJSON *only = json_field(root, "mlp_only_layers");
-    if (only) {
-        char s[160];
-        json_value_str(only, s, sizeof s);
-        if (!cJSON_IsArray(only)) return error_set("%s: 'mlp_only_layers' wants a list of layer indices, got %s", src, s);
-        int j = 0;
-        for (const cJSON *v = only->child; v; v = v->next, j++) {
-            double d = v->valuedouble;
-            if (!cJSON_IsNumber(v) || d != floor(d) || d < 0 || d >= (double)c->n_layers) {
-                json_value_str(v, s, sizeof s);
-                return error_set("%s: 'mlp_only_layers[%d]' is %s: want a layer index in [0, %lld)", src, j, s,
-                                 (long long)c->n_layers);
-            }
-            c->layer_sparse[(int64_t)d] = 0;
-        }
-    }
-    return 0;
-}
-
 static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src) {
     if (tc_parse_arch(c, top, top_src)) return -1;
-    int qwen3 = c->arch == ARCH_QWEN3, hybrid = c->arch == ARCH_QWEN3_5;
+    const target_arch *A = c->table;
     // The multimodal wrapper keeps the text model's keys under text_config (SPEC §2.1); messages name it.
     const cJSON *root = top;
     const char *src = top_src;
@@ -383,15 +284,15 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
 
     if (tc_required(root, "num_hidden_layers", src, &c->n_layers)) return -1;
     if (tc_required(root, "hidden_size", src, &c->hidden)) return -1;
-    // Qwen3.5-MoE has no dense MLP (every layer is sparse): no intermediate_size
-    if (!(hybrid && c->moe) && tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
+    // an architecture without dense MLPs (Qwen3.5-MoE: every layer is sparse) has no intermediate_size
+    if (!A->no_intermediate && tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
     if (tc_required(root, "num_attention_heads", src, &c->n_heads)) return -1;
     if (tc_required(root, "vocab_size", src, &c->vocab)) return -1;
 
-    // absent: the config class's default (Qwen3 32, Qwen3-MoE 4, Qwen3.5 4, Qwen3.5-MoE 2, Llama the
-    // query heads); null: the query heads (transformers' `is None` rule)
-    c->n_kv_heads = !cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads")
-                        ? (hybrid ? (c->moe ? 2 : 4) : qwen3 ? (c->moe ? 4 : 32) : c->n_heads)
+    // absent: the config class's default (the table's: Qwen3 32, Qwen3-MoE 4, Qwen3.5 4, Qwen3.5-MoE
+    // 2, Llama the query heads); null: the query heads (transformers' `is None` rule)
+    c->n_kv_heads = !cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads") && A->default_kv_heads > 0
+                        ? A->default_kv_heads
                         : c->n_heads;
     if (tc_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
     if (c->n_kv_heads <= 0)
@@ -403,8 +304,8 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     int have_head_dim = 0;
     if (tc_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
     if (!have_head_dim) {
-        if ((qwen3 && !c->moe) || hybrid) {
-            c->head_dim = qwen3 ? 128 : 256; // Qwen3Config's / Qwen3_5TextConfig's default, whatever hidden_size is
+        if (A->default_head_dim > 0) {
+            c->head_dim = A->default_head_dim; // e.g. Qwen3Config's 128, whatever hidden_size is
         } else {
             if (c->hidden % c->n_heads != 0)
                 return error_set("%s: 'hidden_size' %lld is not a multiple of 'num_attention_heads' %lld"
@@ -417,7 +318,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
         return error_set("%s: 'head_dim' must be positive and even (RoPE rotates pairs), got %lld", src,
                          (long long)c->head_dim);
 
-    c->max_positions = qwen3 || hybrid ? 32768 : 2048;
+    c->max_positions = A->default_max_positions;
     if (tc_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
     if (c->max_positions <= 0)
         return error_set("%s: 'max_position_embeddings' must be positive, got %lld", src, (long long)c->max_positions);
@@ -441,22 +342,9 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
     if (tc_refuse_true(root, "use_sliding_window", src, "sliding-window attention is not supported for the target"))
         return -1;
-    const cJSON *types = json_field(root, "layer_types");
-    if (hybrid) {
-        if (tc_parse_hybrid(c, root, src)) return -1;
-    } else if (types) {
-        char s[160];
-        json_value_str(types, s, sizeof s);
-        if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
-        int i = 0;
-        for (const cJSON *t = types->child; t; t = t->next, i++)
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
-                json_value_str(t, s, sizeof s);
-                return error_set("%s: 'layer_types[%d]' is %s: only full_attention is supported", src, i, s);
-            }
-    }
-
-    if (c->moe && tc_parse_moe(c, root, src)) return -1;
+    // the architecture's own keys: its mixer's (layer types, the hybrid's shapes), its MLP's (experts)
+    if (A->mixer->parse && A->mixer->parse(c, root, src)) return -1;
+    if (A->mlp->parse && A->mlp->parse(c, root, src)) return -1;
     if (tc_parse_rope(c, root, src)) return -1;
 
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
@@ -509,143 +397,13 @@ int target_config_load(target_config *c, const char *dir) {
 
 // ---------------------------------------------------------------- write
 
-// tc_moe_to_json: the mixture-of-experts keys of a config.json (both families).
-static void tc_moe_to_json(cJSON *t, const target_config *c) {
-    cJSON_AddNumberToObject(t, "num_experts", (double)c->n_experts);
-    cJSON_AddNumberToObject(t, "num_experts_per_tok", (double)c->n_experts_tok);
-    cJSON_AddNumberToObject(t, "moe_intermediate_size", (double)c->moe_intermediate);
-    if (c->arch == ARCH_QWEN3_5) {
-        cJSON_AddNumberToObject(t, "shared_expert_intermediate_size", (double)c->shared_intermediate);
-        return;
-    }
-    cJSON_AddBoolToObject(t, "norm_topk_prob", c->norm_topk_prob != 0);
-    cJSON_AddNumberToObject(t, "decoder_sparse_step", (double)c->sparse_step);
-    cJSON *only = cJSON_AddArrayToObject(t, "mlp_only_layers");
-    for (int64_t i = 0; i < c->n_layers; i++)
-        if (!c->layer_sparse[i] && (i + 1) % c->sparse_step == 0) cJSON_AddItemToArray(only, cJSON_CreateNumber((double)i));
-}
-
-// tc_hybrid_to_json: a Qwen3.5 config.json: the text-only Qwen3_5ForCausalLM (keys at the top), or
-// the Qwen3_5ForConditionalGeneration wrapper (keys under text_config, plus a small vision_config:
-// the wrapper's class builds its vision tower from it; the teacher never reads it).
-static char *tc_hybrid_to_json(const target_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
-    const char *cls = c->moe ? (c->multimodal ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5MoeForCausalLM")
-                             : (c->multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM");
-    cJSON_AddItemToArray(archs, cJSON_CreateString(cls));
-    cJSON *t = o;
-    if (c->multimodal) {
-        cJSON_AddStringToObject(o, "model_type", c->moe ? "qwen3_5_moe" : "qwen3_5");
-        cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
-        t = cJSON_AddObjectToObject(o, "text_config");
-    }
-    cJSON_AddStringToObject(t, "model_type", c->moe ? "qwen3_5_moe_text" : "qwen3_5_text");
-    cJSON_AddNumberToObject(t, "vocab_size", (double)c->vocab);
-    cJSON_AddNumberToObject(t, "hidden_size", (double)c->hidden);
-    if (c->moe) tc_moe_to_json(t, c);
-    else cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
-    cJSON_AddNumberToObject(t, "num_hidden_layers", (double)c->n_layers);
-    cJSON_AddNumberToObject(t, "num_attention_heads", (double)c->n_heads);
-    cJSON_AddNumberToObject(t, "num_key_value_heads", (double)c->n_kv_heads);
-    cJSON_AddNumberToObject(t, "head_dim", (double)c->head_dim);
-    cJSON_AddNumberToObject(t, "linear_num_key_heads", (double)c->lin_k_heads);
-    cJSON_AddNumberToObject(t, "linear_num_value_heads", (double)c->lin_v_heads);
-    cJSON_AddNumberToObject(t, "linear_key_head_dim", (double)c->lin_k_dim);
-    cJSON_AddNumberToObject(t, "linear_value_head_dim", (double)c->lin_v_dim);
-    cJSON_AddNumberToObject(t, "linear_conv_kernel_dim", (double)c->lin_conv_kernel);
-    if (c->full_interval > 0) {
-        cJSON_AddNumberToObject(t, "full_attention_interval", (double)c->full_interval);
-    } else {
-        cJSON *types = cJSON_AddArrayToObject(t, "layer_types");
-        for (int64_t i = 0; i < c->n_layers; i++)
-            cJSON_AddItemToArray(types, cJSON_CreateString(c->layer_linear[i] ? "linear_attention" : "full_attention"));
-    }
-    cJSON_AddStringToObject(t, "hidden_act", "silu");
-    cJSON_AddNumberToObject(t, "max_position_embeddings", (double)c->max_positions);
-    json_add_float_py(t, "rms_norm_eps", c->rms_eps);
-    cJSON *r = cJSON_AddObjectToObject(t, "rope_parameters");
-    cJSON_AddStringToObject(r, "rope_type", "default");
-    json_add_float_py(r, "rope_theta", c->rope_theta);
-    json_add_float_py(r, "partial_rotary_factor", c->partial_rotary);
-    // Also under text_config for the wrapper (the same value): AutoModelForCausalLM loads the
-    // wrapper's directory as Qwen3_5ForCausalLM from text_config alone, and would untie otherwise.
-    cJSON_AddBoolToObject(t, "tie_word_embeddings", c->tie_embeddings != 0);
-    cJSON_AddBoolToObject(t, "attention_bias", 0);
-    json_add_float_py(t, "attention_dropout", 0.0);
-    json_add_float_py(t, "initializer_range", 0.02);
-    cJSON_AddBoolToObject(t, "use_cache", 1);
-    if (c->multimodal) {
-        cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
-        cJSON_AddStringToObject(v, "model_type", c->moe ? "qwen3_5_moe_vision" : "qwen3_5_vision");
-        cJSON_AddNumberToObject(v, "depth", 1);
-        cJSON_AddNumberToObject(v, "hidden_size", 32);
-        cJSON_AddNumberToObject(v, "intermediate_size", 64);
-        cJSON_AddNumberToObject(v, "num_heads", 2);
-        cJSON_AddNumberToObject(v, "patch_size", 4);
-        cJSON_AddNumberToObject(v, "spatial_merge_size", 2);
-        cJSON_AddNumberToObject(v, "temporal_patch_size", 2);
-        cJSON_AddNumberToObject(v, "out_hidden_size", (double)c->hidden);
-        cJSON_AddNumberToObject(v, "num_position_embeddings", 64);
-    }
-    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    if (!text) fatal("target_config_to_json: out of memory");
-    return text;
-}
-
 char *target_config_to_json(const target_config *c) {
-    if (c->arch == ARCH_QWEN3_5) return tc_hybrid_to_json(c);
-    int qwen3 = c->arch == ARCH_QWEN3;
-    cJSON *o = cJSON_CreateObject();
-    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString(c->arch_name[0] ? c->arch_name
-                                                                    : (qwen3 ? (c->moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
-                                                                             : "LlamaForCausalLM")));
-    cJSON_AddStringToObject(o, "model_type", qwen3 ? (c->moe ? "qwen3_moe" : "qwen3") : "llama");
-    if (c->moe) tc_moe_to_json(o, c);
-    cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
-    cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
-    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layers);
-    cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_heads);
-    cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
-    json_add_float_py(o, "rms_norm_eps", c->rms_eps);
-    // The legacy spelling (rope_theta + rope_scaling) is read by transformers 4.x and 5.x alike.
-    json_add_float_py(o, "rope_theta", c->rope_theta);
-    if (c->rope_llama3) {
-        cJSON *r = cJSON_AddObjectToObject(o, "rope_scaling");
-        cJSON_AddStringToObject(r, "rope_type", "llama3");
-        json_add_float_py(r, "factor", c->rope_factor);
-        json_add_float_py(r, "low_freq_factor", c->rope_low_freq_factor);
-        json_add_float_py(r, "high_freq_factor", c->rope_high_freq_factor);
-        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
-    } else {
-        cJSON_AddNullToObject(o, "rope_scaling");
-    }
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    json_add_float_py(o, "attention_dropout", 0.0);
-    if (qwen3) {
-        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
-        cJSON_AddNullToObject(o, "sliding_window");
-        cJSON_AddNumberToObject(o, "max_window_layers", (double)c->n_layers);
-    } else {
-        cJSON_AddBoolToObject(o, "mlp_bias", 0);
-        cJSON_AddNumberToObject(o, "pretraining_tp", 1);
-    }
-    json_add_float_py(o, "initializer_range", 0.02);
-    cJSON_AddBoolToObject(o, "use_cache", 1);
-    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "torch_dtype", c->torch_dtype);
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    if (!text) fatal("target_config_to_json: out of memory");
+    const target_arch *A = c->table; // a config built by hand (make-target): the table of its family
+    for (int i = 0; !A && i < target_n_archs; i++)
+        if ((int)c->arch == target_archs[i]->family && c->moe == target_archs[i]->moe) A = target_archs[i];
+    if (!A) fatal("target_config_to_json: no architecture of family %d (moe %d)", (int)c->arch, c->moe);
     // cJSON's allocation is plain malloc (the default hooks), so the caller's free() is right.
-    return text;
+    return A->mixer->to_json(c, A);
 }
 
 // ---------------------------------------------------------------- RoPE frequencies

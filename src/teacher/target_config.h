@@ -11,12 +11,18 @@
 #pragma once
 #include <stdint.h>
 
-typedef enum { ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2 } target_arch;
+// The attention family a config reports (tests and make-target read it; the teacher's code reads the
+// table, target_arch.h).
+typedef enum { ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2 } target_family;
+
+struct target_arch;
+struct cJSON;
 
 #define TARGET_MAX_LAYERS 1024
 
-typedef struct {
-    target_arch arch;
+typedef struct target_config {
+    const struct target_arch *table; // the architecture's table (target_arch.h), set by target_config_parse
+    target_family arch;
     char arch_name[64];       // "Qwen3ForCausalLM"
     int64_t n_layers;         // num_hidden_layers
     int64_t hidden;           // hidden_size H
@@ -41,6 +47,7 @@ typedef struct {
     int multimodal;           // Qwen3_5ForConditionalGeneration: text tensors under "model.language_model."
     int norm_zero_centred;    // every RMSNorm of the model is x * rsqrt(...) * (1 + w)
     int gated_attention;      // q_proj gives [query | gate] per head; output * sigmoid(gate)
+    int qk_norm;              // per-head RMSNorm of q and k before RoPE (Qwen3, Qwen3-MoE, Qwen3.5)
     int64_t lin_k_heads;      // linear_num_key_heads
     int64_t lin_v_heads;      // linear_num_value_heads (a multiple of lin_k_heads)
     int64_t lin_k_dim;        // linear_key_head_dim
@@ -64,9 +71,7 @@ typedef struct {
 static inline int target_layer_is_sparse(const target_config *c, int64_t l) { return c->moe && c->layer_sparse[l]; }
 
 // target_layer_is_linear: layer l is a Gated DeltaNet layer.
-static inline int target_layer_is_linear(const target_config *c, int64_t l) {
-    return c->arch == ARCH_QWEN3_5 && c->layer_linear[l];
-}
+static inline int target_layer_is_linear(const target_config *c, int64_t l) { return c->layer_linear[l]; }
 // target_tensor_prefix: "model.language_model." for the multimodal wrapper, else "model.".
 static inline const char *target_tensor_prefix(const target_config *c) {
     return c->multimodal ? "model.language_model." : "model.";
@@ -76,6 +81,19 @@ static inline const char *target_tensor_prefix(const target_config *c) {
 int target_config_load(target_config *c, const char *dir);
 // target_config_parse: the same from JSON text (source names it in messages).
 int target_config_parse(target_config *c, const char *json, const char *source);
+// target_config_mask_token: the drafter's MASK token when drafter.mask_token_id is -1: the
+// architecture's own for its vocabulary (Qwen3.5's 248320 rows: 248070), else the last row.
+int64_t target_config_mask_token(const target_config *c);
+
+// Typed keys of a config.json object, for the architectures' parse hooks (target_arch.h). A JSON
+// null counts as absent; absent leaves *out unchanged (*found = 0 when found is not NULL). name is
+// what the message calls the key; -1 with error_set on a wrong type.
+int target_config_int(const struct cJSON *obj, const char *key, const char *name, const char *src, int64_t *out,
+                      int *found);
+int target_config_bool(const struct cJSON *obj, const char *key, const char *src, int *out);
+// target_config_positive: an integer key that, when present, must be positive (absent keeps *out).
+int target_config_positive(const struct cJSON *obj, const char *key, const char *src, int64_t *out);
+
 // target_config_to_json: a config.json that transformers loads as the named architecture
 // (used by dflash_tool make-target). Caller frees.
 char *target_config_to_json(const target_config *c);

@@ -1,7 +1,8 @@
 // target_decode.c: KV-cached greedy decoding over the target's weights (see target_decode.h).
 //
-// The layer code mirrors target_forward (target.c) op for op, and for the Qwen3.5 hybrid runs the
-// packed forward's own layer code (target_arch.h) on a target_work view of the decoder's buffers,
+// The layer code is the packed forward's own, through the architecture's table (target_arch.h: the
+// mixer's forward for recurrent layers, its attention halves around the cached attention), run on
+// a target_work view of the decoder's buffers,
 // so a prefilled prompt gives the same numbers as the packed forward, and a decode step gives the
 // same numbers for its one new row up to the rounding of GEMMs over a different number of rows (and,
 // in a Gated DeltaNet layer, of the delta rule's chunk over one token instead of many).
@@ -162,24 +163,6 @@ static void decoder_attention_cpu(target_decoder *d, int slot, float *out, const
     }
 }
 
-// The attention of a Qwen3 / Llama layer up to its output projection: w->xn in; q, k, v after the
-// per-head norms (Qwen3) and RoPE, as target_forward forms them.
-static void decoder_dense_project(target_decoder *d, const target_layer *L, int R) {
-    target_model *m = d->m;
-    const target_config *c = &m->cfg;
-    target_work *w = &d->w;
-    int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
-    target_linear(m->be, w->q, w->xn, L->wq, R, H, nq * hd);
-    target_linear(m->be, w->k, w->xn, L->wk, R, H, nkv * hd);
-    target_linear(m->be, w->v, w->xn, L->wv, R, H, nkv * hd);
-    if (c->arch == ARCH_QWEN3) { // per-head RMSNorm before RoPE
-        target_norm(m, w->q, w->q, L->q_norm, R * nq, hd);
-        target_norm(m, w->k, w->k, L->k_norm, R * nkv, hd);
-    }
-    ops_rope(m->be, w->q, w->pos, m->inv_freq, R, nq, hd);
-    ops_rope(m->be, w->k, w->pos, m->inv_freq, R, nkv, hd);
-}
-
 // Attention of cache slot a over w->q, w->k, w->v (after RoPE) into w->att, storing the new keys and
 // values in the cache: a prefill of sequence seq (seq >= 0) at positions 0..R-1 with causal
 // attention over the prompt, or a step (seq < 0) of R = n_seq rows, row s at position len[s].
@@ -220,22 +203,19 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
     const target_config *c = &m->cfg;
     backend *be = m->be;
     target_work *w = &d->w;
-    int H = (int)c->hidden, qd = (int)(c->n_heads * c->head_dim);
+    const target_mixer *mix = c->table->mixer; // the architecture's layer code (target_arch.h)
+    int H = (int)c->hidden;
     int n_seq = seq >= 0 ? 1 : R, s0 = seq >= 0 ? seq : 0;
     for (int l = 0; l < (int)c->n_layers; l++) {
         const target_layer *L = &m->layers[l];
         // token mixer block
         target_norm(m, w->xn, w->x, L->input_norm, R, H);
-        if (target_layer_is_linear(c, l)) {
-            target_qwen3_5_mixer(m, l, w, R, n_seq, decoder_conv_at(d, d->slot[l], s0), decoder_rec_at(d, d->slot[l], s0));
-        } else if (c->arch == ARCH_QWEN3_5) { // gated attention
-            target_qwen3_5_attn_project(m, l, w, R);
+        if (target_layer_is_linear(c, l)) { // a recurrent layer: its state per sequence
+            mix->forward(m, l, w, R, n_seq, decoder_conv_at(d, d->slot[l], s0), decoder_rec_at(d, d->slot[l], s0));
+        } else { // attention: the architecture's halves around the attention over the cache
+            mix->attn_project(m, l, w, R);
             decoder_attend(d, d->slot[l], seq, R);
-            target_qwen3_5_attn_finish(m, l, w, R);
-        } else {
-            decoder_dense_project(d, L, R);
-            decoder_attend(d, d->slot[l], seq, R);
-            target_linear(be, w->xn, w->att, L->wo, R, qd, H);
+            mix->attn_finish(m, l, w, R);
         }
         ops_add(be, w->x, w->xn, (int64_t)R * H);
         target_mlp_block(m, l, w, R);

@@ -1,6 +1,8 @@
 // target_moe.c: the mixture-of-experts MLP of the Qwen3-MoE and Qwen3.5/3.6-MoE targets (SPEC §2.2;
-// transformers' Qwen3MoeSparseMoeBlock, Qwen3_5MoeSparseMoeBlock). The attention or hybrid mixer
-// and the residual frame are the other files'; see target_arch.h.
+// transformers' Qwen3MoeSparseMoeBlock, Qwen3_5MoeSparseMoeBlock), and their tables qwen3_moe and
+// qwen3_5_moe (target_arch.h): the Qwen3 attention (target_mixer_qwen3) or the Qwen3.5 hybrid mixer
+// (target_mixer_qwen3_5) with this MLP. The residual frame and the SwiGLU of dense layers are
+// target.c's.
 //
 // For T tokens, E experts, top k, expert width Ie (R = T*k routed rows):
 //   p = softmax(x @ router^T) (fp32); the k largest, renormalised when norm_topk_prob (always for
@@ -11,15 +13,98 @@
 // mlp.experts.{e}.{gate,up,down}_proj.weight) or fused (mlp.experts.gate_up_proj [E, 2Ie, H] with the
 // gate rows first, mlp.experts.down_proj [E, H, Ie]); per-expert files are stacked at load into the
 // fused buffers, so the forward sees one layout.
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 
+#include "common/core/error.h"
+#include "common/core/json_util.h"
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_moe.h"
+#include "teacher/target.h"
 #include "teacher/target_arch.h"
 
-void target_moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
+// ---------------------------------------------------------------- config
+
+// moe_parse_experts: the keys both families share (Qwen3MoeConfig / Qwen3_5MoeTextConfig names),
+// with the family's defaults for E experts of width Ie, top 8.
+static int moe_parse_experts(target_config *c, const cJSON *root, const char *src, int64_t E, int64_t Ie) {
+    if (c->n_layers > TARGET_MAX_LAYERS)
+        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
+                         (long long)c->n_layers, TARGET_MAX_LAYERS);
+    c->n_experts = E;
+    c->n_experts_tok = 8;
+    c->moe_intermediate = Ie;
+    c->sparse_step = 1;
+    if (target_config_positive(root, "num_experts", src, &c->n_experts)) return -1;
+    if (target_config_positive(root, "num_experts_per_tok", src, &c->n_experts_tok)) return -1;
+    if (target_config_positive(root, "moe_intermediate_size", src, &c->moe_intermediate)) return -1;
+    if (c->n_experts_tok > c->n_experts)
+        return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
+                         (long long)c->n_experts_tok, (long long)c->n_experts);
+    if (c->n_experts_tok > 64)
+        return error_set("%s: 'num_experts_per_tok' %lld is over 64", src, (long long)c->n_experts_tok);
+    return 0;
+}
+
+// Qwen3-MoE (defaults 128 experts of 768): layer i is sparse unless i is in mlp_only_layers or
+// (i+1) % decoder_sparse_step != 0; norm_topk_prob default false; no shared expert.
+static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src) {
+    c->shared_intermediate = 0;
+    if (moe_parse_experts(c, root, src, 128, 768)) return -1;
+    c->norm_topk_prob = 0;
+    if (target_config_bool(root, "norm_topk_prob", src, &c->norm_topk_prob)) return -1;
+    if (target_config_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
+    if (c->sparse_step <= 0)
+        return error_set("%s: 'decoder_sparse_step' must be positive, got %lld", src, (long long)c->sparse_step);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = (uint8_t)((i + 1) % c->sparse_step == 0);
+    const cJSON *only = json_field(root, "mlp_only_layers");
+    if (only) {
+        char s[160];
+        json_value_str(only, s, sizeof s);
+        if (!cJSON_IsArray(only)) return error_set("%s: 'mlp_only_layers' wants a list of layer indices, got %s", src, s);
+        int j = 0;
+        for (const cJSON *v = only->child; v; v = v->next, j++) {
+            double d = v->valuedouble;
+            if (!cJSON_IsNumber(v) || d != floor(d) || d < 0 || d >= (double)c->n_layers) {
+                json_value_str(v, s, sizeof s);
+                return error_set("%s: 'mlp_only_layers[%d]' is %s: want a layer index in [0, %lld)", src, j, s,
+                                 (long long)c->n_layers);
+            }
+            c->layer_sparse[(int64_t)d] = 0;
+        }
+    }
+    return 0;
+}
+
+// Qwen3.5-MoE (defaults 256 experts of 512): every layer sparse, the top-k always renormalised, a
+// shared expert of shared_expert_intermediate_size (default 512).
+static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *src) {
+    c->shared_intermediate = 512;
+    if (moe_parse_experts(c, root, src, 256, 512)) return -1;
+    if (target_config_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
+                          &c->shared_intermediate, NULL))
+        return -1;
+    if (c->shared_intermediate <= 0)
+        return error_set("%s: 'shared_expert_intermediate_size' must be positive, got %lld", src,
+                         (long long)c->shared_intermediate);
+    c->norm_topk_prob = 1;
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = 1;
+    return 0;
+}
+
+// ---------------------------------------------------------------- layers
+
+// The MLP tensors of layer l: a dense layer's SwiGLU, or the router, the experts (fused [E, 2I, H] /
+// [E, H, I] as in the files, or per expert stacked into those buffers when d holds them per expert;
+// d NULL: fused) and the Qwen3.5-MoE shared expert and its gate.
+static void moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
                               const st_dir *d) {
     const target_config *c = &m->cfg;
+    if (!target_layer_is_sparse(c, l)) {
+        target_mlp_swiglu.layer_tensors(m, l, prefix, list, d);
+        return;
+    }
     target_layer *L = &m->layers[l];
     int64_t H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate, Is = c->shared_intermediate;
     long long ll = (long long)l;
@@ -46,15 +131,14 @@ void target_moe_layer_tensors(target_model *m, int64_t l, const char *prefix, ta
         }
     }
     if (Is > 0) { // the shared expert and its gate (Qwen3.5-MoE)
-#define SHARED_FMT "%slayers.%lld.mlp.shared_expert.%s"
-        target_tensor_add(list, &L->w_gate, 0, 2, Is, H, 0, SHARED_FMT, prefix, ll, "gate_proj.weight");
-        target_tensor_add(list, &L->w_up, 0, 2, Is, H, 0, SHARED_FMT, prefix, ll, "up_proj.weight");
-        target_tensor_add(list, &L->w_down, 0, 2, H, Is, 0, SHARED_FMT, prefix, ll, "down_proj.weight");
+        char shared[200];
+        snprintf(shared, sizeof shared, "%slayers.%lld.mlp.shared_expert", prefix, ll);
+        target_swiglu_tensors(m, l, Is, list, shared);
         target_tensor_add(list, &L->shared_gate, 0, 2, 1, H, 0, "%slayers.%lld.mlp.shared_expert_gate.weight", prefix, ll);
     }
 }
 
-void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens) {
+static void moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be)), T = (size_t)max_tokens, H = (size_t)c->hidden;
     size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_tok, Ie = (size_t)c->moe_intermediate, R = T * k;
@@ -75,8 +159,13 @@ void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int 
     }
 }
 
-void target_moe_mlp(const target_model *m, int l, target_work *w, int T) {
+// The MLP of layer l: w->xn [T, H] in, out in w->xn.
+static void moe_forward(const target_model *m, int l, target_work *w, int T) {
     const target_config *c = &m->cfg;
+    if (!target_layer_is_sparse(c, l)) {
+        target_mlp_swiglu.forward(m, l, w, T);
+        return;
+    }
     const target_layer *L = &m->layers[l];
     backend *be = m->be;
     dtype dt = ops_act_dtype(be);
@@ -97,3 +186,76 @@ void target_moe_mlp(const target_model *m, int l, target_work *w, int T) {
     ops_moe_combine(be, w->xn, w->moe_ys, w->moe_slot, w->topk_idx_e, w->topk_w_e, T, k, H);
     if (c->shared_intermediate > 0) ops_sigmoid_gate_add(be, w->xn, w->moe_shared, w->moe_sgate, T, H);
 }
+
+// ---------------------------------------------------------------- config.json
+
+static void moe_experts_to_json(cJSON *t, const target_config *c) {
+    cJSON_AddNumberToObject(t, "num_experts", (double)c->n_experts);
+    cJSON_AddNumberToObject(t, "num_experts_per_tok", (double)c->n_experts_tok);
+    cJSON_AddNumberToObject(t, "moe_intermediate_size", (double)c->moe_intermediate);
+}
+
+// Qwen3-MoE: the sparse layers' pattern (the step and the dense layers it does not imply) and the
+// dense layers' intermediate_size.
+static void qwen3_moe_to_json(cJSON *t, const target_config *c) {
+    moe_experts_to_json(t, c);
+    cJSON_AddBoolToObject(t, "norm_topk_prob", c->norm_topk_prob != 0);
+    cJSON_AddNumberToObject(t, "decoder_sparse_step", (double)c->sparse_step);
+    cJSON *only = cJSON_AddArrayToObject(t, "mlp_only_layers");
+    for (int64_t i = 0; i < c->n_layers; i++)
+        if (!c->layer_sparse[i] && (i + 1) % c->sparse_step == 0) cJSON_AddItemToArray(only, cJSON_CreateNumber((double)i));
+    cJSON_AddNumberToObject(t, "intermediate_size", (double)c->intermediate);
+}
+
+static void qwen3_5_moe_to_json(cJSON *t, const target_config *c) {
+    moe_experts_to_json(t, c);
+    cJSON_AddNumberToObject(t, "shared_expert_intermediate_size", (double)c->shared_intermediate);
+}
+
+// ---------------------------------------------------------------- tables
+
+static const target_mlp moe_mlp_qwen3 = {
+    .parse = qwen3_moe_parse,
+    .layer_tensors = moe_layer_tensors,
+    .work_carve = moe_work_carve,
+    .forward = moe_forward,
+    .to_json = qwen3_moe_to_json,
+};
+
+static const target_mlp moe_mlp_qwen3_5 = {
+    .parse = qwen3_5_moe_parse,
+    .layer_tensors = moe_layer_tensors,
+    .work_carve = moe_work_carve,
+    .forward = moe_forward,
+    .to_json = qwen3_5_moe_to_json,
+};
+
+// Qwen3MoeConfig: 4 kv heads, head_dim = hidden_size / heads, 32768 positions.
+const target_arch target_arch_qwen3_moe = {
+    .name = "qwen3_moe",
+    .family = ARCH_QWEN3,
+    .moe = 1,
+    .classes = {{"Qwen3MoeForCausalLM", "qwen3_moe", 0}},
+    .default_kv_heads = 4,
+    .default_max_positions = 32768,
+    .mixer = &target_mixer_qwen3,
+    .mlp = &moe_mlp_qwen3,
+};
+
+// Qwen3_5MoeTextConfig: 2 kv heads, head_dim 256, 32768 positions, partial_rotary_factor 0.25, no
+// intermediate_size; the Qwen3.5 vocabulary's MASK row (target_qwen3_5.c).
+const target_arch target_arch_qwen3_5_moe = {
+    .name = "qwen3_5_moe",
+    .family = ARCH_QWEN3_5,
+    .moe = 1,
+    .classes = {{"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", 1}, {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", 0}},
+    .default_kv_heads = 2,
+    .default_head_dim = 256,
+    .default_max_positions = 32768,
+    .default_partial_rotary = 0.25,
+    .no_intermediate = 1,
+    .mask_vocab = 248320,
+    .mask_token = 248070,
+    .mixer = &target_mixer_qwen3_5,
+    .mlp = &moe_mlp_qwen3_5,
+};

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "common/backend/backend_cpu.h"
-#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -131,11 +130,11 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
     if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
         fatal("backend_gemm: row stride too small: lda=%d for %d columns, ldb=%d for %d, ldc=%d "
               "for %d", lda, a_cols, ldb, b_cols, ldc, n);
-    int prof = prof_begin(be); // timed while profile.h collects
+    int prof = be->timer ? be->timer->begin(be) : -1; // timed while profile.h collects
 #ifdef DFLASH_HAVE_CUDA
     if (be->kind == BACKEND_CUDA) cuda_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
     else
 #endif
         cpu_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
-    prof_end(be, prof, __func__, 2.0 * m * n * k);
+    if (be->timer) be->timer->end(be, prof, __func__, 2.0 * m * n * k);
 }

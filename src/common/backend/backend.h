@@ -8,18 +8,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { // the CUDA files include it (core/tensor.h too)
+#endif
+
+#include "common/backend/backend_type.h"
 #include "common/core/tensor.h"
-
-typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } backend_kind;
-
-typedef struct {
-    backend_kind kind;
-    device_kind device;  // where backend_alloc'd memory lives
-    int device_id;       // CUDA device ordinal (0 on CPU)
-    int threads;         // CPU threads used (OpenMP / OpenBLAS)
-    char name[128];      // "cpu (2 threads)" or "cuda:0 NVIDIA H200 (139 GiB)"
-    void *impl;          // backend-private state (CUDA stream, cuBLAS handle)
-} backend;
 
 // backend_compiled_cuda: 1 when this binary has the CUDA backend.
 int backend_compiled_cuda(void);
@@ -52,3 +46,7 @@ void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
                   dtype ab_dt, dtype c_dt);
+
+#ifdef __cplusplus
+}
+#endif

@@ -2,7 +2,7 @@
 #pragma once
 #include <stddef.h>
 
-#include "common/backend/backend.h"
+#include "common/backend/backend_type.h"
 
 int cpu_open(backend *be);
 void cpu_close(backend *be);

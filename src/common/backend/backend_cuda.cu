@@ -13,7 +13,6 @@
 #include "common/backend/check_cuda.h"
 
 extern "C" {
-#include "common/backend/arena.h" // bytes_format
 #include "common/core/bytes.h"
 #include "common/core/error.h"
 }

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#include "common/backend/backend.h"
+#include "common/backend/backend_type.h"
 
 // The cuBLAS workspace each CUDA backend allocates at open (NVIDIA's recommended size for Hopper
 // and Blackwell). Given to cuBLAS explicitly so that it is a known, fixed part of the device

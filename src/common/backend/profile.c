@@ -34,12 +34,16 @@ static double wall_s(void) {
 
 static int on_cuda(void) { return P.be && P.be->kind == BACKEND_CUDA; }
 
+static const backend_timer prof_timer = {.begin = prof_begin, .end = prof_end};
+
 void prof_enable(backend *be) {
     prof_disable();
     P.be = be;
+    be->timer = &prof_timer; // backend_gemm times itself through it
 }
 
 void prof_disable(void) {
+    if (P.be) P.be->timer = NULL;
 #ifdef DFLASH_HAVE_CUDA
     if (P.cap_ev) backend_sync(P.be);
     for (int i = 0; i < P.cap_ev; i++) cuda_prof_event_free(P.events[i]);

@@ -22,8 +22,7 @@
 // (so their config.json and ours agree); any other target: its last row, vocab_size - 1 (a padding
 // or reserved row in the Qwen and Llama vocabularies).
 static int64_t train_default_mask_token(const target_config *tc) {
-    if (tc->arch == ARCH_QWEN3_5 && tc->vocab == 248320) return 248070;
-    return tc->vocab - 1;
+    return target_config_mask_token(tc); // the architecture's table says (target_arch.h)
 }
 
 // The drafter's shape: from drafter.config (a DFlash config.json: a published drafter's, or one an

@@ -1,0 +1,27 @@
+// backend_type.h: the backend struct itself (what backend_open fills), apart from backend.h's
+// calls, so that the CPU and CUDA implementations (backend_cpu.c, backend_cuda.cu), which
+// backend.c dispatches to, take it without including the dispatcher's header (no include circle).
+#pragma once
+#include "common/core/tensor.h"
+
+typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } backend_kind;
+
+struct backend;
+
+// A timer around each backend_gemm on a backend (NULL: none): what profile.h's prof_enable installs,
+// so the backend times its GEMMs without knowing the profiler. begin returns a token for end (-1:
+// not timed).
+typedef struct {
+    int (*begin)(struct backend *be);
+    void (*end)(struct backend *be, int token, const char *name, double flops);
+} backend_timer;
+
+typedef struct backend {
+    backend_kind kind;
+    device_kind device;  // where backend_alloc'd memory lives
+    int device_id;       // CUDA device ordinal (0 on CPU)
+    int threads;         // CPU threads used (OpenMP / OpenBLAS)
+    char name[128];      // "cpu (2 threads)" or "cuda:0 NVIDIA H200 (139 GiB)"
+    void *impl;          // backend-private state (CUDA stream, cuBLAS handle)
+    const backend_timer *timer; // set while profile.h collects on this backend
+} backend;
