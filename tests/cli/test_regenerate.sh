@@ -12,7 +12,8 @@
 #      an uninterrupted run (cmp); a part made with other settings is refused.
 #   3. sampling: temperature/top-k/top-p with a seed is reproducible (cmp, also with 2 ranks and
 #      other slot counts), another seed gives other replies, and the replies differ from greedy.
-#   4. /heldout: the count given, sorted, distinct, its rule attribute.
+#   4. /heldout: the count given, sorted, distinct, its rule attribute; training holds out exactly
+#      those samples (its log says so) and --mode eval evaluates exactly them.
 #   5. bad inputs: missing prompts file, a bad JSON line, an id outside the vocabulary, a prompt
 #      longer than the cache, a missing regenerate.out: one error line, exit non-zero, no output file.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -135,6 +136,18 @@ assert n == 48 and len(h) == 16 and h == sorted(set(h)) and 0 <= h[0] and h[-1] 
 assert b"seeded random 16 of 48" in f.attrs["heldout_rule"], f.attrs["heldout_rule"]
 PYEOF
 then ok; else bad "/heldout"; fi
+
+# training and --mode eval use the set's /heldout: 4 of 24 regenerated samples
+"$T" make-target "$TMP/tiny" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --seed 5 >/dev/null 2>&1 || bad "make-target tiny"
+$PY -c 'import json, random; r = random.Random(2); [print(json.dumps({"input_ids": [r.randrange(150) for _ in range(6)]})) for _ in range(24)]' >"$TMP/p24.jsonl"
+expect_ok "regenerate 24" "$R" --mode regenerate --device cpu --target.path="$TMP/tiny" --regenerate.prompts="$TMP/p24.jsonl" \
+  --regenerate.out="$TMP/r24.h5" --regenerate.max_new_tokens=24 --regenerate.heldout=4
+job=(--device cpu --target.path="$TMP/tiny" --target.layer_ids=0,1 --drafter.block_size=6 --teacher.topk=6
+     --data.max_tokens_per_batch=200 --data.path="$TMP/r24.h5")
+expect_ok "train on it" mpirun -np 2 "$R" --mode train "${job[@]}" --train.steps=2 --train.max_anchors=8 --run.dir="$TMP/run"
+grep -q "24 usable samples (20 training, 4 held out: the set's /heldout)" "$TMP/err" && ok || bad "train: the held-out split is not the set's: $(grep 'data: set' "$TMP/err")"
+expect_ok "eval on it" mpirun -np 2 "$R" --mode eval "${job[@]}" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/ev"
+$PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["samples"] == 4 and d["tokens"] == 4 * 30, d' "$TMP/ev/eval.json" && ok || bad "eval: not the 4 held-out samples: $(cat "$TMP/ev/eval.json")"
 
 # ---------------------------------------------------------------- 5. bad inputs
 bad_run() { "$R" --mode regenerate --device cpu --target.path="$TMP/big" --regenerate.out="$TMP/bad.h5" "$@"; }

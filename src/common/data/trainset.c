@@ -264,7 +264,7 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         ts->index[ts->n++] = i;
         ts->loss_tokens += l;
     }
-    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0) {
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0) { // once per run
         char why[512];
         log_warn("%s: %lld of %lld samples rejected (not used): %s%s", ts->path,
                  (long long)(ts->rejected_offsets + ts->rejected_ids + ts->rejected_short), (long long)ts->n_raw,
@@ -300,6 +300,17 @@ static int ts_read_heldout(trainset *ts) {
         if (ts->heldout[i] < 0 || ts->heldout[i] >= ts->n_raw || (i > 0 && ts->heldout[i] <= ts->heldout[i - 1]))
             return error_set("%s: dataset /heldout: element %lld = %lld; held-out indices increase and lie in [0, %lld)",
                              ts->path, (long long)i, (long long)ts->heldout[i], (long long)ts->n_raw);
+    // the held-out samples among the usable ones (a rejected one is counted and left out)
+    ts->heldout_usable = malloc((size_t)(n > 0 ? n : 1) * sizeof *ts->heldout_usable);
+    if (!ts->heldout_usable) return error_set("%s: out of memory reading /heldout", ts->path);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t u = trainset_usable_of_raw(ts, ts->heldout[i]);
+        if (u >= 0) ts->heldout_usable[ts->n_heldout_usable++] = u;
+        else ts->heldout_rejected++;
+    }
+    if (ts->heldout_rejected > 0 && log_rank() == 0)
+        log_warn("%s: %lld of its %lld held-out samples (/heldout) are rejected samples: %lld are held out", ts->path,
+                 (long long)ts->heldout_rejected, (long long)n, (long long)ts->n_heldout_usable);
     return trainset_attr_str(ts, "heldout_rule", ts->heldout_rule, sizeof ts->heldout_rule) < 0 ? -1 : 0;
 }
 
@@ -451,6 +462,7 @@ void trainset_close(trainset *ts) {
     free(ts->offsets);
     free(ts->index);
     free(ts->heldout);
+    free(ts->heldout_usable);
     memset(ts, 0, sizeof *ts);
     ts->file = ts->d_tokens = ts->d_mask = -1;
     ts->n_heldout = -1;

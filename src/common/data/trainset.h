@@ -8,7 +8,7 @@
 //
 // Datasets are chunked (readable by h5py and by partial reads). Opening reads the offsets, then
 // streams through tokens and mask once to validate every sample; a sample is rejected (counted,
-// one warning line with the counts) when its offsets do not increase, an id is outside
+// one warning line with the counts, printed by rank 0 only: once per run) when its offsets do not increase, an id is outside
 // [0, vocab_size), or it has fewer than min_loss_tokens tokens with loss_mask = 1. A file that is
 // not HDF5, lacks a dataset, has a dataset of the wrong type or rank, a virtual dataset or one with
 // external storage (its data would come from other files), offsets that run outside /tokens, a
@@ -39,6 +39,8 @@ typedef struct {
     int64_t n_heldout;                  // /heldout elements; -1 = the file has no /heldout
     int64_t *heldout;                   // [n_heldout] raw sample indices, increasing
     char heldout_rule[256];             // root attribute heldout_rule ("" when absent)
+    int64_t *heldout_usable;            // [n_heldout_usable] the held-out samples' usable indices, increasing
+    int64_t n_heldout_usable, heldout_rejected; // held-out samples usable / rejected by the checks above
 } trainset;
 
 // trainset_open: -1 with error_set when the file is unusable (see above). Zero usable samples is
