@@ -9,7 +9,9 @@
 // time (memory follows the longest line, not the file). A bad line stops the conversion with one
 // error line naming the line number and the problem, exit 1, and no OUT file (the writer's
 // temporary is removed; an existing OUT is left as it was). So does an input with no sample to
-// write (empty, only blank lines, or every sample short of --min-loss-tokens).
+// write (empty, only blank lines, or every sample short of --min-loss-tokens). --heldout records a
+// held-out split in the file (/heldout and its heldout_rule: trainset_heldout_draw), so that
+// training, --mode eval and tools/spec_decode.py all hold out the same samples.
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -34,7 +36,7 @@
 static void convert_usage(FILE *f) {
     fprintf(f,
             "usage: dflash_tool convert-jsonl IN.jsonl OUT.h5 [--vocab-size V] [--tokenizer NAME]\n"
-            "                                 [--min-loss-tokens N]\n"
+            "                                 [--min-loss-tokens N] [--heldout H [--heldout-seed S]]\n"
             "\n"
             "Convert tokenized JSON lines, one sample per line,\n"
             "  {\"input_ids\": [ids...], \"loss_mask\": [0/1...]}\n"
@@ -45,7 +47,10 @@ static void convert_usage(FILE *f) {
             "  --vocab-size V        ids must be < V (default: the largest id + 1)\n"
             "  --tokenizer NAME      stored in the file's tokenizer attribute (default \"\")\n"
             "  --min-loss-tokens N   leave out (and count) samples with fewer than N loss tokens\n"
-            "                        (default 0: keep every sample)\n");
+            "                        (default 0: keep every sample)\n"
+            "  --heldout H           record a held-out split in /heldout: H >= 1 samples, or a fraction\n"
+            "                        0 < H < 1 of them, drawn with --heldout-seed S (default 0); training,\n"
+            "                        --mode eval and tools/spec_decode.py then hold out exactly those\n");
 }
 
 static int parse_count(const char *opt, const char *s, int64_t min, int64_t *out) {
@@ -62,14 +67,15 @@ static int parse_count(const char *opt, const char *s, int64_t min, int64_t *out
 
 int tool_convert_jsonl_main(int argc, char **argv) {
     const char *in_path = NULL, *out_path = NULL, *tokenizer = "";
-    int64_t vocab_size = 0, min_loss_tokens = 0;
+    int64_t vocab_size = 0, min_loss_tokens = 0, heldout_seed = 0;
+    double heldout = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             convert_usage(stdout);
             return 0;
-        } else if ((strcmp(a, "--vocab-size") == 0 || strcmp(a, "--tokenizer") == 0 ||
-                    strcmp(a, "--min-loss-tokens") == 0) && i + 1 >= argc) {
+        } else if ((strcmp(a, "--vocab-size") == 0 || strcmp(a, "--tokenizer") == 0 || strcmp(a, "--heldout") == 0 ||
+                    strcmp(a, "--heldout-seed") == 0 || strcmp(a, "--min-loss-tokens") == 0) && i + 1 >= argc) {
             fprintf(stderr, "error: %s needs a value\n", a);
             convert_usage(stderr);
             return 2;
@@ -79,6 +85,15 @@ int tool_convert_jsonl_main(int argc, char **argv) {
                 fprintf(stderr, "error: --vocab-size: %lld is above the int32 id range\n", (long long)vocab_size);
                 return 2;
             }
+        } else if (strcmp(a, "--heldout") == 0) {
+            char *end;
+            heldout = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(heldout >= 0) || heldout > 1e15) {
+                fprintf(stderr, "error: --heldout: '%s' is not a count >= 1 or a fraction in (0, 1)\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "--heldout-seed") == 0) {
+            if (parse_count(a, argv[++i], 0, &heldout_seed) < 0) return 2;
         } else if (strcmp(a, "--tokenizer") == 0) {
             tokenizer = argv[++i];
         } else if (strcmp(a, "--min-loss-tokens") == 0) {
@@ -161,6 +176,19 @@ int tool_convert_jsonl_main(int argc, char **argv) {
                                            out_path)
                                : error_set("%s: no sample to write: the file has no non-blank line (no %s written)",
                                            in_path, out_path);
+    int64_t n_held = 0;
+    if (rc == 0 && heldout > 0) { // the held-out split, chosen once and recorded in the set
+        int64_t *idx = xmalloc((size_t)w.n_samples * sizeof *idx);
+        char rule[512];
+        n_held = trainset_heldout_draw(w.n_samples, heldout, (uint64_t)heldout_seed, idx, rule, sizeof rule);
+        rc = trainset_writer_dataset(&w, "/heldout", 0, idx, n_held);
+        if (rc == 0) rc = trainset_writer_attr(&w, "heldout_rule", rule, NULL, 0, NULL);
+        free(idx);
+        if (rc < 0) { // the writer aborted itself
+            log_error("%s", error_msg());
+            return 1;
+        }
+    }
     if (rc == 0) {
         if (show_progress) progress_end(&p);
         rc = trainset_writer_close(&w);
@@ -176,6 +204,7 @@ int tool_convert_jsonl_main(int argc, char **argv) {
     if (min_loss_tokens > 0)
         printf(", %" PRId64 " samples with fewer than %" PRId64 " loss tokens left out", skipped_short,
                min_loss_tokens);
+    if (heldout > 0) printf(", %" PRId64 " held out (/heldout)", n_held);
     printf("\n");
     return 0;
 }
