@@ -44,6 +44,7 @@
 #include "student/train/train.h"
 #include "student/train/train_setup.h"
 #include "teacher/dump_features.h"
+#include "teacher/regenerate.h"
 #include "teacher/target.h"
 #include "teacher/teacher_loop.h"
 
@@ -57,7 +58,7 @@ static void usage(FILE *f) {
             "  --config FILE        JSON configuration (sections run, world, target, drafter, data)\n"
             "  --KEY=VALUE          override one key, e.g. --run.device=cpu --world.students=1\n"
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
-            "  --mode M             same as --run.mode=M (train | eval | check | dump-features | transport-test)\n"
+            "  --mode M             same as --run.mode=M (train | eval | check | dump-features | regenerate | transport-test)\n"
             "  --rank-timeout S     same as --run.rank_timeout=S: seconds a rank waits on a peer before ending the job\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --plan               print every role's memory plan (teachers, students) and exit: one process, from\n"
@@ -310,7 +311,8 @@ int main(int argc, char **argv) {
         world_finalize();
         return rc;
     }
-    int dump = strcmp(cfg.mode, "dump-features") == 0; // every rank a teacher
+    int regen = strcmp(cfg.mode, "regenerate") == 0; // every rank a teacher answering prompts
+    int dump = strcmp(cfg.mode, "dump-features") == 0 || regen; // every rank a teacher
     int offline = job && cfg.data_features[0]; // every rank a student
     long long want_t = dump ? w.size : offline ? 0 : cfg.teachers, want_s = dump ? 0 : offline ? w.size : cfg.students;
     if (world_roles(&w, w.rank, w.size, want_t, want_s) ||
@@ -338,7 +340,7 @@ int main(int argc, char **argv) {
         status = 1;
     }
     // The training sets exist: checked on rank 0 only, so a missing file is one error line, not one per rank.
-    if (status == 0 && w.rank == 0 && (dump || (job && !offline)) && dataset_preflight(&cfg)) {
+    if (status == 0 && w.rank == 0 && ((dump && !regen) || (job && !offline)) && dataset_preflight(&cfg)) {
         log_error("%s", error_msg());
         status = 1;
     }
@@ -403,7 +405,7 @@ int main(int argc, char **argv) {
             world_finalize();
             return 1;
         }
-        status = teacher_dump_features(&w, &cfg, &be, links) ? 1 : 0;
+        status = (regen ? teacher_regenerate(&w, &cfg, &be) : teacher_dump_features(&w, &cfg, &be, links)) ? 1 : 0;
         nccl_links_close(links);
         backend_close(&be);
         world_finalize();

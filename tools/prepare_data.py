@@ -3,6 +3,7 @@
 
     python3 tools/prepare_data.py IN.jsonl OUT.h5 --model MODEL_DIR [--tool build/dflash_tool]
         [--max-len N] [--min-loss-tokens N] [--template-kwargs JSON] [--keep-jsonl PATH]
+    python3 tools/prepare_data.py IN.jsonl PROMPTS.jsonl --model MODEL_DIR --prompts-only [--max-len N]
 
 Input: one conversation per line, {"messages": [{"role": "system"|"user"|"assistant"|..., "content":
 "..."}, ...]} (other keys ignored, blank lines skipped). Each conversation is rendered with
@@ -30,10 +31,22 @@ Output: the token ids and masks as {"input_ids", "loss_mask"} JSON lines (a temp
 --keep-jsonl PATH), then `dflash_tool convert-jsonl` writes OUT.h5 (SPEC section 7) with vocab_size =
 the model's config.json vocab_size (else the tokenizer's length) and tokenizer = MODEL_DIR.
 
+--prompts-only: OUT is not a training set but the prompts for `dflash_rank --mode regenerate`
+(regenerate.prompts), one {"input_ids": [...]} line per conversation: the messages before the
+conversation's final assistant turn (all of them when it ends with another role) rendered with
+add_generation_prompt=True, so the target answers that turn itself. Earlier assistant turns stay in
+the prompt as the dataset wrote them: they are context (loss 0 in the regenerated set), and
+regenerating them would need one generation per turn, each waiting on the one before. A prompt
+longer than --max-len is skipped and counted. The regenerated set then holds the target's own
+token ids, never re-tokenised.
+
+A reply cut at a length limit ("finish_reason": "length" on the assistant message) keeps its
+end-of-turn token out of the mask: the target did not stop there.
+
 Options:
   --tool PATH           dflash_tool (default $DFLASH_TOOL, else build/dflash_tool next to tools/)
   --max-len N           cut conversations to their first N tokens (default: no limit)
-  --min-loss-tokens N   passed to convert-jsonl: leave out samples with fewer loss tokens (default 1)
+  --min-loss-tokens N   leave out (and count) samples with fewer loss tokens (default 1)
   --template-kwargs J   extra chat-template variables as a JSON object, e.g. '{"enable_thinking": false}'
 
 Needs transformers (PyPI: pip install transformers); not used by the tests (CI has no PyPI).
@@ -113,7 +126,9 @@ class Renderer:
             end = len(after)
             k = after.rfind(self.eos, len(before)) if self.eos else -1
             if k >= 0:
-                end = k + len(self.eos)  # stop after the end-of-turn token (not the template's newline)
+                # stop after the end-of-turn token (not the template's newline), or before it when the
+                # reply was cut at a length limit: the target did not stop there
+                end = k if cut_at_length(m) else k + len(self.eos)
             if end > len(before):
                 spans.append((len(before), end))
         if not spans:
@@ -124,12 +139,79 @@ class Renderer:
         return (ids, mask) if any(mask) else (None, "no assistant tokens")
 
 
+def cut_at_length(message):
+    """An assistant message whose generation was cut at a length limit ("finish_reason": "length",
+    as OpenAI-style APIs and tools/regenerate outputs record it): its end-of-turn token, which the
+    template adds, is not something the target generated."""
+    return message.get("finish_reason") == "length"
+
+
+def prompt_ids(tok, messages, kw):
+    """The prompt that regenerates the conversation's final assistant turn: every message before it
+    (all of them when the conversation ends with another role) rendered with add_generation_prompt."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    ctx = messages[:last] if last is not None and last == len(messages) - 1 else messages
+    if not ctx:
+        return None
+    return as_ids(tok.apply_chat_template(ctx, tokenize=True, add_generation_prompt=True, **kw))
+
+
 def check_messages(msgs, lineno):
     if not isinstance(msgs, list) or not msgs:
         die(f"line {lineno}: wants {{\"messages\": [{{\"role\": ..., \"content\": ...}}, ...]}}")
     for j, m in enumerate(msgs):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             die(f"line {lineno}: message {j} wants a string \"role\" and a string \"content\"")
+
+
+def read_conversations(path):
+    """(line number, messages) of every non-blank line; a bad line is one error."""
+    with open(path) as fin:
+        for lineno, line in enumerate(fin, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                die(f"line {lineno}: not valid JSON ({e.msg})")
+            msgs = rec.get("messages") if isinstance(rec, dict) else None
+            check_messages(msgs, lineno)
+            yield lineno, msgs
+
+
+def write_prompts(a, tok, kw, vocab):
+    """--prompts-only: OUT = one {"input_ids": [...]} line per usable conversation."""
+    n_in = n_out = n_tokens = 0
+    skipped = {}
+    tmp = a.out + ".tmp"
+    try:
+        with open(tmp, "w") as fout:
+            for lineno, msgs in read_conversations(a.input):
+                n_in += 1
+                ids = prompt_ids(tok, msgs, kw)
+                why = "nothing before the final assistant turn" if not ids else (
+                    f"prompt longer than --max-len {a.max_len}" if 0 < a.max_len < len(ids) else None)
+                if why:
+                    skipped[why] = skipped.get(why, 0) + 1
+                    continue
+                bad = [t for t in ids if not 0 <= t < vocab]
+                if bad:
+                    die(f"line {lineno}: token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
+                fout.write(json.dumps({"input_ids": ids}, separators=(",", ":")) + "\n")
+                n_out += 1
+                n_tokens += len(ids)
+        if n_out == 0:
+            die(f"{a.input}: none of {n_in} conversations gave a prompt")
+        os.replace(tmp, a.out)
+    except OSError as e:
+        die(str(e))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    if skipped:
+        print("prepare_data: skipped " + ", ".join(f"{n} ({why})" for why, n in skipped.items()), file=sys.stderr)
+    print(f"prepare_data: {n_out} prompts of {n_in} conversations, {n_tokens} tokens -> {a.out} "
+          f"(dflash_rank --mode regenerate --regenerate.prompts={a.out})", file=sys.stderr)
 
 
 def main():
@@ -143,13 +225,17 @@ def main():
     ap.add_argument("--min-loss-tokens", type=int, default=1)
     ap.add_argument("--template-kwargs", default="{}")
     ap.add_argument("--keep-jsonl", default=None, help="also keep the tokenized JSON lines here")
+    ap.add_argument("--prompts-only", action="store_true",
+                    help="write OUT as regenerate.prompts JSONL ({\"input_ids\": [...]} per conversation: the "
+                         "conversation before its final assistant turn, with the generation prompt) instead of a "
+                         "training set")
     a = ap.parse_args()
     try:
         template_kwargs = json.loads(a.template_kwargs)
         assert isinstance(template_kwargs, dict)
     except (json.JSONDecodeError, AssertionError):
         die(f"--template-kwargs '{a.template_kwargs}' is not a JSON object")
-    if not os.access(a.tool, os.X_OK):
+    if not a.prompts_only and not os.access(a.tool, os.X_OK):
         die(f"{a.tool} is not an executable dflash_tool (build it, or pass --tool / DFLASH_TOOL)")
     if not os.path.isdir(a.model):
         die(f"--model {a.model}: not a directory (want the target's Hugging Face model directory)")
@@ -172,22 +258,16 @@ def main():
     except (OSError, ValueError):
         pass
     render = Renderer(tok, template_kwargs)
+    if a.prompts_only:
+        return write_prompts(a, tok, template_kwargs, vocab)
 
     out_dir = os.path.dirname(os.path.abspath(a.out))
     jsonl = a.keep_jsonl or tempfile.NamedTemporaryFile(prefix="prepare_data_", suffix=".jsonl", dir=out_dir, delete=False).name
     n_in = n_out = n_tokens = n_loss = 0
     skipped = {}
     try:
-        with open(a.input) as fin, open(jsonl, "w") as fout:
-            for lineno, line in enumerate(fin, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    die(f"line {lineno}: not valid JSON ({e.msg})")
-                msgs = rec.get("messages") if isinstance(rec, dict) else None
-                check_messages(msgs, lineno)
+        with open(jsonl, "w") as fout:
+            for lineno, msgs in read_conversations(a.input):
                 n_in += 1
                 ids, mask = render.sample(msgs)
                 if ids is None:
@@ -197,6 +277,10 @@ def main():
                     ids, mask = ids[:a.max_len], mask[:a.max_len]
                 if not any(mask):
                     skipped["no assistant tokens within --max-len"] = skipped.get("no assistant tokens within --max-len", 0) + 1
+                    continue
+                if sum(mask) < a.min_loss_tokens:  # convert-jsonl would leave it out: count it here
+                    why = f"fewer than {a.min_loss_tokens} loss tokens"
+                    skipped[why] = skipped.get(why, 0) + 1
                     continue
                 bad = [t for t in ids if not 0 <= t < vocab]
                 if bad:

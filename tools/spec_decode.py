@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """spec_decode.py: greedy speculative decoding of an exported drafter with the z-lab `dflash` package.
 
-    python3 tools/spec_decode.py --target T --drafter D --data SET.h5 [--samples N] [--pick last|first]
+    python3 tools/spec_decode.py --target T --drafter D --data SET.h5 [--samples N] [--pick heldout|last|first]
                                  [--max-new-tokens M] [--eval-binary build/dflash_rank] [--work DIR]
     python3 tools/spec_decode.py --target T --drafter D --random N --prompt-len L --max-new-tokens M [--seed S]
 
@@ -24,8 +24,10 @@ too, as `package benchmark average`.
 Prompts from a training set (HDF5 /tokens, /offsets, /loss_mask; SPEC §7): the prompt of sample i
 is its tokens before the first loss_mask = 1 token; the decode runs for the length of that first
 loss-masked region (the assistant turn; --max-new-tokens caps it), so it stops where the data
-stops. --pick last (the default) takes the last N samples, the trainer's held-out ones
-(data.heldout_samples are the last usable samples). For data the target generated greedily
+stops. When the set records its held-out split (/heldout: `--mode regenerate`, `convert-jsonl
+--heldout`), the tool decodes exactly those samples (--pick heldout, the default then), the same
+ones training and `--mode eval` hold out; without one, --pick last takes the last N samples (the
+trainer's rule: data.heldout_samples are the last usable samples) and --pick first the first N. For data the target generated greedily
 (`dflash_tool make-data`) the tool also checks the greedy output equals the data's continuation.
 Fresh random prompts (--random) are drawn as make-data draws them (uniform ids in [0, V)).
 
@@ -100,8 +102,10 @@ def read_set(path):
         tokens = f["tokens"][:].astype(np.int64)
         offsets = f["offsets"][:].astype(np.int64)
         mask = f["loss_mask"][:].astype(np.uint8)
-        attrs = {k: f.attrs[k] for k in f.attrs}
-    return tokens, offsets, mask, attrs
+        attrs = {k: f.attrs[k] for k in ("vocab_size", "format_version", "tokenizer") if k in f.attrs}
+        heldout = f["heldout"][:].astype(np.int64).tolist() if "heldout" in f else None
+        rule = f.attrs.get("heldout_rule", b"")
+    return tokens, offsets, mask, attrs, heldout, rule.decode() if isinstance(rule, bytes) else str(rule)
 
 
 def first_region(mask):
@@ -152,9 +156,11 @@ def main():
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="training set (HDF5): prompts and their assistant turns")
     src.add_argument("--random", type=int, metavar="N", help="N fresh random prompts")
-    ap.add_argument("--samples", type=int, default=16, help="with --data: how many samples (default 16; 0 = all)")
-    ap.add_argument("--pick", choices=("last", "first"), default="last",
-                    help="with --data: the last samples (the trainer's held-out ones, default) or the first")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="with --data: how many samples (default: the whole /heldout split, else 16; 0 = all)")
+    ap.add_argument("--pick", choices=("heldout", "last", "first"), default=None,
+                    help="with --data: the set's /heldout split (the default when it has one: the samples training "
+                         "and --mode eval hold out), else its last samples (the default otherwise) or its first")
     ap.add_argument("--prompt-len", type=int, default=8, help="with --random: prompt length")
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="tokens to decode (with --data: at most the turn's length, which is the default; "
@@ -189,10 +195,19 @@ def main():
     jobs = []
     attrs = None
     if args.data:
-        tokens, offsets, mask, attrs = read_set(args.data)
+        tokens, offsets, mask, attrs, heldout, rule = read_set(args.data)
         n = len(offsets) - 1
-        k = n if args.samples <= 0 else min(args.samples, n)
-        idx = range(n - k, n) if args.pick == "last" else range(k)
+        pick = args.pick or ("heldout" if heldout is not None else "last")
+        if pick == "heldout" and heldout is None:
+            sys.exit(f"spec_decode: {args.data} has no /heldout (--pick last takes its last samples instead)")
+        if pick == "heldout":  # the set's recorded split, the samples training and --mode eval hold out
+            k = len(heldout) if args.samples is None or args.samples <= 0 else min(args.samples, len(heldout))
+            idx = heldout[:k]
+            print(f"held-out split of {args.data}: {len(heldout)} samples ({rule}); decoding {k} of them")
+        else:
+            want = 16 if args.samples is None else args.samples
+            k = n if want <= 0 else min(want, n)
+            idx = range(n - k, n) if pick == "last" else range(k)
         for i in idx:
             s, e = int(offsets[i]), int(offsets[i + 1])
             reg = first_region(mask[s:e])
@@ -202,7 +217,7 @@ def main():
             r0, r1 = reg
             m = r1 - r0 if args.max_new_tokens is None else min(args.max_new_tokens, r1 - r0)
             jobs.append((f"sample {i}", tokens[s:s + r0], m, tokens[s + r0:s + r0 + m]))
-        print(f"prompts: {len(jobs)} samples of {args.data} ({args.pick} {k} of {n}), the prompt = the tokens before "
+        print(f"prompts: {len(jobs)} samples of {args.data} ({pick} {k} of {n}), the prompt = the tokens before "
               f"the first loss_mask=1, decoded for the turn's length" +
               ("" if args.max_new_tokens is None else f" capped at {args.max_new_tokens}"))
     else:

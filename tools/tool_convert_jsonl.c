@@ -9,7 +9,9 @@
 // time (memory follows the longest line, not the file). A bad line stops the conversion with one
 // error line naming the line number and the problem, exit 1, and no OUT file (the writer's
 // temporary is removed; an existing OUT is left as it was). So does an input with no sample to
-// write (empty, only blank lines, or every sample short of --min-loss-tokens).
+// write (empty, only blank lines, or every sample short of --min-loss-tokens). --heldout records a
+// held-out split in the file (/heldout and its heldout_rule: trainset_heldout_draw), so that
+// training, --mode eval and tools/spec_decode.py all hold out the same samples.
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -23,6 +25,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/data/jsonl_sample.h"
 #include "common/data/trainset.h"
 #include "tools/tools.h"
 
@@ -33,7 +36,7 @@
 static void convert_usage(FILE *f) {
     fprintf(f,
             "usage: dflash_tool convert-jsonl IN.jsonl OUT.h5 [--vocab-size V] [--tokenizer NAME]\n"
-            "                                 [--min-loss-tokens N]\n"
+            "                                 [--min-loss-tokens N] [--heldout H [--heldout-seed S]]\n"
             "\n"
             "Convert tokenized JSON lines, one sample per line,\n"
             "  {\"input_ids\": [ids...], \"loss_mask\": [0/1...]}\n"
@@ -44,7 +47,10 @@ static void convert_usage(FILE *f) {
             "  --vocab-size V        ids must be < V (default: the largest id + 1)\n"
             "  --tokenizer NAME      stored in the file's tokenizer attribute (default \"\")\n"
             "  --min-loss-tokens N   leave out (and count) samples with fewer than N loss tokens\n"
-            "                        (default 0: keep every sample)\n");
+            "                        (default 0: keep every sample)\n"
+            "  --heldout H           record a held-out split in /heldout: H >= 1 samples, or a fraction\n"
+            "                        0 < H < 1 of them, drawn with --heldout-seed S (default 0); training,\n"
+            "                        --mode eval and tools/spec_decode.py then hold out exactly those\n");
 }
 
 static int parse_count(const char *opt, const char *s, int64_t min, int64_t *out) {
@@ -59,125 +65,17 @@ static int parse_count(const char *opt, const char *s, int64_t min, int64_t *out
     return 0;
 }
 
-// A growing sample buffer (ids and mask), reused from line to line.
-typedef struct {
-    int32_t *ids;
-    uint8_t *mask;
-    int64_t n, cap;
-} sample_buf;
-
-static void sample_reserve(sample_buf *s, int64_t n) {
-    if (n <= s->cap) return;
-    s->cap = n > 2 * s->cap ? n : 2 * s->cap;
-    s->ids = xrealloc(s->ids, (size_t)s->cap * sizeof *s->ids);
-    s->mask = xrealloc(s->mask, (size_t)s->cap);
-}
-
-// Parse one line into s; -1 with error_set describing the problem (the caller adds the line).
-// line[len] is the '\0' getline put there: passing len + 1 lets cJSON insist that nothing but
-// whitespace follows the object.
-static int parse_line(const char *line, size_t len, int64_t vocab_size, sample_buf *s) {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(line, len + 1, &end, 1);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long long col = at && at >= line && at <= line + len ? (long long)(at - line) + 1 : 0;
-        return error_set("invalid JSON (near column %lld)", col);
-    }
-    int rc = 0;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return error_set("expected a JSON object");
-    }
-    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "input_ids");
-    const cJSON *mask = cJSON_GetObjectItemCaseSensitive(root, "loss_mask");
-    if (!ids) {
-        rc = error_set("missing \"input_ids\"");
-        goto done;
-    }
-    if (!cJSON_IsArray(ids)) {
-        rc = error_set("\"input_ids\" is not an array");
-        goto done;
-    }
-    int64_t n = cJSON_GetArraySize(ids);
-    if (n == 0) {
-        rc = error_set("\"input_ids\" is empty");
-        goto done;
-    }
-    if (mask && !cJSON_IsNull(mask)) {
-        if (!cJSON_IsArray(mask)) {
-            rc = error_set("\"loss_mask\" is not an array");
-            goto done;
-        }
-        int64_t nm = cJSON_GetArraySize(mask);
-        if (nm != n) {
-            rc = error_set("\"loss_mask\" has %lld values, \"input_ids\" has %lld", (long long)nm, (long long)n);
-            goto done;
-        }
-    } else {
-        mask = NULL;
-    }
-    sample_reserve(s, n);
-    s->n = n;
-    int64_t k = 0;
-    const cJSON *v;
-    cJSON_ArrayForEach(v, ids) {
-        double d = cJSON_IsNumber(v) ? v->valuedouble : 0.5;
-        if (!isfinite(d) || d != floor(d)) {
-            char *txt = cJSON_PrintUnformatted(v);
-            rc = error_set("input_ids[%lld] = %s is not an integer", (long long)k, txt ? txt : "?");
-            free(txt);
-            goto done;
-        }
-        if (d < 0) {
-            rc = error_set("input_ids[%lld] = %.0f is negative", (long long)k, d);
-            goto done;
-        }
-        if (d > INT32_MAX || (vocab_size > 0 && d >= (double)vocab_size)) {
-            rc = error_set("input_ids[%lld] = %.0f is not below the vocabulary size %lld", (long long)k, d,
-                           (long long)(vocab_size > 0 ? vocab_size : (int64_t)INT32_MAX + 1));
-            goto done;
-        }
-        s->ids[k++] = (int32_t)d;
-    }
-    k = 0;
-    if (mask) {
-        cJSON_ArrayForEach(v, mask) {
-            if (cJSON_IsBool(v)) s->mask[k] = cJSON_IsTrue(v) ? 1 : 0;
-            else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))
-                s->mask[k] = (uint8_t)v->valuedouble;
-            else {
-                char *txt = cJSON_PrintUnformatted(v);
-                rc = error_set("loss_mask[%lld] = %s is not 0 or 1", (long long)k, txt ? txt : "?");
-                free(txt);
-                goto done;
-            }
-            k++;
-        }
-    } else {
-        memset(s->mask, 1, (size_t)n);
-    }
-done:
-    cJSON_Delete(root);
-    return rc;
-}
-
-static int is_blank(const char *line, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n') return 0;
-    return 1;
-}
-
 int tool_convert_jsonl_main(int argc, char **argv) {
     const char *in_path = NULL, *out_path = NULL, *tokenizer = "";
-    int64_t vocab_size = 0, min_loss_tokens = 0;
+    int64_t vocab_size = 0, min_loss_tokens = 0, heldout_seed = 0;
+    double heldout = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             convert_usage(stdout);
             return 0;
-        } else if ((strcmp(a, "--vocab-size") == 0 || strcmp(a, "--tokenizer") == 0 ||
-                    strcmp(a, "--min-loss-tokens") == 0) && i + 1 >= argc) {
+        } else if ((strcmp(a, "--vocab-size") == 0 || strcmp(a, "--tokenizer") == 0 || strcmp(a, "--heldout") == 0 ||
+                    strcmp(a, "--heldout-seed") == 0 || strcmp(a, "--min-loss-tokens") == 0) && i + 1 >= argc) {
             fprintf(stderr, "error: %s needs a value\n", a);
             convert_usage(stderr);
             return 2;
@@ -187,6 +85,15 @@ int tool_convert_jsonl_main(int argc, char **argv) {
                 fprintf(stderr, "error: --vocab-size: %lld is above the int32 id range\n", (long long)vocab_size);
                 return 2;
             }
+        } else if (strcmp(a, "--heldout") == 0) {
+            char *end;
+            heldout = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(heldout >= 0) || heldout > 1e15) {
+                fprintf(stderr, "error: --heldout: '%s' is not a count >= 1 or a fraction in (0, 1)\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(a, "--heldout-seed") == 0) {
+            if (parse_count(a, argv[++i], 0, &heldout_seed) < 0) return 2;
         } else if (strcmp(a, "--tokenizer") == 0) {
             tokenizer = argv[++i];
         } else if (strcmp(a, "--min-loss-tokens") == 0) {
@@ -224,7 +131,7 @@ int tool_convert_jsonl_main(int argc, char **argv) {
         return 1;
     }
 
-    sample_buf s = {0};
+    jsonl_sample s = {0};
     char *line = NULL;
     size_t line_cap = 0;
     ssize_t got;
@@ -237,8 +144,8 @@ int tool_convert_jsonl_main(int argc, char **argv) {
     while ((got = getline(&line, &line_cap, in)) != -1) {
         line_no++;
         bytes += got;
-        if (is_blank(line, (size_t)got)) continue;
-        if (parse_line(line, (size_t)got, vocab_size, &s) < 0) {
+        if (jsonl_line_blank(line, (size_t)got)) continue;
+        if (jsonl_sample_parse(line, (size_t)got, vocab_size, &s) < 0) {
             error_prefix("%s line %lld", in_path, (long long)line_no);
             rc = -1;
             break;
@@ -261,8 +168,7 @@ int tool_convert_jsonl_main(int argc, char **argv) {
                                               strerror(errno));
     fclose(in);
     free(line);
-    free(s.ids);
-    free(s.mask);
+    jsonl_sample_free(&s);
     // a training set without samples fails every consumer later, with a less clear message
     if (rc == 0 && w.n_samples == 0)
         rc = skipped_short > 0 ? error_set("%s: no sample to write: all %lld have fewer than %lld loss tokens (no %s "
@@ -270,6 +176,19 @@ int tool_convert_jsonl_main(int argc, char **argv) {
                                            out_path)
                                : error_set("%s: no sample to write: the file has no non-blank line (no %s written)",
                                            in_path, out_path);
+    int64_t n_held = 0;
+    if (rc == 0 && heldout > 0) { // the held-out split, chosen once and recorded in the set
+        int64_t *idx = xmalloc((size_t)w.n_samples * sizeof *idx);
+        char rule[512];
+        n_held = trainset_heldout_draw(w.n_samples, heldout, (uint64_t)heldout_seed, idx, rule, sizeof rule);
+        rc = trainset_writer_dataset(&w, "/heldout", 0, idx, n_held);
+        if (rc == 0) rc = trainset_writer_attr(&w, "heldout_rule", rule, NULL, 0, NULL);
+        free(idx);
+        if (rc < 0) { // the writer aborted itself
+            log_error("%s", error_msg());
+            return 1;
+        }
+    }
     if (rc == 0) {
         if (show_progress) progress_end(&p);
         rc = trainset_writer_close(&w);
@@ -285,6 +204,7 @@ int tool_convert_jsonl_main(int argc, char **argv) {
     if (min_loss_tokens > 0)
         printf(", %" PRId64 " samples with fewer than %" PRId64 " loss tokens left out", skipped_short,
                min_loss_tokens);
+    if (heldout > 0) printf(", %" PRId64 " held out (/heldout)", n_held);
     printf("\n");
     return 0;
 }

@@ -223,8 +223,9 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
 }
 
 // next[s] = argmax of lm_head(norm(h[s])) for the n rows of h [n, H] (act), over vocabulary tiles:
-// the teacher's running top-k with k = 1 (largest logit, lowest id among equal ones).
-static void decoder_argmax(target_decoder *d, const void *h, int n, int32_t *next) {
+// the teacher's running top-k with k = 1 (largest logit, lowest id among equal ones). logits (host
+// [n, V] f32, or NULL) receives every row's full logits as well, tile by tile (for sampling).
+static void decoder_head(target_decoder *d, const void *h, int n, int32_t *next, float *logits_host) {
     target_model *m = d->m;
     backend *be = m->be;
     int H = (int)m->cfg.hidden, V = (int)m->cfg.vocab;
@@ -237,6 +238,8 @@ static void decoder_argmax(target_decoder *d, const void *h, int n, int32_t *nex
         backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->w.xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f,
                      d->logits, vc, dt, DT_F32);
         ops_topk_lse_update(be, d->logits, vc, v0, n, vc, 1, d->top_val, d->top_idx, d->run_m, d->run_s);
+        for (int s = 0; logits_host && s < n; s++)
+            backend_copy_to_host(be, logits_host + (size_t)s * V + v0, d->logits + (size_t)s * vc, (size_t)vc * sizeof(float));
     }
     backend_copy_to_host(be, next, d->top_idx, (size_t)n * sizeof(int32_t));
 }
@@ -259,12 +262,28 @@ static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n,
     return 0;
 }
 
-int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
-                           int32_t *next) {
+// Prefill slot s with prompt[0:P] (checked by the caller): its linear layers' state zeroed, keys and
+// values at positions 0..P-1, the prompt's last hidden state in d->last row s.
+static void decoder_prefill_seq(target_decoder *d, int s, const int32_t *prompt, int P) {
     backend *be = d->m->be;
     const target_config *c = &d->m->cfg;
     int H = (int)c->hidden;
     size_t e = dtype_size(ops_act_dtype(be));
+    for (int i = 0; i < d->n_lin; i++) { // every linear layer starts the sequence from zero
+        backend_memset_zero(be, decoder_conv_at(d, i, s), decoder_conv_elems(c) * e);
+        backend_memset_zero(be, decoder_rec_at(d, i, s), decoder_rec_elems(c) * sizeof(float));
+    }
+    for (int t = 0; t < P; t++) d->pos_host[t] = t;
+    d->cu_host[0] = 0;
+    d->cu_host[1] = P;
+    decoder_upload(d, prompt, P, 1);
+    decoder_layers(d, s, P);
+    d->len[s] = P;
+    ops_copy_2d(be, (char *)d->last + (size_t)s * H * e, H, (char *)d->w.x + (size_t)(P - 1) * H * e, H, 1, H);
+}
+
+int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
+                           int32_t *next) {
     if (n_seq < 1 || n_seq > d->max_seqs)
         return error_set("decoder: %d sequences given, it holds 1..%d", n_seq, d->max_seqs);
     for (int s = 0; s < n_seq; s++) {
@@ -273,25 +292,16 @@ int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *p
         if (decoder_check_ids(d, prompts[s], plen[s], "prompt", s)) return -1;
     }
     d->n_seq = n_seq;
-    for (int s = 0; s < n_seq; s++) {
-        int P = plen[s];
-        for (int i = 0; i < d->n_lin; i++) { // every linear layer starts the sequence from zero
-            backend_memset_zero(be, decoder_conv_at(d, i, s), decoder_conv_elems(c) * e);
-            backend_memset_zero(be, decoder_rec_at(d, i, s), decoder_rec_elems(c) * sizeof(float));
-        }
-        for (int t = 0; t < P; t++) d->pos_host[t] = t;
-        d->cu_host[0] = 0;
-        d->cu_host[1] = P;
-        decoder_upload(d, prompts[s], P, 1);
-        decoder_layers(d, s, P);
-        d->len[s] = P;
-        ops_copy_2d(be, (char *)d->last + (size_t)s * H * e, H, (char *)d->w.x + (size_t)(P - 1) * H * e, H, 1, H);
-    }
-    decoder_argmax(d, d->last, n_seq, next);
+    for (int s = 0; s < n_seq; s++) decoder_prefill_seq(d, s, prompts[s], plen[s]);
+    decoder_head(d, d->last, n_seq, next, NULL);
     return 0;
 }
 
 int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next) {
+    return target_decoder_step_logits(d, tokens, next, NULL);
+}
+
+int target_decoder_step_logits(target_decoder *d, const int32_t *tokens, int32_t *next, float *logits) {
     int n = d->n_seq;
     if (n < 1) return error_set("decoder: a step before any prefill");
     for (int s = 0; s < n; s++)
@@ -303,7 +313,7 @@ int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next)
     decoder_upload(d, tokens, n, n);
     decoder_layers(d, -1, n);
     for (int s = 0; s < n; s++) d->len[s]++;
-    decoder_argmax(d, d->w.x, n, next);
+    decoder_head(d, d->w.x, n, next, logits);
     return 0;
 }
 
@@ -327,4 +337,49 @@ int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *
     free(cur);
     free(nxt);
     return rc;
+}
+
+// ----------------------------------------------------------------------------- continuous batching
+
+int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, int32_t *next, float *logits) {
+    int s = d->n_seq;
+    if (s >= d->max_seqs) return error_set("decoder: all %d slots hold a sequence", d->max_seqs);
+    if (plen < 1 || plen > d->max_len)
+        return error_set("a prompt of %d tokens: the decoder caches 1..%d positions per sequence", plen, d->max_len);
+    if (decoder_check_ids(d, prompt, plen, "prompt of slot", s)) return -1;
+    decoder_prefill_seq(d, s, prompt, plen);
+    d->n_seq = s + 1;
+    const target_config *c = &d->m->cfg;
+    size_t e = dtype_size(ops_act_dtype(d->m->be));
+    decoder_head(d, (char *)d->last + (size_t)s * (size_t)c->hidden * e, 1, next, logits);
+    return s;
+}
+
+// bytes of device memory from src to dst, through the act-dtype copy (every size here is a whole
+// number of act elements: f32 states are 2 bf16 or 1 f32 element each)
+static void decoder_move(backend *be, void *dst, const void *src, size_t bytes) {
+    size_t e = dtype_size(ops_act_dtype(be));
+    if (bytes) ops_copy_2d(be, dst, 0, src, 0, 1, (int64_t)(bytes / e));
+}
+
+void target_decoder_remove(target_decoder *d, int s) {
+    int last = d->n_seq - 1;
+    if (s < 0 || s > last) return;
+    if (s != last) { // the last sequence moves into slot s: its cached positions and linear states
+        const target_config *c = &d->m->cfg;
+        backend *be = d->m->be;
+        size_t e = dtype_size(ops_act_dtype(be)), kvd = (size_t)(c->n_kv_heads * c->head_dim);
+        size_t kv_bytes = (size_t)d->len[last] * kvd * e;
+        for (int a = 0; a < d->n_att; a++) {
+            decoder_move(be, decoder_cache_at(d, d->k_cache, a, s, 0), decoder_cache_at(d, d->k_cache, a, last, 0), kv_bytes);
+            decoder_move(be, decoder_cache_at(d, d->v_cache, a, s, 0), decoder_cache_at(d, d->v_cache, a, last, 0), kv_bytes);
+        }
+        for (int i = 0; i < d->n_lin; i++) {
+            decoder_move(be, decoder_conv_at(d, i, s), decoder_conv_at(d, i, last), decoder_conv_elems(c) * e);
+            decoder_move(be, decoder_rec_at(d, i, s), decoder_rec_at(d, i, last), decoder_rec_elems(c) * sizeof(float));
+        }
+        d->len[s] = d->len[last];
+    }
+    d->len[last] = 0;
+    d->n_seq = last;
 }

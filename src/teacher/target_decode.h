@@ -15,6 +15,13 @@
 // the packed forward's mixer (target_qwen3_5_mixer) over the prompt as one sequence with that
 // sequence's state; a step runs it over n_seq rows, each its own sequence of one token.
 //
+// Continuous batching (regenerate.h): the live sequences always occupy slots 0 .. n_seq-1.
+// target_decoder_add prefills one new prompt into slot n_seq while the others keep their caches;
+// target_decoder_remove ends the sequence of slot s and moves the last live sequence into that slot
+// (its cached keys/values and linear states are copied), so a step always runs over n_seq rows.
+// A sequence's numbers do not depend on the slot it sits in nor on its neighbours, except through
+// GEMM rounding over a different number of rows.
+//
 // The greedy token is the argmax of the lm_head logits (lowest id on ties), computed over vocabulary
 // tiles by the teacher's running top-k (k = 1): the same rule as topk_idx[t][0] of target_forward.
 //
@@ -79,3 +86,18 @@ int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next)
 // out[s * gen_len + j] (host). Needs plen[s] + gen_len - 1 <= max_len.
 int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
                             int gen_len, int32_t *out);
+
+// target_decoder_step_logits: target_decoder_step, and when logits (host [n_seq, V] f32) is not
+// NULL every sequence's full next-token logits too (for sampling).
+int target_decoder_step_logits(target_decoder *d, const int32_t *tokens, int32_t *next, float *logits);
+
+// target_decoder_reset: no live sequence (the caches are reused by the next target_decoder_add).
+static inline void target_decoder_reset(target_decoder *d) { d->n_seq = 0; }
+// target_decoder_add: prefill prompt[0:plen] (host, 1 <= plen <= max_len, ids in [0, V)) into slot
+// n_seq while the live sequences keep theirs; *next = its greedy next token, logits (host [V] f32,
+// or NULL) its full next-token logits. Returns the slot (the old n_seq), or -1 with error_set when
+// every slot is taken or the prompt is bad.
+int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, int32_t *next, float *logits);
+// target_decoder_remove: end the sequence in slot s (0 <= s < n_seq); the sequence of slot n_seq-1,
+// when s is not that slot, moves into slot s (the caller renumbers it). n_seq decreases by one.
+void target_decoder_remove(target_decoder *d, int s);

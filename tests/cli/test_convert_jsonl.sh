@@ -166,6 +166,25 @@ printf '%s\n{oops\n' "$good" >"$TMP/bad.jsonl"
 expect_rc "failed conversion over an existing file" 1 $T convert-jsonl "$TMP/bad.jsonl" "$TMP/keep.h5"
 if cmp -s "$TMP/a.h5" "$TMP/keep.h5" && ! compgen -G "$TMP/keep.h5.tmp*" >/dev/null; then ok; else bad "existing output changed"; fi
 
+# --heldout: a recorded held-out split (count or fraction, seeded), the same for the same seed
+expect_ok "convert --heldout 10" $T convert-jsonl "$TMP/in.jsonl" "$TMP/h1.h5" --heldout 10 --heldout-seed 4
+expect_ok "convert --heldout 10 again" $T convert-jsonl "$TMP/in.jsonl" "$TMP/h2.h5" --heldout 10 --heldout-seed 4
+expect_ok "convert --heldout 0.1 seed 5" $T convert-jsonl "$TMP/in.jsonl" "$TMP/h3.h5" --heldout 0.1 --heldout-seed 5
+cmp -s "$TMP/h1.h5" "$TMP/h2.h5" && ok || bad "--heldout: the same seed gave different files"
+if $PY - "$TMP/h1.h5" "$TMP/h3.h5" "$TMP/b.h5" <<'PYEOF'
+import sys, h5py
+a, c, b = (h5py.File(p, "r") for p in sys.argv[1:4])
+n = len(a["offsets"]) - 1
+h = a["heldout"][:].tolist()
+assert len(h) == 10 and h == sorted(set(h)) and 0 <= h[0] and h[-1] < n, h
+assert len(c["heldout"]) == int(0.1 * n) and c["heldout"][:].tolist() != h[:len(c["heldout"])], "fraction / other seed"
+assert b"seeded random 10 of" in a.attrs["heldout_rule"] and b"seed 4" in a.attrs["heldout_rule"]
+assert "heldout" not in b, "a split written without --heldout"
+assert (a["tokens"][:] == b["tokens"][:]).all(), "--heldout changed the samples"
+PYEOF
+then ok; else bad "--heldout datasets"; fi
+expect_rc "bad --heldout" 2 $T convert-jsonl "$TMP/in.jsonl" "$TMP/x.h5" --heldout -1
+
 # ---------------------------------------------------------------- usage
 expect_rc "no arguments" 2 $T convert-jsonl
 expect_rc "one argument" 2 $T convert-jsonl "$TMP/in.jsonl"

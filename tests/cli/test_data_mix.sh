@@ -45,9 +45,9 @@ echo "mix: losses ${l[*]}"
 [ "${#l[@]}" -eq 6 ] && ok || bad "mix: ${#l[@]} training lines in metrics.jsonl, expected 6"
 $PY -c "import sys; l=[float(x) for x in sys.argv[1:]]; sys.exit(0 if l and l[-1] < l[0] else 1)" "${l[@]}" && ok || bad "mix: loss did not fall: ${l[*]}"
 grep -q '"summary"' "$TMP/mix/metrics.jsonl" 2>/dev/null && ok || bad "mix: no summary line"
-grep -q "data: set 0 .*a.h5: 24 usable samples (22 training, 2 held out), weight 2: 44 per epoch" "$TMP/mix.err" && ok ||
+grep -q "data: set 0 .*a.h5: 24 usable samples (22 training, 2 held out: its last ones, data.heldout_samples), weight 2: 44 per epoch" "$TMP/mix.err" && ok ||
   bad "mix: no log line for set 0: $(grep 'data:' "$TMP/mix.err")"
-grep -q "data: set 1 .*b.h5: 16 usable samples (14 training, 2 held out), weight 0.5: 7 per epoch" "$TMP/mix.err" && ok ||
+grep -q "data: set 1 .*b.h5: 16 usable samples (14 training, 2 held out: its last ones, data.heldout_samples), weight 0.5: 7 per epoch" "$TMP/mix.err" && ok ||
   bad "mix: no log line for set 1: $(grep 'data:' "$TMP/mix.err")"
 $PY -c "import json, sys; s = json.load(open(sys.argv[1]))['data']['sets']; sys.exit(0 if [x['weight'] for x in s] == [2, 0.5] else 1)" \
   "$TMP/mix/config.json" && ok || bad "mix: the effective config.json lacks data.sets"

@@ -234,7 +234,67 @@ static void test_errors(void) {
     batchplan_free(&p);
 }
 
+// Count how often each sample appears in epoch 0's training batches and in the held-out batches.
+static void count_plan(batchplan *p, int *train, int *held) {
+    memset(train, 0, (size_t)p->n_samples * sizeof *train);
+    memset(held, 0, (size_t)p->n_samples * sizeof *held);
+    for (int64_t b = 0; b < batchplan_epoch_size(p, 0); b++) {
+        const batch_ref *br = batchplan_train_batch(p, b, NULL);
+        for (int64_t j = 0; j < br->n; j++) train[br->samples[j]]++;
+    }
+    for (int64_t b = 0; b < p->n_heldout_batches; b++) {
+        const batch_ref *br = batchplan_heldout_batch(p, b);
+        for (int64_t j = 0; j < br->n; j++) held[br->samples[j]]++;
+    }
+}
+
+// A set that records its held-out split (/heldout): exactly those samples are held out (and the
+// rule's n_heldout is not taken from it); the other sets keep the rule; an evaluation plan holds out
+// only the recorded ones of such a set; a list that does not increase is an error.
+static void test_recorded_heldout(void) {
+    int64_t len[30];
+    for (int i = 0; i < 30; i++) len[i] = 10 + i;
+    const int64_t rec[3] = {1, 4, 7};
+    int train[30], held[30];
+    batchplan p;
+    batchplan_set one[1] = {{10, 1.0, rec, 3}};
+    CHECK(batchplan_build(&p, len, 10, one, 1, 5, MAXTOK, 0, 3) == 0);
+    CHECK(p.n_heldout == 3 && p.n_train == 7 && p.sets[0].recorded == 1);
+    count_plan(&p, train, held);
+    int ok = 1;
+    for (int i = 0; i < 10; i++) ok &= (held[i] == (i == 1 || i == 4 || i == 7)) && train[i] == !held[i];
+    CHECK(ok);
+    batchplan_free(&p);
+    // set 0 recorded (3 of 10), set 1 by the rule: its last 2 of 20
+    batchplan_set two[2] = {{10, 1.0, rec, 3}, {20, 1.0, NULL, 0}};
+    CHECK(batchplan_build(&p, len, 30, two, 2, 2, MAXTOK, 0, 3) == 0);
+    CHECK(p.n_heldout == 5 && p.sets[1].n_heldout == 2 && p.sets[1].recorded == 0);
+    count_plan(&p, train, held);
+    ok = 1;
+    for (int i = 0; i < 30; i++) {
+        int want = i == 1 || i == 4 || i == 7 || i >= 28;
+        ok &= held[i] == want && train[i] == !want;
+    }
+    CHECK(ok);
+    batchplan_free(&p);
+    // --mode eval: a recorded set's held-out samples only, the rule set whole, no training batch
+    CHECK(batchplan_build(&p, len, 30, two, 2, BATCHPLAN_ALL_HELDOUT, MAXTOK, 0, 3) == 0);
+    CHECK(p.n_heldout == 23 && p.n_train == 0 && batchplan_train_batch(&p, 0, NULL) == NULL);
+    count_plan(&p, train, held);
+    ok = 1;
+    for (int i = 0; i < 30; i++) ok &= held[i] == (i >= 10 || i == 1 || i == 4 || i == 7);
+    CHECK(ok);
+    batchplan_free(&p);
+    const int64_t dec[3] = {4, 1, 7};
+    batchplan_set bad[1] = {{10, 1.0, dec, 3}};
+    CHECK_ERR(batchplan_build(&p, len, 10, bad, 1, 0, MAXTOK, 0, 3), "set 0: its recorded held-out sample 1 is 1");
+    const int64_t all[3] = {0, 1, 2};
+    batchplan_set full[1] = {{3, 1.0, all, 3}};
+    CHECK_ERR(batchplan_build(&p, len, 3, full, 1, 0, MAXTOK, 0, 3), "its /heldout holds every sample");
+}
+
 int main(void) {
+    test_recorded_heldout();
     test_coverage();
     test_heldout();
     test_determinism();

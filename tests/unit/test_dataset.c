@@ -40,7 +40,7 @@ static int64_t count_epoch(batchplan *p, int64_t e, int64_t *counts) {
 // Sets of 90, 50, 40 and 30 samples with weights 2, 0.5, 1.5 and 1; 20 held out.
 static void test_plan_counts(void) {
     enum { NS = 4, N = 210, HELD = 20 };
-    const batchplan_set sets[NS] = {{90, 2.0}, {50, 0.5}, {40, 1.5}, {30, 1.0}};
+    const batchplan_set sets[NS] = {{90, 2.0, NULL, 0}, {50, 0.5, NULL, 0}, {40, 1.5, NULL, 0}, {30, 1.0, NULL, 0}};
     int64_t len[N], counts[N];
     for (int64_t i = 0; i < N; i++) len[i] = len_of(i);
     batchplan p;
@@ -137,7 +137,7 @@ static void test_plan_single_set(void) {
     int64_t len[N];
     for (int64_t i = 0; i < N; i++) len[i] = len_of(i);
     batchplan p, q;
-    const batchplan_set one = {N, 1.0};
+    const batchplan_set one = {N, 1.0, NULL, 0};
     CHECK(batchplan_build(&p, len, N, NULL, 0, HELD, MAXTOK, 32, 5) == 0);
     CHECK(batchplan_build(&q, len, N, &one, 1, HELD, MAXTOK, 32, 5) == 0);
     CHECK(p.n_epoch == N - HELD && q.n_epoch == N - HELD);
@@ -159,7 +159,7 @@ static void test_plan_errors(void) {
     int64_t len[20];
     for (int i = 0; i < 20; i++) len[i] = 10;
     batchplan p;
-    batchplan_set s[2] = {{10, 1}, {10, 0}};
+    batchplan_set s[2] = {{10, 1, NULL, 0}, {10, 0, NULL, 0}};
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "set 1 has weight 0");
     s[1].weight = NAN;
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "finite number > 0");
@@ -167,17 +167,17 @@ static void test_plan_errors(void) {
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "finite number > 0");
     s[1].weight = -1;
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "set 1 has weight -1");
-    s[1] = (batchplan_set){9, 1};
+    s[1] = (batchplan_set){9, 1, NULL, 0};
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "hold 19 samples, not the 20");
-    s[1] = (batchplan_set){10, 0.01}; // 0.01 x 9 training samples rounds to 0
+    s[1] = (batchplan_set){10, 0.01, NULL, 0}; // 0.01 x 9 training samples rounds to 0
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "set 1: weight 0.01 of 9 training samples draws no sample");
     // 10 held out of 1 + 1 + 18: 0.5 -> 0, 0.5 -> 0, 9; the one left goes to set 0 (a tie: the lower set)
-    const batchplan_set s3[3] = {{1, 1}, {1, 1}, {18, 1}};
+    const batchplan_set s3[3] = {{1, 1, NULL, 0}, {1, 1, NULL, 0}, {18, 1, NULL, 0}};
     CHECK_ERR(batchplan_build(&p, len, 20, s3, 3, 10, MAXTOK, 0, 1), "set 0: its share of the held-out samples (1) takes all its 1");
-    s[0] = (batchplan_set){20, 1}, s[1] = (batchplan_set){0, 1};
+    s[0] = (batchplan_set){20, 1, NULL, 0}, s[1] = (batchplan_set){0, 1, NULL, 0};
     CHECK_ERR(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1), "set 1 has no usable samples");
     // weight 0.06 x 9 = 0.54 rounds to 1: allowed
-    s[0] = (batchplan_set){10, 1}, s[1] = (batchplan_set){10, 0.06};
+    s[0] = (batchplan_set){10, 1, NULL, 0}, s[1] = (batchplan_set){10, 0.06, NULL, 0};
     CHECK(batchplan_build(&p, len, 20, s, 2, 2, MAXTOK, 0, 1) == 0 && p.sets[1].per_epoch == 1 && p.n_epoch == 10);
     batchplan_free(&p);
 }

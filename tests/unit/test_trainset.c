@@ -264,7 +264,11 @@ static void test_broken_files(void) {
     trainset ts;
     const char *p = test_path("raw.h5");
 
-    // the well-formed file reads (mask value 5 counts as a loss token and reads back as 1)
+    // a mask value other than 0 and 1 is an error naming the element (issue 27)
+    write_raw(p, tok, mask, 12, off, 5, o0);
+    CHECK_ERR(trainset_open(&ts, p, 0), "dataset /loss_mask: element 6 is 5, a loss mask is 0 or 1");
+    mask[6] = 1;
+    // the well-formed file reads
     write_raw(p, tok, mask, 12, off, 5, o0);
     CHECK(trainset_open(&ts, p, 0) == 0);
     CHECK(ts.n == 4 && ts.loss_tokens == 10 && ts.tokenizer[0] == '\0');

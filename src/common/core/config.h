@@ -36,7 +36,7 @@ typedef struct {
     int64_t seed;
     char device[16];      // auto | cpu | cuda
     char log_level[16];   // debug | info | warn | error
-    char mode[32];        // train | check | dump-features | eval | transport-test
+    char mode[32];        // train | check | dump-features | regenerate | eval | transport-test
     char eval_drafter[CONFIG_STR]; // --mode eval: the drafter (exported directory or checkpoint)
     // world
     int64_t teachers;     // -1: world size - students
@@ -55,6 +55,17 @@ typedef struct {
     // features (offline feature files)
     char features_dir[CONFIG_STR];
     int64_t features_shard_samples;
+    // regenerate (run.mode = regenerate: the target answers prompts, the result is a training set)
+    char regen_prompts[CONFIG_STR];  // JSONL, {"input_ids": [...]} per line
+    char regen_out[CONFIG_STR];      // the training set written
+    int64_t regen_max_new_tokens;
+    config_int_list regen_stop_ids;  // besides generation_config.json's eos_token_id
+    double regen_temperature, regen_top_p;
+    int64_t regen_top_k, regen_seed;
+    int64_t regen_max_seqs;          // batch slots; 0 = from teacher.mem_budget
+    int64_t regen_max_len;           // cached positions per slot; 0 = longest prompt + max_new_tokens - 1
+    int64_t regen_shard_prompts;     // prompts per shard (the unit of work and of resuming)
+    double regen_heldout;            // held-out samples: >= 1 a count, (0, 1) a fraction, 0 none
     // drafter (shape defaults come from the target)
     char drafter_kind[CONFIG_STR];  // drafter.kind: the drafter kind (src/student/model/drafter_kind.h)
     int64_t block_size;

@@ -62,10 +62,10 @@ static void plan_draw_epoch(const batchplan *p, int64_t epoch, int64_t *order) {
         const batchplan_set_info *s = &p->sets[i];
         int64_t whole = s->per_epoch / s->n_train, rest = s->per_epoch % s->n_train;
         for (int64_t c = 0; c < whole; c++)
-            for (int64_t j = 0; j < s->n_train; j++) order[n++] = s->first + j;
+            for (int64_t j = 0; j < s->n_train; j++) order[n++] = s->train[j];
         if (rest == 0) continue;
         int64_t *pick = p->pick;
-        for (int64_t j = 0; j < s->n_train; j++) pick[j] = s->first + j;
+        for (int64_t j = 0; j < s->n_train; j++) pick[j] = s->train[j];
         rng r;
         rng_init(&r, p->seed, (uint64_t)epoch, PLAN_STREAM_PICK | (uint32_t)i);
         for (int64_t j = 0; j < rest; j++) {
@@ -131,16 +131,30 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
                     int64_t n_heldout, int64_t max_tokens, int64_t bucket_size, uint64_t seed) {
     memset(p, 0, sizeof *p);
     p->epoch = -1;
-    batchplan_set one = {n_samples, 1.0};
+    batchplan_set one = {n_samples, 1.0, NULL, 0};
     if (!sets || n_sets == 0) sets = &one, n_sets = 1;
     if (max_tokens < 1)
         return error_set("batch plan: max_tokens_per_batch = %lld, expected at least 1", (long long)max_tokens);
+    // the samples of the sets without a recorded split: they share n_heldout
+    int64_t n_rule = 0;
+    int n_recorded = 0;
+    for (int i = 0; i < n_sets; i++) {
+        if (!sets[i].heldout) {
+            n_rule += sets[i].n;
+            continue;
+        }
+        n_recorded++;
+        for (int64_t j = 0; j < sets[i].n_heldout; j++)
+            if (sets[i].heldout[j] < 0 || sets[i].heldout[j] >= sets[i].n || (j > 0 && sets[i].heldout[j] <= sets[i].heldout[j - 1]))
+                return error_set("batch plan: set %d: its recorded held-out sample %lld is %lld, not an increasing index "
+                                 "of its %lld samples", i, (long long)j, (long long)sets[i].heldout[j], (long long)sets[i].n);
+    }
     int all_heldout = n_heldout == BATCHPLAN_ALL_HELDOUT && n_samples > 0; // an evaluation plan
-    if (all_heldout) n_heldout = n_samples;
-    else if (n_heldout < 0 || n_heldout >= n_samples)
+    if (all_heldout || (n_recorded > 0 && n_rule == 0)) n_heldout = n_rule; // every set recorded: n_heldout unused
+    else if (n_heldout < 0 || n_heldout >= n_rule)
         return error_set("batch plan: %lld held-out samples of %lld usable ones leave none to train on "
                          "(data.heldout_samples must be less than the usable samples)",
-                         (long long)n_heldout, (long long)n_samples);
+                         (long long)n_heldout, (long long)n_rule);
     for (int64_t i = 0; i < n_samples; i++) {
         if (lengths[i] > max_tokens)
             return error_set("batch plan: sample %lld has %lld tokens, more than max_tokens_per_batch = %lld",
@@ -167,9 +181,15 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
     __int128 *rem = xmalloc((size_t)n_sets * sizeof *rem);
     int64_t given = 0;
     for (int i = 0; i < n_sets; i++) {
+        if (sets[i].heldout) { // its own split; no share of n_heldout
+            info[i].n_heldout = sets[i].n_heldout;
+            info[i].recorded = 1;
+            rem[i] = -1;
+            continue;
+        }
         __int128 num = (__int128)n_heldout * sets[i].n;
-        info[i].n_heldout = (int64_t)(num / n_samples);
-        rem[i] = num % n_samples;
+        info[i].n_heldout = n_rule > 0 ? (int64_t)(num / n_rule) : 0;
+        rem[i] = n_rule > 0 ? num % n_rule : -1;
         given += info[i].n_heldout;
     }
     for (; given < n_heldout; given++) {
@@ -180,7 +200,8 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
         rem[best] = -1; // at most one extra sample per set
     }
     free(rem);
-    int64_t first = 0, n_epoch = 0, largest = 0;
+    int64_t first = 0, n_epoch = 0, largest = 0, n_held_all = 0;
+    for (int i = 0; i < n_sets; i++) n_held_all += info[i].n_heldout;
     for (int i = 0; i < n_sets; i++) {
         batchplan_set_info *s = &info[i];
         s->first = first, s->n = sets[i].n, s->weight = sets[i].weight;
@@ -191,7 +212,8 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
         else if (all_heldout) continue; // no training batches: nothing is drawn
         else if (s->n_train < 1)
             rc = error_set("batch plan: set %d: its share of the held-out samples (%lld) takes all its %lld usable "
-                           "samples (lower data.heldout_samples)", i, (long long)s->n_heldout, (long long)s->n);
+                           "samples (%s)", i, (long long)s->n_heldout, (long long)s->n,
+                           s->recorded ? "its /heldout holds every sample" : "lower data.heldout_samples");
         double want = rc ? 0 : round(s->weight * (double)s->n_train);
         if (rc == 0 && want > 9e15)
             rc = error_set("batch plan: set %d: weight %g draws %g samples per epoch, too many", i, s->weight, want);
@@ -210,8 +232,9 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
     p->max_tokens = max_tokens;
     p->bucket_size = bucket_size;
     p->n_samples = n_samples;
+    n_heldout = n_held_all;
     p->n_heldout = n_heldout;
-    p->n_train = n_samples - n_heldout;
+    p->n_train = all_heldout ? 0 : n_samples - n_heldout; // an evaluation plan trains on nothing
     p->n_sets = n_sets;
     p->sets = info;
     p->n_epoch = n_epoch;
@@ -222,14 +245,23 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
     p->storage = xmalloc((size_t)n_epoch * sizeof *p->storage);
     p->scratch = xmalloc((size_t)n_epoch * sizeof *p->scratch);
 
-    // Held-out batches: the last samples of each set in sample order, packed as they come, so an
-    // evaluation always sees the same batches whatever the seed.
+    // Held-out batches: the recorded split of a set, else its last samples, in sample order, packed
+    // as they come, so an evaluation always sees the same batches whatever the seed. The rest of
+    // each set, in order, is its training part.
     size_t nh = (size_t)(n_heldout > 0 ? n_heldout : 1);
     p->heldout = xmalloc(nh * sizeof *p->heldout);
     p->heldout_storage = xmalloc(nh * sizeof *p->heldout_storage);
-    int64_t k = 0;
-    for (int i = 0; i < n_sets; i++)
-        for (int64_t j = 0; j < info[i].n_heldout; j++) p->heldout_storage[k++] = info[i].first + info[i].n_train + j;
+    p->train_storage = xmalloc((size_t)(p->n_train > 0 ? p->n_train : 1) * sizeof *p->train_storage);
+    int64_t k = 0, t = 0;
+    for (int i = 0; i < n_sets; i++) {
+        batchplan_set_info *s = &info[i];
+        s->train = p->train_storage + t;
+        for (int64_t j = 0, h = 0; j < s->n; j++) {
+            int held = s->recorded ? h < s->n_heldout && sets[i].heldout[h] == j : j >= s->n - s->n_heldout;
+            if (held) p->heldout_storage[k++] = s->first + j, h++;
+            else if (!all_heldout) p->train_storage[t++] = s->first + j;
+        }
+    }
     p->n_heldout_batches = plan_pack_run(p, p->heldout_storage, n_heldout, p->heldout, 0);
     return 0;
 }
@@ -244,6 +276,7 @@ void batchplan_free(batchplan *p) {
     free(p->epoch_end);
     free(p->heldout);
     free(p->heldout_storage);
+    free(p->train_storage);
     memset(p, 0, sizeof *p);
     p->epoch = -1;
 }

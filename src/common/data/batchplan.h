@@ -2,9 +2,11 @@
 // every rank computes the same plan without talking.
 //
 // The samples are the usable samples of one or several training sets, concatenated (set 0's
-// first; see dataset.h), each set with a weight. The held-out part takes n_heldout samples spread
-// over the sets in proportion to their sizes (largest remainder, ties to the lower set): the last
-// h_i usable samples of set i, in file order; the rest of each set is its training part. Training
+// first; see dataset.h), each set with a weight. The held-out part: a set that records its
+// own split (batchplan_set.heldout: the set's /heldout, chosen when it was made) holds out exactly
+// those samples; the other sets share n_heldout samples in proportion to their sizes (largest
+// remainder, ties to the lower set): the last h_i usable samples of set i, in file order. The rest
+// of each set is its training part. Training
 // batches of epoch e: set i contributes c_i = round(weight_i × n_train_i) samples (n_train_i: its
 // training samples; round half away from zero): each of its training samples c_i / n_train_i times
 // (integer division), plus c_i mod n_train_i of them drawn without repeats from the Philox stream
@@ -30,12 +32,18 @@ typedef struct {
 typedef struct {
     int64_t n;          // its usable samples (the next n of the sample space)
     double weight;      // > 0 and finite
+    // The set's own held-out split (its /heldout, trainset.h), or NULL for the rule above:
+    // heldout[n_heldout] are indices among its n samples, increasing.
+    const int64_t *heldout;
+    int64_t n_heldout;
 } batchplan_set;
 
 // What the plan made of a set.
 typedef struct {
     int64_t first, n;           // its samples: [first, first + n) of the sample space
-    int64_t n_train, n_heldout; // its training samples [first, first + n_train), then its held-out ones
+    int64_t n_train, n_heldout; // its training and held-out samples
+    int64_t *train;             // [n_train] its training samples (sample-space indices, increasing)
+    int recorded;               // its held-out samples are the set's own (batchplan_set.heldout)
     int64_t per_epoch;          // training samples drawn from it per epoch: round(weight * n_train)
     double weight;
 } batchplan_set_info;
@@ -50,6 +58,7 @@ typedef struct {
     batchplan_set_info *sets; // [n_sets]
     int64_t n_epoch;          // training samples drawn per epoch (with repeats): the sum of per_epoch
     int64_t *pick;            // [largest n_train of a set] scratch for the random part of a set
+    int64_t *train_storage;   // [n_train] the sets' training samples (batchplan_set_info.train)
     // The current epoch's training batches, rebuilt when a batch of another epoch is asked for.
     // Their count differs between epochs (other buckets pack differently): see batchplan_epoch_size.
     int64_t epoch;            // the epoch held in batches (-1: none yet)
@@ -70,12 +79,14 @@ typedef struct {
 
 // batchplan_build: sets[n_sets] partition the n_samples samples (sets NULL, n_sets 0: one set of
 // weight 1). -1 with error_set when a sample is longer than max_tokens or shorter than 1 token
-// (naming it and its length), when max_tokens < 1, when n_heldout is negative or >= n_samples (no
-// training sample would be left), when the sets' sizes do not add up to n_samples, a weight is not
+// (naming it and its length), when max_tokens < 1, when n_heldout is negative or >= the samples of the
+// sets without a recorded split (no training sample would be left), when a recorded split is not
+// increasing indices of its set, when the sets' sizes do not add up to n_samples, a weight is not
 // finite and > 0, the held-out share of a set takes all its samples, or a set's weight draws no
 // sample per epoch (naming the set by its index). bucket_size <= 0: one bucket holding the whole epoch.
 // n_heldout = BATCHPLAN_ALL_HELDOUT: every sample is held out (an evaluation of the whole data,
-// --mode eval): the held-out batches cover each sample once, and there are no training batches.
+// --mode eval), except in a set that records its split, where its held-out samples are: the
+// held-out batches cover each such sample once, and there are no training batches.
 #define BATCHPLAN_ALL_HELDOUT (-1)
 int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, const batchplan_set *sets, int n_sets,
                     int64_t n_heldout, int64_t max_tokens, int64_t bucket_size, uint64_t seed);

@@ -112,7 +112,11 @@ int dataset_read(dataset *d, int64_t i, int32_t *tokens, uint8_t *mask) {
 const char *dataset_path(const dataset *d, int i) { return d->sets[i].path; }
 
 void dataset_plan_sets(const dataset *d, batchplan_set *out) {
-    for (int i = 0; i < d->n_sets; i++) out[i] = (batchplan_set){d->first[i + 1] - d->first[i], d->weights[i]};
+    for (int i = 0; i < d->n_sets; i++) { // a set with /heldout brings its own held-out split
+        const trainset *t = &d->sets[i];
+        out[i] = (batchplan_set){d->first[i + 1] - d->first[i], d->weights[i], t->n_heldout >= 0 ? t->heldout_usable : NULL,
+                                 t->n_heldout >= 0 ? t->n_heldout_usable : 0};
+    }
 }
 
 int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set *out) {
@@ -127,6 +131,8 @@ int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set 
         const char *dumped;
         double w;
         out[i].n = featreader_set(fr, i, &w, &dumped);
+        out[i].heldout = NULL; // a feature directory records no split (data.heldout_samples applies)
+        out[i].n_heldout = 0;
         out[i].weight = w;
         if (named > 0) {
             const char *p = config_data_path(cfg, i, &out[i].weight);

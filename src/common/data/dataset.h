@@ -41,7 +41,8 @@ int64_t dataset_len(const dataset *d, int64_t i);
 int dataset_read(dataset *d, int64_t i, int32_t *tokens, uint8_t *mask);
 // dataset_path: the file of set i.
 const char *dataset_path(const dataset *d, int i);
-// dataset_plan_sets: the sets for batchplan_build (sizes and weights), into out[d->n_sets].
+// dataset_plan_sets: the sets for batchplan_build (sizes, weights, and a set's recorded held-out
+// split, /heldout, where it has one), into out[d->n_sets].
 void dataset_plan_sets(const dataset *d, batchplan_set *out);
 
 // dataset_feature_sets: the sets of an offline feature directory for batchplan_build, into

@@ -26,6 +26,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/core/rng.h"
 #include "common/data/h5safe.h"
 
 #define TS_READ_CHUNK ((int64_t)1 << 20)  // elements per read in the validation pass
@@ -227,6 +228,12 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
             bad += tok[k] < 0 || tok[k] >= vocab;
             loss += msk[k] != 0;
         }
+        for (int64_t k = 0; k < len; k++)
+            if (msk[k] > 1) {
+                rc = error_set("%s: dataset /loss_mask: element %lld is %d, a loss mask is 0 or 1", ts->path,
+                               (long long)(c0 + k), msk[k]);
+                goto done;
+            }
     }
     for (; j < np; j++) { // offsets equal to N
         cum_bad[j] = bad;
@@ -257,7 +264,7 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         ts->index[ts->n++] = i;
         ts->loss_tokens += l;
     }
-    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0) {
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0) { // once per run
         char why[512];
         log_warn("%s: %lld of %lld samples rejected (not used): %s%s", ts->path,
                  (long long)(ts->rejected_offsets + ts->rejected_ids + ts->rejected_short), (long long)ts->n_raw,
@@ -270,6 +277,95 @@ done:
     free(tok);
     free(msk);
     return rc;
+}
+
+// The optional /heldout (int64 [m], distinct raw sample indices in [0, n_raw)) and its rule, the
+// root attribute heldout_rule.
+static int ts_read_heldout(trainset *ts) {
+    char e[256];
+    ts->n_heldout = -1;
+    htri_t has = H5Lexists((hid_t)ts->file, "/heldout", H5P_DEFAULT);
+    if (has < 0) return error_set("%s: /heldout: %s", ts->path, h5safe_error(e));
+    if (has == 0) return 0;
+    int64_t d = -1, n = 0;
+    if (ts_open_dataset(ts, "/heldout", 8, H5T_SGN_2, &d, &n) < 0) return -1;
+    ts->heldout = malloc((size_t)(n > 0 ? n : 1) * sizeof *ts->heldout);
+    int rc = ts->heldout ? 0 : error_set("%s: out of memory reading /heldout", ts->path);
+    if (rc == 0 && h5_read_range((hid_t)d, H5T_NATIVE_INT64, 0, n, ts->heldout) < 0)
+        rc = error_set("%s: reading /heldout: %s", ts->path, h5safe_error(e));
+    h5_close_dataset(&d);
+    if (rc < 0) return -1;
+    ts->n_heldout = n;
+    for (int64_t i = 0; i < n; i++)
+        if (ts->heldout[i] < 0 || ts->heldout[i] >= ts->n_raw || (i > 0 && ts->heldout[i] <= ts->heldout[i - 1]))
+            return error_set("%s: dataset /heldout: element %lld = %lld; held-out indices increase and lie in [0, %lld)",
+                             ts->path, (long long)i, (long long)ts->heldout[i], (long long)ts->n_raw);
+    // the held-out samples among the usable ones (a rejected one is counted and left out)
+    ts->heldout_usable = malloc((size_t)(n > 0 ? n : 1) * sizeof *ts->heldout_usable);
+    if (!ts->heldout_usable) return error_set("%s: out of memory reading /heldout", ts->path);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t u = trainset_usable_of_raw(ts, ts->heldout[i]);
+        if (u >= 0) ts->heldout_usable[ts->n_heldout_usable++] = u;
+        else ts->heldout_rejected++;
+    }
+    if (ts->heldout_rejected > 0 && log_rank() == 0)
+        log_warn("%s: %lld of its %lld held-out samples (/heldout) are rejected samples: %lld are held out", ts->path,
+                 (long long)ts->heldout_rejected, (long long)n, (long long)ts->n_heldout_usable);
+    return trainset_attr_str(ts, "heldout_rule", ts->heldout_rule, sizeof ts->heldout_rule) < 0 ? -1 : 0;
+}
+
+int trainset_attr_str(trainset *ts, const char *name, char *out, size_t n) {
+    char e[256];
+    out[0] = '\0';
+    h5safe_quiet q = h5safe_quiet_begin();
+    hid_t root = H5Gopen2((hid_t)ts->file, "/", H5P_DEFAULT), a = -1;
+    int rc = root < 0 ? error_set("%s: cannot open the root group: %s", ts->path, h5safe_error(e)) : 0;
+    if (rc == 0) rc = ts_open_attr(ts, root, name, &a);
+    if (rc == 0 && a >= 0) rc = h5safe_attr_str(a, ts->path, name, out, n) < 0 ? -1 : 1;
+    if (a >= 0) H5Aclose(a);
+    if (root >= 0) H5Gclose(root);
+    h5safe_quiet_end(q);
+    return rc;
+}
+
+int trainset_read_u8(trainset *ts, const char *name, uint8_t *out) {
+    char e[256];
+    h5safe_quiet q = h5safe_quiet_begin();
+    int64_t d = -1, n = 0;
+    int rc = ts_open_dataset(ts, name, 1, H5T_SGN_NONE, &d, &n);
+    if (rc == 0 && n != ts->n_raw)
+        rc = error_set("%s: dataset %s has %lld elements, the file has %lld samples", ts->path, name, (long long)n,
+                       (long long)ts->n_raw);
+    if (rc == 0 && h5_read_range((hid_t)d, H5T_NATIVE_UINT8, 0, n, out) < 0)
+        rc = error_set("%s: reading %s: %s", ts->path, name, h5safe_error(e));
+    h5_close_dataset(&d);
+    h5safe_quiet_end(q);
+    return rc < 0 ? -1 : 0;
+}
+
+int64_t trainset_heldout_draw(int64_t n, double spec, uint64_t seed, int64_t *idx, char *rule, size_t rule_n) {
+    int64_t m = spec >= 1 ? (int64_t)spec : spec > 0 ? (int64_t)(spec * (double)n) : 0;
+    if (spec > 0 && spec < 1 && m < 1) m = 1;
+    if (m > n) m = n;
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    rng r;
+    rng_init(&r, seed, 0, TRAINSET_HELDOUT_RNG);
+    rng_shuffle(&r, idx, n);
+    qsort(idx, (size_t)m, sizeof *idx, cmp_i64);
+    snprintf(rule, rule_n, "seeded random %lld of %lld samples (Philox seed %llu, stream id 0x%x: the first %lld of a "
+             "Fisher-Yates shuffle of 0..%lld, sorted)", (long long)m, (long long)n, (unsigned long long)seed,
+             TRAINSET_HELDOUT_RNG, (long long)m, (long long)n - 1);
+    return m;
+}
+
+int64_t trainset_usable_of_raw(const trainset *ts, int64_t raw) {
+    int64_t lo = 0, hi = ts->n; // index[] increases
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (ts->index[mid] < raw) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < ts->n && ts->index[lo] == raw ? lo : -1;
 }
 
 static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens) {
@@ -318,7 +414,8 @@ static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens
                          "/tokens (%lld): the tokens after it would belong to no sample", path,
                          (long long)(n_off - 1), (long long)ts->offsets[n_off - 1], (long long)ts->n_tokens);
     if (ts_read_attrs(ts) < 0 || ts_validate(ts, min_loss_tokens) < 0) return -1;
-    return ts_read_tokenizer(ts);
+    if (ts_read_tokenizer(ts) < 0) return -1;
+    return ts_read_heldout(ts);
 }
 
 int trainset_open(trainset *ts, const char *path, int64_t min_loss_tokens) {
@@ -364,8 +461,11 @@ void trainset_close(trainset *ts) {
     free(ts->path);
     free(ts->offsets);
     free(ts->index);
+    free(ts->heldout);
+    free(ts->heldout_usable);
     memset(ts, 0, sizeof *ts);
     ts->file = ts->d_tokens = ts->d_mask = -1;
+    ts->n_heldout = -1;
 }
 
 // ---------------------------------------------------------------- writer
@@ -376,7 +476,8 @@ static hid_t tw_create_dataset(hid_t file, const char *name, hid_t type) {
     hid_t space = H5Screate_simple(1, &dim, &maxdim);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t d = -1;
-    if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0)
+    // no modification times in the object headers: the same samples give the same bytes
+    if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0)
         d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
@@ -419,14 +520,8 @@ static int tw_flush_offsets(trainset_writer *w) {
     return 0;
 }
 
-static herr_t tw_write_int_attr(hid_t root, const char *name, int64_t v) {
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = space < 0 ? -1 : H5Acreate2(root, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
-    if (a >= 0) H5Aclose(a);
-    if (space >= 0) H5Sclose(space);
-    return rc;
-}
+static herr_t tw_write_ints_attr(hid_t root, const char *name, const int64_t *v, int64_t n);
+static herr_t tw_write_int_attr(hid_t root, const char *name, int64_t v) { return tw_write_ints_attr(root, name, &v, -1); }
 
 // A fixed-length UTF-8 string (null-padded, at least one byte): stored in the attribute itself, so
 // reading it never touches the file's global heap (h5safe.h; h5py reads it as bytes).
@@ -447,6 +542,56 @@ static herr_t tw_write_str_attr(hid_t root, const char *name, const char *s) {
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
     return rc;
+}
+
+static void tw_cleanup(trainset_writer *w, int remove_tmp);
+
+static herr_t tw_write_f64_attr(hid_t root, const char *name, double v) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = space < 0 ? -1 : H5Acreate2(root, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    return rc;
+}
+
+static herr_t tw_write_ints_attr(hid_t root, const char *name, const int64_t *v, int64_t n) {
+    hsize_t dim = (hsize_t)(n > 0 ? n : 1);
+    hid_t space = n < 0 ? H5Screate(H5S_SCALAR) : n > 0 ? H5Screate_simple(1, &dim, NULL) : H5Screate(H5S_NULL);
+    hid_t a = space < 0 ? -1 : H5Acreate2(root, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : n != 0 ? H5Awrite(a, H5T_NATIVE_INT64, v) : 0;
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    return rc;
+}
+
+int trainset_writer_attr(trainset_writer *w, const char *name, const char *str, const int64_t *ints, int64_t n_ints,
+                         const double *f64) {
+    char e[256];
+    if (w->file <= 0) return error_set("trainset writer: attribute after close or a failed call");
+    h5safe_quiet q = h5safe_quiet_begin();
+    hid_t root = H5Gopen2((hid_t)w->file, "/", H5P_DEFAULT);
+    herr_t rc = root < 0 ? -1 : str ? tw_write_str_attr(root, name, str)
+                                : f64 ? tw_write_f64_attr(root, name, *f64)
+                                      : tw_write_ints_attr(root, name, ints, n_ints);
+    if (root >= 0) H5Gclose(root);
+    int out = rc < 0 ? error_set("%s: writing attribute %s: %s", w->tmp_path, name, h5safe_error(e)) : 0;
+    if (out < 0) tw_cleanup(w, 1);
+    h5safe_quiet_end(q);
+    return out;
+}
+
+int trainset_writer_dataset(trainset_writer *w, const char *name, int is_u8, const void *v, int64_t n) {
+    char e[256];
+    if (w->file <= 0) return error_set("trainset writer: dataset after close or a failed call");
+    h5safe_quiet q = h5safe_quiet_begin();
+    hid_t d = tw_create_dataset((hid_t)w->file, name, is_u8 ? H5T_STD_U8LE : H5T_STD_I64LE);
+    herr_t rc = d < 0 ? -1 : tw_append_dataset(d, is_u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT64, 0, n, v);
+    if (d >= 0) H5Dclose(d);
+    int out = rc < 0 ? error_set("%s: writing dataset %s: %s", w->tmp_path, name, h5safe_error(e)) : 0;
+    if (out < 0) tw_cleanup(w, 1);
+    h5safe_quiet_end(q);
+    return out;
 }
 
 // Close every handle, remove the temporary file, free the buffers. Safe to call twice.

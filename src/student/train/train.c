@@ -115,8 +115,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         const char *name = "";
         if (config_data_count(cfg) > 0) name = config_data_path(cfg, i, NULL);
         else featreader_set(fr, i, NULL, &name);
-        log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out), weight %g: %lld per epoch", i,
-                 name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout, si->weight,
+        log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out: %s), weight %g: %lld per epoch",
+                 i, name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout,
+                 si->recorded ? "the set's /heldout" : "its last ones, data.heldout_samples", si->weight,
                  (long long)si->per_epoch);
     }
 
@@ -316,7 +317,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         log_info("student %d: batches received per teacher: [%s]", s, served);
     }
     double wall = time_now() - t_run;
-    if (rc == 0 && s == 0 && eval) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_samples);
+    // the samples evaluated: every one, or a set's /heldout
+    if (rc == 0 && s == 0 && eval) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_heldout);
     else if (rc == 0 && s == 0) {
         char dir[CONFIG_STR + 16];
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);

@@ -147,8 +147,8 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     batchplan_set sets[CONFIG_MAX_SETS];
     int n_sets;
     *fr = NULL;
+    dataset ds = {0}; // open until the plan is built: a set's recorded held-out split lives in it
     if (!cfg->data_features[0]) {
-        dataset ds;
         if (dataset_open(&ds, cfg, 2 * cfg->block_size)) return -1;
         if (ds.vocab_size > tc->vocab) {
             int64_t v = ds.vocab_size;
@@ -161,7 +161,6 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
         for (int64_t i = 0; i < n_samples; i++) lengths[i] = dataset_len(&ds, i);
         n_sets = ds.n_sets;
         dataset_plan_sets(&ds, sets);
-        dataset_close(&ds);
     } else {
         if (featreader_open(fr, cfg->data_features)) return -1;
         if (featreader_topk(*fr) != ct->topk || featreader_feat_dim(*fr) != ct->n_feat * tc->hidden) {
@@ -197,6 +196,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     int rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
                              cfg->bucket_size, (uint64_t)cfg->seed);
     free(lengths);
+    if (ds.sets) dataset_close(&ds);
     if (rc && *fr) {
         featreader_close(*fr);
         *fr = NULL;

@@ -1,0 +1,43 @@
+// regenerate.h: `dflash_rank --mode regenerate`: every rank is a teacher; the target answers the
+// prompts of regenerate.prompts and the answers are written as a training set (SPEC §7,
+// "Regenerated training set"), token ids end to end (nothing is detokenised or re-tokenised).
+//
+//   input   JSONL, one prompt per line: {"input_ids": [ids...]} (already templated; other keys
+//           ignored, blank lines skipped). Prompt i is the i-th non-blank line.
+//   decode  the KV-cached decode of target_decode.h with continuous batching: regenerate.max_seqs
+//           slots; a slot whose reply ended takes the next waiting prompt while the others keep
+//           decoding. Greedy by default, sampled with regenerate.temperature / top_p / top_k
+//           (decode_sample.h), prompt i drawing from the Philox stream (regenerate.seed, i).
+//           A reply ends at a stop id (eos_token_id of the target's generation_config.json, an id
+//           or a list, plus regenerate.stop_ids; the stop token is the reply's last token,
+//           finish_reason 0) or after regenerate.max_new_tokens tokens or when the sequence fills
+//           its cache of regenerate.max_len positions (finish_reason 1, no end token).
+//   shards  prompts are cut into shards of regenerate.shard_prompts consecutive prompts, shard s
+//           going to rank s mod world size. Each shard is decoded on its own (its slots start
+//           empty and drain at its end), so a shard's replies depend only on its prompts and the
+//           settings, not on the rank, the number of ranks or an earlier interruption. A finished
+//           shard is a training-set file OUT.parts/part-SSSSS-of-NNNNN.h5 (written under a temporary
+//           name, renamed when complete; its "settings" attribute records what made it). A rerun
+//           skips the shards already there (and refuses ones made with other settings), so a
+//           killed regeneration resumes where it stopped.
+//   output  rank 0, once every shard is done, merges the parts in prompt order into
+//           regenerate.out (the trainset writer: a temporary name renamed at the end) and removes
+//           OUT.parts: sample i = prompt i (loss_mask 0) + its reply (loss_mask 1); /finish_reason
+//           uint8 [n]; /heldout int64 (regenerate.heldout samples drawn with the seed, rule in the
+//           heldout_rule attribute; trainset_heldout_draw); attributes target, prompts,
+//           stop_ids, max_new_tokens, max_len, temperature, top_p, top_k, seed, settings. The same
+//           settings give a byte-identical file, interrupted or not, on any number of ranks.
+//   progress each rank prints prompts done of its share, generated tokens/s and an ETA (every
+//           10 s and at the end).
+//
+// CPU backend only for now (target_decode.h). Teacher groups (world.teacher_group_size > 1) are
+// refused with an error.
+#pragma once
+
+#include "common/backend/backend.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
+
+// teacher_regenerate: a collective call (every rank); 0 on success, -1 when any rank failed (the
+// first failing rank logs its own error, the others one line naming it).
+int teacher_regenerate(const world *w, const config *cfg, backend *be);
