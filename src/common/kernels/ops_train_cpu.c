@@ -164,6 +164,25 @@ static int longest_ctx(const int32_t *anchors, const int32_t *seq_start, int C) 
     return n;
 }
 
+// The softmax of a tile row of n scores in place over its visible columns [j0, j1) (j0 < j1), 0
+// elsewhere; returns the log-sum-exp.
+VEXP_CLONES static float softmax_row(float *s, int n, int j0, int j1) {
+    float m = -INFINITY, l = 0;
+#pragma omp simd reduction(max : m)
+    for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(+ : l)
+    for (int j = j0; j < j1; j++) {
+        s[j] = vexpf(s[j] - m);
+        l += s[j];
+    }
+    float inv = 1.0f / l;
+    for (int j = 0; j < j0; j++) s[j] = 0;
+#pragma omp simd
+    for (int j = j0; j < j1; j++) s[j] *= inv;
+    for (int j = j1; j < n; j++) s[j] = 0;
+    return m + logf(l);
+}
+
 // Per (anchor, kv head), in parallel: scores by GEMM, an exact fp32 softmax on each row's visible
 // range in place (its log-sum-exp kept for the backward), then O = P [Vc | Vb] by GEMM. Scratch per
 // thread: one tile, M x (longest context + B) floats (never [C*B, S]).
@@ -183,20 +202,9 @@ void cpu_dflash_attn_forward(float *out, float *lse, const float *q, const float
                 gather_rows(Q, q, ci, B, nq, kh, group, hd);
                 tile_scores(S, Q, &t, kc, kb, ci, M, nkv, kh, hd, scale);
                 for (int r = 0; r < M; r++) {
-                    int k = r / group, j0 = tile_c0(&t, k) - t.lo, j1 = t.nctx + tile_nb(&t, k);
-                    float *s = S + (size_t)r * n, m = -INFINITY, l = 0;
-                    for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
-#pragma omp simd reduction(+ : l)
-                    for (int j = j0; j < j1; j++) {
-                        s[j] = vexpf(s[j] - m);
-                        l += s[j];
-                    }
-                    float inv = 1.0f / l;
-                    for (int j = 0; j < j0; j++) s[j] = 0;
-#pragma omp simd
-                    for (int j = j0; j < j1; j++) s[j] *= inv;
-                    for (int j = j1; j < n; j++) s[j] = 0;
-                    lse[(size_t)(ci * B + k) * nq + kh * group + r % group] = m + logf(l);
+                    int k = r / group;
+                    lse[(size_t)(ci * B + k) * nq + kh * group + r % group] =
+                        softmax_row(S + (size_t)r * n, n, tile_c0(&t, k) - t.lo, t.nctx + tile_nb(&t, k));
                 }
                 gemm_nt(0, 0, M, hd, t.nctx, 1.0f, S, n, vc + ((size_t)t.lo * nkv + kh) * hd, ld, 0.0f, O, hd);
                 gemm_nt(0, 0, M, hd, B, 1.0f, S + t.nctx, n, vb + ((size_t)ci * B * nkv + kh) * hd, ld, 1.0f, O, hd);
@@ -208,7 +216,7 @@ void cpu_dflash_attn_forward(float *out, float *lse, const float *q, const float
 }
 
 // P = exp(S - lse) on row r's visible columns [j0, j1) of a tile row of n, 0 elsewhere.
-static void probs_row(float *s, int n, int j0, int j1, float lse_r) {
+VEXP_CLONES static void probs_row(float *s, int n, int j0, int j1, float lse_r) {
     for (int j = 0; j < j0; j++) s[j] = 0;
 #pragma omp simd
     for (int j = j0; j < j1; j++) s[j] = vexpf(s[j] - lse_r);
@@ -216,7 +224,7 @@ static void probs_row(float *s, int n, int j0, int j1, float lse_r) {
 }
 
 // dS = P (dP - D) in place over dP, a row of n.
-static void dscores_row(float *dp, const float *p, int n, float D) {
+VEXP_CLONES static void dscores_row(float *dp, const float *p, int n, float D) {
 #pragma omp simd
     for (int j = 0; j < n; j++) dp[j] = p[j] * (dp[j] - D);
 }
