@@ -23,6 +23,7 @@ const config_key config_keys[] = {
     {"run.dir", CFG_STRING, F(run_dir), "runs/dflash", "run directory: metrics.jsonl, checkpoints, the effective config", NULL, NOLIM},
     {"run.seed", CFG_INT, F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
     {"run.device", CFG_STRING, F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", NOLIM},
+    {"run.threads", CFG_INT, F(threads), "0", "CPU threads of each rank, for OpenMP and OpenBLAS alike; 0 = OMP_NUM_THREADS when set, else the cores of the rank's affinity mask shared among the ranks of its host. Never more than those cores. Also --threads N (docs/config.md, Threads)", NULL, 0, 4096},
     {"run.log_level", CFG_STRING, F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", NOLIM},
     {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir), eval (a drafter, eval.drafter, evaluated on every sample of the data: run.dir/eval.json) or transport-test (payloads teacher -> student checked element by element, bandwidth printed)", "check|dump-features|eval|train|transport-test", NOLIM},
     {"world.teachers", CFG_INT, F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
