@@ -2,6 +2,7 @@
 // Plain loops, written to be read: each function is the formula in its header comment.
 #include "common/kernels/ops_cpu.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +50,8 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
 }
 
 // One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
-// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. Shared by the
-// packed causal attention below and the KV-cached decode (teacher/target_decode.c).
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
+// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
 void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
                     float scale, float *p) {
     float m = -INFINITY;
@@ -77,34 +78,86 @@ void cpu_attend_row(float *o, const float *q, const float *k, const float *v, in
     }
 }
 
-// Per (query, head): the scores against the keys of its own sequence up to itself go to a per-thread
-// row of at most one sequence's length (O(T) memory per thread, never [T, T]), then an exact
-// softmax in fp32 and the weighted sum of the values. The simd pragmas let the compiler vectorise
-// the reductions (a different summation order than a scalar loop: fine at fp32 tolerance).
+void cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+               int ldb, float beta, float *c, int ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { // nothing to sum
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                a, lda, b, ldb, beta, c, ldc);
+}
+
+VEXP_CLONES float cpu_softmax_range(float *s, int n, int j0, int j1) {
+    float m = -INFINITY, l = 0;
+#pragma omp simd reduction(max : m)
+    for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(+ : l)
+    for (int j = j0; j < j1; j++) {
+        s[j] = vexpf(s[j] - m);
+        l += s[j];
+    }
+    float inv = 1.0f / l;
+    for (int j = 0; j < j0; j++) s[j] = 0;
+#pragma omp simd
+    for (int j = j0; j < j1; j++) s[j] *= inv;
+    for (int j = j1; j < n; j++) s[j] = 0;
+    return m + logf(l);
+}
+
+// The causal attention as GEMMs, per task = (sequence, kv head, tile of tq consecutive queries):
+// the tile's rows are its queries' heads of that kv head's group (row (t - t0) * group + g), its
+// columns the keys start .. t1 - 1 of the sequence. S = scale Q K^T (one GEMM), a softmax over each
+// row's visible prefix [0, t - start] (the causal mask as a range: the tile wastes at most tq - 1
+// columns a row), O = P V (one GEMM), scattered back. Scratch per thread: rows x the longest
+// sequence (tq shrinks for long sequences to keep it near ATTN_TILE_FLOATS), never [T, T].
+#define ATTN_TILE_ROWS 128
+#define ATTN_TILE_FLOATS (4 << 20)
 void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
                           int n_seq, int T, int nq, int nkv, int hd, float scale) {
     int group = nq / nkv, longest = 0;
     for (int s = 0; s < n_seq; s++)
         if (cu_seqlens[s + 1] - cu_seqlens[s] > longest) longest = cu_seqlens[s + 1] - cu_seqlens[s];
-#pragma omp parallel
-    {
-        float *p = xmalloc((size_t)longest * sizeof(float));
-        for (int s = 0; s < n_seq; s++) {
-            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
-#pragma omp for collapse(2) schedule(dynamic, 8)
-            for (int t = start; t < end; t++) {
-                for (int h = 0; h < nq; h++) {
-                    const float *qv = q + ((size_t)t * nq + h) * hd;
-                    float *o = out + ((size_t)t * nq + h) * hd;
-                    int kh = h / group, n = t - start + 1;
-                    cpu_attend_row(o, qv, k + ((size_t)start * nkv + kh) * hd, v + ((size_t)start * nkv + kh) * hd, n,
-                                   (int64_t)nkv * hd, hd, scale, p);
-                }
-            }
-        }
-        free(p);
-    }
+    if (longest <= 0) return;
+    int tq = ATTN_TILE_ROWS / group > 1 ? ATTN_TILE_ROWS / group : 1;
+    while (tq > 1 && (int64_t)tq * group * longest > ATTN_TILE_FLOATS) tq /= 2;
+    // task u: tiles of the sequences one after another, each for every kv head
+    int64_t *first = xmalloc(((size_t)n_seq + 1) * sizeof(int64_t)); // first task of each sequence
+    first[0] = 0;
+    for (int s = 0; s < n_seq; s++)
+        first[s + 1] = first[s] + (int64_t)(cu_seqlens[s + 1] - cu_seqlens[s] + tq - 1) / tq * nkv;
+    int M = tq * group, ld = nkv * hd;
     (void)T;
+#pragma omp parallel if (first[n_seq] > 1 && (int64_t)first[n_seq] * M * hd >= OPS_PAR_MIN)
+    {
+        float *S = xmalloc(((size_t)M * longest + 2 * (size_t)M * hd) * sizeof(float));
+        float *Q = S + (size_t)M * longest, *O = Q + (size_t)M * hd;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < first[n_seq]; u++) {
+            int s = 0, hi = n_seq - 1; // the sequence of task u: first[s] <= u < first[s + 1]
+            while (s < hi) {
+                int mid = (s + hi + 1) / 2;
+                if (first[mid] <= u) s = mid;
+                else hi = mid - 1;
+            }
+            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+            int tile = (int)((u - first[s]) / nkv), kh = (int)((u - first[s]) % nkv);
+            int t0 = start + tile * tq, t1 = t0 + tq < end ? t0 + tq : end, rows = (t1 - t0) * group, n = t1 - start;
+            for (int t = t0; t < t1; t++)
+                memcpy(Q + (size_t)(t - t0) * group * hd, q + ((size_t)t * nq + (size_t)kh * group) * hd,
+                       (size_t)group * hd * sizeof(float));
+            cpu_sgemm(0, 1, rows, n, hd, scale, Q, hd, k + ((size_t)start * nkv + kh) * hd, ld, 0.0f, S, n);
+            for (int r = 0; r < rows; r++) cpu_softmax_range(S + (size_t)r * n, n, 0, t0 + r / group - start + 1);
+            cpu_sgemm(0, 0, rows, hd, n, 1.0f, S, n, v + ((size_t)start * nkv + kh) * hd, ld, 0.0f, O, hd);
+            for (int t = t0; t < t1; t++)
+                memcpy(out + ((size_t)t * nq + (size_t)kh * group) * hd, O + (size_t)(t - t0) * group * hd,
+                       (size_t)group * hd * sizeof(float));
+        }
+        free(S);
+    }
+    free(first);
 }
 
 void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {

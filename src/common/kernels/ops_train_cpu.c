@@ -3,13 +3,13 @@
 // over a row are formed in double where a row can be long (RMSNorm over H), in fp32 elsewhere.
 #include "common/kernels/ops_train_cpu.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/core/check.h"
+#include "common/kernels/ops_cpu.h"
 #include "common/kernels/vexp.h"
 
 // ----------------------------------------------------------------------------- RMSNorm
@@ -122,19 +122,6 @@ static int tile_c0(const attn_tile *t, int k) {
 
 static int tile_nb(const attn_tile *t, int k) { return t->causal ? k + 1 : t->B; }
 
-// C[m, n] (ldc) = alpha A[m, k] op(B) + beta C, row-major; op(B) = B^T [n, k] when trans_b, B [k, n] else.
-static void gemm_nt(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
-                    int ldb, float beta, float *c, int ldc) {
-    if (m <= 0 || n <= 0) return;
-    if (k <= 0) { // nothing to sum: C = beta C
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
-                a, lda, b, ldb, beta, c, ldc);
-}
-
 // dst [B*group, hd] = the rows of src [C*B, nh, hd] for anchor ci, heads kh*group .. +group-1.
 static void gather_rows(float *dst, const float *src, int ci, int B, int nh, int kh, int group, int hd) {
     for (int k = 0; k < B; k++)
@@ -153,8 +140,8 @@ static void scatter_rows(float *dst, const float *src, int ci, int B, int nh, in
 static void tile_scores(float *S, const float *Q, const attn_tile *t, const float *kc, const float *kb, int ci, int M,
                         int nkv, int kh, int hd, float scale) {
     int n = t->nctx + t->B, ld = nkv * hd;
-    gemm_nt(0, 1, M, t->nctx, hd, scale, Q, hd, kc + ((size_t)t->lo * nkv + kh) * hd, ld, 0.0f, S, n);
-    gemm_nt(0, 1, M, t->B, hd, scale, Q, hd, kb + ((size_t)ci * t->B * nkv + kh) * hd, ld, 0.0f, S + t->nctx, n);
+    cpu_sgemm(0, 1, M, t->nctx, hd, scale, Q, hd, kc + ((size_t)t->lo * nkv + kh) * hd, ld, 0.0f, S, n);
+    cpu_sgemm(0, 1, M, t->B, hd, scale, Q, hd, kb + ((size_t)ci * t->B * nkv + kh) * hd, ld, 0.0f, S + t->nctx, n);
 }
 
 // The longest context any anchor's tile has.
@@ -162,25 +149,6 @@ static int longest_ctx(const int32_t *anchors, const int32_t *seq_start, int C) 
     int n = 0;
     for (int ci = 0; ci < C; ci++) n = anchors[ci] - seq_start[ci] > n ? anchors[ci] - seq_start[ci] : n;
     return n;
-}
-
-// The softmax of a tile row of n scores in place over its visible columns [j0, j1) (j0 < j1), 0
-// elsewhere; returns the log-sum-exp.
-VEXP_CLONES static float softmax_row(float *s, int n, int j0, int j1) {
-    float m = -INFINITY, l = 0;
-#pragma omp simd reduction(max : m)
-    for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
-#pragma omp simd reduction(+ : l)
-    for (int j = j0; j < j1; j++) {
-        s[j] = vexpf(s[j] - m);
-        l += s[j];
-    }
-    float inv = 1.0f / l;
-    for (int j = 0; j < j0; j++) s[j] = 0;
-#pragma omp simd
-    for (int j = j0; j < j1; j++) s[j] *= inv;
-    for (int j = j1; j < n; j++) s[j] = 0;
-    return m + logf(l);
 }
 
 // Per (anchor, kv head), in parallel: scores by GEMM, an exact fp32 softmax on each row's visible
@@ -204,10 +172,10 @@ void cpu_dflash_attn_forward(float *out, float *lse, const float *q, const float
                 for (int r = 0; r < M; r++) {
                     int k = r / group;
                     lse[(size_t)(ci * B + k) * nq + kh * group + r % group] =
-                        softmax_row(S + (size_t)r * n, n, tile_c0(&t, k) - t.lo, t.nctx + tile_nb(&t, k));
+                        cpu_softmax_range(S + (size_t)r * n, n, tile_c0(&t, k) - t.lo, t.nctx + tile_nb(&t, k));
                 }
-                gemm_nt(0, 0, M, hd, t.nctx, 1.0f, S, n, vc + ((size_t)t.lo * nkv + kh) * hd, ld, 0.0f, O, hd);
-                gemm_nt(0, 0, M, hd, B, 1.0f, S + t.nctx, n, vb + ((size_t)ci * B * nkv + kh) * hd, ld, 1.0f, O, hd);
+                cpu_sgemm(0, 0, M, hd, t.nctx, 1.0f, S, n, vc + ((size_t)t.lo * nkv + kh) * hd, ld, 0.0f, O, hd);
+                cpu_sgemm(0, 0, M, hd, B, 1.0f, S + t.nctx, n, vb + ((size_t)ci * B * nkv + kh) * hd, ld, 1.0f, O, hd);
                 scatter_rows(out, O, ci, B, nq, kh, group, hd);
             }
         }
@@ -288,18 +256,18 @@ void cpu_dflash_attn_backward(float *dq, float *dkb, float *dvb, float *dkc, flo
                 const float *kbs = kb + ((size_t)ci * B * nkv + kh) * hd, *vbs = vb + ((size_t)ci * B * nkv + kh) * hd;
                 int n = t.nctx + B;
                 tile_scores(P, Q, &t, kc, kb, ci, M, nkv, kh, hd, scale);
-                gemm_nt(0, 1, M, t.nctx, hd, 1.0f, dO, hd, vcs, ld, 0.0f, dS, n);
-                gemm_nt(0, 1, M, B, hd, 1.0f, dO, hd, vbs, ld, 0.0f, dS + t.nctx, n);
+                cpu_sgemm(0, 1, M, t.nctx, hd, 1.0f, dO, hd, vcs, ld, 0.0f, dS, n);
+                cpu_sgemm(0, 1, M, B, hd, 1.0f, dO, hd, vbs, ld, 0.0f, dS + t.nctx, n);
                 for (int r = 0; r < M; r++) {
                     int k = r / group;
                     probs_row(P + (size_t)r * n, n, tile_c0(&t, k) - t.lo, t.nctx + tile_nb(&t, k), Lg[u * M + r]);
                     dscores_row(dS + (size_t)r * n, P + (size_t)r * n, n, Dg[u * M + r]);
                 }
-                gemm_nt(0, 0, M, hd, t.nctx, scale, dS, n, kcs, ld, 0.0f, dQ, hd);
-                gemm_nt(0, 0, M, hd, B, scale, dS + t.nctx, n, kbs, ld, 1.0f, dQ, hd);
+                cpu_sgemm(0, 0, M, hd, t.nctx, scale, dS, n, kcs, ld, 0.0f, dQ, hd);
+                cpu_sgemm(0, 0, M, hd, B, scale, dS + t.nctx, n, kbs, ld, 1.0f, dQ, hd);
                 scatter_rows(dq, dQ, ci, B, nq, kh, group, hd);
-                gemm_nt(1, 0, B, hd, M, scale, dS + t.nctx, n, Q, hd, 0.0f, dkb + ((size_t)ci * B * nkv + kh) * hd, ld);
-                gemm_nt(1, 0, B, hd, M, 1.0f, P + t.nctx, n, dO, hd, 0.0f, dvb + ((size_t)ci * B * nkv + kh) * hd, ld);
+                cpu_sgemm(1, 0, B, hd, M, scale, dS + t.nctx, n, Q, hd, 0.0f, dkb + ((size_t)ci * B * nkv + kh) * hd, ld);
+                cpu_sgemm(1, 0, B, hd, M, 1.0f, P + t.nctx, n, dO, hd, 0.0f, dvb + ((size_t)ci * B * nkv + kh) * hd, ld);
             }
         }
         free(P);
@@ -335,8 +303,8 @@ void cpu_dflash_attn_backward(float *dq, float *dkb, float *dvb, float *dkc, flo
                     int rows = (c1 - c0) * M, w = u1 - u0;
                     size_t u = (size_t)kh * C + c0;
                     const float *Q = Qg + u * blk, *dO = dOg + u * blk;
-                    gemm_nt(0, 1, rows, w, hd, scale, Q, hd, kc + ((size_t)u0 * nkv + kh) * hd, ld, 0.0f, P, w);
-                    gemm_nt(0, 1, rows, w, hd, 1.0f, dO, hd, vc + ((size_t)u0 * nkv + kh) * hd, ld, 0.0f, dS, w);
+                    cpu_sgemm(0, 1, rows, w, hd, scale, Q, hd, kc + ((size_t)u0 * nkv + kh) * hd, ld, 0.0f, P, w);
+                    cpu_sgemm(0, 1, rows, w, hd, 1.0f, dO, hd, vc + ((size_t)u0 * nkv + kh) * hd, ld, 0.0f, dS, w);
                     for (int ci = c0; ci < c1; ci++) {
                         attn_tile t = tile_of(anchors[ci], seq_start[ci], B, window, block_causal);
                         for (int r = 0; r < M; r++) {
@@ -348,8 +316,8 @@ void cpu_dflash_attn_backward(float *dq, float *dkb, float *dvb, float *dkc, flo
                             dscores_row(dS + (size_t)row * w, P + (size_t)row * w, w, Dg[u * M + row]);
                         }
                     }
-                    gemm_nt(1, 0, w, hd, rows, scale, dS, w, Q, hd, 1.0f, dkc + ((size_t)u0 * nkv + kh) * hd, ld);
-                    gemm_nt(1, 0, w, hd, rows, 1.0f, P, w, dO, hd, 1.0f, dvc + ((size_t)u0 * nkv + kh) * hd, ld);
+                    cpu_sgemm(1, 0, w, hd, rows, scale, dS, w, Q, hd, 1.0f, dkc + ((size_t)u0 * nkv + kh) * hd, ld);
+                    cpu_sgemm(1, 0, w, hd, rows, 1.0f, P, w, dO, hd, 1.0f, dvc + ((size_t)u0 * nkv + kh) * hd, ld);
                     c0 = c1;
                 }
             }
