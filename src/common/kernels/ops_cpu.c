@@ -19,16 +19,20 @@ void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H)
     for (int t = 0; t < T; t++) memcpy(out + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
 }
 
+// The loops of a row (or span) are functions of their own, built for AVX-512 / AVX2 / the baseline
+// (VEXP_CLONES): the bodies of OpenMP loops are outlined before GCC clones, so the clone must be a call.
+VEXP_CLONES static void rmsnorm_row(float *y, const float *x, const float *w, int D, float eps) {
+    double ss = 0; // double: the mean of squares over thousands of values
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / D + eps));
+#pragma omp simd
+    for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
+}
+
 void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps) {
 #pragma omp parallel for if ((int64_t)R * D >= OPS_PAR_MIN)
-    for (int r = 0; r < R; r++) {
-        const float *x = in + (size_t)r * D;
-        float *y = out + (size_t)r * D;
-        double ss = 0; // double: the mean of squares over thousands of values
-        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
-        float inv = (float)(1.0 / sqrt(ss / D + eps));
-        for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
-    }
+    for (int r = 0; r < R; r++) rmsnorm_row(out + (size_t)r * D, in + (size_t)r * D, w, D, eps);
 }
 
 void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd) {
@@ -160,12 +164,18 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
     free(first);
 }
 
-void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for simd if (n >= OPS_PAR_MIN)
+VEXP_CLONES static void swiglu_span(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + vexpf(-g)) * up[i];
     }
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    const int64_t span = OPS_PAR_MIN / 4; // elements a call
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
+    for (int64_t i0 = 0; i0 < n; i0 += span) swiglu_span(out + i0, gate + i0, up + i0, n - i0 < span ? n - i0 : span);
 }
 
 void cpu_add(float *x, const float *y, int64_t n) {
@@ -194,6 +204,21 @@ static int topk_before(float va, int32_t ia, float vb, int32_t ib) {
     return va > vb || (va == vb && ia >= 0 && (ib < 0 || ia < ib));
 }
 
+VEXP_CLONES static float row_max(const float *x, int n) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+// sum of exp(x[j] - m) over n values, in fp32
+VEXP_CLONES static float exp_sum(const float *x, int n, float m) {
+    float part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int j = 0; j < n; j++) part += vexpf(x[j] - m);
+    return part;
+}
+
 void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
                          float *m, float *s) {
 #pragma omp parallel for if ((int64_t)R * Vc >= OPS_PAR_MIN)
@@ -202,8 +227,7 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         float *tv = val + (size_t)r * k;
         int32_t *ti = idx + (size_t)r * k;
         // LSE: rescale the running sum to the tile's maximum when it is larger
-        float tmax = -INFINITY;
-        for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
+        float tmax = row_max(x, Vc);
         float nm = tmax > m[r] ? tmax : m[r];
         double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
         // Each term <= 1: fp32 partial sums over chunks of 256 (vectorised), accumulated in double.
@@ -213,10 +237,7 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         if (nm != -INFINITY) {
             for (int j0 = 0; j0 < Vc; j0 += 256) {
                 int j1 = Vc - j0 < 256 ? Vc : j0 + 256;
-                float part = 0;
-#pragma omp simd reduction(+ : part)
-                for (int j = j0; j < j1; j++) part += vexpf(x[j] - nm);
-                sum += part;
+                sum += exp_sum(x + j0, j1 - j0, nm);
             }
         }
         m[r] = nm;

@@ -19,6 +19,25 @@
 // Rows are split over threads; each thread sums its rows' dw into its own partial row (static
 // schedule), and the partials are added in thread order afterwards: no races, and the same result
 // for the same thread count. Each dx_i is written after its dy_i and x_i are read, so dx may alias dy.
+// One row: dxr (written or added to), pdw (+=).
+VEXP_CLONES static void rmsnorm_backward_row(float *dxr, float *pdw, const float *dyr, const float *xr, const float *w,
+                                             int D, float eps, int accumulate) {
+    double ss = 0, wdx = 0; // sum x^2 and sum w dy x
+#pragma omp simd reduction(+ : ss, wdx)
+    for (int i = 0; i < D; i++) {
+        ss += (double)xr[i] * xr[i];
+        wdx += (double)w[i] * dyr[i] * xr[i];
+    }
+    double inv = 1.0 / sqrt(ss / D + eps);
+    float rr = (float)inv, coef = (float)(wdx * inv * inv * inv / D);
+#pragma omp simd
+    for (int i = 0; i < D; i++) {
+        float g = rr * w[i] * dyr[i] - xr[i] * coef;
+        pdw[i] += dyr[i] * xr[i] * rr;
+        dxr[i] = accumulate ? dxr[i] + g : g;
+    }
+}
+
 void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int R, int D,
                           float eps, int accumulate) {
     if (R <= 0 || D <= 0) return;
@@ -28,22 +47,8 @@ void cpu_rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
     {
         float *pdw = partial + (size_t)omp_get_thread_num() * D;
 #pragma omp for schedule(static)
-        for (int r = 0; r < R; r++) {
-            const float *xr = x + (size_t)r * D, *dyr = dy + (size_t)r * D;
-            float *dxr = dx + (size_t)r * D;
-            double ss = 0, wdx = 0; // sum x^2 and sum w dy x
-            for (int i = 0; i < D; i++) {
-                ss += (double)xr[i] * xr[i];
-                wdx += (double)w[i] * dyr[i] * xr[i];
-            }
-            double inv = 1.0 / sqrt(ss / D + eps);
-            float rr = (float)inv, coef = (float)(wdx * inv * inv * inv / D);
-            for (int i = 0; i < D; i++) {
-                float g = rr * w[i] * dyr[i] - xr[i] * coef;
-                pdw[i] += dyr[i] * xr[i] * rr;
-                dxr[i] = accumulate ? dxr[i] + g : g;
-            }
-        }
+        for (int r = 0; r < R; r++)
+            rmsnorm_backward_row(dx + (size_t)r * D, pdw, dy + (size_t)r * D, x + (size_t)r * D, w, D, eps, accumulate);
     }
     for (int i = 0; i < D; i++) {
         float s = 0;
@@ -78,13 +83,24 @@ void cpu_rope_backward(float *dx, const int32_t *pos, const float *inv_freq, int
 
 // out = silu(g) u, silu(g) = g sigmoid(g), silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
 // Every input of element i is read before its outputs are written, so the gradients may alias the inputs.
-void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for
+// Spans of SPAN elements over the threads, each vectorised (vexpf; VEXP_CLONES).
+#define SPAN 4096
+VEXP_CLONES static void swiglu_backward_span(float *dgate, float *dup, const float *dout, const float *gate,
+                                             const float *up, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i], u = up[i], d = dout[i];
-        float sg = 1.0f / (1.0f + expf(-g)); // g -> -inf: expf = inf, sg = 0 (no NaN)
+        float sg = 1.0f / (1.0f + vexpf(-g)); // g -> -inf: exp = inf, sg = 0 (no NaN)
         dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
         dup[i] = d * g * sg;
+    }
+}
+
+void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for if (n > SPAN)
+    for (int64_t i0 = 0; i0 < n; i0 += SPAN) {
+        int64_t m = n - i0 < SPAN ? n - i0 : SPAN;
+        swiglu_backward_span(dgate + i0, dup + i0, dout + i0, gate + i0, up + i0, m);
     }
 }
 
