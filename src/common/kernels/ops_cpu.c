@@ -1,5 +1,6 @@
 // ops_cpu.c: the fp32 reference implementation of the model ops (see ops.h), threaded with OpenMP.
-// Plain loops, written to be read: each function is the formula in its header comment.
+// Plain loops, written to be read: each function is the formula in its header comment; the causal
+// attention is tiles of OpenBLAS products (cpu_sgemm) with the mask as row ranges.
 #include "common/kernels/ops_cpu.h"
 
 #include <cblas.h>

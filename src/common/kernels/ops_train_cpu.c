@@ -1,5 +1,6 @@
 // ops_train_cpu.c: the fp32 reference of the training ops (see ops_train.h), threaded with OpenMP.
-// Plain loops, written to be read: each function is the formula in its header comment. Reductions
+// Plain loops, written to be read: each function is the formula in its header comment; the DFlash
+// attention is tiles of OpenBLAS products with its masks as row ranges (see its section). Reductions
 // over a row are formed in double where a row can be long (RMSNorm over H), in fp32 elsewhere.
 #include "common/kernels/ops_train_cpu.h"
 
