@@ -16,7 +16,6 @@
 //   eval           the same roles: eval.drafter evaluated on every sample of the data, forward only
 //                  (run.dir/eval.json: tau_decode first)
 #include <mpi.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
+#include "common/backend/threads.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/nccl_reduce.h"
 #include "common/comm/transport_test.h"
@@ -60,6 +60,7 @@ static void usage(FILE *f) {
             "  --device D           same as --run.device=D (auto | cpu | cuda)\n"
             "  --mode M             same as --run.mode=M (train | eval | check | dump-features | regenerate | transport-test)\n"
             "  --rank-timeout S     same as --run.rank_timeout=S: seconds a rank waits on a peer before ending the job\n"
+            "  --threads N          same as --run.threads=N: CPU threads per rank (0 = the rank's share of its cores)\n"
             "  --print-config       print the effective configuration as JSON and exit\n"
             "  --plan               print every role's memory plan (teachers, students) and exit: one process, from\n"
             "                       the configuration and the target's config.json (no weights, data or GPU needed)\n"
@@ -158,6 +159,9 @@ static int args_parse(int argc, char **argv, config *cfg) {
             a = buf;
         } else if (strcmp(a, "--rank-timeout") == 0 && i + 1 < argc) {
             snprintf(buf, sizeof buf, "run.rank_timeout=%s", argv[++i]);
+            a = buf;
+        } else if (strcmp(a, "--threads") == 0 && i + 1 < argc) {
+            snprintf(buf, sizeof buf, "run.threads=%s", argv[++i]);
             a = buf;
         } else if (strncmp(a, "--", 2) == 0 && strchr(a, '=')) {
             a += 2;
@@ -272,6 +276,7 @@ static int mode_check(const world *w, const config *cfg, backend *be, char *line
 }
 
 int main(int argc, char **argv) {
+    threads_exec_passive(argv); // before any thread starts: how idle OpenMP threads wait (threads.h)
     config cfg;
     int a = args_parse(argc, argv, &cfg);
     if (a != 0) return a < 0 ? 2 : 0;
@@ -301,11 +306,11 @@ int main(int argc, char **argv) {
     world w;
     world_init(&w, &argc, &argv);
     log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));
-    // Ranks on one host share its cores unless the user says otherwise (OMP_NUM_THREADS).
-    if (!getenv("OMP_NUM_THREADS")) {
-        int threads = omp_get_num_procs() / (w.local_size > 0 ? w.local_size : 1);
-        omp_set_num_threads(threads > 0 ? threads : 1);
-    }
+    // Ranks on one host share its cores unless the user says otherwise (threads.h).
+    char threads_why[384];
+    int threads = threads_setup((int)cfg.threads, w.local_size, threads_why, sizeof threads_why);
+    if (w.rank == 0) log_info("threads: %d per rank (%s)", threads, threads_why);
+    else log_debug("threads: %d (%s)", threads, threads_why);
     if (preflight_only) { // before the roles: a world that does not fit them is a row of its table
         int rc = preflight_run(&w, &cfg);
         world_finalize();

@@ -18,6 +18,15 @@ context projections) per second as a fraction of the sgemm rate, and the ratio t
 step. Needs the pyenv python with torch (not part of the tests).
 
   python3 bench/student/bench_student.py --build build --threads 1
+
+--compare: one table instead, per thread count (--threads-list 1,2) and anchor count (--anchors-list
+64,256,1024; the context grows to 2 x anchors tokens when that is above 1024, so the anchors stay
+distinct on both sides): the load average, the sgemm rate at n 2048 and over the step's own shapes
+(step_gemms: every product of the step at its size, the attention tiles one thread each), our
+unbudgeted step, PyTorch full and checkpointed (skipped when sdpa's attention tensors would exceed
+--torch-max-gib), and the ratios.
+
+  /work/venv/bin/python bench/student/bench_student.py --build build --compare --repeat 2
 """
 import argparse, ctypes, json, math, os, re, statistics, subprocess, sys, tempfile, time
 
@@ -44,11 +53,7 @@ def run_rss(cmd, env):
 
 
 def sgemm_rate(threads, n=2048):
-    lib = None
-    for path in ("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"):
-        if os.path.exists(path):
-            lib = ctypes.CDLL(path)
-            break
+    lib = ctypes.CDLL(openblas_path())
     import numpy as np
     lib.openblas_set_num_threads(threads)
     a, b, c = (np.random.rand(n, n).astype(np.float32) for _ in range(3))
@@ -63,12 +68,70 @@ def sgemm_rate(threads, n=2048):
     return 2.0 * n ** 3 / min(ts)
 
 
+def step_gemms(s, anchors, kv_mean):
+    """The step's products as (m, n, k, trans_a, trans_b, count) with the FLOPs model_flops counts:
+    the drafter's linears forward, dX and dW; the attention tiles of the CPU kernel (one anchor and
+    kv head: [B x group, hd] against [kv_mean, hd], 6 such products, the 12 T qd kv_mean FLOPs); the
+    lm_head forward and dX; the fc forward and dW; the context K/V projections fwd, dX, dW."""
+    H, L, B, V, S = s["hidden"], s["layers"], s["block"], s["vocab"], s["tokens"]
+    qd, kvd, I, nf = s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"], s["intermediate"], s["n_feat"]
+    T, R = anchors * B, anchors * (B - 1)
+    g = []
+    for (n, k) in [(qd, H), (kvd, H), (kvd, H), (H, qd), (I, H), (I, H), (H, I)]:
+        g += [(T, n, k, 0, 0, L), (T, k, n, 0, 1, L), (k, n, T, 1, 0, L)]
+    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    kv = max(int(kv_mean), 1)
+    tiles = anchors * s["kv_heads"] * L
+    g += [(B * group, kv, hd, 0, 1, 6 * tiles)]  # fwd S, P V; bwd S, dP, dQ, dK: one shape for all six
+    g += [(R, V, H, 0, 1, 1), (R, H, V, 0, 0, 1)]
+    g += [(S, H, nf * H, 0, 0, 1), (nf * H, H, S, 1, 0, 1)]
+    for _ in range(2):
+        g += [(S, kvd, H, 0, 0, L), (S, H, kvd, 0, 1, L), (H, kvd, S, 1, 0, L)]
+    return g
+
+
+def sgemm_shapes_rate(threads, gemms):
+    """Measured OpenBLAS sgemm over the step's own shapes: sum of FLOPs / sum of (min of 2) times.
+    The attention tiles are timed one GEMM and scaled by their count (as they run: one thread each)."""
+    lib = ctypes.CDLL(openblas_path())
+    import numpy as np
+    p = lambda x: x.ctypes.data_as(ctypes.c_void_p)
+    flops = secs = 0.0
+    for (m, n, k, ta, tb, count) in gemms:
+        tile = count > 64
+        lib.openblas_set_num_threads(1 if tile else threads)
+        a = np.random.rand(*((k, m) if ta else (m, k))).astype(np.float32)
+        b = np.random.rand(*((n, k) if tb else (k, n))).astype(np.float32)
+        c = np.zeros((m, n), np.float32)
+        f = lambda: lib.cblas_sgemm(101, 112 if ta else 111, 112 if tb else 111, m, n, k, ctypes.c_float(1), p(a),
+                                    a.shape[1], p(b), b.shape[1], ctypes.c_float(0), p(c), n)
+        reps = 20 if tile else 1
+        f()
+        best = 1e30
+        for _ in range(2):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f()
+            best = min(best, (time.perf_counter() - t0) / reps)
+        # the tiles run one per thread side by side: `threads` of them in the time of one
+        secs += best * count / (threads if tile else 1)
+        flops += 2.0 * m * n * k * count
+    return flops / secs
+
+
+def openblas_path():
+    for path in ("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"):
+        if os.path.exists(path):
+            return path
+    sys.exit("bench_student: no libopenblas.so.0")
+
+
 # ---------------------------------------------------------------- PyTorch, the usual way
-def torch_step(variant, threads, anchors, repeat, seed, ckpt_rows):
+def torch_step(variant, threads, anchors, repeat, seed, ckpt_rows, tokens=None):
     import torch, torch.nn as nn, torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
     torch.set_num_threads(threads)
-    s = SHAPE
+    s = dict(SHAPE, tokens=tokens or SHAPE["tokens"])
     H, L, B, V, S, k = s["hidden"], s["layers"], s["block"], s["vocab"], s["tokens"], s["topk"]
     nq, nkv, d, I = s["heads"], s["kv_heads"], s["head_dim"], s["intermediate"]
     g = torch.Generator().manual_seed(seed)
@@ -185,11 +248,21 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ckpt-rows", type=int, default=960, help="rows per checkpointed lm_head + loss chunk")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--compare", action="store_true",
+                    help="ours unbudgeted against PyTorch full and checkpointed, for --threads-list x --anchors-list")
+    ap.add_argument("--threads-list", default="1,2")
+    ap.add_argument("--anchors-list", default="64,256,1024")
+    ap.add_argument("--torch-max-gib", type=float, default=12.0,
+                    help="skip a PyTorch run whose sdpa attention tensors alone would exceed this")
     ap.add_argument("--torch-variant", help=argparse.SUPPRESS)  # internal: one PyTorch step in this process
+    ap.add_argument("--tokens", type=int, default=0, help=argparse.SUPPRESS)  # internal, with --torch-variant
     args = ap.parse_args()
     if args.torch_variant:
-        print(json.dumps(torch_step(args.torch_variant, args.threads, args.anchors, args.repeat, args.seed, args.ckpt_rows)))
+        print(json.dumps(torch_step(args.torch_variant, args.threads, args.anchors, args.repeat, args.seed, args.ckpt_rows,
+                                    args.tokens or None)))
         return
+    if args.compare:
+        return compare(args)
     s, A = SHAPE, args.anchors
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
     rate = sgemm_rate(args.threads)
@@ -257,6 +330,55 @@ def main():
         print(f"| {r['name']} | {bud} | {r['plan']} | {r['median_s']:.2f} | {A * s['block'] / r['median_s']:.0f} | {peak} | "
               f"{fl / 1e9:.1f} | {100 * fl / rate:.0f} % | {r['median_s'] / ref:.2f}x |")
         sys.stdout.flush()
+
+
+def compare(args):
+    """One table: per thread count and anchor count, the load, the sgemm rates, our unbudgeted step
+    and the two PyTorch steps, side by side in this one run (the machine may be shared: compare the
+    ratios, each measured within minutes of the other)."""
+    tool = os.path.join(args.build, "dflash_tool")
+    print("| threads | anchors | tokens | load (1 min) | sgemm n2048 GFLOP/s | sgemm step shapes GFLOP/s | ours s "
+          "| ours GFLOP/s (of step-shape sgemm) | torch full s | torch ckpt s | full / ours | ckpt / ours |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    sys.stdout.flush()
+    for th in [int(x) for x in args.threads_list.split(",")]:
+        env = dict(os.environ, OMP_NUM_THREADS=str(th), OPENBLAS_NUM_THREADS=str(th))
+        for A in [int(x) for x in args.anchors_list.split(",")]:
+            s = dict(SHAPE, tokens=max(SHAPE["tokens"], 2 * A))  # distinct anchors (the PyTorch side samples them so)
+            load = os.getloadavg()[0]
+            shape = []
+            for key in ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "block", "n_feat",
+                        "tokens", "seqs", "topk"):
+                shape += ["--" + key.replace("_", "-"), str(s[key])]
+            with tempfile.TemporaryDirectory() as tmp:
+                js = os.path.join(tmp, "out.json")
+                cmd = [tool, "--threads", str(th), "mem-check", "--device", "cpu", *shape, "--time-anchors", str(A),
+                       "--repeat", str(args.repeat), "--seed", str(args.seed), "--anchors", "16", "--json", js]
+                out, err, rc, _ = run_rss(cmd, env)
+                if rc:
+                    sys.exit(out + err)
+                t = json.load(open(js))["timing"]
+            ours, kv_mean = t["median_s"], t["kv_mean"]
+            flops = model_flops(s, A, kv_mean)
+            rate_sq, rate_shapes = sgemm_rate(th), sgemm_shapes_rate(th, step_gemms(s, A, kv_mean))
+            tt = {}
+            attn_gib = s["heads"] * A * s["block"] * (s["tokens"] + A * s["block"]) * 4 * 3 / 2**30
+            for variant in ("full", "ckpt"):
+                if attn_gib > args.torch_max_gib:
+                    tt[variant] = None
+                    continue
+                out, err, rc, _ = run_rss([sys.executable, __file__, "--torch-variant", variant, "--threads", str(th),
+                                           "--anchors", str(A), "--repeat", str(args.repeat), "--seed", str(args.seed),
+                                           "--ckpt-rows", str(args.ckpt_rows), "--tokens", str(s["tokens"])], env)
+                if rc:
+                    sys.exit(f"torch {variant}: {err}")
+                tt[variant] = json.loads(out.strip().splitlines()[-1])["median_s"]
+            f = lambda v: f"{v:.2f}" if v else f"not run (sdpa's [heads, queries, keys] x 3: {attn_gib:.0f} GiB)"
+            r = lambda v: f"{v / ours:.2f}x" if v else "-"
+            print(f"| {th} | {A} | {s['tokens']} | {load:.1f} | {rate_sq / 1e9:.1f} | {rate_shapes / 1e9:.1f} | {ours:.2f} | "
+                  f"{flops / ours / 1e9:.1f} ({100 * flops / ours / rate_shapes:.0f} %) | {f(tt['full'])} | {f(tt['ckpt'])} | "
+                  f"{r(tt['full'])} | {r(tt['ckpt'])} |")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

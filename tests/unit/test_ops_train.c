@@ -473,6 +473,11 @@ static const attn_case big_cases[] = {
     {"big full, GQA 8/2, hd 16, B 8", 6, 8, 8, 2, 16, 0, 0, 3, {0, 40, 65, 100}, {0, 17, 39, 40, 52, 90}},
     {"big sliding W12 causal, B 8", 6, 8, 8, 2, 16, 12, 1, 3, {0, 40, 65, 100}, {30, 3, 39, 64, 65, 99}},
     {"big sliding W4 < B, B 8", 5, 8, 4, 4, 8, 4, 1, 3, {0, 40, 65, 100}, {30, 10, 45, 70, 95}},
+    // past the CPU backward's tiles (128 context rows a key-major task, 512 query rows a stacked GEMM:
+    // M = B * group = 256 rows an anchor, so 2 anchors a GEMM): runs of anchors split over several
+    // GEMMs and context ranges that cross tile boundaries, with and without a window
+    {"big tiles full, MQA 16/1, B 16", 8, 16, 16, 1, 8, 0, 0, 2, {0, 200, 300}, {150, 199, 5, 130, 129, 250, 200, 299}},
+    {"big tiles W40 causal, MQA 16/1", 8, 16, 16, 1, 8, 40, 1, 2, {0, 200, 300}, {150, 199, 127, 130, 129, 250, 201, 299}},
 };
 
 static void test_dflash_attention(void) {

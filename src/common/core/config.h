@@ -35,6 +35,7 @@ typedef struct {
     char run_dir[CONFIG_STR];
     int64_t seed;
     char device[16];      // auto | cpu | cuda
+    int64_t threads;      // CPU threads per rank; 0 = automatic (common/backend/threads.h)
     char log_level[16];   // debug | info | warn | error
     char mode[32];        // train | check | dump-features | regenerate | eval | transport-test
     char eval_drafter[CONFIG_STR]; // --mode eval: the drafter (exported directory or checkpoint)

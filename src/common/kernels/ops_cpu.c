@@ -1,7 +1,9 @@
 // ops_cpu.c: the fp32 reference implementation of the model ops (see ops.h), threaded with OpenMP.
-// Plain loops, written to be read: each function is the formula in its header comment.
+// Plain loops, written to be read: each function is the formula in its header comment; the causal
+// attention is tiles of OpenBLAS products (cpu_sgemm) with the mask as row ranges.
 #include "common/kernels/ops_cpu.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +20,20 @@ void cpu_embed(float *out, const float *table, const int32_t *ids, int T, int H)
     for (int t = 0; t < T; t++) memcpy(out + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
 }
 
+// The loops of a row (or span) are functions of their own, built for AVX-512 / AVX2 / the baseline
+// (VEXP_CLONES): the bodies of OpenMP loops are outlined before GCC clones, so the clone must be a call.
+VEXP_CLONES static void rmsnorm_row(float *y, const float *x, const float *w, int D, float eps) {
+    double ss = 0; // double: the mean of squares over thousands of values
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / D + eps));
+#pragma omp simd
+    for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
+}
+
 void cpu_rmsnorm(float *out, const float *in, const float *w, int R, int D, float eps) {
 #pragma omp parallel for if ((int64_t)R * D >= OPS_PAR_MIN)
-    for (int r = 0; r < R; r++) {
-        const float *x = in + (size_t)r * D;
-        float *y = out + (size_t)r * D;
-        double ss = 0; // double: the mean of squares over thousands of values
-        for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
-        float inv = (float)(1.0 / sqrt(ss / D + eps));
-        for (int i = 0; i < D; i++) y[i] = x[i] * inv * w[i];
-    }
+    for (int r = 0; r < R; r++) rmsnorm_row(out + (size_t)r * D, in + (size_t)r * D, w, D, eps);
 }
 
 void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd) {
@@ -49,8 +55,8 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
 }
 
 // One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
-// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. Shared by the
-// packed causal attention below and the KV-cached decode (teacher/target_decode.c).
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
+// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
 void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
                     float scale, float *p) {
     float m = -INFINITY;
@@ -77,42 +83,100 @@ void cpu_attend_row(float *o, const float *q, const float *k, const float *v, in
     }
 }
 
-// Per (query, head): the scores against the keys of its own sequence up to itself go to a per-thread
-// row of at most one sequence's length (O(T) memory per thread, never [T, T]), then an exact
-// softmax in fp32 and the weighted sum of the values. The simd pragmas let the compiler vectorise
-// the reductions (a different summation order than a scalar loop: fine at fp32 tolerance).
+void cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+               int ldb, float beta, float *c, int ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { // nothing to sum
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                a, lda, b, ldb, beta, c, ldc);
+}
+
+VEXP_CLONES float cpu_softmax_range(float *s, int n, int j0, int j1) {
+    float m = -INFINITY, l = 0;
+#pragma omp simd reduction(max : m)
+    for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
+#pragma omp simd reduction(+ : l)
+    for (int j = j0; j < j1; j++) {
+        s[j] = vexpf(s[j] - m);
+        l += s[j];
+    }
+    float inv = 1.0f / l;
+    for (int j = 0; j < j0; j++) s[j] = 0;
+#pragma omp simd
+    for (int j = j0; j < j1; j++) s[j] *= inv;
+    for (int j = j1; j < n; j++) s[j] = 0;
+    return m + logf(l);
+}
+
+// The causal attention as GEMMs, per task = (sequence, kv head, tile of tq consecutive queries):
+// the tile's rows are its queries' heads of that kv head's group (row (t - t0) * group + g), its
+// columns the keys start .. t1 - 1 of the sequence. S = scale Q K^T (one GEMM), a softmax over each
+// row's visible prefix [0, t - start] (the causal mask as a range: the tile wastes at most tq - 1
+// columns a row), O = P V (one GEMM), scattered back. Scratch per thread: rows x the longest
+// sequence (tq shrinks for long sequences to keep it near ATTN_TILE_FLOATS), never [T, T].
+#define ATTN_TILE_ROWS 128
+#define ATTN_TILE_FLOATS (4 << 20)
 void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
                           int n_seq, int T, int nq, int nkv, int hd, float scale) {
     int group = nq / nkv, longest = 0;
     for (int s = 0; s < n_seq; s++)
         if (cu_seqlens[s + 1] - cu_seqlens[s] > longest) longest = cu_seqlens[s + 1] - cu_seqlens[s];
-#pragma omp parallel
-    {
-        float *p = xmalloc((size_t)longest * sizeof(float));
-        for (int s = 0; s < n_seq; s++) {
-            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
-#pragma omp for collapse(2) schedule(dynamic, 8)
-            for (int t = start; t < end; t++) {
-                for (int h = 0; h < nq; h++) {
-                    const float *qv = q + ((size_t)t * nq + h) * hd;
-                    float *o = out + ((size_t)t * nq + h) * hd;
-                    int kh = h / group, n = t - start + 1;
-                    cpu_attend_row(o, qv, k + ((size_t)start * nkv + kh) * hd, v + ((size_t)start * nkv + kh) * hd, n,
-                                   (int64_t)nkv * hd, hd, scale, p);
-                }
-            }
-        }
-        free(p);
-    }
+    if (longest <= 0) return;
+    int tq = ATTN_TILE_ROWS / group > 1 ? ATTN_TILE_ROWS / group : 1;
+    while (tq > 1 && (int64_t)tq * group * longest > ATTN_TILE_FLOATS) tq /= 2;
+    // task u: tiles of the sequences one after another, each for every kv head
+    int64_t *first = xmalloc(((size_t)n_seq + 1) * sizeof(int64_t)); // first task of each sequence
+    first[0] = 0;
+    for (int s = 0; s < n_seq; s++)
+        first[s + 1] = first[s] + (int64_t)(cu_seqlens[s + 1] - cu_seqlens[s] + tq - 1) / tq * nkv;
+    int M = tq * group, ld = nkv * hd;
     (void)T;
+#pragma omp parallel if (first[n_seq] > 1 && (int64_t)first[n_seq] * M * hd >= OPS_PAR_MIN)
+    {
+        float *S = xmalloc(((size_t)M * longest + 2 * (size_t)M * hd) * sizeof(float));
+        float *Q = S + (size_t)M * longest, *O = Q + (size_t)M * hd;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < first[n_seq]; u++) {
+            int s = 0, hi = n_seq - 1; // the sequence of task u: first[s] <= u < first[s + 1]
+            while (s < hi) {
+                int mid = (s + hi + 1) / 2;
+                if (first[mid] <= u) s = mid;
+                else hi = mid - 1;
+            }
+            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+            int tile = (int)((u - first[s]) / nkv), kh = (int)((u - first[s]) % nkv);
+            int t0 = start + tile * tq, t1 = t0 + tq < end ? t0 + tq : end, rows = (t1 - t0) * group, n = t1 - start;
+            for (int t = t0; t < t1; t++)
+                memcpy(Q + (size_t)(t - t0) * group * hd, q + ((size_t)t * nq + (size_t)kh * group) * hd,
+                       (size_t)group * hd * sizeof(float));
+            cpu_sgemm(0, 1, rows, n, hd, scale, Q, hd, k + ((size_t)start * nkv + kh) * hd, ld, 0.0f, S, n);
+            for (int r = 0; r < rows; r++) cpu_softmax_range(S + (size_t)r * n, n, 0, t0 + r / group - start + 1);
+            cpu_sgemm(0, 0, rows, hd, n, 1.0f, S, n, v + ((size_t)start * nkv + kh) * hd, ld, 0.0f, O, hd);
+            for (int t = t0; t < t1; t++)
+                memcpy(out + ((size_t)t * nq + (size_t)kh * group) * hd, O + (size_t)(t - t0) * group * hd,
+                       (size_t)group * hd * sizeof(float));
+        }
+        free(S);
+    }
+    free(first);
 }
 
-void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
-#pragma omp parallel for simd if (n >= OPS_PAR_MIN)
+VEXP_CLONES static void swiglu_span(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + vexpf(-g)) * up[i];
     }
+}
+
+void cpu_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    const int64_t span = OPS_PAR_MIN / 4; // elements a call
+#pragma omp parallel for if (n >= OPS_PAR_MIN)
+    for (int64_t i0 = 0; i0 < n; i0 += span) swiglu_span(out + i0, gate + i0, up + i0, n - i0 < span ? n - i0 : span);
 }
 
 void cpu_add(float *x, const float *y, int64_t n) {
@@ -141,6 +205,21 @@ static int topk_before(float va, int32_t ia, float vb, int32_t ib) {
     return va > vb || (va == vb && ia >= 0 && (ib < 0 || ia < ib));
 }
 
+VEXP_CLONES static float row_max(const float *x, int n) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+// sum of exp(x[j] - m) over n values, in fp32
+VEXP_CLONES static float exp_sum(const float *x, int n, float m) {
+    float part = 0;
+#pragma omp simd reduction(+ : part)
+    for (int j = 0; j < n; j++) part += vexpf(x[j] - m);
+    return part;
+}
+
 void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int k, float *val, int32_t *idx,
                          float *m, float *s) {
 #pragma omp parallel for if ((int64_t)R * Vc >= OPS_PAR_MIN)
@@ -149,8 +228,7 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         float *tv = val + (size_t)r * k;
         int32_t *ti = idx + (size_t)r * k;
         // LSE: rescale the running sum to the tile's maximum when it is larger
-        float tmax = -INFINITY;
-        for (int j = 0; j < Vc; j++) tmax = x[j] > tmax ? x[j] : tmax;
+        float tmax = row_max(x, Vc);
         float nm = tmax > m[r] ? tmax : m[r];
         double sum = m[r] == -INFINITY ? 0.0 : (double)s[r] * exp((double)m[r] - nm);
         // Each term <= 1: fp32 partial sums over chunks of 256 (vectorised), accumulated in double.
@@ -160,10 +238,7 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         if (nm != -INFINITY) {
             for (int j0 = 0; j0 < Vc; j0 += 256) {
                 int j1 = Vc - j0 < 256 ? Vc : j0 + 256;
-                float part = 0;
-#pragma omp simd reduction(+ : part)
-                for (int j = j0; j < j1; j++) part += vexpf(x[j] - nm);
-                sum += part;
+                sum += exp_sum(x + j0, j1 - j0, nm);
             }
         }
         m[r] = nm;

@@ -140,7 +140,7 @@ void cpu_gdn_gates(float *beta, float *g, const float *b, const float *a, const 
 // S = e^g S; d = beta (v - S^T k); S += k d^T unrolls to
 //   S_i = e^gam_i S + sum_{j<=i} e^(gam_i - gam_j) k_j u_j^T
 //   u_i + sum_{j<i} beta_i e^(gam_i - gam_j) (k_i . k_j) u_j = beta_i (v_i - e^gam_i S^T k_i)
-// i.e. (I + A) U = R with A strictly lower triangular: U by forward substitution. Then
+// i.e. (I + A) U = R with A strictly lower triangular: U by a unit lower triangular solve (cblas_strsm). Then
 //   o_i = e^gam_i S^T q_i + sum_{j<=i} e^(gam_i - gam_j) (q_i . k_j) u_j
 //   S' = e^gam_last S + sum_j e^(gam_last - gam_j) k_j u_j^T.
 // Every exponent is <= 0 (g <= 0), so nothing overflows. transformers solves for U and for the
@@ -208,7 +208,7 @@ void cpu_gated_delta_rule(float *out, const float *qkv, const float *g, const fl
                     A[(size_t)i * Cc + j] *= j < i ? bet[i] * e : 0.0f;
                     P[(size_t)i * Cc + j] *= e;
                 }
-            // R = beta (V - e^gam K S), then (I + A) U = R by forward substitution
+            // R = beta (V - e^gam K S), then (I + A) U = R by a triangular solve
             gemm_rm(0, n, dv, dk, K, dk, S, dv, 0.0f, X, dv);
             for (int i = 0; i < n; i++) {
                 float e = expf(gam[i]);
@@ -216,14 +216,8 @@ void cpu_gated_delta_rule(float *out, const float *qkv, const float *g, const fl
                 const float *xi = X + (size_t)i * dv;
                 for (int c = 0; c < dv; c++) ui[c] = bet[i] * (ui[c] - e * xi[c]);
             }
-            for (int i = 1; i < n; i++) {
-                float *ui = U + (size_t)i * dv;
-                for (int j = 0; j < i; j++) {
-                    float a = A[(size_t)i * Cc + j];
-                    const float *uj = U + (size_t)j * dv;
-                    for (int c = 0; c < dv; c++) ui[c] -= a * uj[c];
-                }
-            }
+            // I + A is unit lower triangular (A is 0 on and above the diagonal): a triangular solve
+            cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, dv, 1.0f, A, Cc, U, dv);
             // O = diag(e^gam) Q S + P U, into X, then out
             gemm_rm(0, n, dv, dk, Q, dk, S, dv, 0.0f, X, dv);
             for (int i = 0; i < n; i++) {

@@ -47,3 +47,13 @@ static inline float vexpf(float x) {
     const uint32_t inf = 0x7f800000u;
     return vexp_float((nan & ux) | (~nan & ((over & inf) | (~over & ~under & vexp_bits(e)))));
 }
+
+// VEXP_CLONES: put before a function whose loops call vexpf (or are otherwise worth AVX) to have
+// GCC build it three times, for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and the baseline (SSE2), and
+// pick one when the program loads (ifunc): the build stays portable and a row of exps runs 8 or 16
+// wide where the CPU can. Empty on other compilers and architectures.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(DFLASH_NO_CLONES)
+#define VEXP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define VEXP_CLONES
+#endif

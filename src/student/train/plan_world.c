@@ -2,12 +2,12 @@
 // config.json, in one process, no device opened (see plan_world.h).
 #include "student/train/plan_world.h"
 
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/threads.h"
 #include "common/comm/world.h"
 #include "common/core/bytes.h"
 #include "common/core/error.h"
@@ -24,9 +24,8 @@ static void plan_backend(const config *cfg, int ranks_here, backend *be, char *h
     int cuda = strcmp(cfg->device, "cuda") == 0 || gpus > 0;
     be->kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
     be->device = cuda ? DEVICE_CUDA : DEVICE_CPU;
-    // as dflash_rank sets it: the host's cores shared among its ranks, unless OMP_NUM_THREADS says
-    int threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : omp_get_num_procs() / (ranks_here > 0 ? ranks_here : 1);
-    be->threads = threads > 0 ? threads : 1;
+    // as dflash_rank sets it (threads.h)
+    be->threads = threads_choose((int)cfg->threads, ranks_here, NULL, 0);
     if (cuda) snprintf(be->name, sizeof be->name, "cuda, bf16, planned: no device opened");
     else snprintf(be->name, sizeof be->name, "cpu, fp32, %d thread(s) per rank, planned", be->threads);
     if (strcmp(cfg->device, "auto") != 0)
