@@ -193,6 +193,7 @@ static int train_watches(int watcher, int peer) {
 // For the watchdog's message when a peer dies or hangs: where the run can be resumed from.
 static const config *run_cfg;
 static void report_checkpoint(char *buf, size_t n) {
+    if (strcmp(run_cfg->mode, "train") != 0) return; // no checkpoints to name
     int found = 0;
     int64_t step = checkpoint_latest(run_cfg->run_dir, &found);
     if (found)
@@ -303,8 +304,13 @@ int main(int argc, char **argv) {
                     "data.sets (several) or data.features (an offline feature directory)", cfg.mode);
         return 2;
     }
+    // The watchdog runs from before MPI starts to after it ends: a rank stopped at any moment ends
+    // the job within run.rank_timeout (a job of several ranks; watchdog.h).
+    if (launcher_size() > 1) watchdog_begin(cfg.rank_timeout);
     world w;
     world_init(&w, &argc, &argv);
+    run_cfg = &cfg;
+    watchdog_start(&w, report_checkpoint);
     log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));
     // Ranks on one host share its cores unless the user says otherwise (threads.h).
     char threads_why[384];
@@ -313,7 +319,7 @@ int main(int argc, char **argv) {
     else log_debug("threads: %d (%s)", threads, threads_why);
     if (preflight_only) { // before the roles: a world that does not fit them is a row of its table
         int rc = preflight_run(&w, &cfg);
-        world_finalize();
+        watchdog_finalize();
         return rc;
     }
     int regen = strcmp(cfg.mode, "regenerate") == 0; // every rank a teacher answering prompts
@@ -323,14 +329,18 @@ int main(int argc, char **argv) {
     if (world_roles(&w, w.rank, w.size, want_t, want_s) ||
         (!offline && strcmp(cfg.mode, "transport-test") != 0 && world_set_groups(&w, cfg.teacher_group_size))) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
-        world_finalize();
+        watchdog_finalize();
         return 1;
     }
+    watchdog_set_roles(&w);
     if (w.rank == 0) log_info("dflash_rank %s: %d rank(s): %d teacher(s), %d student(s); mode %s", DFLASH_VERSION, w.size, w.teachers, w.students, cfg.mode);
     if (w.group_size > 1) { // every group on one host, unless asked otherwise
-        if (world_check_group_hosts(&w, cfg.teacher_group_cross_node)) {
+        watchdog_wait_begin(0, w.size - 1, 5, "the other ranks' host names");
+        int cross = world_check_group_hosts(&w, cfg.teacher_group_cross_node);
+        watchdog_wait_end();
+        if (cross) {
             if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
-            world_finalize();
+            watchdog_finalize();
             return 1;
         }
         if (w.rank == 0)
@@ -359,8 +369,8 @@ int main(int argc, char **argv) {
         log_error("%s", error_msg());
         status = 1;
     }
-    if (world_agree(status)) {
-        world_finalize();
+    if (watchdog_agree(status, "the other ranks to open their inputs")) {
+        watchdog_finalize();
         return 1;
     }
 
@@ -369,25 +379,25 @@ int main(int argc, char **argv) {
         long long wrong = transport_test_run(&w, &be, 5, 64ll << 20);
         if (wrong < 0) fatal("%s", error_msg());
         backend_close(&be);
-        world_finalize();
+        watchdog_finalize();
         return wrong ? 1 : 0;
     }
     if (job) {
         train_install_signals();
-        run_cfg = &cfg;
         if (w.size > 1) {
             run_teachers = w.teachers, run_group_size = w.group_size;
-            watchdog_start(&w, cfg.rank_timeout, report_checkpoint);
             watchdog_set_watchers(train_watches);
             watchdog_add_check(links_check, NULL); // the students' gradient communicators (links: below)
         }
         nccl_links *links = NULL;
         if (!offline && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
-            world_finalize();
+            watchdog_finalize();
             return 1;
         }
         MPI_Comm role_comm; // the students' all-reduce runs among students only
+        watchdog_wait_begin(0, w.size - 1, 5, "the other ranks to split the roles");
         mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w.role, w.rank, &role_comm));
+        watchdog_wait_end();
         int rc = w.role == ROLE_TEACHER ? teacher_serve(&w, &cfg, &be, links) : student_train(&w, &cfg, &be, role_comm, links);
         if (rc == WORLD_REPORTED_ELSEWHERE) { // another rank of the role prints the reason and ends the job
             for (int i = 0; i < 600; i++) {
@@ -397,23 +407,25 @@ int main(int argc, char **argv) {
             fatal("the rank that stopped the job did not end it within 60 s");
         }
         if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
-        watchdog_stop(); // before the links it polls are closed
+        for (int r = 0; r < w.size; r++) watchdog_watch(r, 0); // the peers finish now: their exit is no news
+        watchdog_add_check(NULL, NULL);                        // before the links it polls are closed
         nccl_links_close(links);
         mpi_check(MPI_Comm_free(&role_comm));
         backend_close(&be);
-        world_finalize();
+        watchdog_finalize();
         return 0;
     }
     if (dump) {
+        for (int r = 0; r < w.size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
         nccl_links *links = NULL; // a teacher group's stages: activations GPU to GPU when they can
         if (w.group_size > 1 && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
-            world_finalize();
+            watchdog_finalize();
             return 1;
         }
         status = (regen ? teacher_regenerate(&w, &cfg, &be) : teacher_dump_features(&w, &cfg, &be, links)) ? 1 : 0;
         nccl_links_close(links);
         backend_close(&be);
-        world_finalize();
+        watchdog_finalize();
         return status;
     }
 
@@ -421,8 +433,10 @@ int main(int argc, char **argv) {
     char line[1024] = {0};
     status = mode_check(&w, &cfg, &be, line, sizeof line);
     char *all = w.rank == 0 ? xmalloc(sizeof line * (size_t)w.size) : NULL;
-    mpi_check(MPI_Gather(line, sizeof line, MPI_CHAR, all, sizeof line, MPI_CHAR, 0, MPI_COMM_WORLD));
-    status = world_agree(status);
+    MPI_Request gather;
+    mpi_check(MPI_Igather(line, sizeof line, MPI_CHAR, all, sizeof line, MPI_CHAR, 0, MPI_COMM_WORLD, &gather));
+    watchdog_mpi_wait(&gather, NULL, 0, w.size - 1, 5, "the other ranks' check lines");
+    status = watchdog_agree(status, "the other ranks' check lines");
     if (w.rank == 0) {
         for (int r = 0; r < w.size; r++) printf("%s\n", all + (size_t)r * sizeof line);
         printf(status ? "check: FAILED (see the lines above)\n" : "check: every rank is ready\n");
@@ -430,6 +444,6 @@ int main(int argc, char **argv) {
         free(all);
     }
     backend_close(&be);
-    world_finalize();
+    watchdog_finalize();
     return status ? 1 : 0;
 }

@@ -21,6 +21,7 @@
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
 #include "common/backend/gpu_info.h"
+#include "common/comm/watchdog.h"
 #include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -347,7 +348,9 @@ static void pf_nccl(pf_ctx *x, const pf_info *all) {
     int n_gpu = 0;
     for (int r = 0; r < w->size; r++) n_gpu += all[r].cuda;
     MPI_Comm gc;
+    watchdog_wait_begin(0, w->size - 1, 5, "the other ranks to split off the GPU ranks");
     mpi_check(MPI_Comm_split(MPI_COMM_WORLD, all[w->rank].cuda ? 0 : MPI_UNDEFINED, w->rank, &gc));
+    watchdog_wait_end();
     if (n_gpu < 2) {
         if (w->rank == 0)
             pf_add(x, PF_NCCL, -1, PF_SKIP, n_gpu == 0 ? "no rank runs on a GPU" : "one GPU rank: nothing to communicate");
@@ -683,7 +686,9 @@ int preflight_run(world *w, const config *cfg) {
         else me->need = pf_student_need(x, plan_detail, sizeof plan_detail, &plan_res);
     }
     pf_info *all = xcalloc((size_t)w->size, sizeof *all);
-    mpi_check(MPI_Allgather(me, (int)sizeof *me, MPI_BYTE, all, (int)sizeof *me, MPI_BYTE, MPI_COMM_WORLD));
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(me, (int)sizeof *me, MPI_BYTE, all, (int)sizeof *me, MPI_BYTE, MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the other ranks' preflight checks");
 
     pf_memory(x, all, plan_detail, plan_res);
     pf_peer(x, all);
@@ -697,14 +702,16 @@ int preflight_run(world *w, const config *cfg) {
     if (w->rank == writer) pf_dir(x);
 
     pf_rows *gathered = w->rank == 0 ? xmalloc((size_t)w->size * sizeof *gathered) : NULL;
-    mpi_check(MPI_Gather(&x->rows, (int)sizeof x->rows, MPI_BYTE, gathered, (int)sizeof x->rows, MPI_BYTE, 0,
-                         MPI_COMM_WORLD));
+    mpi_check(MPI_Igather(&x->rows, (int)sizeof x->rows, MPI_BYTE, gathered, (int)sizeof x->rows, MPI_BYTE, 0,
+                          MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the other ranks' preflight rows");
     int fails = 0;
     if (w->rank == 0) {
         printf("preflight: dflash_rank %s, %d rank(s), mode %s\n", DFLASH_VERSION, w->size, cfg->mode);
         fails = pf_print(gathered, w->size);
     }
-    mpi_check(MPI_Bcast(&fails, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    mpi_check(MPI_Ibcast(&fails, 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the preflight table");
     if (x->have_be) backend_close(&x->be);
     free(gathered);
     free(all);

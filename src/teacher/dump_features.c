@@ -17,6 +17,7 @@
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 #include "common/data/featfile.h"
+#include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/kernels/ops.h"
 #include "teacher/target.h"
@@ -334,8 +335,7 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_l
     int rc = dump_run(w, cfg, be, links, &res);
     if (rc) log_error("%s", error_msg());
     // Every rank finished or failed: rank 0 writes the index only when all of them succeeded.
-    int status = rc ? 1 : 0, any_failed = 0;
-    mpi_check(MPI_Allreduce(&status, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int any_failed = watchdog_agree(rc ? 1 : 0, "the other ranks to finish their shards");
     if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
     if (w->rank == 0) {
         if (dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples)) return -1;

@@ -99,7 +99,7 @@ int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *link
 static int stage_slot(stage_link *l) {
     int slot = l->next_slot++ % l->n_buf;
     watchdog_wait_begin(l->next, l->next, 1.5, "the next stage of its group to take an earlier batch");
-    mpi_check(MPI_Wait(&l->sends[slot], MPI_STATUS_IGNORE));
+    world_wait(&l->sends[slot], NULL);
     int rc = l->links ? nccl_ticket_wait(&l->tickets[slot]) : 0;
     watchdog_wait_end();
     return rc ? -1 : slot;
@@ -146,7 +146,9 @@ int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uin
                double patience) {
     MPI_Status st;
     watchdog_wait_begin(l->prev, l->prev, patience, "a batch from the previous stage of its group");
-    mpi_check(MPI_Recv(l->in, (int)l->max_bytes, MPI_BYTE, l->prev, TAG_STAGE, MPI_COMM_WORLD, &st));
+    MPI_Request r;
+    mpi_check(MPI_Irecv(l->in, (int)l->max_bytes, MPI_BYTE, l->prev, TAG_STAGE, MPI_COMM_WORLD, &r));
+    world_wait(&r, &st);
     watchdog_wait_end();
     int bytes = 0;
     MPI_Get_count(&st, MPI_BYTE, &bytes);

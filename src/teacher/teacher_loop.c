@@ -52,7 +52,9 @@ static int teacher_next_request(const world *w, teacher_requests *q, int64_t ser
         // idle: the students may wait on another teacher (1.5 x); before the first request they are
         // still setting up (reading the embedding, planning, allocating), which may take longer (5 x)
         watchdog_wait_begin(w->teachers, w->size - 1, served == 0 ? 5 : 1.5, "a request from a student");
-        mpi_check(MPI_Recv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &st));
+        MPI_Request r;
+        mpi_check(MPI_Irecv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &r));
+        world_wait(&r, &st);
         watchdog_wait_end();
         if (req[0] == WIRE_STOP) {
             q->stops++;
@@ -150,7 +152,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         // the next buffer of the ring, once its previous send is done
         int slot = next++ % n_pay;
         watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a student to receive an earlier batch");
-        mpi_check(MPI_Wait(&sends[slot], MPI_STATUS_IGNORE));
+        world_wait(&sends[slot], NULL);
         if (links && nccl_ticket_wait(&tickets[slot])) fatal("teacher: %s", error_msg());
         watchdog_wait_end();
         wire_batch wb = {.kind = h.kind, .index = h.index, .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = h.peak,

@@ -5,6 +5,7 @@
 #                                    problem in one line), which matches PATTERN; log lines before
 #                                    it (which backend, what is loading) are allowed
 #   finish                           prints "N passed, M failed" and exits 1 on any failure
+#   rank_pid MPIRUN_PID RANK         the pid of that rank of a job under mpirun
 #   tiny_job                         makes $TMP/target and $TMP/data.h5 (the small job most tests run)
 set -u
 BUILD=${DFLASH_BUILD:?run through ctest (DFLASH_BUILD unset)}
@@ -54,6 +55,14 @@ while True:
             sys.exit(1)
         time.sleep(0.1)
 PYEOF
+}
+
+# rank_pid MPIRUN_PID RANK: the pid of that rank (a child of mpirun with OMPI_COMM_WORLD_RANK=RANK)
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+  done
 }
 
 ok() { passed=$((passed + 1)); }

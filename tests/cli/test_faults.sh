@@ -15,13 +15,6 @@ base=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/da
       --checkpoint.every=10 --rank-timeout "$timeout_s")
 job_n=0 # start_job's run folders: $TMP/run1, run2, ...
 
-# rank_pid MPIRUN_PID RANK: the pid of that rank (a child of mpirun with OMPI_COMM_WORLD_RANK=RANK)
-rank_pid() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
-  done
-}
 
 # start_job NP [STEP [ARGS...]]: a long run in the background (job=mpirun's pid); returns once
 # step STEP (default 20) is logged

@@ -101,12 +101,6 @@ PYEOF
 # A killed stage: rank 1 (the last stage of the group, which sends the payloads) and rank 0 (the
 # first, which takes the requests) in turn; the job ends within the timeout, naming the rank.
 timeout_s=15
-rank_pid() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
-  done
-}
 for victim in 1 0; do
   mpirun -np 3 "$R" "${train[@]}" --run.dir="$TMP/r-kill$victim" --train.steps=100000000 --train.eval_interval=100000000 \
     --world.teacher_group_size=2 --rank-timeout "$timeout_s" >"$TMP/kill.out" 2>"$TMP/kill.err" &

@@ -24,7 +24,8 @@ typedef struct {
 } peer_id;
 
 static struct {
-    int started, stop;
+    int running, started, stop; // running: the thread (watchdog_begin); started: the peers known (watchdog_start)
+    int roles;                  // the ranks' roles known (watchdog_set_roles)
     world w;
     double timeout_s;
     watchdog_report_fn report;
@@ -92,6 +93,7 @@ static int peer_alive(int r) {
 // job has not ended WATCHDOG_DEFER_S later (the lower rank may not watch the dead one, or be hung).
 #define WATCHDOG_DEFER_S 5.0
 static int watchdog_defer(int peer, double *since) {
+    if (!wd.started || peer < 0) return 0; // the ranks do not know each other yet: no one to defer to
     double now = now_s();
     // Another rank here is ending the job with its own line: this one says nothing, and once that
     // rank has had time to write its line (it waits 0.3 s first: watchdog_mark_ending) this one ends
@@ -112,7 +114,7 @@ static int watchdog_defer(int peer, double *since) {
     return 0;
 }
 
-static const char *rank_role_name(int r) { return r < wd.w.teachers ? "teacher" : "student"; }
+static const char *rank_role_name(int r) { return !wd.roles ? "" : r < wd.w.teachers ? "teacher " : "student "; }
 
 // One line, then exit 1: mpirun ends the job when a rank exits without MPI_Finalize.
 static _Noreturn void watchdog_fail(const char *what_happened) {
@@ -146,7 +148,7 @@ static void *watchdog_loop(void *arg) {
                 continue;
             }
             if (watchdog_defer(r, &wd.deferred[r])) continue;
-            snprintf(msg, sizeof msg, "%s rank %d (pid %lld on %s) died%s%s", rank_role_name(r), r, wd.peers[r].pid,
+            snprintf(msg, sizeof msg, "%srank %d (pid %lld on %s) died%s%s", rank_role_name(r), r, wd.peers[r].pid,
                      wd.peers[r].host, waiting ? " while this rank waited for " : "", waiting ? what : "");
             pthread_mutex_unlock(&wd.mu);
             watchdog_fail(msg);
@@ -160,14 +162,17 @@ static void *watchdog_loop(void *arg) {
         if (waiting && wd.timeout_s > 0 && waited > wd.timeout_s * wd.wait_patience &&
             !watchdog_defer(wd.wait_first, &wd.hang_deferred)) {
             int f = wd.wait_first, l = wd.wait_last;
-            if (f == l)
-                snprintf(msg, sizeof msg, "%s rank %d (on %s) sent nothing for %.0f s while this rank waited for %s "
-                         "(run.rank_timeout %g s): it is hung or unreachable", rank_role_name(f), f, wd.peers[f].host,
-                         waited, what, wd.timeout_s);
-            else
+            if (f == l && f >= 0)
+                snprintf(msg, sizeof msg, "%srank %d (on %s) sent nothing for %.0f s while this rank waited for %s "
+                         "(run.rank_timeout %g s): it is hung or unreachable", rank_role_name(f), f,
+                         wd.peers ? wd.peers[f].host : "?", waited, what, wd.timeout_s);
+            else if (f >= 0)
                 snprintf(msg, sizeof msg, "no progress for %.0f s while this rank waited for %s (run.rank_timeout %g s): "
-                         "one of %s ranks %d..%d is hung or unreachable", waited, what, wd.timeout_s,
+                         "one of %sranks %d..%d is hung or unreachable", waited, what, wd.timeout_s,
                          rank_role_name(f), f, l);
+            else // before the ranks know each other (MPI start-up)
+                snprintf(msg, sizeof msg, "no progress for %.0f s while this rank waited for %s (run.rank_timeout %g s): "
+                         "another rank of the job is hung or unreachable", waited, what, wd.timeout_s);
             pthread_mutex_unlock(&wd.mu);
             watchdog_fail(msg);
         }
@@ -175,23 +180,10 @@ static void *watchdog_loop(void *arg) {
     }
 }
 
-void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report) {
-    wd.w = *w;
+void watchdog_begin(double timeout_s) {
+    if (wd.running) return;
     wd.timeout_s = timeout_s;
-    wd.report = report;
     wd.stop = 0;
-    wd.peers = xcalloc((size_t)w->size, sizeof(peer_id));
-    wd.start_ns = xcalloc((size_t)w->size, sizeof(unsigned long long));
-    wd.watched = xcalloc((size_t)w->size, sizeof(int));
-    wd.quiet = xcalloc((size_t)w->size, sizeof(int));
-    wd.deferred = xcalloc((size_t)w->size, sizeof(double));
-    peer_id me = {.pid = (long long)getpid()};
-    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
-    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, wd.peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD));
-    // Every rank is alive now (it took part in the all-gather): note the start time of each peer on
-    // this host that this process can see (another pid namespace with the same host name: not).
-    for (int r = 0; r < w->size; r++)
-        if (r != w->rank && strcmp(wd.peers[r].host, me.host) == 0) wd.start_ns[r] = proc_start(wd.peers[r].pid, NULL, NULL, 0);
     // The thread must not take the signals the main thread handles (SIGTERM, SIGUSR1, SIGINT).
     sigset_t all, old;
     sigfillset(&all);
@@ -199,8 +191,86 @@ void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report)
     int rc = pthread_create(&wd.thread, NULL, watchdog_loop, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) fatal("watchdog: cannot start its thread: %s", strerror(rc));
+    wd.running = 1;
+    // MPI's start-up waits for every rank of the job (5 x: the launcher starts them one by one)
+    watchdog_wait_begin(-1, -1, 5, "the other ranks to start (MPI start-up)");
+}
+
+void watchdog_start(const world *w, watchdog_report_fn report) {
+    if (!wd.running) return;
+    peer_id *peers = xcalloc((size_t)w->size, sizeof(peer_id));
+    peer_id me = {.pid = (long long)getpid()};
+    if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(&me, (int)sizeof me, MPI_BYTE, peers, (int)sizeof me, MPI_BYTE, MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, -1, -1, 5, "the other ranks to start (MPI start-up)");
+    pthread_mutex_lock(&wd.mu);
+    wd.w = *w;
+    wd.report = report;
+    wd.peers = peers;
+    wd.start_ns = xcalloc((size_t)w->size, sizeof(unsigned long long));
+    wd.watched = xcalloc((size_t)w->size, sizeof(int));
+    wd.quiet = xcalloc((size_t)w->size, sizeof(int));
+    wd.deferred = xcalloc((size_t)w->size, sizeof(double));
+    // Every rank is alive now (it took part in the all-gather): note the start time of each peer on
+    // this host that this process can see (another pid namespace with the same host name: not).
+    for (int r = 0; r < w->size; r++)
+        if (r != w->rank && strcmp(peers[r].host, me.host) == 0) wd.start_ns[r] = proc_start(peers[r].pid, NULL, NULL, 0);
     wd.started = 1;
+    pthread_mutex_unlock(&wd.mu);
     check_set_ending_hook(watchdog_mark_ending); // a fatal error on this rank is not a dead peer
+}
+
+void watchdog_set_roles(const world *w) {
+    if (!wd.started) return;
+    pthread_mutex_lock(&wd.mu);
+    wd.w = *w;
+    wd.roles = 1;
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void world_wait(MPI_Request *req, MPI_Status *st) {
+    long ns = 10 * 1000;
+    for (int done = 0;;) {
+        mpi_check(MPI_Test(req, &done, st ? st : MPI_STATUS_IGNORE));
+        if (done) return;
+        struct timespec pause = {0, ns};
+        nanosleep(&pause, NULL);
+        if (ns < 1000 * 1000) ns *= 2;
+    }
+}
+
+void watchdog_mpi_wait(MPI_Request *req, MPI_Status *st, int first, int last, double patience, const char *what) {
+    watchdog_wait_begin(first, last, patience, what);
+    world_wait(req, st);
+    watchdog_wait_end();
+}
+
+int watchdog_agree(int status, const char *what) {
+    int out = status;
+    MPI_Request req;
+    mpi_check(MPI_Iallreduce(&status, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, 0, wd.started ? wd.w.size - 1 : -1, 5, what);
+    return out;
+}
+
+void watchdog_finalize(void) {
+    if (wd.running) {
+        pthread_mutex_lock(&wd.mu);
+        for (int r = 0; wd.watched && r < wd.w.size; r++) wd.watched[r] = 0; // the peers exit now: no news
+        pthread_mutex_unlock(&wd.mu);
+        // Every rank reaches the end before any exits (a rank that exited could no longer time
+        // out a peer stopped before it, and mpirun would wait on that peer forever): a barrier,
+        // timed (5 x: the first student exports the drafter first), then MPI_Finalize, timed too
+        // (the thread calls no MPI function, so it runs on through it).
+        int last = wd.started ? wd.w.size - 1 : -1;
+        MPI_Request req;
+        mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+        watchdog_mpi_wait(&req, NULL, 0, last, 5, "the other ranks to finish");
+        watchdog_wait_begin(0, last, 1, "the other ranks to finish (MPI_Finalize)");
+    }
+    world_finalize();
+    watchdog_stop();
 }
 
 void watchdog_set_watchers(int (*watches)(int watcher, int peer)) { wd.watches = watches; }
@@ -213,7 +283,7 @@ void watchdog_watch(int rank, int on) {
 }
 
 void watchdog_wait_begin(int first, int last, double patience, const char *what) {
-    if (!wd.started) return;
+    if (!wd.running) return;
     pthread_mutex_lock(&wd.mu);
     wd.waiting = 1;
     wd.wait_first = first;
@@ -226,7 +296,7 @@ void watchdog_wait_begin(int first, int last, double patience, const char *what)
 }
 
 void watchdog_wait_end(void) {
-    if (!wd.started) return;
+    if (!wd.running) return;
     pthread_mutex_lock(&wd.mu);
     wd.waiting = 0;
     wd.wait_what = NULL;
@@ -257,11 +327,13 @@ void watchdog_add_check(int (*check)(void *ctx, char *msg, size_t n), void *ctx)
 }
 
 void watchdog_stop(void) {
-    if (!wd.started) return;
+    if (!wd.running) return;
     pthread_mutex_lock(&wd.mu);
     wd.stop = 1;
     pthread_mutex_unlock(&wd.mu);
     pthread_join(wd.thread, NULL);
+    wd.running = 0;
+    if (!wd.started) return;
     free(wd.peers);
     free(wd.start_ns);
     free(wd.watched);
@@ -269,6 +341,7 @@ void watchdog_stop(void) {
     free(wd.deferred);
     wd.peers = NULL, wd.start_ns = NULL, wd.watched = NULL, wd.quiet = NULL, wd.deferred = NULL;
     wd.started = 0;
+    wd.roles = 0;
     wd.check = NULL;
     check_set_ending_hook(NULL);
 }

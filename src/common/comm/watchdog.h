@@ -13,6 +13,7 @@
 // status 1, which makes mpirun (or srun) end the whole job. The thread calls no MPI function
 // (MPI runs MPI_THREAD_FUNNELED), so it works while the main thread is blocked inside MPI.
 #pragma once
+#include <mpi.h>
 #include <stddef.h>
 
 #include "common/comm/world.h"
@@ -20,8 +21,28 @@
 // What the message says about the run's state, e.g. "last checkpoint: step 40 in runs/x".
 typedef void (*watchdog_report_fn)(char *buf, size_t n);
 
-// watchdog_start: collective over MPI_COMM_WORLD; no peer is watched until watchdog_watch.
-void watchdog_start(const world *w, double timeout_s, watchdog_report_fn report);
+// watchdog_begin: starts the thread, before MPI_Init (it calls no MPI function), and times MPI's
+// start-up as a wait on the other ranks (5 x the timeout): a rank stopped at any moment from then
+// on ends the job within the timeout. The thread runs until watchdog_stop (watchdog_finalize).
+void watchdog_begin(double timeout_s);
+// watchdog_start: collective over MPI_COMM_WORLD (a sleeping wait, timed): every rank learns the
+// others' host and pid; no peer is watched until watchdog_watch. No effect without watchdog_begin.
+void watchdog_start(const world *w, watchdog_report_fn report);
+// watchdog_set_roles: the ranks' roles (teacher/student) are known: messages name them.
+void watchdog_set_roles(const world *w);
+// world_wait: MPI_Wait(req, st) (st may be NULL) that sleeps between MPI_Tests (10 us doubling to
+// 1 ms) instead of polling at 100 % CPU as Open MPI's blocking calls do: a rank waiting on a peer
+// (a stopped one) costs no core. Timed when inside watchdog_wait_begin/end.
+void world_wait(MPI_Request *req, MPI_Status *st);
+// watchdog_mpi_wait: world_wait(req, st) (a sleeping MPI_Wait) as a timed wait on ranks
+// first..last (-1: the job's other ranks, before watchdog_start).
+void watchdog_mpi_wait(MPI_Request *req, MPI_Status *st, int first, int last, double patience, const char *what);
+// watchdog_agree: world_agree (the largest status of every rank) as a sleeping, timed wait
+// (5 x: a rank may be loading its inputs).
+int watchdog_agree(int status, const char *what);
+// watchdog_finalize: MPI_Finalize (which waits for every rank) as a timed wait, the peers no longer
+// watched (they exit now), then watchdog_stop. Every exit of a started job goes through it.
+void watchdog_finalize(void);
 // watchdog_set_watchers: which ranks watch which (watches(watcher, peer)), so that of the ranks that
 // see a peer on their host die, only the lowest that watches it reports it (the others wait 5 s for
 // the job to end before reporting it themselves). NULL (the default): every rank watches every other.

@@ -59,12 +59,6 @@ void world_finalize(void) {
     if (!fin) MPI_Finalize();
 }
 
-int world_agree(int status) {
-    int out = status;
-    mpi_check(MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    return out;
-}
-
 const char *role_name(rank_role r) { return r == ROLE_TEACHER ? "teacher" : "student"; }
 
 int world_check_group_hosts(const world *w, int allow_cross_node) {

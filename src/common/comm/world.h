@@ -41,7 +41,4 @@ int world_check_group_hosts(const world *w, int allow_cross_node);
 // world_init: MPI_Init (MPI_THREAD_FUNNELED), rank, size, local rank. Works without mpirun (one rank).
 void world_init(world *w, int *argc, char ***argv);
 void world_finalize(void);
-// world_agree: 0 when every rank's status is 0, else the largest status: lets every rank exit
-// with the same code after a check that may fail on one rank only.
-int world_agree(int status);
 const char *role_name(rank_role r);

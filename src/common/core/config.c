@@ -11,6 +11,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
+#include "common/core/run_dir.h"
 
 #define F(field) offsetof(config, field), sizeof(((config *)0)->field)
 #define NOLIM -1e18, 1e18
@@ -84,6 +85,7 @@ const config_key config_keys[] = {
     {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, STEPS_MAX},
     {"checkpoint.keep", CFG_INT, F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
     {"run.resume", CFG_BOOL, F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, NOLIM},
+    {"run.overwrite", CFG_BOOL, F(overwrite), "false", "start a new run in a run.dir that holds an earlier one (its metrics.jsonl, config.json, checkpoints, drafter, eval.json): those files are removed first (only those: nothing else in run.dir is touched); without it such a start is refused", NULL, NOLIM},
     {"run.rank_timeout", CFG_FLOAT, F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
     {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, STEPS_MAX},
     {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch; -1 = none", NULL, -1, 1e6},
@@ -531,6 +533,7 @@ int config_check(const config *c) {
         return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
                          "0 = no EMA", c->ema_decay);
     if (train && !c->run_dir[0]) return error_set("run.dir is empty: a training job needs a run directory");
+    if (train && run_dir_refuse_unsafe("run.dir", c->run_dir)) return -1;
     if (train && !c->data_features[0] && c->max_tokens_per_batch > c->teacher_max_tokens)
         return error_set("data.max_tokens_per_batch = %lld is more than teacher.max_tokens = %lld: in train mode the "
                          "teachers run the students' packed batches whole (lower the one or raise the other)",

@@ -93,6 +93,7 @@ typedef struct {
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
     int resume;
+    int overwrite; // run.overwrite
     double rank_timeout;            // seconds a rank waits on a peer before ending the job; 0 = forever
     int64_t test_stop_at_step;
     int plan_only;                  // --plan (command line only): print the memory plans and exit

@@ -12,6 +12,8 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "common/core/run_dir.h"
 #include "common/core/half.h"
 #include "common/core/rng.h"
 #include "common/kernels/ops.h"
@@ -214,7 +216,10 @@ int drafter_export(const drafter *d, const char *dir, int bf16) {
         snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
         int had = rename(dir, old) == 0;
         if (rename(tmp, dir) != 0) rc = error_set("export %s: %s", dir, strerror(errno));
-        if (had && fs_remove_tree(old) != 0) rc = rc ? rc : error_set("export: could not remove %s: %s", old, strerror(errno));
+        if (had && !run_dir_holds_only(old, run_dir_drafter_files)) // files of someone else's: never removed
+            log_warn("export %s: the earlier export held files this trainer does not write: moved to %s", dir, old);
+        else if (had && fs_remove_tree(old) != 0)
+            rc = rc ? rc : error_set("export: could not remove %s: %s", old, strerror(errno));
     }
     if (rc) fs_remove_tree(tmp); // best effort: the error says what failed
     return rc;

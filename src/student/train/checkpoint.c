@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/core/check.h"
@@ -17,6 +18,7 @@
 #include "common/core/fsutil.h"
 #include "common/core/json_util.h"
 #include "common/core/log.h"
+#include "common/core/run_dir.h"
 #include "common/data/safetensors.h"
 #include "student/train/optim.h"
 
@@ -68,9 +70,53 @@ static int json_int_field(const cJSON *obj, const char *key, int64_t *out) {
     return 1;
 }
 
+// This run's identity in every state.json it writes ("run_id"): a new one for a new run, the
+// resumed checkpoint's for a resumed one. Pruning removes only checkpoints of this run.
+static char checkpoint_run_id[40];
+
+// state.json's "run_id" in dir into out ("" when absent: a checkpoint of an older trainer); -1 when
+// state.json cannot be read or parsed.
+// dir/state.json parsed (path: its name), NULL when it cannot be read (error_set) or parsed.
+static cJSON *checkpoint_state_parse(const char *dir, char *path, size_t n) {
+    snprintf(path, n, "%s/state.json", dir);
+    char *text = file_read_text(path, 1 << 20);
+    if (!text) return NULL;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    return root;
+}
+
+static int checkpoint_read_run_id(const char *dir, char *out, size_t n) {
+    char path[1200];
+    cJSON *root = checkpoint_state_parse(dir, path, sizeof path);
+    if (!root) return -1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "run_id");
+    snprintf(out, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
+    cJSON_Delete(root);
+    return 0;
+}
+
+void checkpoint_begin_run(const char *run_dir, int64_t step, int resumed) {
+    char dir[1100];
+    checkpoint_dir(dir, sizeof dir, run_dir, step);
+    if (resumed && checkpoint_read_run_id(dir, checkpoint_run_id, sizeof checkpoint_run_id) == 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33; // splitmix-style finish: spread the bits
+    snprintf(checkpoint_run_id, sizeof checkpoint_run_id, "%016llx", (unsigned long long)x);
+}
+
+// Remove a checkpoint directory of ours (moved to a temporary name): only when it holds nothing but
+// the files a checkpoint has; one with anything else in it stays, said once.
+static void checkpoint_remove_dir(const char *dir) {
+    if (run_dir_holds_only(dir, run_dir_checkpoint_files)) fs_remove_tree(dir);
+    else log_warn("checkpoint: %s holds files this trainer does not write: left in place", dir);
+}
+
 // Leftovers of a write that never finished (a killed job: ".tmp-step-*"; a replaced checkpoint:
 // ".old-step-*"). A run directory has one writer at a time, so they are garbage; they would
-// otherwise hold disk space forever.
+// otherwise hold disk space forever. (a ".tmp-step-*" holds only what a write made in it)
 static void checkpoint_remove_leftovers(const char *root) {
     DIR *dp = opendir(root);
     if (!dp) return;
@@ -79,7 +125,8 @@ static void checkpoint_remove_leftovers(const char *root) {
     while ((e = readdir(dp))) {
         if (strncmp(e->d_name, ".tmp-step-", 10) != 0 && strncmp(e->d_name, ".old-step-", 10) != 0) continue;
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        fs_remove_tree(path);
+        if (e->d_name[1] == 't') fs_remove_tree(path);
+        else checkpoint_remove_dir(path);
     }
     closedir(dp);
 }
@@ -93,8 +140,9 @@ static int checkpoint_write_state(const char *dir, int64_t step, const optim *o,
     char *json = config_to_json(cfg);
     size_t cap = strlen(json) + 256;
     char *text = xmalloc(cap);
-    int n = snprintf(text, cap, "{\"step\": %lld, \"optim_step\": %lld, \"config_hash\": \"%016llx\", \"config\": %s}\n",
-                     (long long)step, (long long)o->step, (unsigned long long)config_hash(cfg), json);
+    int n = snprintf(text, cap, "{\"step\": %lld, \"optim_step\": %lld, \"run_id\": \"%s\", \"config_hash\": \"%016llx\", "
+                     "\"config\": %s}\n", (long long)step, (long long)o->step, checkpoint_run_id,
+                     (unsigned long long)config_hash(cfg), json);
     cJSON_free(json);
     int err = 0;
     for (int done = 0; done < n && !err;) {
@@ -176,20 +224,24 @@ int checkpoint_write(const char *run_dir, int64_t step, const drafter *d, const 
         if (had) rename(old, final);
         return checkpoint_fail(tmp, final);
     }
-    if (had) fs_remove_tree(old);
+    if (had) checkpoint_remove_dir(old);
     if (checkpoint_fsync_dir(root) != 0) // complete, but its name may not survive a power cut
         log_warn("checkpoint %s: fsync of %s: %s", final, root, strerror(errno));
 
-    // keep the newest `keep`
+    // keep the newest `keep` of this run's checkpoints (another run's, or a directory holding files of
+    // someone else's, are never removed)
     if (keep > 0) {
         DIR *dp = opendir(root);
         if (dp) {
             int64_t steps[4096];
             int n = 0;
             struct dirent *e;
+            char id[sizeof checkpoint_run_id];
             while ((e = readdir(dp)) && n < 4096) {
                 long long s;
-                if (sscanf(e->d_name, "step-%lld", &s) == 1 && e->d_name[0] == 's') steps[n++] = s;
+                if (sscanf(e->d_name, "step-%lld", &s) != 1 || e->d_name[0] != 's') continue;
+                checkpoint_dir(path, sizeof path, run_dir, s);
+                if (checkpoint_read_run_id(path, id, sizeof id) == 0 && strcmp(id, checkpoint_run_id) == 0) steps[n++] = s;
             }
             closedir(dp);
             for (int i = 0; i < n; i++) {
@@ -198,7 +250,10 @@ int checkpoint_write(const char *run_dir, int64_t step, const drafter *d, const 
                 if (newer >= keep) { // renamed first: no directory under a final name is ever incomplete
                     checkpoint_dir(path, sizeof path, run_dir, steps[i]);
                     snprintf(old, sizeof old, "%s/.old-step-%08lld.%d", root, (long long)steps[i], (int)getpid());
-                    if (rename(path, old) == 0) fs_remove_tree(old);
+                    if (!run_dir_holds_only(path, run_dir_checkpoint_files))
+                        log_warn("checkpoint: %s holds files this trainer does not write: not pruned", path);
+                    else if (rename(path, old) == 0)
+                        fs_remove_tree(old);
                 }
             }
         }
@@ -236,11 +291,8 @@ int checkpoint_find_resume(const char *run_dir, int64_t *step, int *found) {
 
 static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim *o) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    char *text = file_read_text(path, 1 << 20);
-    if (!text) return -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = checkpoint_state_parse(dir, path, sizeof path);
+    if (!root && access(path, R_OK) != 0) return -1;
     int64_t st_step = -1, st_optim = -1;
     int have = root && json_int_field(root, "step", &st_step) && json_int_field(root, "optim_step", &st_optim);
     cJSON_Delete(root);
@@ -296,7 +348,7 @@ static const char *const resume_schedule_keys[] = {
     "world.teachers", "world.students", "run.device", "run.log_level", "run.rank_timeout", "target.path",
     "features.dir", "features.shard_samples", NULL};
 // Keys that differ between any two invocations of one run, not worth a line.
-static const char *const resume_silent_keys[] = {"run.dir", "run.resume", "run.mode", "test.stop_at_step",
+static const char *const resume_silent_keys[] = {"run.dir", "run.resume", "run.overwrite", "run.mode", "test.stop_at_step",
                                                  "test.slow_teacher", "test.slow_ms", NULL};
 
 static int resume_key_in(const char *key, const char *const *list) {

@@ -15,6 +15,7 @@
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/log.h"
+#include "common/core/run_dir.h"
 #include "student/train/anchors.h"
 #include "student/train/batch_source.h"
 #include "student/train/checkpoint.h"
@@ -80,6 +81,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // One job per run directory, for the job's life; the second is refused before it writes anything.
     int lock_fd = -1;
     if (s == 0 && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &lock_fd))) return -1;
+    // A new run never writes over an earlier one (its metrics, checkpoints, drafter): refused, or
+    // with run.overwrite those files go first (only those).
+    if (s == 0 && !cfg->resume && run_dir_claim(cfg->run_dir, cfg->overwrite, eval)) return -1;
     // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
     int64_t start_step = 0;
     int resume_found = 0;
@@ -96,6 +100,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             return 0;
         }
     }
+
+    checkpoint_begin_run(cfg->run_dir, start_step, resume_found);
 
     // The target: its shape, and only its embedding and lm_head (SPEC §3).
     target_config tc;
