@@ -71,17 +71,16 @@ if [ ! -f "$W/features/features.json" ]; then
 fi
 
 say "training: $STEPS steps, $LAYERS-layer drafter, $ANCHORS anchors, from the offline features"
-resume=false; [ -d "$W/run/checkpoints" ] && resume=true
 mpirun -np 1 "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
-  --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=$resume \
+  --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=true \
   --train.steps="$STEPS" --drafter.layers="$LAYERS" --train.max_anchors="$ANCHORS"
 
 say "evaluation on the recorded held-out prompts: --mode eval"
 mpirun -np 2 "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
-  --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --drafter.block_size=16
+  --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
 say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
 "$py" "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
-  --heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" | tee "$W/spec_decode.log" | tail -5
+  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" | tee "$W/spec_decode.log" | tail -5
 
 "$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md" --spec "$W/spec_decode.log"
 say "done: drafter in $W/run/drafter, curve in $W/run/curve.png and $W/run/curve.md"
