@@ -29,53 +29,10 @@
 
 // ---------------------------------------------------------------- typed field access
 
-// tc_int: an integer field. *found = 1 when present; absent leaves *out unchanged.
-// `name` is what the message calls the field (e.g. "rope_scaling.factor").
-static int tc_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out,
-                  int *found) {
-    const cJSON *v = json_field(obj, key);
-    if (found) *found = v != NULL;
-    if (!v) return 0;
-    double d = v->valuedouble;
-    if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants an integer, got %s", src, name, s);
-    }
-    *out = (int64_t)d;
-    return 0;
-}
-
-static int tc_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out,
-                     int *found) {
-    const cJSON *v = json_field(obj, key);
-    if (found) *found = v != NULL;
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v)) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants a number, got %s", src, name, s);
-    }
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int tc_bool(const cJSON *obj, const char *key, const char *src, int *out) {
-    const cJSON *v = json_field(obj, key);
-    if (!v) return 0;
-    if (!cJSON_IsBool(v)) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants true or false, got %s", src, key, s);
-    }
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
 // tc_required: a positive integer field that must be present.
 static int tc_required(const cJSON *obj, const char *key, const char *src, int64_t *out) {
     int found = 0;
-    if (tc_int(obj, key, key, src, out, &found)) return -1;
+    if (json_get_int(obj, key, key, src, out, &found)) return -1;
     if (!found) return error_set("%s: missing '%s'", src, key);
     if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
     return 0;
@@ -84,22 +41,11 @@ static int tc_required(const cJSON *obj, const char *key, const char *src, int64
 // tc_refuse_true: a boolean feature we do not implement must be false (or absent).
 static int tc_refuse_true(const cJSON *obj, const char *key, const char *src, const char *why) {
     int on = 0;
-    if (tc_bool(obj, key, src, &on)) return -1;
+    if (json_get_bool(obj, key, src, &on, NULL)) return -1;
     if (on) return error_set("%s: '%s' is true: %s", src, key, why);
     return 0;
 }
 
-int target_config_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out, int *found) {
-    return tc_int(obj, key, name, src, out, found);
-}
-
-int target_config_bool(const cJSON *obj, const char *key, const char *src, int *out) { return tc_bool(obj, key, src, out); }
-
-int target_config_positive(const cJSON *obj, const char *key, const char *src, int64_t *out) {
-    if (tc_int(obj, key, key, src, out, NULL)) return -1;
-    if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
-    return 0;
-}
 
 // ---------------------------------------------------------------- architecture
 
@@ -195,10 +141,10 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
 
     char name[96];
     c->rope_theta = 10000.0;
-    if (tc_double(root, "rope_theta", "rope_theta", src, &c->rope_theta, NULL)) return -1;
+    if (json_get_double(root, "rope_theta", "rope_theta", src, &c->rope_theta, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.rope_theta", field);
-        if (tc_double(rope, "rope_theta", name, src, &c->rope_theta, NULL)) return -1;
+        if (json_get_double(rope, "rope_theta", name, src, &c->rope_theta, NULL)) return -1;
     }
     if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
         return error_set("%s: 'rope_theta' must be a finite number > 1, got %g", src, c->rope_theta);
@@ -208,10 +154,10 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     // the whole head.
     int hybrid = c->table->default_partial_rotary > 0;
     double partial = hybrid ? c->table->default_partial_rotary : 1.0;
-    if (tc_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
+    if (json_get_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
-        if (tc_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
+        if (json_get_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
     }
     if (!hybrid && partial != 1.0)
         return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported for %s",
@@ -249,11 +195,11 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     for (int i = 0; i < 3; i++) {
         int found = 0;
         snprintf(name, sizeof name, "%s.%s", field, keys[i]);
-        if (tc_double(rope, keys[i], name, src, vals[i], &found)) return -1;
+        if (json_get_double(rope, keys[i], name, src, vals[i], &found)) return -1;
         if (!found) return error_set("%s: missing '%s' (required by rope type llama3)", src, name);
     }
     snprintf(name, sizeof name, "%s.original_max_position_embeddings", field);
-    if (tc_int(rope, "original_max_position_embeddings", name, src, &c->rope_original_max_positions, NULL))
+    if (json_get_int(rope, "original_max_position_embeddings", name, src, &c->rope_original_max_positions, NULL))
         return -1;
     if (!(c->rope_factor >= 1.0))
         return error_set("%s: '%s.factor' must be >= 1, got %g", src, field, c->rope_factor);
@@ -294,7 +240,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     c->n_kv_heads = !cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads") && A->default_kv_heads > 0
                         ? A->default_kv_heads
                         : c->n_heads;
-    if (tc_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
+    if (json_get_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
     if (c->n_kv_heads <= 0)
         return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
     if (c->n_heads % c->n_kv_heads != 0)
@@ -302,7 +248,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
                          (long long)c->n_kv_heads, (long long)c->n_heads);
 
     int have_head_dim = 0;
-    if (tc_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
+    if (json_get_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
     if (!have_head_dim) {
         if (A->default_head_dim > 0) {
             c->head_dim = A->default_head_dim; // e.g. Qwen3Config's 128, whatever hidden_size is
@@ -319,19 +265,19 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
                          (long long)c->head_dim);
 
     c->max_positions = A->default_max_positions;
-    if (tc_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
+    if (json_get_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
     if (c->max_positions <= 0)
         return error_set("%s: 'max_position_embeddings' must be positive, got %lld", src, (long long)c->max_positions);
 
     c->rms_eps = 1e-6;
-    if (tc_double(root, "rms_norm_eps", "rms_norm_eps", src, &c->rms_eps, NULL)) return -1;
+    if (json_get_double(root, "rms_norm_eps", "rms_norm_eps", src, &c->rms_eps, NULL)) return -1;
     if (!(c->rms_eps > 0.0) || !(c->rms_eps < 1.0))
         return error_set("%s: 'rms_norm_eps' must be in (0, 1), got %g", src, c->rms_eps);
 
     // transformers ties on the loaded class's own config: the wrapper's top level for
     // Qwen3_5ForConditionalGeneration (text_config's value is not read), the text config otherwise.
     c->tie_embeddings = 0;
-    if (tc_bool(top, "tie_word_embeddings", top_src, &c->tie_embeddings)) return -1;
+    if (json_get_bool(top, "tie_word_embeddings", top_src, &c->tie_embeddings, NULL)) return -1;
 
     const char *act = "silu";
     if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;

@@ -85,15 +85,6 @@ int target_config_parse(target_config *c, const char *json, const char *source);
 // architecture's own for its vocabulary (Qwen3.5's 248320 rows: 248070), else the last row.
 int64_t target_config_mask_token(const target_config *c);
 
-// Typed keys of a config.json object, for the architectures' parse hooks (target_arch.h). A JSON
-// null counts as absent; absent leaves *out unchanged (*found = 0 when found is not NULL). name is
-// what the message calls the key; -1 with error_set on a wrong type.
-int target_config_int(const struct cJSON *obj, const char *key, const char *name, const char *src, int64_t *out,
-                      int *found);
-int target_config_bool(const struct cJSON *obj, const char *key, const char *src, int *out);
-// target_config_positive: an integer key that, when present, must be positive (absent keeps *out).
-int target_config_positive(const struct cJSON *obj, const char *key, const char *src, int64_t *out);
-
 // target_config_to_json: a config.json that transformers loads as the named architecture
 // (used by dflash_tool make-target). Caller frees.
 char *target_config_to_json(const target_config *c);

@@ -36,9 +36,9 @@ static int moe_parse_experts(target_config *c, const cJSON *root, const char *sr
     c->n_experts_tok = 8;
     c->moe_intermediate = Ie;
     c->sparse_step = 1;
-    if (target_config_positive(root, "num_experts", src, &c->n_experts)) return -1;
-    if (target_config_positive(root, "num_experts_per_tok", src, &c->n_experts_tok)) return -1;
-    if (target_config_positive(root, "moe_intermediate_size", src, &c->moe_intermediate)) return -1;
+    if (json_get_positive(root, "num_experts", src, &c->n_experts)) return -1;
+    if (json_get_positive(root, "num_experts_per_tok", src, &c->n_experts_tok)) return -1;
+    if (json_get_positive(root, "moe_intermediate_size", src, &c->moe_intermediate)) return -1;
     if (c->n_experts_tok > c->n_experts)
         return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
                          (long long)c->n_experts_tok, (long long)c->n_experts);
@@ -53,8 +53,8 @@ static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src)
     c->shared_intermediate = 0;
     if (moe_parse_experts(c, root, src, 128, 768)) return -1;
     c->norm_topk_prob = 0;
-    if (target_config_bool(root, "norm_topk_prob", src, &c->norm_topk_prob)) return -1;
-    if (target_config_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
+    if (json_get_bool(root, "norm_topk_prob", src, &c->norm_topk_prob, NULL)) return -1;
+    if (json_get_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
     if (c->sparse_step <= 0)
         return error_set("%s: 'decoder_sparse_step' must be positive, got %lld", src, (long long)c->sparse_step);
     for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = (uint8_t)((i + 1) % c->sparse_step == 0);
@@ -82,7 +82,7 @@ static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src)
 static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *src) {
     c->shared_intermediate = 512;
     if (moe_parse_experts(c, root, src, 256, 512)) return -1;
-    if (target_config_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
+    if (json_get_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
                           &c->shared_intermediate, NULL))
         return -1;
     if (c->shared_intermediate <= 0)

@@ -41,7 +41,7 @@ static int qwen3_5_parse(target_config *c, const cJSON *root, const char *src) {
     const int64_t defaults[5] = {16, 32, 128, 128, 4};
     for (int i = 0; i < 5; i++) {
         *vals[i] = defaults[i];
-        if (target_config_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
+        if (json_get_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
         if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
     }
     if (c->lin_v_heads % c->lin_k_heads != 0)
@@ -71,7 +71,7 @@ static int qwen3_5_parse(target_config *c, const cJSON *root, const char *src) {
         c->full_interval = 0;
     } else {
         c->full_interval = 4;
-        if (target_config_int(root, "full_attention_interval", "full_attention_interval", src, &c->full_interval, NULL)) return -1;
+        if (json_get_int(root, "full_attention_interval", "full_attention_interval", src, &c->full_interval, NULL)) return -1;
         if (c->full_interval <= 0)
             return error_set("%s: 'full_attention_interval' must be positive, got %lld", src,
                              (long long)c->full_interval);

@@ -2,6 +2,7 @@
 #include "common/core/json_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,15 +112,55 @@ cJSON *json_parse_object(const char *json, const char *source, const char *what)
     return NULL;
 }
 
+// json_wants: error_set("<src>: '<name>' wants <what>, got <v>"); returns -1.
+static int json_wants(const cJSON *v, const char *name, const char *src, const char *what) {
+    char s[64];
+    json_value_str(v, s, sizeof s);
+    return error_set("%s: '%s' wants %s, got %s", src, name, what, s);
+}
+
 int json_get_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out) {
     const cJSON *v = json_field(obj, key);
     if (!v) return 0;
-    if (!cJSON_IsString(v)) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants a string, got %s", src, name, s);
-    }
+    if (!cJSON_IsString(v)) return json_wants(v, name, src, "a string");
     *out = v->valuestring;
+    return 0;
+}
+
+int json_int_value(const cJSON *v, const char *name, const char *src, int64_t *out) {
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) return json_wants(v, name, src, "an integer");
+    *out = (int64_t)d;
+    return 0;
+}
+
+int json_get_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out, int *found) {
+    const cJSON *v = json_field(obj, key);
+    if (found) *found = v != NULL;
+    return v ? json_int_value(v, name, src, out) : 0;
+}
+
+int json_get_positive(const cJSON *obj, const char *key, const char *src, int64_t *out) {
+    if (json_get_int(obj, key, key, src, out, NULL)) return -1;
+    if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
+    return 0;
+}
+
+int json_get_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out, int *found) {
+    const cJSON *v = json_field(obj, key);
+    if (found) *found = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return json_wants(v, name, src, "a number");
+    *out = v->valuedouble;
+    return 0;
+}
+
+int json_get_bool(const cJSON *obj, const char *key, const char *src, int *out, int *found) {
+    const cJSON *v = json_field(obj, key);
+    if (found) *found = v != NULL;
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return json_wants(v, key, src, "true or false");
+    *out = cJSON_IsTrue(v);
     return 0;
 }
 

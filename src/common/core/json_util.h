@@ -1,11 +1,12 @@
 // json_util.h: reading small text files (config.json, token lists) and the cJSON helpers the
 // config readers share: a parse that names the line of a syntax error, a field lookup that treats
-// null as absent, a string getter, a short printable form of a value for messages, a float
+// null as absent, typed getters (string, integer, number, boolean), a short printable form of a value for messages, a float
 // written the way Python's json module writes one, and the checks cJSON does not make: a key given
 // twice in one object, a NUL (\u0000) inside a string, control characters in a message.
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -40,6 +41,19 @@ void json_add_float_py(cJSON *o, const char *key, double v);
 // json_get_string: *out = obj[key] as a string (a pointer into the tree); absent or null leaves *out
 // as it is. -1 after error_set("<src>: '<name>' wants a string, got <value>") for another type.
 int json_get_string(const cJSON *obj, const char *key, const char *name, const char *src, const char **out);
+
+// The typed getters of the config readers (HF config.json, drafter config.json). Each reads obj[key]
+// (json_field: absent or null counts as absent); absent leaves *out as it is and sets *found = 0
+// (found may be NULL); another type is -1 after error_set("<src>: '<name>' wants ..., got <value>").
+// json_int_value: v itself as an integer (a number with no fraction, |v| <= 9e15).
+int json_int_value(const cJSON *v, const char *name, const char *src, int64_t *out);
+int json_get_int(const cJSON *obj, const char *key, const char *name, const char *src, int64_t *out, int *found);
+// json_get_positive: json_get_int, then *out (the value, or the default it kept) must be > 0
+// ("'<key>' must be positive, got N").
+int json_get_positive(const cJSON *obj, const char *key, const char *src, int64_t *out);
+int json_get_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out, int *found);
+// json_get_bool: true or false only ("wants true or false").
+int json_get_bool(const cJSON *obj, const char *key, const char *src, int *out, int *found);
 
 // json_duplicate_key: the first member of object obj whose name an earlier member of obj already
 // has (JSON allows it, cJSON keeps both and a reader would silently take one), or NULL.

@@ -49,58 +49,6 @@
 
 // ---------------------------------------------------------------- typed field access
 
-// dc_int_value: v as an integer; `name` is what the message calls the field.
-static int dc_int_value(const cJSON *v, const char *name, const char *src, int64_t *out) {
-    double d = v->valuedouble;
-    if (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) > 9.0e15) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants an integer, got %s", src, name, s);
-    }
-    *out = (int64_t)d;
-    return 0;
-}
-
-// dc_int: an integer field; absent leaves *out unchanged. *found = 1 when present.
-static int dc_int(const cJSON *obj, const char *key, const char *src, int64_t *out, int *found) {
-    const cJSON *v = json_field(obj, key);
-    if (found) *found = v != NULL;
-    return v ? dc_int_value(v, key, src, out) : 0;
-}
-
-// dc_positive: an integer field that must be positive; absent keeps the default in *out.
-static int dc_positive(const cJSON *obj, const char *key, const char *src, int64_t *out) {
-    if (dc_int(obj, key, src, out, NULL)) return -1;
-    if (*out <= 0) return error_set("%s: '%s' must be positive, got %lld", src, key, (long long)*out);
-    return 0;
-}
-
-static int dc_double(const cJSON *obj, const char *key, const char *name, const char *src, double *out) {
-    const cJSON *v = json_field(obj, key);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v)) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants a number, got %s", src, name, s);
-    }
-    *out = v->valuedouble;
-    return 0;
-}
-
-// dc_bool: absent leaves *out unchanged; *found = 1 when present.
-static int dc_bool(const cJSON *obj, const char *key, const char *src, int *out, int *found) {
-    const cJSON *v = json_field(obj, key);
-    if (found) *found = v != NULL;
-    if (!v) return 0;
-    if (!cJSON_IsBool(v)) {
-        char s[64];
-        json_value_str(v, s, sizeof s);
-        return error_set("%s: '%s' wants true or false, got %s", src, key, s);
-    }
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
 // dc_draft_value: the package's _draft_value: dflash_config[key], else root[key] (NULL: neither).
 // *name gets the spelling found, for messages.
 static const cJSON *dc_draft_value(const cJSON *root, const cJSON *dflash, const char *key, char *name, size_t n) {
@@ -159,7 +107,7 @@ static int dc_parse_identity(drafter_config *c, const cJSON *root, const cJSON *
     if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
     if (strcmp(act, "silu") != 0) return error_set("%s: 'hidden_act' is \"%s\": only silu is supported", src, act);
     int bias = 0;
-    if (dc_bool(root, "attention_bias", src, &bias, NULL)) return -1;
+    if (json_get_bool(root, "attention_bias", src, &bias, NULL)) return -1;
     if (bias) return error_set("%s: 'attention_bias' is true: biases in q/k/v/o_proj are not supported", src);
 
     // Scalings the package applies around the drafter (dflash_generate, compute_logits).
@@ -183,13 +131,13 @@ static int dc_parse_shape(drafter_config *c, const cJSON *root, const char *src)
     c->n_heads = 32;
     c->head_dim = 128;
     c->max_positions = 32768;
-    if (dc_positive(root, "vocab_size", src, &c->vocab)) return -1;
-    if (dc_positive(root, "hidden_size", src, &c->hidden)) return -1;
-    if (dc_positive(root, "intermediate_size", src, &c->intermediate)) return -1;
-    if (dc_positive(root, "num_hidden_layers", src, &c->n_layers)) return -1;
-    if (dc_positive(root, "num_attention_heads", src, &c->n_heads)) return -1;
-    if (dc_positive(root, "head_dim", src, &c->head_dim)) return -1;
-    if (dc_positive(root, "max_position_embeddings", src, &c->max_positions)) return -1;
+    if (json_get_positive(root, "vocab_size", src, &c->vocab)) return -1;
+    if (json_get_positive(root, "hidden_size", src, &c->hidden)) return -1;
+    if (json_get_positive(root, "intermediate_size", src, &c->intermediate)) return -1;
+    if (json_get_positive(root, "num_hidden_layers", src, &c->n_layers)) return -1;
+    if (json_get_positive(root, "num_attention_heads", src, &c->n_heads)) return -1;
+    if (json_get_positive(root, "head_dim", src, &c->head_dim)) return -1;
+    if (json_get_positive(root, "max_position_embeddings", src, &c->max_positions)) return -1;
     if (c->n_layers > DRAFTER_MAX_LAYERS)
         return error_set("%s: 'num_hidden_layers' is %lld: at most %d drafter layers are supported", src,
                          (long long)c->n_layers, DRAFTER_MAX_LAYERS);
@@ -198,7 +146,7 @@ static int dc_parse_shape(drafter_config *c, const cJSON *root, const char *src)
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
     c->n_kv_heads = 32;
     if (kv && cJSON_IsNull(kv)) c->n_kv_heads = c->n_heads;
-    else if (kv && dc_int_value(kv, "num_key_value_heads", src, &c->n_kv_heads)) return -1;
+    else if (kv && json_int_value(kv, "num_key_value_heads", src, &c->n_kv_heads)) return -1;
     if (c->n_kv_heads <= 0)
         return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
     if (c->n_heads % c->n_kv_heads != 0)
@@ -209,7 +157,7 @@ static int dc_parse_shape(drafter_config *c, const cJSON *root, const char *src)
         return error_set("%s: 'head_dim' must be even (RoPE rotates pairs), got %lld", src, (long long)c->head_dim);
 
     c->rms_eps = 1e-6;
-    if (dc_double(root, "rms_norm_eps", "rms_norm_eps", src, &c->rms_eps)) return -1;
+    if (json_get_double(root, "rms_norm_eps", "rms_norm_eps", src, &c->rms_eps, NULL)) return -1;
     if (!(c->rms_eps > 0.0) || !(c->rms_eps < 1.0))
         return error_set("%s: 'rms_norm_eps' must be in (0, 1), got %g", src, c->rms_eps);
     return 0;
@@ -235,14 +183,14 @@ static int dc_parse_rope(drafter_config *c, const cJSON *root, const char *src) 
         return error_set("%s: '%s' wants an object, got %s", src, field, s);
     }
     c->rope_theta = 10000.0;
-    if (dc_double(root, "rope_theta", "rope_theta", src, &c->rope_theta)) return -1;
+    if (json_get_double(root, "rope_theta", "rope_theta", src, &c->rope_theta, NULL)) return -1;
     double partial = 1.0;
-    if (dc_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial)) return -1;
+    if (json_get_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.rope_theta", field);
-        if (dc_double(rope, "rope_theta", name, src, &c->rope_theta)) return -1;
+        if (json_get_double(rope, "rope_theta", name, src, &c->rope_theta, NULL)) return -1;
         snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
-        if (dc_double(rope, "partial_rotary_factor", name, src, &partial)) return -1;
+        if (json_get_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
         const char *type = "default";
         snprintf(name, sizeof name, "%s.type", field);
         if (json_get_string(rope, "type", name, src, &type)) return -1;
@@ -267,11 +215,11 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
     // dflash_config); the package takes dflash_config's, so a disagreement is refused.
     c->block_size = 16;
     int found = 0;
-    if (dc_int(root, "block_size", src, &c->block_size, &found)) return -1;
+    if (json_get_int(root, "block_size", "block_size", src, &c->block_size, &found)) return -1;
     if (dflash) {
         int64_t inner = c->block_size;
         int inner_found = 0;
-        if (dc_int(dflash, "block_size", src, &inner, &inner_found)) return -1;
+        if (json_get_int(dflash, "block_size", "block_size", src, &inner, &inner_found)) return -1;
         if (inner_found && found && inner != c->block_size)
             return error_set("%s: 'dflash_config.block_size' %lld and 'block_size' %lld disagree", src,
                              (long long)inner, (long long)c->block_size);
@@ -283,14 +231,14 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
 
     const cJSON *v = dc_draft_value(root, dflash, "mask_token_id", name, sizeof name);
     if (!v) return error_set("%s: missing 'dflash_config.mask_token_id'", src);
-    if (dc_int_value(v, name, src, &c->mask_token_id)) return -1;
+    if (json_int_value(v, name, src, &c->mask_token_id)) return -1;
     if (c->mask_token_id < 0 || c->mask_token_id >= c->vocab)
         return error_set("%s: '%s' %lld is outside the vocabulary [0, %lld)", src, name, (long long)c->mask_token_id,
                          (long long)c->vocab);
 
     c->num_target_layers = 0;
     v = dc_draft_value(root, dflash, "num_target_layers", name, sizeof name);
-    if (v && dc_int_value(v, name, src, &c->num_target_layers)) return -1;
+    if (v && json_int_value(v, name, src, &c->num_target_layers)) return -1;
     if (v && c->num_target_layers <= 0)
         return error_set("%s: '%s' must be positive, got %lld", src, name, (long long)c->num_target_layers);
 
@@ -319,7 +267,7 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
         char item[80];
         snprintf(item, sizeof item, "%s[%d]", name, c->n_feat);
         int64_t id = 0;
-        if (dc_int_value(e, item, src, &id)) return -1;
+        if (json_int_value(e, item, src, &id)) return -1;
         if (id < 0 || (c->num_target_layers > 0 && id >= c->num_target_layers))
             return error_set("%s: '%s' is %lld: outside the target's layers [0, %lld)", src, item, (long long)id,
                              (long long)c->num_target_layers);
@@ -332,12 +280,12 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
 static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *src) {
     char s[160];
     int use_window = 0;
-    if (dc_bool(root, "use_sliding_window", src, &use_window, NULL)) return -1;
+    if (json_get_bool(root, "use_sliding_window", src, &use_window, NULL)) return -1;
     // sliding_window: absent -> 4096 (Qwen3Config), null -> None, then None unless use_sliding_window.
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
     int64_t window = 4096;
     if (sw && cJSON_IsNull(sw)) window = 0;
-    else if (sw && dc_int_value(sw, "sliding_window", src, &window)) return -1;
+    else if (sw && json_int_value(sw, "sliding_window", src, &window)) return -1;
     if (sw && !cJSON_IsNull(sw) && window <= 0)
         return error_set("%s: 'sliding_window' must be positive or null, got %lld", src, (long long)window);
     int64_t effective = use_window ? window : 0;
@@ -364,7 +312,7 @@ static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *
         }
     } else {
         int64_t max_window_layers = 28;
-        if (dc_int(root, "max_window_layers", src, &max_window_layers, NULL)) return -1;
+        if (json_get_int(root, "max_window_layers", "max_window_layers", src, &max_window_layers, NULL)) return -1;
         for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = effective > 0 && i >= max_window_layers;
     }
     for (int64_t i = 0; i < c->n_layers; i++) {
@@ -388,7 +336,7 @@ static int dc_parse_attention(drafter_config *c, const cJSON *root, const char *
 
     // is_causal overrides the per-layer default for every layer (Qwen3DFlashAttention.__init__).
     int is_causal = 0, have_causal = 0;
-    if (dc_bool(root, "is_causal", src, &is_causal, &have_causal)) return -1;
+    if (json_get_bool(root, "is_causal", src, &is_causal, &have_causal)) return -1;
     c->sliding_causal = 1;
     if (have_causal && !is_causal) c->sliding_causal = 0;
     if (have_causal && is_causal && any_full)
