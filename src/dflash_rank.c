@@ -114,6 +114,18 @@ static void __attribute__((format(printf, 1, 2))) early_error(const char *fmt, .
     va_end(ap);
     fprintf(stderr, "error: %s\n", msg);
 }
+// early_status: the exit status after an early error, returned at once on the first rank (the one
+// that printed it) and after a pause of 3 s on the others. Every rank finds the same error; were
+// another rank's non-zero exit first, mpirun would end the job and could kill the first rank
+// before its line was forwarded (seen: the error line lost). A rank that alone finds an error (a
+// file missing on its node) still exits non-zero, only later.
+static int early_status(int status) {
+    if (launcher_rank() > 0) {
+        struct timespec pause = {3, 0};
+        while (nanosleep(&pause, &pause) != 0) {}
+    }
+    return status;
+}
 
 static int preflight_only; // --preflight (preflight.h)
 
@@ -276,33 +288,42 @@ static int mode_check(const world *w, const config *cfg, backend *be, char *line
     return 0;
 }
 
+// agreed_exit: end MPI and give this rank's exit status after a result every rank agreed on, whose
+// error line (if any) the first rank printed: status on rank 0, 0 on the others. mpirun ends the
+// job at the first non-zero exit; were it another rank's, rank 0 could be killed before its line
+// was forwarded (seen: the error line lost). mpirun's own status stays non-zero from rank 0.
+static int agreed_exit(const world *w, int status) {
+    watchdog_finalize();
+    return status && w->rank == 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     threads_exec_passive(argv); // before any thread starts: how idle OpenMP threads wait (threads.h)
     config cfg;
     int a = args_parse(argc, argv, &cfg);
-    if (a != 0) return a < 0 ? 2 : 0;
+    if (a != 0) return a < 0 ? early_status(2) : 0;
 
     // What a training job cannot start without, said before any rank starts working.
     if (config_check(&cfg)) { // e.g. data.path and data.sets both set
         early_error("%s", error_msg());
-        return 2;
+        return early_status(2);
     }
     int job = strcmp(cfg.mode, "train") == 0 || strcmp(cfg.mode, "eval") == 0; // teachers feed students
     if (strcmp(cfg.mode, "eval") == 0 && eval_config_prepare(&cfg)) { // the drafter's shape, every sample held out
         early_error("%s", error_msg());
-        return 2;
+        return early_status(2);
     }
     // --plan: every role's plan from the configuration and the target's config.json, before MPI
     // starts and without a device (plan_world.h); under mpirun the first rank prints it.
     if (cfg.plan_only && !preflight_only) {
         if (plan_world(&cfg, launcher_size(), launcher_local_size(), launcher_rank() <= 0) == 0) return 0;
         early_error("%s", error_msg());
-        return 1;
+        return early_status(1);
     }
     if (!preflight_only && job && (!cfg.target_path[0] || (!config_data_count(&cfg) && !cfg.data_features[0]))) {
         early_error("%s needs target.path (the target model directory) and data.path (a training set), "
                     "data.sets (several) or data.features (an offline feature directory)", cfg.mode);
-        return 2;
+        return early_status(2);
     }
     // The watchdog runs from before MPI starts to after it ends: a rank stopped at any moment ends
     // the job within run.rank_timeout (a job of several ranks; watchdog.h).
@@ -329,8 +350,7 @@ int main(int argc, char **argv) {
     if (world_roles(&w, w.rank, w.size, want_t, want_s) ||
         (!offline && strcmp(cfg.mode, "transport-test") != 0 && world_set_groups(&w, cfg.teacher_group_size))) {
         if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
-        watchdog_finalize();
-        return 1;
+        return agreed_exit(&w, 1);
     }
     watchdog_set_roles(&w);
     if (w.rank == 0) log_info("dflash_rank %s: %d rank(s): %d teacher(s), %d student(s); mode %s", DFLASH_VERSION, w.size, w.teachers, w.students, cfg.mode);
@@ -340,8 +360,7 @@ int main(int argc, char **argv) {
         watchdog_wait_end();
         if (cross) {
             if (w.rank == 0) fprintf(stderr, "error: %s\n", error_msg());
-            watchdog_finalize();
-            return 1;
+            return agreed_exit(&w, 1);
         }
         if (w.rank == 0)
             log_info("teachers: %d group(s) of %d rank(s) (world.teacher_group_size), each a pipeline over the target's layers",
@@ -369,10 +388,7 @@ int main(int argc, char **argv) {
         log_error("%s", error_msg());
         status = 1;
     }
-    if (watchdog_agree(status, "the other ranks to open their inputs")) {
-        watchdog_finalize();
-        return 1;
-    }
+    if (watchdog_agree(status, "the other ranks to open their inputs")) return agreed_exit(&w, 1);
 
     if (strcmp(cfg.mode, "transport-test") == 0) {
         if (w.teachers < 1 || w.students < 1) fatal("transport-test needs at least one teacher and one student rank");
@@ -444,6 +460,5 @@ int main(int argc, char **argv) {
         free(all);
     }
     backend_close(&be);
-    watchdog_finalize();
-    return status ? 1 : 0;
+    return agreed_exit(&w, status);
 }
