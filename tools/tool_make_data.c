@@ -239,7 +239,7 @@ int tool_make_data_main(int argc, char **argv) {
     int nb = (int)(batch < n ? batch : n);
     target_decoder dec;
     memset(&dec, 0, sizeof dec);
-    if (rc == 0) rc = target_decoder_init(&dec, &m, nb, max_prompt + (int)glen - 1, 0);
+    if (rc == 0) rc = target_decoder_init(&dec, &m, nb, max_prompt + (int)glen - 1, 0, NULL);
     char tokenizer[256];
     snprintf(tokenizer, sizeof tokenizer, "%s+greedy(%s)", prompts_path ? "prompts-file" : "random-prompts", target);
     trainset_writer w;

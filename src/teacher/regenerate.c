@@ -171,11 +171,11 @@ static int regen_slots(regen *g) {
         size_t weights = target_model_weight_bytes(&g->m), budget = (size_t)cfg->teacher_mem_budget;
         cap = 0;
         for (int s = 1; s <= REGEN_AUTO_SEQS_CAP; s++)
-            if (weights + target_decoder_bytes(&g->m, s, g->max_len, (int)cfg->teacher_vocab_tile) <= budget) cap = s;
+            if (weights + target_decoder_bytes(&g->m, s, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp) <= budget) cap = s;
         if (cap == 0)
             return error_set("teacher.mem_budget %lld bytes does not hold the weights (%zu bytes) and one sequence of "
                              "%d cached positions (%zu bytes)", (long long)cfg->teacher_mem_budget, weights, g->max_len,
-                             target_decoder_bytes(&g->m, 1, g->max_len, (int)cfg->teacher_vocab_tile));
+                             target_decoder_bytes(&g->m, 1, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp));
     }
     if (cap > g->per) cap = g->per; // never more slots than a shard has prompts
     g->max_seqs = (int)cap;
@@ -218,7 +218,7 @@ static int regen_setup(regen *g, const world *w) {
     for (int i = 0; i < g->n_stop && n < (int)sizeof g->settings - 24; i++)
         n += snprintf(g->settings + n, sizeof g->settings - (size_t)n, "%s%lld", i ? "," : "", (long long)g->stop[i]);
     snprintf(g->settings + n, sizeof g->settings - (size_t)n, "]");
-    return target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile);
+    return target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp);
 }
 
 // ----------------------------------------------------------------------------- one shard
@@ -233,8 +233,7 @@ typedef struct {
     int64_t *slot_of;  // [max_seqs] the shard prompt in each slot
     int32_t *cur;      // [max_seqs] each slot's newest token (fed at the next step)
     int32_t *next;     // [max_seqs]
-    float *logits;     // [max_seqs, V] host, sampling only
-    void *scratch;     // decode_sample's
+    double *u;         // [max_seqs] a step's draws, one per slot (sampling only)
     int64_t tokens;    // generated so far (all shards of this rank)
 } shard_state;
 
@@ -251,28 +250,28 @@ static int regen_emit(regen *g, shard_state *st, int64_t j, int32_t t) {
     return 1;
 }
 
-static int32_t regen_choose(regen *g, shard_state *st, int64_t j, int32_t greedy, const float *logits) {
-    if (g->smp.temperature <= 0.0f) return greedy;
-    return decode_sample(logits, (int)g->m.cfg.vocab, &g->smp, &st->r[j], st->scratch);
+// The draw of shard prompt j's next token from its stream (sampling), the one number decode_sample's
+// rule takes from it per token.
+static void regen_draw(regen *g, shard_state *st, int64_t j, double *u) {
+    if (g->smp.temperature > 0.0f) *u = rng_uniform(&st->r[j]);
 }
 
 // Decode the shard's prompts with continuous batching: a free slot takes the next waiting prompt.
 static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *done) {
     target_decoder *d = &g->dec;
     int sampling = g->smp.temperature > 0.0f;
-    int64_t V = g->m.cfg.vocab, waiting = 0, finished = 0;
+    int64_t waiting = 0, finished = 0;
     target_decoder_reset(d);
     while (finished < st->cnt) {
         while (d->n_seq < g->max_seqs && waiting < st->cnt) { // refill the free slots
             int64_t j = waiting++;
             rng_init(&st->r[j], (uint64_t)g->cfg->regen_seed, (uint64_t)(st->first + j), REGEN_RNG_ID);
             if (prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts) < 0) return -1;
-            int32_t greedy;
-            float *lg = sampling ? st->logits + (size_t)d->n_seq * (size_t)V : NULL;
-            int s = target_decoder_add(d, g->pi.s.ids, (int)g->pi.s.n, &greedy, lg);
+            double u = 0;
+            regen_draw(g, st, j, &u);
+            int s = target_decoder_add(d, g->pi.s.ids, (int)g->pi.s.n, sampling ? &u : NULL, &st->cur[d->n_seq]);
             if (s < 0) return -1;
             st->slot_of[s] = j;
-            st->cur[s] = regen_choose(g, st, j, greedy, lg);
             if (regen_emit(g, st, j, st->cur[s])) {
                 target_decoder_remove(d, s); // s is the last slot: nothing moves
                 finished++;
@@ -281,13 +280,13 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
             }
         }
         if (d->n_seq == 0) continue;
-        if (target_decoder_step_logits(d, st->cur, st->next, sampling ? st->logits : NULL) < 0) return -1;
         int n = d->n_seq;
+        for (int s = 0; s < n; s++) regen_draw(g, st, st->slot_of[s], &st->u[s]);
+        if (target_decoder_step_sample(d, st->cur, sampling ? st->u : NULL, st->next) < 0) return -1;
         uint8_t ended[4096];
         for (int s = 0; s < n; s++) {
-            int64_t j = st->slot_of[s];
-            st->cur[s] = regen_choose(g, st, j, st->next[s], sampling ? st->logits + (size_t)s * (size_t)V : NULL);
-            ended[s] = (uint8_t)regen_emit(g, st, j, st->cur[s]);
+            st->cur[s] = st->next[s];
+            ended[s] = (uint8_t)regen_emit(g, st, st->slot_of[s], st->cur[s]);
         }
         for (int s = n - 1; s >= 0; s--) { // from the top: the sequence moved into s has been handled
             if (!ended[s]) continue;
@@ -364,7 +363,7 @@ static void regen_progress_line(const regen *g, int64_t done, int64_t mine, int6
 
 // This rank's shards.
 static int regen_run_shards(regen *g, const world *w) {
-    int64_t V = g->m.cfg.vocab, per = g->per, mine = 0, done = 0;
+    int64_t per = g->per, mine = 0, done = 0;
     for (int64_t s = w->rank; s < g->n_shards; s += w->size) mine += s + 1 < g->n_shards ? per : g->pi.n - s * per;
     shard_state st = {0};
     st.reply = xmalloc((size_t)per * (size_t)g->max_new * sizeof(int32_t));
@@ -374,10 +373,7 @@ static int regen_run_shards(regen *g, const world *w) {
     st.slot_of = xmalloc((size_t)g->max_seqs * sizeof(int64_t));
     st.cur = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.next = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
-    if (g->smp.temperature > 0.0f) {
-        st.logits = xmalloc((size_t)g->max_seqs * (size_t)V * sizeof(float));
-        st.scratch = xmalloc(decode_sample_scratch_bytes((int)V));
-    }
+    st.u = xmalloc((size_t)g->max_seqs * sizeof(double));
     progress pg;
     progress_start(&pg, "regenerate (prompts)", mine);
     double t0 = time_now(), t_line = t0;
@@ -419,8 +415,7 @@ static int regen_run_shards(regen *g, const world *w) {
     free(st.slot_of);
     free(st.cur);
     free(st.next);
-    free(st.logits);
-    free(st.scratch);
+    free(st.u);
     return rc;
 }
 

@@ -15,7 +15,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_cpu.h"
+#include "common/kernels/ops_decode.h"
 #include "teacher/target_arch.h"
 
 // ----------------------------------------------------------------------------- memory
@@ -26,7 +26,8 @@ static int decoder_tile(const target_model *m, int vocab_tile) {
 }
 
 // Carve every buffer from a (possibly dry) arena; the same code sizes and allocates.
-static void decoder_carve(target_decoder *d, arena *a, const target_model *m, int max_seqs, int max_len, int vocab_tile) {
+static void decoder_carve(target_decoder *d, arena *a, const target_model *m, int max_seqs, int max_len, int vocab_tile,
+                          const decode_sampling *smp) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
     size_t S = (size_t)max_seqs, H = (size_t)c->hidden, I = (size_t)target_mlp_width(c);
@@ -66,8 +67,15 @@ static void decoder_carve(target_decoder *d, arena *a, const target_model *m, in
     w->cu_seqlens = arena_alloc(a, (S + 1) * sizeof(int32_t));
     target_arch_work_carve(w, a, m, d->rows, max_seqs);
     d->last = arena_alloc(a, S * H * e);
-    d->scores = arena_alloc(a, S * (size_t)c->n_heads * (size_t)max_len * sizeof(float));
-    d->logits = arena_alloc(a, S * (size_t)d->vocab_tile * sizeof(float));
+    d->att_work = arena_alloc(a, ops_attention_decode_work_bytes(m->be, max_seqs, (int)c->n_heads, max_len));
+    d->sampling = smp && smp->temperature > 0.0f;
+    if (d->sampling) d->smp = *smp;
+    else memset(&d->smp, 0, sizeof d->smp);
+    // sampling: every row's full logits [S, V] (the tiles' GEMMs write their columns), else one tile
+    d->logits_ld = d->sampling ? (int)c->vocab : d->vocab_tile;
+    d->logits = arena_alloc(a, S * (size_t)d->logits_ld * sizeof(float));
+    d->smp_work = d->sampling ? arena_alloc(a, ops_sample_work_bytes(m->be, max_seqs, (int)c->vocab)) : NULL;
+    d->u = arena_alloc(a, S * sizeof(double));
     d->top_val = arena_alloc(a, S * sizeof(float));
     d->run_m = arena_alloc(a, S * sizeof(float));
     d->run_s = arena_alloc(a, S * sizeof(float));
@@ -75,24 +83,26 @@ static void decoder_carve(target_decoder *d, arena *a, const target_model *m, in
     d->top_idx = arena_alloc(a, S * sizeof(int32_t));
 }
 
-size_t target_decoder_bytes(const target_model *m, int max_seqs, int max_len, int vocab_tile) {
+size_t target_decoder_bytes(const target_model *m, int max_seqs, int max_len, int vocab_tile,
+                            const decode_sampling *smp) {
     arena a;
     arena_init_dry(&a, "decoder (plan)");
     target_decoder d;
-    decoder_carve(&d, &a, m, max_seqs, max_len, vocab_tile);
+    decoder_carve(&d, &a, m, max_seqs, max_len, vocab_tile, smp);
     return a.used;
 }
 
-int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int max_len, int vocab_tile) {
+int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int max_len, int vocab_tile,
+                        const decode_sampling *smp) {
     memset(d, 0, sizeof *d);
-    if (m->be->kind != BACKEND_CPU)
-        return error_set("the KV-cached greedy decode runs on the CPU backend only (no %s attention over the cache "
-                         "yet): use --device cpu", m->be->name);
     if (max_seqs < 1 || max_len < 1)
         return error_set("decoder sizes: %d sequences of %d positions (both must be >= 1)", max_seqs, max_len);
-    size_t bytes = target_decoder_bytes(m, max_seqs, max_len, vocab_tile);
+    if (m->be->kind == BACKEND_CUDA && m->cfg.head_dim > OPS_DECODE_HD_MAX)
+        return error_set("the decode attention on CUDA takes head_dim up to %d; the target has %lld", OPS_DECODE_HD_MAX,
+                         (long long)m->cfg.head_dim);
+    size_t bytes = target_decoder_bytes(m, max_seqs, max_len, vocab_tile, smp);
     if (arena_init(&d->mem, "decoder cache + work", m->be, bytes)) return -1;
-    decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile);
+    decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile, smp);
     d->m = m;
     d->slot = xmalloc((size_t)m->cfg.n_layers * sizeof(int));
     for (int l = 0, na = 0, nl = 0; l < (int)m->cfg.n_layers; l++)
@@ -114,11 +124,11 @@ void target_decoder_free(target_decoder *d) {
 
 // ----------------------------------------------------------------------------- compute
 
-// Cached keys (or values) of attention slot a, sequence s, from position p: [max_len, kvd] rows.
-static float *decoder_cache_at(const target_decoder *d, void *cache, int a, int s, int p) {
+// Cached keys (or values) of attention slot a, sequence s, from position p: [max_len, kvd] rows (act).
+static void *decoder_cache_at(const target_decoder *d, void *cache, int a, int s, int p) {
     const target_config *c = &d->m->cfg;
-    size_t kvd = (size_t)(c->n_kv_heads * c->head_dim);
-    return (float *)cache + (((size_t)a * d->max_seqs + s) * d->max_len + (size_t)p) * kvd;
+    size_t kvd = (size_t)(c->n_kv_heads * c->head_dim), e = dtype_size(ops_act_dtype(d->m->be));
+    return (char *)cache + (((size_t)a * d->max_seqs + s) * d->max_len + (size_t)p) * kvd * e;
 }
 
 // The decoding state of linear slot i from sequence s on: conv [K-1, C] act, recurrent [Hv, dk, dv] f32
@@ -138,31 +148,6 @@ static float *decoder_rec_at(const target_decoder *d, int i, int s) {
     return d->rec_state + ((size_t)i * d->max_seqs + s) * decoder_rec_elems(&d->m->cfg);
 }
 
-// Single-query attention over the cache, the CPU twin style of cpu_attention_causal (same
-// arithmetic: fp32 dot products, exact softmax with a running max, normalised weighted sum):
-// row s (the new token of sequence s, at position len[s], its key and value already in the cache)
-// attends to cached positions 0 .. len[s] of sequence s. out, q [n, nq, hd]; GQA: query head h
-// uses kv head h / (nq/nkv). Threads only when there is enough work to pay for them (a tiny model's
-// step is microseconds, and a parallel region on a busy machine can cost milliseconds).
-static void decoder_attention_cpu(target_decoder *d, int slot, float *out, const float *q, int n, float scale) {
-    const target_config *c = &d->m->cfg;
-    int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, group = nq / nkv;
-    float *scores = d->scores;
-    int max_len = d->max_len;
-    int64_t work = (int64_t)n * nq * hd * (d->len[0] + 1);
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work >= 65536)
-    for (int s = 0; s < n; s++) {
-        for (int h = 0; h < nq; h++) {
-            const float *qv = q + ((size_t)s * nq + h) * hd;
-            float *o = out + ((size_t)s * nq + h) * hd;
-            float *p = scores + ((size_t)s * nq + h) * max_len;
-            const float *kc = decoder_cache_at(d, d->k_cache, slot, s, 0), *vc = decoder_cache_at(d, d->v_cache, slot, s, 0);
-            int kh = h / group, len = d->len[s] + 1;
-            cpu_attend_row(o, qv, kc + (size_t)kh * hd, vc + (size_t)kh * hd, len, (int64_t)nkv * hd, hd, scale, p);
-        }
-    }
-}
-
 // Attention of cache slot a over w->q, w->k, w->v (after RoPE) into w->att, storing the new keys and
 // values in the cache: a prefill of sequence seq (seq >= 0) at positions 0..R-1 with causal
 // attention over the prompt, or a step (seq < 0) of R = n_seq rows, row s at position len[s].
@@ -171,7 +156,6 @@ static void decoder_attend(target_decoder *d, int a, int seq, int R) {
     backend *be = d->m->be;
     target_work *w = &d->w;
     int hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
-    size_t e = dtype_size(ops_act_dtype(be));
     float scale = 1.0f / sqrtf((float)hd);
     if (seq >= 0) {
         ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, seq, 0), kvd, w->k, kvd, R, kvd);
@@ -179,13 +163,10 @@ static void decoder_attend(target_decoder *d, int a, int seq, int R) {
         ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, 1, R, nq, nkv, hd, scale);
         return;
     }
-    for (int s = 0; s < R; s++) {
-        ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, s, d->len[s]), kvd, (char *)w->k + (size_t)s * kvd * e, kvd, 1,
-                    kvd);
-        ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, s, d->len[s]), kvd, (char *)w->v + (size_t)s * kvd * e, kvd, 1,
-                    kvd);
-    }
-    decoder_attention_cpu(d, a, w->att, w->q, R, scale);
+    // w->pos holds len[s], the new token's position: its key and value go there, its query attends to 0..len[s]
+    void *kc = decoder_cache_at(d, d->k_cache, a, 0, 0), *vc = decoder_cache_at(d, d->v_cache, a, 0, 0);
+    ops_kv_append(be, kc, vc, w->k, w->v, w->pos, R, d->max_len, kvd);
+    ops_attention_decode(be, w->att, w->q, kc, vc, w->pos, R, nq, nkv, hd, d->max_len, scale, d->att_work);
 }
 
 // The decoder layers over R rows already embedded in w->x, positions in w->pos, boundaries in
@@ -222,24 +203,30 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
     }
 }
 
-// next[s] = argmax of lm_head(norm(h[s])) for the n rows of h [n, H] (act), over vocabulary tiles:
-// the teacher's running top-k with k = 1 (largest logit, lowest id among equal ones). logits (host
-// [n, V] f32, or NULL) receives every row's full logits as well, tile by tile (for sampling).
-static void decoder_head(target_decoder *d, const void *h, int n, int32_t *next, float *logits_host) {
+// next[s] (host) = the token after each of the n rows of h [n, H] (act): lm_head(norm(h[s])) over
+// vocabulary tiles, then either the teacher's running top-k with k = 1 (u NULL: the greedy token,
+// largest logit, lowest id among equal ones) or, when the decoder samples, ops_sample over every
+// row's full logits with the draws u[s] (host). Only the n chosen ids come back to the host.
+static void decoder_head(target_decoder *d, const void *h, int n, const double *u, int32_t *next) {
     target_model *m = d->m;
     backend *be = m->be;
-    int H = (int)m->cfg.hidden, V = (int)m->cfg.vocab;
+    int H = (int)m->cfg.hidden, V = (int)m->cfg.vocab, ld = d->logits_ld;
+    int full = u != NULL; // the logits of every tile kept, at columns v0.. of [n, V]
     dtype dt = ops_act_dtype(be);
     size_t e = dtype_size(dt);
     target_norm(m, d->w.xn, h, m->final_norm, n, H);
-    ops_topk_lse_init(be, d->top_val, d->top_idx, d->run_m, d->run_s, n, 1);
+    if (!full) ops_topk_lse_init(be, d->top_val, d->top_idx, d->run_m, d->run_s, n, 1);
     for (int v0 = 0; v0 < V; v0 += d->vocab_tile) {
         int vc = V - v0 < d->vocab_tile ? V - v0 : d->vocab_tile;
-        backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->w.xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f,
-                     d->logits, vc, dt, DT_F32);
-        ops_topk_lse_update(be, d->logits, vc, v0, n, vc, 1, d->top_val, d->top_idx, d->run_m, d->run_s);
-        for (int s = 0; logits_host && s < n; s++)
-            backend_copy_to_host(be, logits_host + (size_t)s * V + v0, d->logits + (size_t)s * vc, (size_t)vc * sizeof(float));
+        float *lg = full ? d->logits + v0 : d->logits;
+        backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->w.xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f, lg,
+                     ld, dt, DT_F32);
+        if (!full) ops_topk_lse_update(be, lg, ld, v0, n, vc, 1, d->top_val, d->top_idx, d->run_m, d->run_s);
+    }
+    if (full) {
+        backend_copy_to_device(be, d->u, u, (size_t)n * sizeof(double));
+        ops_sample(be, d->top_idx, d->logits, ld, n, V, d->smp.temperature, d->smp.top_k, d->smp.top_p, d->u,
+                   d->smp_work);
     }
     backend_copy_to_host(be, next, d->top_idx, (size_t)n * sizeof(int32_t));
 }
@@ -293,17 +280,18 @@ int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *p
     }
     d->n_seq = n_seq;
     for (int s = 0; s < n_seq; s++) decoder_prefill_seq(d, s, prompts[s], plen[s]);
-    decoder_head(d, d->last, n_seq, next, NULL);
+    decoder_head(d, d->last, n_seq, NULL, next);
     return 0;
 }
 
 int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next) {
-    return target_decoder_step_logits(d, tokens, next, NULL);
+    return target_decoder_step_sample(d, tokens, NULL, next);
 }
 
-int target_decoder_step_logits(target_decoder *d, const int32_t *tokens, int32_t *next, float *logits) {
+int target_decoder_step_sample(target_decoder *d, const int32_t *tokens, const double *u, int32_t *next) {
     int n = d->n_seq;
     if (n < 1) return error_set("decoder: a step before any prefill");
+    if (u && !d->sampling) return error_set("decoder: a sampling step on a decoder made for greedy decoding");
     for (int s = 0; s < n; s++)
         if (d->len[s] >= d->max_len)
             return error_set("decoder: sequence %d already holds %d positions, the cache's capacity", s, d->max_len);
@@ -313,7 +301,7 @@ int target_decoder_step_logits(target_decoder *d, const int32_t *tokens, int32_t
     decoder_upload(d, tokens, n, n);
     decoder_layers(d, -1, n);
     for (int s = 0; s < n; s++) d->len[s]++;
-    decoder_head(d, d->w.x, n, next, logits);
+    decoder_head(d, d->w.x, n, u, next);
     return 0;
 }
 
@@ -341,8 +329,9 @@ int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *
 
 // ----------------------------------------------------------------------------- continuous batching
 
-int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, int32_t *next, float *logits) {
+int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const double *u, int32_t *next) {
     int s = d->n_seq;
+    if (u && !d->sampling) return error_set("decoder: a sampled prompt on a decoder made for greedy decoding");
     if (s >= d->max_seqs) return error_set("decoder: all %d slots hold a sequence", d->max_seqs);
     if (plen < 1 || plen > d->max_len)
         return error_set("a prompt of %d tokens: the decoder caches 1..%d positions per sequence", plen, d->max_len);
@@ -351,7 +340,7 @@ int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, int32
     d->n_seq = s + 1;
     const target_config *c = &d->m->cfg;
     size_t e = dtype_size(ops_act_dtype(d->m->be));
-    decoder_head(d, (char *)d->last + (size_t)s * (size_t)c->hidden * e, 1, next, logits);
+    decoder_head(d, (char *)d->last + (size_t)s * (size_t)c->hidden * e, 1, u, next);
     return s;
 }
 

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/backend/arena.h"
+#include "teacher/decode_sample.h"
 #include "teacher/target.h"
 
 typedef struct {
@@ -56,8 +57,13 @@ typedef struct {
     void *conv_state;         // [n_lin, max_seqs, K-1, C] act: the conv's last K-1 inputs per sequence
     float *rec_state;         // [n_lin, max_seqs, Hv, dk, dv] f32: the delta rule's state per sequence
     void *last;               // [max_seqs, H] act: each sequence's newest hidden state
-    float *scores;            // [max_seqs * n_heads, max_len] f32: attention scores of a step
-    float *logits;            // [max_seqs, vocab_tile] f32
+    void *att_work;           // ops_attention_decode's work (CPU: a step's scores; CUDA: none)
+    int sampling;             // made for sampling (smp.temperature > 0)
+    decode_sampling smp;
+    int logits_ld;            // V when sampling, else vocab_tile
+    float *logits;            // [max_seqs, logits_ld] f32: one tile, or every row's full logits when sampling
+    void *smp_work;           // ops_sample's work (sampling only)
+    double *u;                // [max_seqs] f64: a step's draws
     float *top_val, *run_m, *run_s, *lse; // [max_seqs] f32: running argmax / LSE state
     int32_t *top_idx;         // [max_seqs] i32
     int n_seq;                // sequences of the current batch (0 before a prefill)
@@ -67,10 +73,14 @@ typedef struct {
 } target_decoder;
 
 // target_decoder_bytes: the arena size target_decoder_init allocates for these sizes.
-size_t target_decoder_bytes(const target_model *m, int max_seqs, int max_len, int vocab_tile);
-// target_decoder_init: -1 with error_set on a CUDA backend (not implemented), on sizes < 1, or
-// when the arena cannot be allocated. vocab_tile 0 = min(V, 8192).
-int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int max_len, int vocab_tile);
+size_t target_decoder_bytes(const target_model *m, int max_seqs, int max_len, int vocab_tile,
+                            const decode_sampling *smp);
+// target_decoder_init: -1 with error_set on sizes < 1, a head_dim the CUDA decode attention does not
+// take (> OPS_DECODE_HD_MAX), or when the arena cannot be allocated. vocab_tile 0 = min(V, 8192).
+// smp: the sampling settings (NULL or temperature <= 0: greedy only; otherwise the decoder also
+// keeps every row's full logits for ops_sample).
+int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int max_len, int vocab_tile,
+                        const decode_sampling *smp);
 void target_decoder_free(target_decoder *d);
 
 // target_decoder_prefill: start n_seq sequences (1..max_seqs) with prompts[s][0:plen[s]] (host),
@@ -87,17 +97,18 @@ int target_decoder_step(target_decoder *d, const int32_t *tokens, int32_t *next)
 int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
                             int gen_len, int32_t *out);
 
-// target_decoder_step_logits: target_decoder_step, and when logits (host [n_seq, V] f32) is not
-// NULL every sequence's full next-token logits too (for sampling).
-int target_decoder_step_logits(target_decoder *d, const int32_t *tokens, int32_t *next, float *logits);
+// target_decoder_step_sample: target_decoder_step, where next[s] is sampled (ops_sample, the
+// decoder's settings) with the draw u[s] (host [n_seq], in [0, 1)) when u is not NULL (the decoder
+// must have been made with sampling settings), else greedy.
+int target_decoder_step_sample(target_decoder *d, const int32_t *tokens, const double *u, int32_t *next);
 
 // target_decoder_reset: no live sequence (the caches are reused by the next target_decoder_add).
 static inline void target_decoder_reset(target_decoder *d) { d->n_seq = 0; }
 // target_decoder_add: prefill prompt[0:plen] (host, 1 <= plen <= max_len, ids in [0, V)) into slot
-// n_seq while the live sequences keep theirs; *next = its greedy next token, logits (host [V] f32,
-// or NULL) its full next-token logits. Returns the slot (the old n_seq), or -1 with error_set when
-// every slot is taken or the prompt is bad.
-int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, int32_t *next, float *logits);
+// n_seq while the live sequences keep theirs; *next = its next token: greedy when u is NULL, else
+// sampled with the draw *u (as target_decoder_step_sample). Returns the slot (the old n_seq), or -1
+// with error_set when every slot is taken or the prompt is bad.
+int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const double *u, int32_t *next);
 // target_decoder_remove: end the sequence in slot s (0 <= s < n_seq); the sequence of slot n_seq-1,
 // when s is not that slot, moves into slot s (the caller renumbers it). n_seq decreases by one.
 void target_decoder_remove(target_decoder *d, int s);

@@ -150,6 +150,7 @@ static inline int __float_as_int(float x) { return emu::from_bits<int>(emu::to_b
 static inline float __int_as_float(int x) { return emu::from_bits<float>(emu::to_bits(x)); }
 #define __expf(x) expf(x) // glibc declares its own __expf/__logf
 #define __logf(x) logf(x)
+static inline double __dmul_rn(double a, double b) { return a * b; } // one rounded product (no FMA contraction)
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline int min(int a, int b) { return a < b ? a : b; }

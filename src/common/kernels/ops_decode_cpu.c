@@ -1,0 +1,77 @@
+// ops_decode_cpu.c: CPU twins of the decoding ops (see ops_decode.h): the reference the CUDA
+// kernels are tested against.
+#include "common/kernels/ops_decode_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kernels/ops_cpu.h"
+#include "common/kernels/sample_rule.h"
+
+void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *pos, int n,
+                   int max_len, int kvd) {
+    for (int s = 0; s < n; s++) {
+        size_t at = ((size_t)s * max_len + (size_t)pos[s]) * (size_t)kvd;
+        memcpy(k_cache + at, k + (size_t)s * kvd, (size_t)kvd * sizeof(float));
+        memcpy(v_cache + at, v + (size_t)s * kvd, (size_t)kvd * sizeof(float));
+    }
+}
+
+// Threads only when there is enough work to pay for them (a tiny model's step is microseconds, and
+// a parallel region on a busy machine can cost milliseconds).
+void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
+                          int n, int nq, int nkv, int hd, int max_len, float scale, float *scores) {
+    int group = nq / nkv, kvd = nkv * hd;
+    int64_t work = (int64_t)n * nq * hd * (n ? pos[0] + 1 : 0);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work >= 65536)
+    for (int s = 0; s < n; s++) {
+        for (int h = 0; h < nq; h++) {
+            size_t row = (size_t)s * nq + h, seq = (size_t)s * max_len * kvd, kh = (size_t)(h / group) * hd;
+            cpu_attend_row(out + row * hd, q + row * hd, k_cache + seq + kh, v_cache + seq + kh, pos[s] + 1, kvd, hd,
+                           scale, scores + row * max_len);
+        }
+    }
+}
+
+typedef struct {
+    uint64_t key, mass;
+} cand;
+
+static int cand_cmp(const void *a, const void *b) { // order key descending
+    uint64_t x = ((const cand *)a)->key, y = ((const cand *)b)->key;
+    return x > y ? -1 : x < y;
+}
+
+size_t cpu_sample_scratch_bytes(int V) { return (size_t)(V > 0 ? V : 1) * sizeof(cand); }
+
+// The rule by a sort: the ids in order, then prefix sums of the integer masses.
+int32_t cpu_sample_row(const float *logits, int V, float temperature, int top_k, float top_p, double u, void *scratch) {
+    cand *c = scratch;
+    double inv_t = 1.0 / (double)temperature, mx = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        double t = (double)logits[v] * inv_t;
+        if (t > mx) mx = t;
+    }
+    for (int v = 0; v < V; v++) {
+        c[v].key = sample_order_key(logits[v], v);
+        c[v].mass = sample_mass((double)logits[v] * inv_t, mx);
+    }
+    qsort(c, (size_t)V, sizeof *c, cand_cmp);
+    int n = top_k > 0 && top_k < V ? top_k : V;
+    uint64_t K = 0;
+    for (int i = 0; i < n; i++) K += c[i].mass;
+    if (top_p > 0.0f && top_p < 1.0f) {
+        uint64_t want = sample_top_p_want(top_p, K), acc = 0;
+        int i = 0;
+        while (i < n && acc < want) acc += c[i++].mass;
+        n = i > 0 ? i : 1;
+    }
+    uint64_t kept = 0;
+    for (int i = 0; i < n; i++) kept += c[i].mass;
+    uint64_t U = sample_offset(u, kept), acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += c[i].mass;
+        if (acc > U) return (int32_t)(0xFFFFFFFFu - (uint32_t)c[i].key);
+    }
+    return (int32_t)(0xFFFFFFFFu - (uint32_t)c[0].key); // no id has mass (NaN / inf logits): the first
+}
