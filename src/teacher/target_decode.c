@@ -348,7 +348,8 @@ int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const
 // number of act elements: f32 states are 2 bf16 or 1 f32 element each)
 static void decoder_move(backend *be, void *dst, const void *src, size_t bytes) {
     size_t e = dtype_size(ops_act_dtype(be));
-    if (bytes) ops_copy_2d(be, dst, 0, src, 0, 1, (int64_t)(bytes / e));
+    int64_t n = (int64_t)(bytes / e);
+    if (n) ops_copy_2d(be, dst, n, src, n, 1, n);
 }
 
 void target_decoder_remove(target_decoder *d, int s) {
