@@ -1,5 +1,6 @@
-// target_decode.h: greedy decoding with a KV cache over a loaded target_model (the teacher's
-// weights), for making self-distilled data (dflash_tool make-data).
+// target_decode.h: decoding with a KV cache over a loaded target_model (the teacher's weights),
+// greedy or sampled, for making self-distilled data (dflash_rank --mode regenerate, dflash_tool
+// make-data).
 //
 // A decoder holds up to max_seqs sequences decoded in lockstep. Each sequence is prefilled with its
 // prompt (the packed forward's layer code over the prompt's tokens, one sequence at a time, keys and
@@ -24,13 +25,19 @@
 //
 // The greedy token is the argmax of the lm_head logits (lowest id on ties), computed over vocabulary
 // tiles by the teacher's running top-k (k = 1): the same rule as topk_idx[t][0] of target_forward.
+// A decoder made with sampling settings also keeps every row's full logits [max_seqs, V] f32 and
+// samples with ops_sample (ops_decode.h; decode_sample.h's rule) from one draw per row that the
+// caller makes on the host (its Philox stream) and passes in.
 //
 // Memory: one arena on the backend, sized up front for max_seqs x max_len cached positions and the
 // work buffers of a max_len-token prefill; nothing is allocated while decoding.
 //
-// Backend: CPU (fp32) only for now. Everything but the single-query attention over the cache runs
-// through the backend ops (ops.h, backend_gemm); that attention is a CPU loop here (no CUDA kernel
-// yet), so target_decoder_init refuses a CUDA backend with an error.
+// Backend: CPU (fp32) or CUDA (bf16 activations, fp32 states and softmax). Everything runs through
+// the backend ops on the device: the layers (ops.h, ops_hybrid.h, ops_moe.h, backend_gemm), the
+// cache append and the single-query attention over the cache (ops_kv_append, ops_attention_decode),
+// the state moves of target_decoder_remove (ops_copy_2d), the running argmax and the sampling. The
+// host uploads a step's token ids and positions (and the draws) and reads back only the n_seq
+// chosen token ids.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
