@@ -18,15 +18,19 @@
 #include "common/core/rng.h"
 #include "common/data/jsonl_sample.h"
 #include "common/data/trainset.h"
+#include "common/kernels/ops.h"
 #include "teacher/decode_sample.h"
+#include "teacher/regen_link.h"
 #include "teacher/target.h"
 #include "teacher/target_decode.h"
+#include "teacher/teacher_group.h"
 
 #define REGEN_RNG_ID 0x5247u      // "RG": prompt i's sampling stream is (seed, i, REGEN_RNG_ID)
 #define REGEN_MAX_STOP 64
 #define REGEN_AUTO_SEQS_CAP 64    // regenerate.max_seqs = 0 with a memory budget: at most this many
 #define REGEN_AUTO_SEQS_NOBUDGET 8
 #define REGEN_PROGRESS_S 10.0
+#define REGEN_MAX_STAGES 64
 
 enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
 
@@ -47,6 +51,8 @@ typedef struct {
     const config *cfg;
     target_model m;
     target_decoder dec;
+    regen_link link;  // the decoder's calls along the stages of a teacher group
+    int G;            // world.teacher_group_size
     prompt_index pi;
     int64_t stop[REGEN_MAX_STOP];
     int n_stop;
@@ -167,15 +173,30 @@ static int is_stop(const regen *g, int32_t t) {
 static int regen_slots(regen *g) {
     const config *cfg = g->cfg;
     int64_t cap = cfg->regen_max_seqs > 0 ? cfg->regen_max_seqs : REGEN_AUTO_SEQS_NOBUDGET;
-    if (cfg->regen_max_seqs == 0 && cfg->teacher_mem_budget > 0) {
-        size_t weights = target_model_weight_bytes(&g->m), budget = (size_t)cfg->teacher_mem_budget;
-        cap = 0;
-        for (int s = 1; s <= REGEN_AUTO_SEQS_CAP; s++)
-            if (weights + target_decoder_bytes(&g->m, s, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp) <= budget) cap = s;
-        if (cap == 0)
-            return error_set("teacher.mem_budget %lld bytes does not hold the weights (%zu bytes) and one sequence of "
-                             "%d cached positions (%zu bytes)", (long long)cfg->teacher_mem_budget, weights, g->max_len,
-                             target_decoder_bytes(&g->m, 1, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp));
+    if (cfg->regen_max_seqs == 0 && cfg->teacher_mem_budget > 0) { // the fewest any stage of a group holds
+        int64_t bounds[REGEN_MAX_STAGES + 1] = {0, 0}, b0 = g->m.layer_begin, b1 = g->m.layer_end;
+        if (g->G > REGEN_MAX_STAGES) return error_set("regenerate: teacher groups of at most %d ranks", REGEN_MAX_STAGES);
+        if (g->G > 1 && target_stage_split(&g->m.cfg, ops_act_dtype(g->m.be), g->G, bounds) < 0) return -1;
+        size_t budget = (size_t)cfg->teacher_mem_budget;
+        for (int k = 0; k < g->G; k++) {
+            g->m.layer_begin = bounds[k];
+            g->m.layer_end = bounds[k + 1];
+            size_t weights = target_model_weight_bytes(&g->m);
+            int64_t c = 0;
+            for (int s = 1; s <= REGEN_AUTO_SEQS_CAP; s++)
+                if (weights + target_decoder_bytes(&g->m, s, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp) <= budget) c = s;
+            if (c == 0) {
+                size_t one = target_decoder_bytes(&g->m, 1, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp);
+                g->m.layer_begin = b0;
+                g->m.layer_end = b1;
+                return error_set("teacher.mem_budget %lld bytes does not hold the weights (%zu bytes) and one sequence "
+                                 "of %d cached positions (%zu bytes)%s", (long long)cfg->teacher_mem_budget, weights,
+                                 g->max_len, one, g->G > 1 ? " on a stage of the teacher group" : "");
+            }
+            if (k == 0 || c < cap) cap = c;
+        }
+        g->m.layer_begin = b0;
+        g->m.layer_end = b1;
     }
     if (cap > g->per) cap = g->per; // never more slots than a shard has prompts
     g->max_seqs = (int)cap;
@@ -184,11 +205,13 @@ static int regen_slots(regen *g) {
 
 static int regen_setup(regen *g, const world *w) {
     const config *cfg = g->cfg;
-    if (w->group_size > 1) return error_set("regenerate runs one target per rank: world.teacher_group_size must be 1");
+    g->G = w->group_size > 1 ? w->group_size : 1;
     if (!cfg->target_path[0]) return error_set("regenerate needs target.path (the target model directory)");
     if (!cfg->regen_prompts[0]) return error_set("regenerate needs regenerate.prompts (JSONL, {\"input_ids\": [...]} per line)");
     if (!cfg->regen_out[0]) return error_set("regenerate needs regenerate.out (the training set to write)");
-    if (target_load(&g->m, cfg->target_path, g->m.be)) return -1;
+    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m) ||
+        target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
+        return -1;
     const target_config *c = &g->m.cfg;
     if (stops_load(g) < 0) return -1;
     if (prompts_index(&g->pi, cfg->regen_prompts, c->vocab) < 0) return -1;
@@ -218,7 +241,9 @@ static int regen_setup(regen *g, const world *w) {
     for (int i = 0; i < g->n_stop && n < (int)sizeof g->settings - 24; i++)
         n += snprintf(g->settings + n, sizeof g->settings - (size_t)n, "%s%lld", i ? "," : "", (long long)g->stop[i]);
     snprintf(g->settings + n, sizeof g->settings - (size_t)n, "]");
-    return target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp);
+    if (target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp)) return -1;
+    regen_link_init(&g->link, w, &g->dec);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------- one shard
@@ -261,7 +286,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
     target_decoder *d = &g->dec;
     int sampling = g->smp.temperature > 0.0f;
     int64_t waiting = 0, finished = 0;
-    target_decoder_reset(d);
+    regen_link_reset(&g->link);
     while (finished < st->cnt) {
         while (d->n_seq < g->max_seqs && waiting < st->cnt) { // refill the free slots
             int64_t j = waiting++;
@@ -269,11 +294,11 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
             if (prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts) < 0) return -1;
             double u = 0;
             regen_draw(g, st, j, &u);
-            int s = target_decoder_add(d, g->pi.s.ids, (int)g->pi.s.n, sampling ? &u : NULL, &st->cur[d->n_seq]);
+            int s = regen_link_add(&g->link, g->pi.s.ids, (int)g->pi.s.n, sampling ? &u : NULL, &st->cur[d->n_seq]);
             if (s < 0) return -1;
             st->slot_of[s] = j;
             if (regen_emit(g, st, j, st->cur[s])) {
-                target_decoder_remove(d, s); // s is the last slot: nothing moves
+                regen_link_remove(&g->link, s); // s is the last slot: nothing moves
                 finished++;
                 (*done)++;
                 progress_update(pg, *done);
@@ -282,7 +307,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
         if (d->n_seq == 0) continue;
         int n = d->n_seq;
         for (int s = 0; s < n; s++) regen_draw(g, st, st->slot_of[s], &st->u[s]);
-        if (target_decoder_step_sample(d, st->cur, sampling ? st->u : NULL, st->next) < 0) return -1;
+        if (regen_link_step(&g->link, st->cur, sampling ? st->u : NULL, st->next) < 0) return -1;
         uint8_t ended[4096];
         for (int s = 0; s < n; s++) {
             st->cur[s] = st->next[s];
@@ -291,7 +316,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
         for (int s = n - 1; s >= 0; s--) { // from the top: the sequence moved into s has been handled
             if (!ended[s]) continue;
             int last = d->n_seq - 1;
-            target_decoder_remove(d, s);
+            regen_link_remove(&g->link, s);
             if (s != last) {
                 st->slot_of[s] = st->slot_of[last];
                 st->cur[s] = st->cur[last];
@@ -364,7 +389,7 @@ static void regen_progress_line(const regen *g, int64_t done, int64_t mine, int6
 // This rank's shards.
 static int regen_run_shards(regen *g, const world *w) {
     int64_t per = g->per, mine = 0, done = 0;
-    for (int64_t s = w->rank; s < g->n_shards; s += w->size) mine += s + 1 < g->n_shards ? per : g->pi.n - s * per;
+    for (int64_t s = w->group; s < g->n_shards; s += w->groups) mine += s + 1 < g->n_shards ? per : g->pi.n - s * per;
     shard_state st = {0};
     st.reply = xmalloc((size_t)per * (size_t)g->max_new * sizeof(int32_t));
     st.rlen = xmalloc((size_t)per * sizeof(int32_t));
@@ -379,7 +404,7 @@ static int regen_run_shards(regen *g, const world *w) {
     double t0 = time_now(), t_line = t0;
     int64_t skipped = 0, tokens0 = 0;
     int rc = 0;
-    for (int64_t s = w->rank; rc == 0 && s < g->n_shards; s += w->size) {
+    for (int64_t s = w->group; rc == 0 && s < g->n_shards; s += w->groups) {
         st.first = s * per;
         st.cnt = st.first + per < g->pi.n ? per : g->pi.n - st.first;
         int have = part_done(g, s, st.cnt);
@@ -492,11 +517,21 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be) {
     int rc = regen_setup(g, w);
     if (rc == 0 && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
     if (rc == 0 && w->rank == 0)
-        log_info("regenerate: %lld prompts (longest %lld tokens) in %lld shard(s) over %d rank(s); %d slots of %d "
-                 "positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->pi.n, (long long)g->pi.longest,
-                 (long long)g->n_shards, w->size, g->max_seqs, g->max_len, g->max_new, g->n_stop,
+        log_info("regenerate: %lld prompts (longest %lld tokens) in %lld shard(s) over %d teacher(s) of %d rank(s); %d "
+                 "slots of %d positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->pi.n,
+                 (long long)g->pi.longest, (long long)g->n_shards, w->groups, g->G, g->max_seqs, g->max_len, g->max_new, g->n_stop,
                  g->smp.temperature > 0 ? "sampling" : "greedy");
-    if (rc == 0) rc = regen_run_shards(g, w);
+    // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
+    int set_up = rc == 0, all_set_up = 0;
+    mpi_check(MPI_Allreduce(&set_up, &all_set_up, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all_set_up) {
+        // the ranks that failed report below; the others have nothing to run
+    } else if (rc == 0 && g->link.first) { // a group's first stage drives its decoder; the others follow its calls
+        rc = regen_run_shards(g, w);
+        regen_link_stop(&g->link);
+    } else if (rc == 0 && regen_link_follow(&g->link) < 0) {
+        fatal("%s", error_msg()); // an internal failure on a later stage: the first stage waits for it
+    }
     // The first failing rank says why; every rank then agrees to stop.
     int me = rc ? w->rank : w->size, first = w->size;
     mpi_check(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
@@ -507,6 +542,7 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be) {
         rc = regen_merge(g);
         if (rc) log_error("%s", error_msg());
     }
+    regen_link_free(&g->link);
     target_decoder_free(&g->dec);
     prompts_free(&g->pi);
     target_free(&g->m);

@@ -13,7 +13,7 @@
 //           finish_reason 0) or after regenerate.max_new_tokens tokens or when the sequence fills
 //           its cache of regenerate.max_len positions (finish_reason 1, no end token).
 //   shards  prompts are cut into shards of regenerate.shard_prompts consecutive prompts, shard s
-//           going to rank s mod world size. Each shard is decoded on its own (its slots start
+//           going to teacher s mod teachers (a rank, or a group of ranks). Each shard is decoded on its own (its slots start
 //           empty and drain at its end), so a shard's replies depend only on its prompts and the
 //           settings, not on the rank, the number of ranks or an earlier interruption. A finished
 //           shard is a training-set file OUT.parts/part-SSSSS-of-NNNNN.h5 (written under a temporary
@@ -30,8 +30,11 @@
 //   progress each rank prints prompts done of its share, generated tokens/s and an ETA (every
 //           10 s and at the end).
 //
-// CPU backend only for now (target_decode.h). Teacher groups (world.teacher_group_size > 1) are
-// refused with an error.
+// Backends: CPU or CUDA (the whole decode on the device, target_decode.h). Teacher groups
+// (world.teacher_group_size = G > 1): G consecutive ranks are one teacher, each stage holding its
+// layers of the target and their caches; shards go to group s mod groups, the group's first stage
+// reads the prompts, drives the decode along the stages (regen_link.h) and writes the parts. The
+// file is the same as one rank's.
 #pragma once
 
 #include "common/backend/backend.h"

@@ -37,7 +37,9 @@ static void decoder_carve(target_decoder *d, arena *a, const target_model *m, in
     d->rows = max_len > max_seqs ? max_len : max_seqs;
     d->vocab_tile = decoder_tile(m, vocab_tile);
     d->n_att = d->n_lin = 0;
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1); // a stage of a teacher group caches its own layers only
+    for (int64_t l = l0; l < l1; l++) {
         if (target_layer_is_linear(c, l)) d->n_lin++;
         else d->n_att++;
     }
@@ -105,8 +107,10 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
     decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile, smp);
     d->m = m;
     d->slot = xmalloc((size_t)m->cfg.n_layers * sizeof(int));
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
     for (int l = 0, na = 0, nl = 0; l < (int)m->cfg.n_layers; l++)
-        d->slot[l] = target_layer_is_linear(&m->cfg, l) ? nl++ : na++;
+        d->slot[l] = l < l0 || l >= l1 ? -1 : target_layer_is_linear(&m->cfg, l) ? nl++ : na++;
     d->len = xcalloc((size_t)max_seqs, sizeof(int));
     d->pos_host = xmalloc((size_t)d->rows * sizeof(int32_t));
     d->cu_host = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
@@ -187,7 +191,9 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
     const target_mixer *mix = c->table->mixer; // the architecture's layer code (target_arch.h)
     int H = (int)c->hidden;
     int n_seq = seq >= 0 ? 1 : R, s0 = seq >= 0 ? seq : 0;
-    for (int l = 0; l < (int)c->n_layers; l++) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    for (int l = (int)l0; l < (int)l1; l++) {
         const target_layer *L = &m->layers[l];
         // token mixer block
         target_norm(m, w->xn, w->x, L->input_norm, R, H);
@@ -209,6 +215,7 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
 // row's full logits with the draws u[s] (host). Only the n chosen ids come back to the host.
 static void decoder_head(target_decoder *d, const void *h, int n, const double *u, int32_t *next) {
     target_model *m = d->m;
+    if (!target_stage_is_last(m)) return; // a stage before the last: its output is d->w.x
     backend *be = m->be;
     int H = (int)m->cfg.hidden, V = (int)m->cfg.vocab, ld = d->logits_ld;
     int full = u != NULL; // the logits of every tile kept, at columns v0.. of [n, V]
@@ -237,7 +244,7 @@ static void decoder_upload(target_decoder *d, const int32_t *tokens, int R, int 
     backend_copy_to_device(be, d->w.tokens, tokens, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.pos, d->pos_host, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.cu_seqlens, d->cu_host, ((size_t)n_seq + 1) * sizeof(int32_t));
-    ops_embed(be, d->w.x, d->m->embed, d->w.tokens, R, (int)d->m->cfg.hidden);
+    if (target_stage_is_first(d->m)) ops_embed(be, d->w.x, d->m->embed, d->w.tokens, R, (int)d->m->cfg.hidden);
 }
 
 static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n, const char *what, int seq) {

@@ -29,6 +29,11 @@
 // samples with ops_sample (ops_decode.h; decode_sample.h's rule) from one draw per row that the
 // caller makes on the host (its Philox stream) and passes in.
 //
+// A stage of a teacher group (m's layer range, target.h): the decoder caches and runs its own layers
+// only; a stage after the first does not embed (the caller puts the previous stage's residual
+// stream, [R, H] act, in w.x before add / step), a stage before the last computes no token (its
+// output is w.x, the caller sends it on; next is left as it was). regen_link.h drives the stages.
+//
 // Memory: one arena on the backend, sized up front for max_seqs x max_len cached positions and the
 // work buffers of a max_len-token prefill; nothing is allocated while decoding.
 //

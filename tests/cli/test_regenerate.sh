@@ -7,11 +7,12 @@
 #      of 4 prompts (continuous batching: slots refilled while others decode): every reply and
 #      finish reason equals transformers' generate; prompt tokens have loss_mask 0, the reply 1 (the
 #      stop token included, a reply cut at the limit has none); the attributes name the settings.
-#      Also with 1 slot and with 2 ranks: the files are byte-identical (cmp).
+#      Also with 1 slot, with 2 ranks and with a teacher group of 2 ranks (the layers split over
+#      two stages, regen_link.h): the files are byte-identical (cmp).
 #   2. resume: a run SIGKILLed after its first finished shard, rerun, gives a file byte-identical to
 #      an uninterrupted run (cmp); a part made with other settings is refused.
-#   3. sampling: temperature/top-k/top-p with a seed is reproducible (cmp, also with 2 ranks and
-#      other slot counts), another seed gives other replies, and the replies differ from greedy.
+#   3. sampling: temperature/top-k/top-p with a seed is reproducible (cmp, also with 2 ranks, 2
+#      teacher groups of 2 and other slot counts), another seed gives other replies, and the replies differ from greedy.
 #   4. /heldout: the count given, sorted, distinct, its rule attribute; training holds out exactly
 #      those samples (its log says so) and --mode eval evaluates exactly them.
 #   5. bad inputs: missing prompts file, a bad JSON line, an id outside the vocabulary, a prompt
@@ -67,6 +68,9 @@ for fx in "$D"/regen_*.json; do
   cmp -s "$TMP/$name.h5" "$TMP/$name.s1.h5" && ok || bad "$name: 1 slot and 2 slots give different files"
   expect_ok "$name 2 ranks" mpirun -np 2 "$R" "${common[@]}" --regenerate.out="$TMP/$name.r2.h5" --regenerate.max_seqs=2
   cmp -s "$TMP/$name.h5" "$TMP/$name.r2.h5" && ok || bad "$name: two ranks and one rank give different files"
+  expect_ok "$name group of 2" mpirun -np 2 "$R" "${common[@]}" --regenerate.out="$TMP/$name.g2.h5" --regenerate.max_seqs=2 \
+    --world.teacher_group_size=2
+  cmp -s "$TMP/$name.h5" "$TMP/$name.g2.h5" && ok || bad "$name: a teacher group of 2 and one rank give different files"
 done
 [ "$n" -ge 3 ] && ok || bad "only $n regen_*.json fixtures in $D (want the dense, hybrid and MoE ones)"
 
@@ -112,10 +116,13 @@ smp=("${big[@]}" --regenerate.temperature=0.8 --regenerate.top_k=50 --regenerate
 expect_ok "sample seed 1" "$R" "${smp[@]}" --regenerate.seed=1 --regenerate.out="$TMP/s1.h5"
 expect_ok "sample seed 1, 3 slots" "$R" "${smp[@]}" --regenerate.seed=1 --regenerate.max_seqs=3 --regenerate.out="$TMP/s1b.h5"
 expect_ok "sample seed 1, 2 ranks" mpirun -np 2 "$R" "${smp[@]}" --regenerate.seed=1 --regenerate.out="$TMP/s1c.h5"
+expect_ok "sample seed 1, 2 groups of 2" mpirun -np 4 "$R" "${smp[@]}" --regenerate.seed=1 --world.teacher_group_size=2 \
+  --regenerate.out="$TMP/s1d.h5"
 expect_ok "sample seed 2" "$R" "${smp[@]}" --regenerate.seed=2 --regenerate.out="$TMP/s2.h5"
 expect_ok "greedy 16" "$R" "${big[@]}" --regenerate.max_new_tokens=16 --regenerate.out="$TMP/g16.h5"
 cmp -s "$TMP/s1.h5" "$TMP/s1b.h5" && ok || bad "sampling: 3 slots and 2 slots differ with the same seed"
 cmp -s "$TMP/s1.h5" "$TMP/s1c.h5" && ok || bad "sampling: 2 ranks and 1 rank differ with the same seed"
+cmp -s "$TMP/s1.h5" "$TMP/s1d.h5" && ok || bad "sampling: 2 teacher groups of 2 ranks and 1 rank differ with the same seed"
 if $PY - "$TMP/s1.h5" "$TMP/s2.h5" "$TMP/g16.h5" <<'PYEOF'
 import sys, h5py
 a, b, g = (h5py.File(p, "r") for p in sys.argv[1:4])

@@ -10,6 +10,7 @@
 #     that close, after which the replies part. The CPU's top-2 come from dump-features of the CPU's
 #     set (teacher.topk=2), whose top-1 must also be the CPU's greedy token there. At least one reply
 #     per target must equal the CPU's whole.
+#   a teacher group of 2 (two GPUs, or two emulated devices): byte-identical to one GPU's file.
 #   sampling (temperature 0.8, top_k 20, top_p 0.9): the same seed twice gives byte-identical
 #     files, another seed other replies, and replies other than greedy.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -21,6 +22,13 @@ if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
   exit 77
 fi
 "$PY" -c "import h5py, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks h5py/numpy (scripts/install-deps.sh installs them)"; exit 1; }
+# a teacher group of 2 needs a device per rank: the emulator gives each its own (DFLASH_EMU_DEVICES)
+if "$R" --version | grep -q "cuda(emulated)"; then
+  export DFLASH_EMU_DEVICES=2 DFLASH_EMU_NCCL_DIR=$TMP # NCCL between the emulated devices: files in $TMP
+  gpus=2
+else
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+fi
 
 cat >"$TMP/cmp.py" <<'PYEOF'
 import json, sys
@@ -72,6 +80,11 @@ for fx in "$D"/regen_*.json; do
           --regenerate.max_new_tokens="$G" --regenerate.stop_ids="$e1" --regenerate.shard_prompts=4 --regenerate.max_seqs=2)
   expect_ok "$name cpu" "$R" "${common[@]}" --device cpu --regenerate.out="$TMP/$name.cpu.h5"
   expect_ok "$name cuda" "$R" "${common[@]}" --device cuda --regenerate.out="$TMP/$name.cuda.h5"
+  if [ "$gpus" -ge 2 ]; then
+    expect_ok "$name cuda group of 2" mpirun -np 2 "$R" "${common[@]}" --device cuda --world.teacher_group_size=2 \
+      --regenerate.out="$TMP/$name.g2.h5"
+    cmp -s "$TMP/$name.cuda.h5" "$TMP/$name.g2.h5" && ok || bad "$name: a teacher group of 2 GPUs and one GPU give different files"
+  fi
   expect_ok "$name cpu top-2" "$R" --mode dump-features --device cpu --target.path="$TMP/$name" --data.path="$TMP/$name.cpu.h5" \
     --target.layer_ids=0 --teacher.topk=2 --features.dir="$TMP/$name.f" --drafter.block_size=2 --data.heldout_samples=0
   if $PY "$TMP/cmp.py" "$name" "$TMP/$name.cpu.h5" "$TMP/$name.cuda.h5" "$TMP/$name.f" >"$TMP/py.out" 2>&1; then

@@ -1,0 +1,143 @@
+// regen_link.c: regenerate's decoder across the stages of a teacher group (see regen_link.h).
+#include "teacher/regen_link.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/kernels/ops.h"
+
+enum { OP_ADD = 1, OP_STEP, OP_REMOVE, OP_RESET, OP_STOP };
+
+static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+void regen_link_init(regen_link *l, const world *w, target_decoder *d) {
+    memset(l, 0, sizeof *l);
+    l->d = d;
+    l->G = w->group_size > 1 ? w->group_size : 1;
+    l->first = l->G == 1 || w->stage == 0;
+    l->last = l->G == 1 || w->stage == l->G - 1;
+    l->head = l->G == 1 ? w->rank : w->group * l->G;
+    l->prev = l->first ? -1 : w->rank - 1;
+    l->next = l->last ? -1 : w->rank + 1;
+    l->x_bytes = (size_t)d->m->cfg.hidden * dtype_size(ops_act_dtype(d->m->be));
+    if (l->G > 1) {
+        size_t R = (size_t)d->rows;
+        l->cap = 4 * 8 + pad8(R * 4) + R * 8 + R * l->x_bytes; // R >= max_seqs draws
+        l->buf = xmalloc(l->cap);
+    }
+}
+
+void regen_link_free(regen_link *l) {
+    free(l->buf);
+    memset(l, 0, sizeof *l);
+}
+
+// Send op on to the next stage: R ids, n_u draws and, for ADD and STEP, the R rows of the residual
+// stream this stage's layers left in the decoder's work buffer.
+static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t *ids, const double *u, int n_u) {
+    int64_t *h = (int64_t *)l->buf;
+    h[0] = op;
+    h[1] = R;
+    h[2] = n;
+    h[3] = u ? n_u : 0;
+    char *p = l->buf + 4 * 8;
+    if (R > 0 && ids) memcpy(p, ids, (size_t)R * 4);
+    p += pad8((size_t)R * 4);
+    if (u) {
+        memcpy(p, u, (size_t)n_u * 8);
+        p += (size_t)n_u * 8;
+    }
+    if (op == OP_ADD || op == OP_STEP) {
+        backend_copy_to_host(l->d->m->be, p, l->d->w.x, (size_t)R * l->x_bytes);
+        p += (size_t)R * l->x_bytes;
+    }
+    mpi_check(MPI_Send(l->buf, (int)(p - l->buf), MPI_BYTE, l->next, TAG_REGEN, MPI_COMM_WORLD));
+}
+
+// The last stage's token ids for the first stage's call.
+static void link_reply(regen_link *l, int32_t *next, int k) {
+    mpi_check(MPI_Recv(next, k, MPI_INT32_T, l->head + l->G - 1, TAG_REGEN, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+}
+
+int regen_link_add(regen_link *l, const int32_t *prompt, int plen, const double *u, int32_t *next) {
+    int s = target_decoder_add(l->d, prompt, plen, u, next);
+    if (s < 0 || l->G == 1) return s;
+    link_send(l, OP_ADD, plen, 0, prompt, u, 1);
+    link_reply(l, next, 1);
+    return s;
+}
+
+int regen_link_step(regen_link *l, const int32_t *tokens, const double *u, int32_t *next) {
+    int n = l->d->n_seq;
+    if (target_decoder_step_sample(l->d, tokens, u, next) < 0) return -1;
+    if (l->G == 1) return 0;
+    link_send(l, OP_STEP, n, n, tokens, u, n);
+    link_reply(l, next, n);
+    return 0;
+}
+
+void regen_link_remove(regen_link *l, int s) {
+    target_decoder_remove(l->d, s);
+    if (l->G > 1) link_send(l, OP_REMOVE, 0, s, NULL, NULL, 0);
+}
+
+void regen_link_reset(regen_link *l) {
+    target_decoder_reset(l->d);
+    if (l->G > 1) link_send(l, OP_RESET, 0, 0, NULL, NULL, 0);
+}
+
+void regen_link_stop(regen_link *l) {
+    if (l->G > 1 && l->next >= 0) link_send(l, OP_STOP, 0, 0, NULL, NULL, 0);
+}
+
+int regen_link_follow(regen_link *l) {
+    target_decoder *d = l->d;
+    int32_t *ids = xmalloc((size_t)d->rows * sizeof(int32_t));
+    double *u = xmalloc((size_t)d->rows * sizeof(double));
+    int rc = 0;
+    for (;;) {
+        MPI_Status st;
+        mpi_check(MPI_Recv(l->buf, (int)l->cap, MPI_BYTE, l->prev, TAG_REGEN, MPI_COMM_WORLD, &st));
+        const int64_t *h = (const int64_t *)l->buf;
+        int64_t op = h[0], n = h[2];
+        int R = (int)h[1], n_u = (int)h[3];
+        if (op == OP_STOP) {
+            regen_link_stop(l);
+            break;
+        }
+        const char *p = l->buf + 4 * 8;
+        if (R > 0) memcpy(ids, p, (size_t)R * 4);
+        p += pad8((size_t)R * 4);
+        memcpy(u, p, (size_t)n_u * 8);
+        p += (size_t)n_u * 8;
+        const double *draws = n_u ? u : NULL;
+        if (op == OP_ADD || op == OP_STEP) backend_copy_to_device(d->m->be, d->w.x, p, (size_t)R * l->x_bytes);
+        int32_t next[1];
+        switch (op) {
+        case OP_ADD: // the prompt's rows; the last stage's next token into next[0]
+            rc = target_decoder_add(d, ids, R, draws, next) < 0 ? -1 : 0;
+            break;
+        case OP_STEP: // the last stage writes the next tokens over ids (after uploading them)
+            rc = target_decoder_step_sample(d, ids, draws, ids);
+            break;
+        case OP_REMOVE:
+            target_decoder_remove(d, (int)n);
+            break;
+        case OP_RESET:
+            target_decoder_reset(d);
+            break;
+        default:
+            rc = error_set("regenerate: stage message of unknown kind %lld", (long long)op);
+        }
+        if (rc < 0) break;
+        if (l->last && op == OP_ADD) mpi_check(MPI_Send(next, 1, MPI_INT32_T, l->head, TAG_REGEN, MPI_COMM_WORLD));
+        else if (l->last && op == OP_STEP) mpi_check(MPI_Send(ids, R, MPI_INT32_T, l->head, TAG_REGEN, MPI_COMM_WORLD));
+        else if (!l->last) link_send(l, op, R, n, ids, draws, n_u);
+    }
+    free(ids);
+    free(u);
+    return rc;
+}
