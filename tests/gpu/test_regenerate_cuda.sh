@@ -11,6 +11,7 @@
 #     set (teacher.topk=2), whose top-1 must also be the CPU's greedy token there. At least one reply
 #     per target must equal the CPU's whole.
 #   a teacher group of 2 (two GPUs, or two emulated devices): byte-identical to one GPU's file.
+#   make-data --device cuda writes the samples asked for.
 #   sampling (temperature 0.8, top_k 20, top_p 0.9): the same seed twice gives byte-identical
 #     files, another seed other replies, and replies other than greedy.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -96,6 +97,16 @@ for fx in "$D"/regen_*.json; do
   fi
 done
 [ "$n" -ge 3 ] && ok || bad "only $n regen_*.json fixtures in $D (want the dense, hybrid and MoE ones)"
+
+# make-data decodes on the device too (the same decoder): it runs and writes what was asked
+expect_ok "make-data cuda" "$T" make-data "$TMP/md.h5" --target "$TMP/regen_qwen3_dense" --samples 3 --prompt-len 5 \
+  --gen-len 8 --seed 2 --device cuda
+"$PY" - "$TMP/md.h5" <<'PYEOF' && ok || bad "make-data on CUDA: the set is not 3 samples of 13 tokens"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+off, tok = f["offsets"][:].tolist(), f["tokens"][:]
+assert off == [0, 13, 26, 39] and 0 <= tok.min() and tok.max() < 307, (off, tok.min(), tok.max())
+PYEOF
 
 # sampling on the device: reproducible from the seed
 name=regen_qwen3_dense
