@@ -10,9 +10,9 @@
 //                       (max, sum, output) are combined through shared memory
 //   sample              one block per row: the integer masses into work [n, V] u64, then each cut
 //                       (top-k, top-p, the draw) is the largest 64-bit threshold of the order key
-//                       whose prefix {key >= threshold} holds the wanted count or mass, found bit by
-//                       bit from the top (64 block sums over the row per cut); integer sums, so the
-//                       same prefixes as the CPU twin's sort
+//                       whose prefix {key >= threshold} holds the wanted count or mass, found 8 bits
+//                       at a time from the top (a shared histogram per digit: 8 passes over the row
+//                       per cut); integer sums, so the same prefixes as the CPU twin's sort
 #include <math.h>
 #include <stdint.h>
 
@@ -166,20 +166,45 @@ static __device__ uint64_t prefix_weight(const float *z, const uint64_t *mass, i
     return block_sum_u64(f, red);
 }
 
-// The largest threshold whose prefix holds at least want (count or mass): the key of the prefix's
-// last id. 0 when even the whole row holds less.
-static __device__ uint64_t prefix_search(const float *z, const uint64_t *mass, int V, uint64_t want, uint64_t *red) {
-    uint64_t th = 0;
-    for (int b = 63; b >= 0; b--) {
-        uint64_t c = th | ((uint64_t)1 << b);
-        if (prefix_weight(z, mass, V, c, red) >= want) th = c;
+// The largest threshold whose prefix {key >= threshold} holds at least want (count, or mass): the
+// key of the prefix's last id. Found a digit of 8 bits at a time from the top: among the ids whose
+// key agrees with the digits fixed so far, a histogram of the next digit (hist, shared [256]); the
+// digit taken is the largest whose ids, with those of every higher key, still hold want. 8 passes
+// over the row. (Every caller's want is at most the row's total, so some digit always qualifies.)
+static __device__ uint64_t prefix_search(const float *z, const uint64_t *mass, int V, uint64_t want,
+                                        unsigned long long *hist) {
+    __shared__ uint64_t fixed_s, above_s;
+    uint64_t fixed = 0, above = 0; // the digits taken; the weight of the ids whose key is above them
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        uint64_t hi = shift == 56 ? 0 : ~(uint64_t)0 << (shift + 8);
+        for (int v = threadIdx.x; v < V; v += blockDim.x) {
+            uint64_t key = sample_order_key(z[v], v);
+            if ((key & hi) == fixed) atomicAdd(&hist[(key >> shift) & 255], (unsigned long long)(mass ? mass[v] : 1));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint64_t acc = above;
+            int d = 255;
+            for (; d > 0; d--) {
+                if (acc + hist[d] >= want) break;
+                acc += hist[d];
+            }
+            fixed_s = fixed | (uint64_t)d << shift;
+            above_s = acc;
+        }
+        __syncthreads();
+        fixed = fixed_s;
+        above = above_s;
     }
-    return th;
+    return fixed;
 }
 
 static __global__ void sample_kernel(int32_t *ids, const float *logits, int ld, int V, float temperature, int top_k,
                                      float top_p, const double *u, uint64_t *work) {
     __shared__ uint64_t red[32];
+    __shared__ unsigned long long hist[256];
     __shared__ double redd[32];
     int64_t r = blockIdx.x;
     const float *z = logits + r * ld;
@@ -190,14 +215,14 @@ static __global__ void sample_kernel(int32_t *ids, const float *logits, int ld, 
     for (int v = threadIdx.x; v < V; v += blockDim.x) mass[v] = sample_mass(__dmul_rn((double)z[v], inv_t), mx);
     __syncthreads();
     uint64_t th = 0; // the kept prefix: keys >= th
-    if (top_k > 0 && top_k < V) th = prefix_search(z, NULL, V, (uint64_t)top_k, red);
+    if (top_k > 0 && top_k < V) th = prefix_search(z, NULL, V, (uint64_t)top_k, hist);
     if (top_p > 0.0f && top_p < 1.0f) {
-        uint64_t tp = prefix_search(z, mass, V, sample_top_p_want(top_p, prefix_weight(z, mass, V, th, red)), red);
+        uint64_t tp = prefix_search(z, mass, V, sample_top_p_want(top_p, prefix_weight(z, mass, V, th, red)), hist);
         if (tp > th) th = tp;
     }
     uint64_t kept = prefix_weight(z, mass, V, th, red), pick;
-    if (kept > 0) pick = prefix_search(z, mass, V, sample_offset(u[r], kept) + 1, red);
-    else pick = prefix_search(z, NULL, V, 1, red); // no id has mass (NaN / inf logits): the first
+    if (kept > 0) pick = prefix_search(z, mass, V, sample_offset(u[r], kept) + 1, hist);
+    else pick = prefix_search(z, NULL, V, 1, hist); // no id has mass (NaN / inf logits): the first
     if (threadIdx.x == 0) ids[r] = (int32_t)(0xFFFFFFFFu - (uint32_t)pick);
 }
 
