@@ -433,13 +433,12 @@ int main(int argc, char **argv) {
     }
     if (dump) {
         for (int r = 0; r < w.size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
-        nccl_links *links = NULL; // dump-features' group stages: activations GPU to GPU when they can
-        // (regenerate's stages pass their rows over MPI: regen_link.h)
-        if (!regen && w.group_size > 1 && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
+        nccl_links *links = NULL; // a teacher group's stages: activations GPU to GPU when they can
+        if (w.group_size > 1 && strcmp(cfg.payload, "mpi") != 0 && train_payload_links(&w, &cfg, &be, &links)) {
             watchdog_finalize();
             return 1;
         }
-        status = (regen ? teacher_regenerate(&w, &cfg, &be) : teacher_dump_features(&w, &cfg, &be, links)) ? 1 : 0;
+        status = (regen ? teacher_regenerate(&w, &cfg, &be, links) : teacher_dump_features(&w, &cfg, &be, links)) ? 1 : 0;
         if (links) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
         nccl_links_close(links);
         backend_close(&be);

@@ -13,9 +13,10 @@ enum { OP_ADD = 1, OP_STEP, OP_REMOVE, OP_RESET, OP_STOP };
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-void regen_link_init(regen_link *l, const world *w, target_decoder *d) {
+void regen_link_init(regen_link *l, const world *w, target_decoder *d, nccl_links *links) {
     memset(l, 0, sizeof *l);
     l->d = d;
+    l->links = w->group_size > 1 ? links : NULL;
     l->G = w->group_size > 1 ? w->group_size : 1;
     l->first = l->G == 1 || w->stage == 0;
     l->last = l->G == 1 || w->stage == l->G - 1;
@@ -35,6 +36,19 @@ void regen_link_free(regen_link *l) {
     memset(l, 0, sizeof *l);
 }
 
+// R rows of the decoder's w.x to (send) or from the stage peer over NCCL, waited for (the decoder
+// writes w.x again at its next call). A failure ends the job: the peer cannot be told.
+static void link_rows(regen_link *l, int peer, int R, int send) {
+    backend *be = l->d->m->be;
+    nccl_ticket t = {0};
+    size_t bytes = (size_t)R * l->x_bytes;
+    if (send) backend_sync(be); // the layers that wrote w.x are done
+    int rc = send ? nccl_link_send(l->links, peer, l->d->w.x, bytes, NULL, &t) : nccl_link_recv(l->links, peer, l->d->w.x, bytes, &t);
+    if (rc == 0) rc = nccl_ticket_wait(&t);
+    nccl_ticket_free(&t);
+    if (rc) fatal("regenerate: the rows %s stage rank %d over NCCL: %s", send ? "to" : "from", peer, error_msg());
+}
+
 // Send op on to the next stage: R ids, n_u draws and, for ADD and STEP, the R rows of the residual
 // stream this stage's layers left in the decoder's work buffer.
 static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t *ids, const double *u, int n_u) {
@@ -50,11 +64,13 @@ static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t
         memcpy(p, u, (size_t)n_u * 8);
         p += (size_t)n_u * 8;
     }
-    if (op == OP_ADD || op == OP_STEP) {
+    int rows = op == OP_ADD || op == OP_STEP;
+    if (rows && !l->links) {
         backend_copy_to_host(l->d->m->be, p, l->d->w.x, (size_t)R * l->x_bytes);
         p += (size_t)R * l->x_bytes;
     }
     mpi_check(MPI_Send(l->buf, (int)(p - l->buf), MPI_BYTE, l->next, TAG_REGEN, MPI_COMM_WORLD));
+    if (rows && l->links) link_rows(l, l->next, R, 1);
 }
 
 // The last stage's token ids for the first stage's call.
@@ -114,7 +130,8 @@ int regen_link_follow(regen_link *l) {
         memcpy(u, p, (size_t)n_u * 8);
         p += (size_t)n_u * 8;
         const double *draws = n_u ? u : NULL;
-        if (op == OP_ADD || op == OP_STEP) backend_copy_to_device(d->m->be, d->w.x, p, (size_t)R * l->x_bytes);
+        if ((op == OP_ADD || op == OP_STEP) && l->links) link_rows(l, l->prev, R, 0);
+        else if (op == OP_ADD || op == OP_STEP) backend_copy_to_device(d->m->be, d->w.x, p, (size_t)R * l->x_bytes);
         int32_t next[1];
         switch (op) {
         case OP_ADD: // the prompt's rows; the last stage's next token into next[0]

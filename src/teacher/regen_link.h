@@ -15,10 +15,13 @@
 //   f64[R]    the draws when has_u (sampling; only the last stage uses them)
 //   act[R, H] the residual stream after stage k's layers (ADD, STEP), copied from the device
 // REMOVE carries the slot in n; the reply of the last stage is int32[R] (ADD: R = 1).
+// With NCCL links (nccl_link.h: every rank on a GPU of its own) the rows go GPU to GPU instead,
+// right after the message (which then ends before them), from and into the decoder's w.x.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/comm/nccl_link.h"
 #include "common/comm/world.h"
 #include "teacher/target_decode.h"
 
@@ -29,12 +32,14 @@ typedef struct {
     int G, first, last;    // the group's size; this rank is its first / last stage
     int prev, next, head;  // world ranks: previous stage, next stage (-1: none), the group's first stage
     size_t x_bytes;        // one row of the residual stream
+    nccl_links *links;     // the rows GPU to GPU (NULL: in the MPI message, from host memory)
     char *buf;             // one message of the largest size
     size_t cap;
 } regen_link;
 
-// regen_link_init: the link of this rank of w over decoder d (made on this rank's stage).
-void regen_link_init(regen_link *l, const world *w, target_decoder *d);
+// regen_link_init: the link of this rank of w over decoder d (made on this rank's stage); links:
+// the job's NCCL links, or NULL.
+void regen_link_init(regen_link *l, const world *w, target_decoder *d, nccl_links *links);
 void regen_link_free(regen_link *l);
 
 // On the first stage, as target_decoder_add / _step_sample / _remove / _reset (target_decode.h):

@@ -52,6 +52,7 @@ typedef struct {
     target_model m;
     target_decoder dec;
     regen_link link;  // the decoder's calls along the stages of a teacher group
+    nccl_links *links; // the job's NCCL links (NULL: none)
     int G;            // world.teacher_group_size
     prompt_index pi;
     int64_t stop[REGEN_MAX_STOP];
@@ -242,7 +243,7 @@ static int regen_setup(regen *g, const world *w) {
         n += snprintf(g->settings + n, sizeof g->settings - (size_t)n, "%s%lld", i ? "," : "", (long long)g->stop[i]);
     snprintf(g->settings + n, sizeof g->settings - (size_t)n, "]");
     if (target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp)) return -1;
-    regen_link_init(&g->link, w, &g->dec);
+    regen_link_init(&g->link, w, &g->dec, g->links);
     return 0;
 }
 
@@ -510,10 +511,11 @@ static int regen_merge(regen *g) {
 
 // ----------------------------------------------------------------------------- the mode
 
-int teacher_regenerate(const world *w, const config *cfg, backend *be) {
+int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_links *links) {
     regen *g = xcalloc(1, sizeof *g);
     g->cfg = cfg;
     g->m.be = be;
+    g->links = links;
     int rc = regen_setup(g, w);
     if (rc == 0 && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
     if (rc == 0 && w->rank == 0)
@@ -521,6 +523,8 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be) {
                  "slots of %d positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->pi.n,
                  (long long)g->pi.longest, (long long)g->n_shards, w->groups, g->G, g->max_seqs, g->max_len, g->max_new, g->n_stop,
                  g->smp.temperature > 0 ? "sampling" : "greedy");
+    if (rc == 0 && w->rank == 0 && g->G > 1)
+        log_info("regenerate: the stages pass their rows %s", g->link.links ? "over NCCL, GPU to GPU" : "over MPI from host memory");
     // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
     int set_up = rc == 0, all_set_up = 0;
     mpi_check(MPI_Allreduce(&set_up, &all_set_up, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));

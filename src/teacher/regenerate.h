@@ -33,14 +33,16 @@
 // Backends: CPU or CUDA (the whole decode on the device, target_decode.h). Teacher groups
 // (world.teacher_group_size = G > 1): G consecutive ranks are one teacher, each stage holding its
 // layers of the target and their caches; shards go to group s mod groups, the group's first stage
-// reads the prompts, drives the decode along the stages (regen_link.h) and writes the parts. The
-// file is the same as one rank's.
+// reads the prompts, drives the decode along the stages (regen_link.h: the rows over NCCL when
+// the job has links) and writes the parts. The file is the same as one rank's.
 #pragma once
 
 #include "common/backend/backend.h"
+#include "common/comm/nccl_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
 // teacher_regenerate: a collective call (every rank); 0 on success, -1 when any rank failed (the
 // first failing rank logs its own error, the others one line naming it).
-int teacher_regenerate(const world *w, const config *cfg, backend *be);
+// links: the job's NCCL links (a teacher group's stages pass their rows GPU to GPU), or NULL.
+int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_links *links);

@@ -10,7 +10,8 @@
 #     that close, after which the replies part. The CPU's top-2 come from dump-features of the CPU's
 #     set (teacher.topk=2), whose top-1 must also be the CPU's greedy token there. At least one reply
 #     per target must equal the CPU's whole.
-#   a teacher group of 2 (two GPUs, or two emulated devices): byte-identical to one GPU's file.
+#   a teacher group of 2 (two GPUs, or two emulated devices; the rows over NCCL): byte-identical to
+#     one GPU's file.
 #   make-data --device cuda writes the samples asked for.
 #   sampling (temperature 0.8, top_k 20, top_p 0.9): the same seed twice gives byte-identical
 #     files, another seed other replies, and replies other than greedy.
@@ -85,6 +86,7 @@ for fx in "$D"/regen_*.json; do
     expect_ok "$name cuda group of 2" mpirun -np 2 "$R" "${common[@]}" --device cuda --world.teacher_group_size=2 \
       --regenerate.out="$TMP/$name.g2.h5"
     cmp -s "$TMP/$name.cuda.h5" "$TMP/$name.g2.h5" && ok || bad "$name: a teacher group of 2 GPUs and one GPU give different files"
+    grep -q "rows over NCCL" "$TMP/err" && ok || bad "$name: the group's stages did not pass their rows over NCCL"
   fi
   expect_ok "$name cpu top-2" "$R" --mode dump-features --device cpu --target.path="$TMP/$name" --data.path="$TMP/$name.cpu.h5" \
     --target.layer_ids=0 --teacher.topk=2 --features.dir="$TMP/$name.f" --drafter.block_size=2 --data.heldout_samples=0
