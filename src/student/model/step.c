@@ -430,6 +430,8 @@ static void batch_upload(drafter *d, student_work *w, const student_batch *b) {
 
 static int batch_check(const drafter *d, const student_plan *p, const student_batch *b) {
     const drafter_config *c = &d->cfg;
+    if (c->n_layers > 0 && d->layers[0].conv_base[0]) // DFlash2 (issue 28): refused, never trained as DFlash
+        return error_set("drafter.kind %s: the step does not compute its convolutions yet", c->kind->name);
     if (b->S < 1 || b->S > p->max_tokens) return error_set("batch of %d tokens: the plan holds 1..%d", b->S, p->max_tokens);
     if (b->n_seq < 1 || b->n_seq > p->max_seqs) return error_set("batch of %d sequences: the plan holds 1..%d", b->n_seq, p->max_seqs);
     if (b->k != p->k) return error_set("batch carries top-%d teacher logits, the plan expects %d", b->k, p->k);
