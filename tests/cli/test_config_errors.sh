@@ -36,7 +36,7 @@ expect_fail steps-override "key 'train.steps' = 1e+12 is outside \[1, 1000000000
 expect_fail checkpoint-every "key 'checkpoint.every' = -1 is outside" "$R" "${base[@]}" --checkpoint.every=-1
 expect_fail size-too-large "key 'train.mem_budget' = .* is outside \[0, 1e+18\]" "$R" "${base[@]}" --train.mem_budget=2000000T
 expect_fail ema-one "train.ema = 1 never moves the averaged weights" "$R" "${base[@]}" --train.ema=1
-expect_fail drafter-kind "drafter.kind: \"dflash3\" is not a drafter kind (known: dflash)" "$R" "${base[@]}" --drafter.kind=dflash3 --plan
+expect_fail drafter-kind "drafter.kind: \"dflash3\" is not a drafter kind (known: dflash, dflash2)" "$R" "${base[@]}" --drafter.kind=dflash3 --plan
 expect_fail teacher-max-tokens "data.max_tokens_per_batch = 200 is more than teacher.max_tokens = 100" \
   "$R" "${base[@]}" --teacher.max_tokens=100
 "$R" "${base[@]}" --train.steps=1e3 --print-config >"$TMP/out" 2>&1 && grep -q '"steps":.*1000,' "$TMP/out" && ok ||

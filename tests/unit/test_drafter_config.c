@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
 #include "testing.h"
 
@@ -263,8 +264,8 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, "{\"a\": "), "d/config.json: not valid JSON");
     CHECK_ERR(parse(&c, "[1]"), "must be a JSON object");
     // identity and unsupported package features
-    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "[\"DFlash2DraftModel\"]")),
-              "d/config.json: 'architectures' is [\"DFlash2DraftModel\"]: only [\"DFlashDraftModel\"]");
+    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "[\"Eagle3DraftModel\"]")),
+              "d/config.json: 'architectures' is [\"Eagle3DraftModel\"]: only [\"DFlashDraftModel\", \"DFlash2DraftModel\"]");
     CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "\"DFlashDraftModel\"")), "'architectures' wants a list");
     CHECK_ERR(parse(&c, with(s, "\"model_type\": \"qwen3\"", "\"model_type\": \"llama\"")), "'model_type' is \"llama\"");
     CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"hidden_act\": \"gelu\", \"rms_norm_eps\"")), "'hidden_act' is \"gelu\"");
@@ -339,11 +340,68 @@ static void test_refusals(void) {
     CHECK(parse(&c, with(s, "\"head_dim\": 8", "\"head_dim\": 7")) < 0 && memcmp(&c, &zero, sizeof c) == 0);
 }
 
+// DFlash2 (drafter_dflash2.c): the published defaults, the keys in dflash_config or at the root
+// (dflash_config winning, as the package's _draft_value), the round trip, the refusals, and the
+// tensors it adds (names, shapes, aligned offsets after DFlash's).
+static void test_dflash2(void) {
+    drafter_config c;
+    static char s2[8192], keys[8192]; // with() reuses its buffers
+    snprintf(s2, sizeof s2, "%s", with(small_json, "[\"DFlashDraftModel\"]", "[\"DFlash2DraftModel\"]"));
+    CHECK(parse(&c, with(s2, "\"hidden_size\": 32", "\"hidden_size\": 64")) == 0);
+    CHECK(strcmp(c.kind->name, "dflash2") == 0 && c.conv_kernel == 2 && c.conv_group == 16 && c.selector_top_k == 16 &&
+          c.selector_rank == 256);
+    snprintf(keys, sizeof keys, "%s",
+             with(with(s2, "\"mask_token_id\": 210}",
+                       "\"mask_token_id\": 210, \"conv_kernel_size\": 3, \"conv_group_size\": 4, \"selector_top_k\": 5}"),
+                  "\"block_size\": 4,", "\"block_size\": 4, \"conv_kernel_size\": 9, \"selector_rank\": 7,"));
+    CHECK_MSG(parse(&c, keys) == 0, "%s", error_msg());
+    CHECK(c.conv_kernel == 3 && c.conv_group == 4 && c.selector_top_k == 5 && c.selector_rank == 7);
+    char *out = drafter_config_to_json(&c);
+    drafter_config b;
+    CHECK_MSG(drafter_config_parse(&b, out, "out/config.json") == 0, "%s", error_msg());
+    CHECK(strstr(out, "\"architectures\":\t[\"DFlash2DraftModel\"]") && b.kind == c.kind && b.conv_kernel == 3 &&
+          b.conv_group == 4 && b.selector_top_k == 5 && b.selector_rank == 7);
+    free(out);
+    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_group_size\": 5}")),
+              "'conv_group_size' 5 does not divide hidden_size 32");
+    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 5, \"conv_group_size\": 4}")),
+              "'conv_kernel_size' 5 is longer than the block");
+    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 0}")),
+              "'conv_kernel_size' must be positive");
+
+    CHECK(parse(&c, keys) == 0); // H 32, 2 layers, K 3, G 4
+    drafter_config d1 = c;
+    d1.kind = drafter_kind_find("dflash");
+    int n1 = d1.kind->param_list(&d1, NULL), n2 = c.kind->param_list(&c, NULL);
+    CHECK(n1 == 2 + 11 * 2 + 1 && n2 == n1 + 4 * 2);
+    drafter_param *p1 = calloc((size_t)n1, sizeof *p1), *p2 = calloc((size_t)n2, sizeof *p2);
+    d1.kind->param_list(&d1, p1);
+    c.kind->param_list(&c, p2);
+    CHECK(memcmp(p1, p2, (size_t)n1 * sizeof *p1) == 0); // DFlash's tensors first, laid out alike
+    const char *want[4] = {"attention_conv.base_kernel", "attention_conv.kernel_projection.weight", "mlp_conv.base_kernel",
+                           "mlp_conv.kernel_projection.weight"};
+    for (int i = n1; i < n2; i++) {
+        const drafter_param *p = &p2[i];
+        int l = (i - n1) / 4, j = (i - n1) % 4;
+        char nm[96];
+        snprintf(nm, sizeof nm, "layers.%d.%s", l, want[j]);
+        CHECK_MSG(strcmp(p->name, nm) == 0, "tensor %d is %s, want %s", i, p->name, nm);
+        int64_t s0 = j % 2 ? 2 * 3 * (32 / 4) : 2;
+        CHECK(p->ndim == (j % 2 ? 2 : 3) && p->shape[0] == s0 && p->shape[1] == (j % 2 ? 32 : 3));
+        CHECK(p->numel == (j % 2 ? s0 * 32 : 2 * 3 * 32) && p->is_delta == !(j % 2) && !p->is_norm);
+        CHECK(p->offset % DRAFTER_ALIGN == 0 && p->offset >= p2[i - 1].offset + p2[i - 1].numel);
+    }
+    CHECK(drafter_param_numel(&c) == p2[n2 - 1].offset + (p2[n2 - 1].numel + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN);
+    free(p1);
+    free(p2);
+}
+
 int main(void) {
     test_real_configs();
     test_defaults_and_spellings();
     test_layer_types();
     test_roundtrip_and_load();
     test_refusals();
+    test_dflash2();
     return test_finish("test_drafter_config");
 }

@@ -17,6 +17,7 @@
 
 #include "common/backend/backend.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_dynconv.h"
 #include "common/kernels/ops_train.h"
 #include "testing.h"
 
@@ -490,6 +491,77 @@ static void test_dflash_attention(void) {
     check_accumulation(&big_cases[1]);
 }
 
+// ----------------------------------------------------------------------------- DFlash2 dynamic conv
+
+typedef struct {
+    float *x, *dyn, *base, *G, *out;
+    int T, B, H, K, G_, ld;
+} dc_ctx;
+
+static double dc_objective(void *p) {
+    dc_ctx *c = p;
+    ops_dynconv_forward(&be, c->out, c->x, c->dyn + 1, c->ld, c->base, c->T, c->B, c->H, c->K, c->G_);
+    return dot_d(c->out, c->G, (size_t)c->T * c->H);
+}
+
+// The grouped dynamic causal conv (ops_dynconv.h): 3 blocks of 4 slots, H 6 in groups of 2, K 3
+// (longer than a block's first slots, so the causal cut-off is exercised), dyn read at column 1 of
+// rows of ld 2*K*H/G + 1 (the prepare/finish halves of the projection output are such strided
+// views). Then the forward's semantics: an identity base with no dynamic part passes x through, and
+// a block's output does not depend on another block's input.
+static void test_dynconv(void) {
+    dc_ctx c = {.T = 12, .B = 4, .H = 6, .K = 3, .G_ = 2};
+    int ng = c.H / c.G_;
+    c.ld = 2 * c.K * ng + 1;
+    size_t n = (size_t)c.T * c.H, nd = (size_t)c.T * c.ld, nb = (size_t)c.K * c.H;
+    c.x = randv(n, 1);
+    c.dyn = randv(nd, 0.5f);
+    c.base = randv(nb, 0.5f);
+    c.G = randv(n, 1);
+    c.out = randv(n, 1);
+    float *dx = randv(n, 100), *ddyn = calloc(nd, sizeof(float)), *dbase = calloc(nb, sizeof(float));
+    for (size_t i = 0; i < nd; i++) ddyn[i] = 7.0f; // columns outside [1, 1 + K*ng) must stay untouched
+    ops_dynconv_backward(&be, dx, ddyn + 1, dbase, c.G, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
+    int untouched = 1;
+    for (int t = 0; t < c.T; t++)
+        for (int j = 0; j < c.ld; j++)
+            if (j == 0 || j > c.K * ng) untouched &= ddyn[(size_t)t * c.ld + j] == 7.0f;
+    CHECK_MSG(untouched, "dynconv backward wrote ddyn outside its K*H/G columns");
+    float *ddyn1 = malloc(nd * sizeof(float)); // fd over dyn's own columns only (the others are not read)
+    for (size_t i = 0; i < nd; i++) ddyn1[i] = (i % (size_t)c.ld) >= 1 && (i % (size_t)c.ld) <= (size_t)(c.K * ng) ? ddyn[i] : 0.0f;
+    // fd_check perturbs dyn[i]; ddyn1 is aligned to dyn (the op got dyn + 1 and ddyn + 1)
+    fd_check("dynconv dx", c.x, n, dx, dc_objective, &c);
+    fd_check("dynconv ddyn", c.dyn, nd, ddyn1, dc_objective, &c);
+    fd_check("dynconv dbase", c.base, nb, dbase, dc_objective, &c);
+    // dbase accumulates
+    float *dbase2 = copyv(dbase, nb);
+    ops_dynconv_backward(&be, dx, ddyn + 1, dbase2, c.G, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
+    double acc = 0;
+    for (size_t i = 0; i < nb; i++) acc = fmax(acc, fabs(dbase2[i] - 2 * dbase[i]));
+    CHECK_MSG(acc <= 1e-5 * max_abs(dbase, nb), "dynconv dbase does not accumulate (+=): off by %g", acc);
+
+    // identity: base[0] = 1, base[o > 0] = 0, dyn = 0 -> out = x
+    float *id = calloc(nb, sizeof(float)), *zero = calloc(nd, sizeof(float));
+    for (int h = 0; h < c.H; h++) id[h] = 1.0f;
+    ops_dynconv_forward(&be, c.out, c.x, zero, c.ld, id, c.T, c.B, c.H, c.K, c.G_);
+    CHECK(memcmp(c.out, c.x, n * sizeof(float)) == 0);
+    // blocks are independent: changing block 0's input leaves blocks 1.. unchanged; slot 0 of
+    // block 1 sees only itself (out = (base[0] + dyn[t, g]) * x[t])
+    float *ref = copyv(c.out, n);
+    ops_dynconv_forward(&be, ref, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
+    for (size_t i = 0; i < (size_t)c.B * c.H; i++) c.x[i] += 1.0f;
+    ops_dynconv_forward(&be, c.out, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
+    CHECK(memcmp(c.out + (size_t)c.B * c.H, ref + (size_t)c.B * c.H, (n - (size_t)c.B * c.H) * sizeof(float)) == 0);
+    int t0 = c.B, bad = 0;
+    for (int h = 0; h < c.H; h++) {
+        float want = (c.base[h] + c.dyn[1 + (size_t)t0 * c.ld + h / c.G_]) * c.x[(size_t)t0 * c.H + h];
+        bad |= fabsf(c.out[(size_t)t0 * c.H + h] - want) > 1e-6f * (1.0f + fabsf(want));
+    }
+    CHECK_MSG(!bad, "dynconv: a block's first slot must see only itself");
+    free(c.x); free(c.dyn); free(c.base); free(c.G); free(c.out); free(dx); free(ddyn); free(ddyn1); free(dbase);
+    free(dbase2); free(id); free(zero); free(ref);
+}
+
 int main(void) {
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "%s\n", error_msg());
@@ -499,6 +571,7 @@ int main(void) {
     test_rope_backward();
     test_swiglu_backward();
     test_dflash_attention();
+    test_dynconv();
     backend_close(&be);
     return test_finish("test_ops_train");
 }

@@ -1,7 +1,8 @@
 // test_ops_train_cuda.c: every training op of the student on CUDA
 // against the CPU reference, forward and backward (skipped, exit 77, without a GPU). The companion of
 // tests/unit/test_ops_cuda.c (the forward ops) and test_loss_cuda.c (the fused loss): the RMSNorm,
-// RoPE and SwiGLU backward passes, the DFlash attention forward and backward (context + block keys,
+// RoPE and SwiGLU backward passes, the DFlash2 dynamic convolution (ops_dynconv.h: out, dx, ddyn act;
+// dbase f32 +=), the DFlash attention forward and backward (context + block keys,
 // sliding windows, GQA), the fp32 <-> act conversions, and the optimizer kernels.
 //
 // Both sides get the same inputs, rounded to bf16 first (the CPU gets those values as fp32), so only
@@ -24,6 +25,7 @@
 #include "common/backend/backend.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_dynconv.h"
 #include "common/kernels/ops_train.h"
 #include "student/train/optim.h"
 #include "testing.h"
@@ -317,6 +319,36 @@ static void test_optim(void) {
     free(w), free(g), free(m), free(v), free(ema);
 }
 
+// ----------------------------------------------------------------------------- DFlash2 dynamic conv
+
+// C blocks of B slots, H in groups of G, K taps, dyn a strided view (ld = 2*K*H/G, the finish half).
+static void dynconv_case(int C, int B, int H, int K, int G) {
+    int T = C * B, ng = H / G, ld = 2 * K * ng;
+    size_t n = (size_t)T * H, nd = (size_t)T * ld, nb = (size_t)K * H;
+    float *x = rand_bf16(n, 2), *dyn = rand_bf16(nd, 0.5f), *base = rand_bf16(nb, 1), *dout = rand_bf16(n, 1);
+    float *out = xm(n * sizeof(float)), *dx = xm(n * sizeof(float)), *ddyn = rand_bf16(nd, 1), *dbase = rand_bf16(nb, 2);
+    void *g_x = up_act(x, n), *g_dyn = up_act(dyn, nd), *g_base = up_act(base, nb), *g_do = up_act(dout, n);
+    void *g_out = up_act(out, n), *g_dx = up_act(dx, n), *g_ddyn = up_act(ddyn, nd), *g_db = up_raw(dbase, nb * 4);
+    size_t off = (size_t)K * ng, e = act_bf16 ? 2 : 4;
+    ops_dynconv_forward(&cpu, out, x, dyn + off, ld, base, T, B, H, K, G);
+    ops_dynconv_forward(&gpu, g_out, g_x, (char *)g_dyn + off * e, ld, g_base, T, B, H, K, G);
+    ops_dynconv_backward(&cpu, dx, ddyn + off, dbase, dout, x, dyn + off, ld, base, T, B, H, K, G);
+    ops_dynconv_backward(&gpu, g_dx, (char *)g_ddyn + off * e, g_db, g_do, g_x, (char *)g_dyn + off * e, ld, g_base, T,
+                         B, H, K, G);
+    char name[96];
+    snprintf(name, sizeof name, "dynconv out C=%d B=%d H=%d K=%d G=%d", C, B, H, K, G);
+    cmp_act(name, g_out, out, n, TOL_ACT);
+    snprintf(name, sizeof name, "dynconv dx C=%d B=%d H=%d K=%d G=%d", C, B, H, K, G);
+    cmp_act(name, g_dx, dx, n, TOL_ACT);
+    snprintf(name, sizeof name, "dynconv ddyn (both halves) C=%d B=%d", C, B);
+    cmp_act(name, g_ddyn, ddyn, nd, TOL_ACT); // the prepare half kept its starting values on both sides
+    snprintf(name, sizeof name, "dynconv dbase (+=) C=%d B=%d", C, B);
+    cmp_f32(name, g_db, dbase, nb, TOL_F32);
+    backend_free(&gpu, g_x); backend_free(&gpu, g_dyn); backend_free(&gpu, g_base); backend_free(&gpu, g_do);
+    backend_free(&gpu, g_out); backend_free(&gpu, g_dx); backend_free(&gpu, g_ddyn); backend_free(&gpu, g_db);
+    free(x); free(dyn); free(base); free(dout); free(out); free(dx); free(ddyn); free(dbase);
+}
+
 int main(void) {
     int selftest = getenv("DFLASH_OPS_TRAIN_SELFTEST") && atoi(getenv("DFLASH_OPS_TRAIN_SELFTEST"));
     if (backend_cuda_devices() == 0 && !selftest) {
@@ -338,6 +370,8 @@ int main(void) {
     rope_bwd_case(300, 4, 64, 30000);
     rope_bwd_case(17, 3, 18, 5);
     test_swiglu_bwd_conv();
+    dynconv_case(5, 8, 64, 2, 16); // the published K 2, G 16 at block 8
+    dynconv_case(3, 7, 60, 3, 4);  // odd block, H 60 in 15 groups, K 3
     test_dflash();
     test_optim();
     backend_close(&gpu);

@@ -110,7 +110,9 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
         const drafter_param *p = &d->params[i];
         rng r;
         rng_init(&r, seed, 0, (uint32_t)(0x7000u + (uint32_t)i));
-        for (int64_t j = 0; j < p->numel; j++) host[p->offset + j] = p->is_norm ? 1.0f : (float)(0.02 * rng_normal(&r));
+        for (int64_t j = 0; j < p->numel; j++) host[p->offset + j] = p->is_norm    ? 1.0f
+                                      : p->is_delta ? (float)(j % (p->shape[1] * p->shape[2]) < p->shape[2])
+                                                    : (float)(0.02 * rng_normal(&r));
     }
     backend_copy_to_device(be, d->master, host, (size_t)d->numel * sizeof(float));
     free(host);
@@ -153,10 +155,11 @@ int drafter_load_weights(drafter *d, const st_file *f) {
             free(host);
             return error_set("%s: missing drafter tensor %s", f->path, p->name);
         }
-        int same = e->ndim == p->ndim && e->shape[0] == p->shape[0] && (p->ndim == 1 || e->shape[1] == p->shape[1]);
+        int same = e->ndim == p->ndim;
+        for (int k = 0; same && k < p->ndim; k++) same = e->shape[k] == p->shape[k];
         if (!same) {
             char have[64], want[64];
-            int64_t s[2] = {p->shape[0], p->shape[1]};
+            int64_t s[3] = {p->shape[0], p->shape[1], p->shape[2]};
             free(host);
             return error_set("%s: drafter tensor %s has shape %s, the config implies %s", f->path, p->name,
                              shape_str(e->ndim, e->shape, have, sizeof have), shape_str(p->ndim, s, want, sizeof want));
@@ -171,6 +174,24 @@ int drafter_load_weights(drafter *d, const st_file *f) {
     free(host);
     drafter_sync_compute(d);
     return 0;
+}
+
+void drafter_param_push(drafter_param *list, int *n, int64_t *off, const char *name, int ndim, const int64_t *shape,
+                        int is_norm, int is_delta) {
+    int64_t numel = 1;
+    for (int k = 0; k < ndim; k++) numel *= shape[k];
+    if (list) {
+        drafter_param *p = &list[*n];
+        snprintf(p->name, sizeof p->name, "%s", name);
+        p->ndim = ndim;
+        for (int k = 0; k < 3; k++) p->shape[k] = k < ndim ? shape[k] : 1;
+        p->numel = numel;
+        p->offset = *off;
+        p->is_norm = is_norm;
+        p->is_delta = is_delta;
+    }
+    *off += (numel + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN;
+    (*n)++;
 }
 
 void drafter_param_to_host(const drafter *d, const float *buf, const drafter_param *p, float *host) {

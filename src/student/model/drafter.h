@@ -21,15 +21,24 @@
 
 typedef struct drafter_param {
     char name[96];
-    int ndim;
-    int64_t shape[2];
+    int ndim;           // 1..3
+    int64_t shape[3];   // unused dimensions 1
     int64_t numel;
     int64_t offset;     // elements into the flat buffers
     int is_norm;        // RMSNorm weight (initialised to 1)
+    int is_delta;       // a conv base kernel [2, K, H] (initialised to the identity: 1 at offset 0, else 0)
 } drafter_param;
+
+// drafter_param_push: for a kind's param_list: the tensor `name` of shape[ndim] at *off (then
+// advanced to the next DRAFTER_ALIGN boundary), written to list[*n] when list is not NULL; ++*n.
+void drafter_param_push(drafter_param *list, int *n, int64_t *off, const char *name, int ndim, const int64_t *shape,
+                        int is_norm, int is_delta);
 
 typedef struct {
     void *input_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_norm, *w_gate, *w_up, *w_down;
+    // DFlash2 (drafter_dflash2.c; NULL for other kinds): [0] the attention_conv, [1] the mlp_conv.
+    void *conv_base[2];        // [2, K, H] base kernels (prepare, finish)
+    void *conv_proj[2];        // [2*K*H/G, H] kernel_projection
 } drafter_layer;
 
 typedef struct drafter {

@@ -27,8 +27,7 @@
 //   - The package's mask also applies the window between block slots (|k - j| < W); with
 //     W >= block_size that never hides a slot, so W < block_size is refused.
 // Refused because the package would apply them and the trainer does not: architectures other than
-// those of a drafter kind (drafter_kind.c: DFlashDraftModel; DFlash2DraftModel, with its conv and
-// selector modules, is not one yet), model_type other than the kind's (qwen3),
+// those of a drafter kind (drafter_kind.c: DFlashDraftModel, DFlash2DraftModel), model_type other than the kind's (qwen3),
 // attention_bias true, hidden_act other than silu, non-default RoPE types or a partial rotary
 // factor, dflash_config.input_embedding_scale / output_multiplier != 1, final_logit_softcapping > 0.
 // A JSON null counts as absent everywhere except num_key_value_heads (see above).
@@ -357,6 +356,7 @@ static int dc_parse_root(drafter_config *c, const cJSON *root, const char *src) 
     if (dc_parse_rope(c, root, src)) return -1;
     if (dc_parse_dflash(c, root, dflash, src)) return -1;
     if (dc_parse_attention(c, root, src)) return -1;
+    if (c->kind->defaults) c->kind->defaults(c);
     if (c->kind->config_parse && c->kind->config_parse(c, root, dflash, src)) return -1;
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";

@@ -30,6 +30,9 @@ typedef struct drafter_config {
     int n_feat;                 // len(target_layer_ids)
     int64_t target_layer_ids[DRAFTER_MAX_FEAT];
     int64_t num_target_layers;  // 0 when the config does not say
+    // DFlash2 (drafter_dflash2.c; 0 for other kinds): dflash_config conv_kernel_size K,
+    // conv_group_size G (channels per group; H % G == 0), selector_top_k, selector_rank.
+    int64_t conv_kernel, conv_group, selector_top_k, selector_rank;
     char torch_dtype[16];       // "torch_dtype"/"dtype" as read ("" when absent); to_json writes it, or
                                 // "float32" when empty: set it to "bfloat16" before a bf16 export
 } drafter_config;

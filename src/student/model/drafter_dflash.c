@@ -10,60 +10,48 @@
 #include "common/kernels/ops.h"
 #include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
+#include "student/model/drafter_dflash.h"
 #include "student/model/drafter_kind.h"
 #include "student/model/grad_buckets.h"
 
-// dflash_param_list: the trainable tensors in export order (z-lab dflash names): fc, hidden_norm,
-// per layer the Qwen3 decoder layer (norms, q/k/v/o, q/k norms, SwiGLU MLP), the final norm.
-static int dflash_param_list(const drafter_config *c, drafter_param *list) {
+// drafter_dflash_param_list: the trainable tensors in export order (z-lab dflash names): fc,
+// hidden_norm, per layer the Qwen3 decoder layer (norms, q/k/v/o, q/k norms, SwiGLU MLP), the final norm.
+int drafter_dflash_param_list(const drafter_config *c, drafter_param *list) {
     int64_t H = c->hidden, I = c->intermediate, hd = c->head_dim;
     int64_t qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
     int n = 0;
     int64_t off = 0;
-#define P(nm, d, s0, s1, norm)                                                   \
-    do {                                                                         \
-        if (list) {                                                              \
-            drafter_param *p_ = &list[n];                                        \
-            snprintf(p_->name, sizeof p_->name, "%s", nm);                       \
-            p_->ndim = d;                                                        \
-            p_->shape[0] = s0;                                                   \
-            p_->shape[1] = d == 2 ? s1 : 1;                                      \
-            p_->numel = (int64_t)(s0) * (d == 2 ? (s1) : 1);                     \
-            p_->offset = off;                                                    \
-            p_->is_norm = norm;                                                  \
-        }                                                                        \
-        off += ((int64_t)(s0) * (d == 2 ? (s1) : 1) + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN; \
-        n++;                                                                     \
-    } while (0)
     char nm[96];
-    P("fc.weight", 2, H, (int64_t)c->n_feat * H, 0);
-    P("hidden_norm.weight", 1, H, 0, 1);
+#define P(name, is_norm, ...) drafter_param_push(list, &n, &off, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, is_norm, 0)
+    P("fc.weight", 0, H, (int64_t)c->n_feat * H);
+    P("hidden_norm.weight", 1, H);
     for (int64_t l = 0; l < c->n_layers; l++) {
-#define L(suffix, d, s0, s1, norm)                                               \
+#define L(suffix, is_norm, ...)                                                  \
     do {                                                                         \
         snprintf(nm, sizeof nm, "layers.%lld.%s", (long long)l, suffix);         \
-        P(nm, d, s0, s1, norm);                                                  \
+        P(nm, is_norm, __VA_ARGS__);                                             \
     } while (0)
-        L("input_layernorm.weight", 1, H, 0, 1);
-        L("self_attn.q_proj.weight", 2, qd, H, 0);
-        L("self_attn.k_proj.weight", 2, kvd, H, 0);
-        L("self_attn.v_proj.weight", 2, kvd, H, 0);
-        L("self_attn.o_proj.weight", 2, H, qd, 0);
-        L("self_attn.q_norm.weight", 1, hd, 0, 1);
-        L("self_attn.k_norm.weight", 1, hd, 0, 1);
-        L("post_attention_layernorm.weight", 1, H, 0, 1);
-        L("mlp.gate_proj.weight", 2, I, H, 0);
-        L("mlp.up_proj.weight", 2, I, H, 0);
-        L("mlp.down_proj.weight", 2, H, I, 0);
+        L("input_layernorm.weight", 1, H);
+        L("self_attn.q_proj.weight", 0, qd, H);
+        L("self_attn.k_proj.weight", 0, kvd, H);
+        L("self_attn.v_proj.weight", 0, kvd, H);
+        L("self_attn.o_proj.weight", 0, H, qd);
+        L("self_attn.q_norm.weight", 1, hd);
+        L("self_attn.k_norm.weight", 1, hd);
+        L("post_attention_layernorm.weight", 1, H);
+        L("mlp.gate_proj.weight", 0, I, H);
+        L("mlp.up_proj.weight", 0, I, H);
+        L("mlp.down_proj.weight", 0, H, I);
 #undef L
     }
-    P("norm.weight", 1, H, 0, 1);
+    P("norm.weight", 1, H);
 #undef P
     return n;
 }
 
-// dflash_bind: the pointers in the order of dflash_param_list (11 tensors a layer).
-static void dflash_bind(drafter *d) {
+// drafter_dflash_bind: the pointers in the order of drafter_dflash_param_list (11 tensors a
+// layer, the final norm after the last layer; a kind extending it lists its tensors after that).
+void drafter_dflash_bind(drafter *d) {
     size_t e = dtype_size(ops_act_dtype(d->be));
     char *base = d->compute;
 #define AT(i) ((void *)(base + (size_t)d->params[i].offset * e))
@@ -84,7 +72,7 @@ static void dflash_bind(drafter *d) {
         L->w_up = AT(i + 9);
         L->w_down = AT(i + 10);
     }
-    d->norm = AT(d->n_params - 1);
+    d->norm = AT(2 + (int)d->cfg.n_layers * 11);
 #undef AT
 }
 
@@ -93,12 +81,12 @@ static int name_ends(const char *name, const char *suffix) {
     return n >= s && strcmp(name + n - s, suffix) == 0;
 }
 
-// dflash_grad_buckets: the bucket (grad_buckets.h) in which step.c's backward finishes each tensor
-// of dflash_param_list: fc and hidden_norm last; per layer k_proj, v_proj and k_norm (index 2, 3, 6
+// drafter_dflash_grad_buckets: the bucket (grad_buckets.h) in which step.c's backward finishes each tensor
+// of drafter_dflash_param_list: fc and hidden_norm last; per layer k_proj, v_proj and k_norm (index 2, 3, 6
 // of the layer; the context keys and values also feed them) after context_backward has passed the
 // layer, the layer's other tensors after the last chunk's backward has; the final norm with layer
 // L-1's block. -1 when d's tensors are not in this layout (the order step.c's P_* indices assume).
-static int dflash_grad_buckets(const drafter *d, int *bucket_of) {
+int drafter_dflash_grad_buckets(const drafter *d, int *bucket_of) {
     int L = (int)d->cfg.n_layers, np = d->n_params;
     const drafter_param *p = d->params;
     if (L < 1 || np != 2 + 11 * L + 1 || !name_ends(p[0].name, "fc.weight") || !name_ends(p[1].name, "hidden_norm.weight") ||
@@ -120,7 +108,7 @@ const drafter_kind drafter_kind_dflash = {
     .name = "dflash",
     .architecture = "DFlashDraftModel",
     .model_type = "qwen3",
-    .param_list = dflash_param_list,
-    .bind = dflash_bind,
-    .grad_buckets = dflash_grad_buckets,
+    .param_list = drafter_dflash_param_list,
+    .bind = drafter_dflash_bind,
+    .grad_buckets = drafter_dflash_grad_buckets,
 };

@@ -8,6 +8,7 @@
 
 static const drafter_kind *const kinds[] = {
     &drafter_kind_dflash, // the first is the default
+    &drafter_kind_dflash2,
 };
 #define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 

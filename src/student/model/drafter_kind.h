@@ -1,6 +1,6 @@
 // drafter_kind.h: the drafter kinds behind one table (the config key drafter.kind): what makes a
 // kind of drafter itself, its export identity and its parameters, filled by one file per kind
-// (drafter_dflash.c: DFlash) and listed by the registry in drafter_kind.c.
+// (drafter_dflash.c: DFlash, drafter_dflash2.c: DFlash2) and listed by the registry in drafter_kind.c.
 //
 // Adding a kind (docs/student.md, "Drafter kinds"): a file drafter_<kind>.c defining a
 // `const drafter_kind drafter_kind_<kind>`, its line in drafter_kind.c's registry and in this
@@ -30,6 +30,9 @@ typedef struct drafter_kind {
     // grad_buckets: bucket_of[i] = the gradient bucket (grad_buckets.h) in which the step's backward
     // finishes d->params[i]; -1 with error_set when d's tensors are not in the kind's layout.
     int (*grad_buckets)(const struct drafter *d, int *bucket_of);
+    // defaults: set the kind's own fields of c to the published defaults (before config_parse, and
+    // for a drafter shaped from the target). NULL: the kind has none.
+    void (*defaults)(struct drafter_config *c);
     // config_parse / config_write: the kind's own config.json keys beyond the shared DFlash ones
     // (root: the object; dflash: its "dflash_config" object, NULL when absent on parse). NULL: the
     // kind has none. config_parse: -1 with error_set naming src and the key.
@@ -38,7 +41,8 @@ typedef struct drafter_kind {
 } drafter_kind;
 
 // The kinds (each defined in its own file).
-extern const drafter_kind drafter_kind_dflash; // drafter_dflash.c
+extern const drafter_kind drafter_kind_dflash;  // drafter_dflash.c
+extern const drafter_kind drafter_kind_dflash2; // drafter_dflash2.c
 
 // drafter_kind_find: the kind named `name` (a drafter.kind value); NULL with error_set naming the
 // key drafter.kind and the known kinds when there is none.

@@ -11,6 +11,7 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_dynconv.h"
 #include "common/kernels/ops_train.h"
 #include "student/model/grad_buckets.h"
 #include "student/model/metrics.h"
@@ -25,6 +26,10 @@ typedef struct { // what one layer's backward needs from its forward, for one ch
     void *kb_pre, *kb, *vb;      // [N, kvd]
     float *lse;                  // [N, nq]
     void *gate, *up, *act;       // [N, I]
+    // DFlash2 (layers[l].conv_base set; NULL otherwise), conv 0 around the attention, 1 the MLP:
+    void *dyn[2];                // [N, 2*K*H/G] kernel_projection of u / u2
+    void *cin[2];                // [N, H] prepare's output: the attention's / MLP's input
+    void *pre[2];                // [N, H] the attention's o_proj / the MLP's down_proj output (finish's input)
 } layer_saved;
 
 struct student_work {
@@ -47,6 +52,7 @@ struct student_work {
     void *dI_act, *dI_gate, *dI_up;        // [N, I]
     void *dq, *dq_pre, *datt;              // [N, qd]
     void *dkb, *dkb_pre, *dvb;             // [N, kvd]
+    void *ddyn, *dconv;                    // DFlash2: [N, 2*K*H/G], [N, H] (NULL otherwise)
     // loss inputs and per-row outputs (device)
     int32_t *label, *t_idx;                // [R], [R, k]
     float *mask, *t_val, *t_lse;           // [R], [R, k], [R]
@@ -63,6 +69,9 @@ struct student_work {
     step_grad_hook hook;           // NULL: none (student_work_set_grad_hook)
     void *hook_ctx;
 };
+
+// CONV_LD: the width of a DFlash2 conv module's kernel_projection output, 2*K*H/G.
+#define CONV_LD(c) ((size_t)(2 * (c)->conv_kernel * ((c)->hidden / ((c)->conv_group > 0 ? (c)->conv_group : 1))))
 
 // The loss plan a chunk of R scored rows runs with: row_chunk 0 means all of them, and the student's
 // top-K for the tree metric. The workspace is sized from the same function, so they cannot differ.
@@ -123,6 +132,11 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
         s->gate = arena_alloc(a, N * I * e);
         s->up = arena_alloc(a, N * I * e);
         s->act = arena_alloc(a, N * I * e);
+        for (int j = 0; j < 2 && c->conv_kernel > 0; j++) { // DFlash2 (the config says: the planner has no layers)
+            s->dyn[j] = arena_alloc(a, N * CONV_LD(c) * e);
+            s->cin[j] = arena_alloc(a, N * H * e);
+            s->pre[j] = arena_alloc(a, N * H * e);
+        }
     }
     w->h_final = arena_alloc(a, N * H * e);
     w->x = arena_alloc(a, N * H * e);
@@ -140,6 +154,10 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->dkb = arena_alloc(a, N * kvd * e);
     w->dkb_pre = arena_alloc(a, N * kvd * e);
     w->dvb = arena_alloc(a, N * kvd * e);
+    if (c->conv_kernel > 0) {
+        w->ddyn = arena_alloc(a, N * CONV_LD(c) * e);
+        w->dconv = arena_alloc(a, N * H * e);
+    }
     w->label = arena_alloc(a, R * sizeof(int32_t));
     w->t_idx = arena_alloc(a, R * k * sizeof(int32_t));
     w->mask = arena_alloc(a, R * sizeof(float));
@@ -256,7 +274,48 @@ static float *grad_of(drafter *d, int i) { return d->grad + d->params[i].offset;
 #define P_FC 0
 #define P_HIDDEN_NORM 1
 #define P_LAYER(l, j) (2 + (l) * 11 + (j)) // j: 0 input_norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm, 7 post_norm, 8 gate, 9 up, 10 down
-#define P_NORM(d) ((d)->n_params - 1)
+#define P_NORM(d) (2 + (int)(d)->cfg.n_layers * 11)
+// DFlash2's conv j (0 attention, 1 MLP) of layer l: its base_kernel; +1 its kernel_projection (drafter_dflash2.c)
+#define P_CONV(d, l, j) (P_NORM(d) + 1 + 4 * (l) + 2 * (j))
+
+// DFlash2 conv forward (SPEC §3.1). conv_prepare: dyn = u P^T; cin = conv(u, dyn[:, :K*H/G], base[0]).
+static void conv_prepare(drafter *d, layer_saved *s, int l, int j, const void *u, int C) {
+    const drafter_config *c = &d->cfg;
+    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, ld = (int)CONV_LD(c);
+    linear(d->be, s->dyn[j], u, d->layers[l].conv_proj[j], N, H, ld);
+    ops_dynconv_forward(d->be, s->cin[j], u, s->dyn[j], ld, d->layers[l].conv_base[j], N, B, H, (int)c->conv_kernel,
+                        (int)c->conv_group);
+}
+// conv_finish: out = conv(pre, dyn[:, K*H/G:], base[1]).
+static void conv_finish(drafter *d, const layer_saved *s, int l, int j, void *out, int C) {
+    const drafter_config *c = &d->cfg;
+    int B = (int)c->block_size, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
+    size_t half = (size_t)ld / 2 * dtype_size(ops_act_dtype(d->be)), bk = (size_t)K * H * dtype_size(ops_act_dtype(d->be));
+    ops_dynconv_forward(d->be, out, s->pre[j], (const char *)s->dyn[j] + half, ld,
+                        (const char *)d->layers[l].conv_base[j] + bk, C * B, B, H, K, (int)c->conv_group);
+}
+// conv_finish_backward: from dout = d(finish's output): dpre (finish's input grad), w->ddyn's second
+// half, base[1]'s gradient.
+static void conv_finish_backward(drafter *d, student_work *w, const layer_saved *s, int l, int j, void *dpre,
+                                 const void *dout, int C) {
+    const drafter_config *c = &d->cfg;
+    int B = (int)c->block_size, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
+    size_t e = dtype_size(ops_act_dtype(d->be)), half = (size_t)ld / 2 * e, bk = (size_t)K * H * e;
+    ops_dynconv_backward(d->be, dpre, (char *)w->ddyn + half, grad_of(d, P_CONV(d, l, j)) + K * H, dout, s->pre[j],
+                         (const char *)s->dyn[j] + half, ld, (const char *)d->layers[l].conv_base[j] + bk, C * B, B, H,
+                         K, (int)c->conv_group);
+}
+// conv_prepare_backward: from dcin = d(prepare's output) in w->dconv, with w->ddyn's second half
+// already set: du = d(u) through both the conv and the projection; base[0]'s and P's gradients.
+static void conv_prepare_backward(drafter *d, student_work *w, const layer_saved *s, int l, int j, void *du,
+                                  const void *u, int C) {
+    const drafter_config *c = &d->cfg;
+    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
+    ops_dynconv_backward(d->be, du, w->ddyn, grad_of(d, P_CONV(d, l, j)), w->dconv, u, s->dyn[j], ld,
+                         d->layers[l].conv_base[j], N, B, H, K, (int)c->conv_group);
+    linear_dx(d->be, du, w->ddyn, d->layers[l].conv_proj[j], N, H, ld, 1);
+    linear_dw(d->be, grad_of(d, P_CONV(d, l, j) + 1), w->ddyn, u, N, H, ld);
+}
 
 void student_work_set_grad_hook(student_work *w, step_grad_hook hook, void *ctx) { w->hook = hook, w->hook_ctx = ctx; }
 
@@ -335,25 +394,31 @@ static void chunk_forward(drafter *d, student_work *w, int C) {
         int window = c->layer_sliding[l] ? (int)c->sliding_window : 0;
         int causal = c->layer_sliding[l] ? c->sliding_causal : 0;
         ops_rmsnorm(be, s->u, s->h_in, L->input_norm, N, H, eps);
-        linear(be, s->q_pre, s->u, L->wq, N, H, qd);
+        const void *ua = s->u; // the attention's input: u, or DFlash2's prepare(u)
+        if (L->conv_base[0]) conv_prepare(d, s, l, 0, s->u, C), ua = s->cin[0];
+        linear(be, s->q_pre, ua, L->wq, N, H, qd);
         ops_rmsnorm(be, s->q, s->q_pre, L->q_norm, N * nq, hd, eps);
         ops_rope(be, s->q, w->pos_blk, d->inv_freq, N, nq, hd);
-        linear(be, s->kb_pre, s->u, L->wk, N, H, kvd);
+        linear(be, s->kb_pre, ua, L->wk, N, H, kvd);
         ops_rmsnorm(be, s->kb, s->kb_pre, L->k_norm, N * nkv, hd, eps);
         ops_rope(be, s->kb, w->pos_blk, d->inv_freq, N, nkv, hd);
-        linear(be, s->vb, s->u, L->wv, N, H, kvd);
+        linear(be, s->vb, ua, L->wv, N, H, kvd);
         ops_dflash_attn_forward(be, s->att, s->lse, s->q, s->kb, s->vb, w->kc[l], w->vc[l], w->anchors, w->seq_start, C, B,
                                 nq, nkv, hd, scale, window, causal);
         copy_act(be, s->h_mid, s->h_in, (int64_t)N * H);
-        linear(be, w->tmp_h, s->att, L->wo, N, qd, H);
+        linear(be, L->conv_base[0] ? s->pre[0] : w->tmp_h, s->att, L->wo, N, qd, H);
+        if (L->conv_base[0]) conv_finish(d, s, l, 0, w->tmp_h, C);
         ops_add(be, s->h_mid, w->tmp_h, (int64_t)N * H);
         ops_rmsnorm(be, s->u2, s->h_mid, L->post_norm, N, H, eps);
-        linear(be, s->gate, s->u2, L->w_gate, N, H, I);
-        linear(be, s->up, s->u2, L->w_up, N, H, I);
+        const void *um = s->u2; // the MLP's input: u2, or DFlash2's prepare(u2)
+        if (L->conv_base[1]) conv_prepare(d, s, l, 1, s->u2, C), um = s->cin[1];
+        linear(be, s->gate, um, L->w_gate, N, H, I);
+        linear(be, s->up, um, L->w_up, N, H, I);
         ops_swiglu(be, s->act, s->gate, s->up, (int64_t)N * I);
         h = w->h_final; // the next layer's input is copied from here
         copy_act(be, h, s->h_mid, (int64_t)N * H);
-        linear(be, w->tmp_h, s->act, L->w_down, N, I, H);
+        linear(be, L->conv_base[1] ? s->pre[1] : w->tmp_h, s->act, L->w_down, N, I, H);
+        if (L->conv_base[1]) conv_finish(d, s, l, 1, w->tmp_h, C);
         ops_add(be, h, w->tmp_h, (int64_t)N * H);
     }
     ops_rmsnorm(be, w->x, w->h_final, d->norm, N, H, eps);
@@ -375,29 +440,38 @@ static int chunk_backward(drafter *d, student_work *w, int C, int hooks) {
         int window = c->layer_sliding[l] ? (int)c->sliding_window : 0;
         int causal = c->layer_sliding[l] ? c->sliding_causal : 0;
         // MLP: h_out = h_mid + down(silu(gate(u2)) * up(u2))
-        linear_dx(be, w->dI_act, w->dh, L->w_down, N, I, H, 0);
-        linear_dw(be, grad_of(d, P_LAYER(l, 10)), w->dh, s->act, N, I, H);
+        // (DFlash2: h_out = h_mid + finish(down(...)), the MLP reading prepare(u2))
+        const void *d_down = w->dh, *um = s->u2;
+        if (L->conv_base[1]) conv_finish_backward(d, w, s, l, 1, w->tmp_h, w->dh, C), d_down = w->tmp_h, um = s->cin[1];
+        linear_dx(be, w->dI_act, d_down, L->w_down, N, I, H, 0);
+        linear_dw(be, grad_of(d, P_LAYER(l, 10)), d_down, s->act, N, I, H);
         ops_swiglu_backward(be, w->dI_gate, w->dI_up, w->dI_act, s->gate, s->up, (int64_t)N * I);
-        linear_dx(be, w->du, w->dI_gate, L->w_gate, N, H, I, 0);
-        linear_dx(be, w->du, w->dI_up, L->w_up, N, H, I, 1);
-        linear_dw(be, grad_of(d, P_LAYER(l, 8)), w->dI_gate, s->u2, N, H, I);
-        linear_dw(be, grad_of(d, P_LAYER(l, 9)), w->dI_up, s->u2, N, H, I);
+        void *dum = L->conv_base[1] ? w->dconv : w->du; // d(the MLP's input)
+        linear_dx(be, dum, w->dI_gate, L->w_gate, N, H, I, 0);
+        linear_dx(be, dum, w->dI_up, L->w_up, N, H, I, 1);
+        linear_dw(be, grad_of(d, P_LAYER(l, 8)), w->dI_gate, um, N, H, I);
+        linear_dw(be, grad_of(d, P_LAYER(l, 9)), w->dI_up, um, N, H, I);
+        if (L->conv_base[1]) conv_prepare_backward(d, w, s, l, 1, w->du, s->u2, C);
         ops_rmsnorm_backward(be, w->dh, grad_of(d, P_LAYER(l, 7)), w->du, s->h_mid, L->post_norm, N, H, eps, 1);
         // attention: h_mid = h_in + o_proj(attn(q, [Kc; kb], [Vc; vb]))
-        linear_dx(be, w->datt, w->dh, L->wo, N, qd, H, 0);
-        linear_dw(be, grad_of(d, P_LAYER(l, 4)), w->dh, s->att, N, qd, H);
+        const void *d_o = w->dh, *ua = s->u;
+        if (L->conv_base[0]) conv_finish_backward(d, w, s, l, 0, w->tmp_h, w->dh, C), d_o = w->tmp_h, ua = s->cin[0];
+        linear_dx(be, w->datt, d_o, L->wo, N, qd, H, 0);
+        linear_dw(be, grad_of(d, P_LAYER(l, 4)), d_o, s->att, N, qd, H);
         ops_dflash_attn_backward(be, w->dq, w->dkb, w->dvb, w->dkc[l], w->dvc[l], w->datt, s->att, s->lse, s->q, s->kb,
                                  s->vb, w->kc[l], w->vc[l], w->anchors, w->seq_start, C, B, nq, nkv, hd, scale, window, causal);
         ops_rope_backward(be, w->dq, w->pos_blk, d->inv_freq, N, nq, hd);
         ops_rope_backward(be, w->dkb, w->pos_blk, d->inv_freq, N, nkv, hd);
         ops_rmsnorm_backward(be, w->dq_pre, grad_of(d, P_LAYER(l, 5)), w->dq, s->q_pre, L->q_norm, N * nq, hd, eps, 0);
         ops_rmsnorm_backward(be, w->dkb_pre, grad_of(d, P_LAYER(l, 6)), w->dkb, s->kb_pre, L->k_norm, N * nkv, hd, eps, 0);
-        linear_dx(be, w->du, w->dq_pre, L->wq, N, H, qd, 0);
-        linear_dx(be, w->du, w->dkb_pre, L->wk, N, H, kvd, 1);
-        linear_dx(be, w->du, w->dvb, L->wv, N, H, kvd, 1);
-        linear_dw(be, grad_of(d, P_LAYER(l, 1)), w->dq_pre, s->u, N, H, qd);
-        linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->dkb_pre, s->u, N, H, kvd);
-        linear_dw(be, grad_of(d, P_LAYER(l, 3)), w->dvb, s->u, N, H, kvd);
+        void *dua = L->conv_base[0] ? w->dconv : w->du; // d(the attention's input)
+        linear_dx(be, dua, w->dq_pre, L->wq, N, H, qd, 0);
+        linear_dx(be, dua, w->dkb_pre, L->wk, N, H, kvd, 1);
+        linear_dx(be, dua, w->dvb, L->wv, N, H, kvd, 1);
+        linear_dw(be, grad_of(d, P_LAYER(l, 1)), w->dq_pre, ua, N, H, qd);
+        linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->dkb_pre, ua, N, H, kvd);
+        linear_dw(be, grad_of(d, P_LAYER(l, 3)), w->dvb, ua, N, H, kvd);
+        if (L->conv_base[0]) conv_prepare_backward(d, w, s, l, 0, w->du, s->u, C);
         ops_rmsnorm_backward(be, w->dh, grad_of(d, P_LAYER(l, 0)), w->du, s->h_in, L->input_norm, N, H, eps, 1);
         if (hooks && grad_final(w, grad_bucket_block((int)c->n_layers, l))) return -1; // (with layer L-1: the final norm)
     }

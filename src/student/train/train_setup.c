@@ -89,6 +89,7 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
     }
     memset(dc, 0, sizeof *dc);
     dc->kind = kind;
+    if (kind->defaults) kind->defaults(dc);
     dc->n_layers = cfg->drafter_layers;
     dc->hidden = tc->hidden;
     // the target's dense MLP width; a target without one (Qwen3.5-MoE: every MLP sparse) gets 3 H

@@ -1,0 +1,178 @@
+// test_dflash2_step.c: the student step of a DFlash2 drafter (drafter.kind dflash2: the two grouped
+// dynamic causal convolutions per layer, SPEC §3.1) on the CPU backend:
+//   1. gradients = finite differences of the step's loss, per tensor (both convs' base_kernel and
+//      kernel_projection of both layers, and DFlash tensors the convs sit between: q/k/v/o, MLP,
+//      norms, fc), along the tensor's own gradient direction g/|g|: (L(w + h u) - L(w - h u)) / 2h
+//      must equal |g|. CAP is off (lambda 0: its argmax is held constant, a jump for finite
+//      differences); the loss is (1 - alpha) sum w CE + alpha sum w KL, in double over fp32 rows.
+//      h = 3e-3 along a unit vector. Truncation ~h^2: at h = 1e-2 the worst tensor (layer 0's
+//      attention kernel_projection, weights x8 so the loss ~130 is far from linear) erred 4e-3,
+//      at 3e-3 4e-4 (the h^2 ratio); fp32 roundoff of the loss (~1e-7 of 130) / h is ~5e-6 of
+//      |g| ~ 10. Tolerance 2e-3 relative, while a missing conv term, a wrong tap or a wrong half
+//      of the projection errs by O(1).
+//   2. the anchor-chunk scheme stays exact: the gradients with chunks of 2 anchors equal those of
+//      one chunk of all 9 (the convolutions never cross a block), to 1e-5 relative (fp32 sums in
+//      another order).
+// Conv weights are set away from their identity init, so every term is exercised.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backend/backend.h"
+#include "common/core/check.h"
+#include "student/loss/loss_config.h"
+#include "student/model/drafter.h"
+#include "student/model/drafter_config.h"
+#include "student/model/plan.h"
+#include "student/model/step.h"
+#include "testing.h"
+
+#define H 32
+#define V 64
+#define NF 2
+#define ST 40
+#define NSEQ 2
+#define TK 4
+#define NA 9
+#define FD_H 3e-3
+#define FD_TOL 2e-3
+#define CHUNK_TOL 1e-5
+
+static const char *shape_json =
+    "{\"architectures\": [\"DFlash2DraftModel\"], \"model_type\": \"qwen3\", \"vocab_size\": 64, \"hidden_size\": 32, "
+    "\"intermediate_size\": 48, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+    "\"head_dim\": 8, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
+    "\"num_target_layers\": 4, \"tie_word_embeddings\": true, \"layer_types\": [\"sliding_attention\", \"full_attention\"], "
+    "\"use_sliding_window\": true, \"sliding_window\": 6, \"dflash_config\": {\"block_size\": 5, "
+    "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2], \"conv_kernel_size\": 3, \"conv_group_size\": 4}}";
+
+static float unif(uint64_t i) { // deterministic values in [-1, 1)
+    uint64_t z = i * 0x9e3779b97f4a7c15ull + 12345;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (float)((double)((z ^ (z >> 31)) >> 40) / 8388608.0 - 1.0);
+}
+
+static drafter d;
+static backend be;
+static student_plan plan;
+static student_work *w;
+static student_batch b;
+static loss_config lc;
+static int32_t tokens[ST], cu[NSEQ + 1] = {0, 18, ST}, topk_idx[ST * TK], anchors[NA];
+static uint8_t mask[ST];
+static float feat[ST * NF * H], topk_val[ST * TK], lse[ST];
+
+static double step(double *loss) { // gradients into d.grad (zeroed first); the loss
+    step_stats st;
+    memset(&st, 0, sizeof st);
+    backend_memset_zero(&be, d.grad, (size_t)d.numel * sizeof(float));
+    CHECK_MSG(student_step(&d, &lc, &plan, w, &b, anchors, NA, &st) == 0, "student_step: %s", error_msg());
+    *loss = (1 - lc.alpha) * st.sum_w_ce + lc.alpha * st.sum_w_kl;
+    return *loss;
+}
+
+int main(void) {
+    if (backend_open(&be, "cpu", 0) != 0) return fprintf(stderr, "%s\n", error_msg()), 1;
+    drafter_config c;
+    if (drafter_config_parse(&c, shape_json, "test shape")) return fprintf(stderr, "%s\n", error_msg()), 1;
+    float *emb = xmalloc((size_t)V * H * sizeof(float));
+    for (int i = 0; i < V * H; i++) emb[i] = 0.3f * unif((uint64_t)i);
+    int64_t shp[2] = {V, H};
+    if (drafter_init(&d, &c, &be, 7, tensor_make(DT_F32, emb, DEVICE_CPU, 2, shp), NULL))
+        return fprintf(stderr, "%s\n", error_msg()), 1;
+    free(emb);
+    for (int i = 0; i < d.n_params; i++) { // conv weights away from the identity init, larger matrices
+        const drafter_param *p = &d.params[i];
+        if (strstr(p->name, "_conv.")) {
+            int base = strstr(p->name, "base_kernel") != NULL;
+            for (int64_t j = 0; j < p->numel; j++) d.master[p->offset + j] = (base ? 0.4f : 0.15f) * unif((uint64_t)(i * 7919 + j)) + (base ? d.master[p->offset + j] : 0.0f);
+        } else if (!p->is_norm) {
+            for (int64_t j = 0; j < p->numel; j++) d.master[p->offset + j] *= 8.0f;
+        }
+    }
+    drafter_sync_compute(&d);
+    for (int t = 0; t < ST; t++) {
+        tokens[t] = (int32_t)((t * 7 + 3) % (V - 1));
+        mask[t] = t != 9;
+        lse[t] = 3.0f;
+        for (int j = 0; j < TK; j++) topk_idx[t * TK + j] = (t * 5 + j * 11) % V, topk_val[t * TK + j] = 2.0f - 0.3f * (float)j;
+    }
+    for (int i = 0; i < ST * NF * H; i++) feat[i] = unif((uint64_t)i + 999);
+    for (int i = 0; i < NA; i++) anchors[i] = i < 5 ? 1 + 3 * i : 19 + 4 * (i - 5);
+    int64_t fshape[2] = {ST, NF * H};
+    b = (student_batch){.S = ST, .n_seq = NSEQ, .k = TK, .tokens = tokens, .loss_mask = mask, .cu_seqlens = cu,
+                        .features = tensor_make(DT_F32, feat, DEVICE_CPU, 2, fshape), .topk_idx = topk_idx,
+                        .topk_val = topk_val, .lse = lse};
+    loss_config_default(&lc, 5);
+    lc.lambda = 0;
+
+    // 1. finite differences, one chunk of all anchors
+    plan_request pr = {.max_tokens = ST, .max_seqs = NSEQ, .max_anchors = NA, .k = TK, .tied = 1, .force_chunk = NA,
+                       .force_mode = -1};
+    plan_breakdown bd;
+    CHECK(plan_make(&d.cfg, &be, &pr, &plan, &bd) == 0);
+    arena work;
+    CHECK(arena_init(&work, "student work", &be, student_work_bytes(&d, &plan)) == 0);
+    w = student_work_create(&d, &plan, &work);
+    double l0;
+    step(&l0);
+    size_t bytes = (size_t)d.numel * sizeof(float);
+    float *g = xmalloc(bytes), *w0 = xmalloc(bytes);
+    memcpy(g, d.grad, bytes);
+    memcpy(w0, d.master, bytes);
+    const char *names[] = {"layers.0.attention_conv.base_kernel", "layers.0.attention_conv.kernel_projection.weight",
+                           "layers.0.mlp_conv.base_kernel",       "layers.0.mlp_conv.kernel_projection.weight",
+                           "layers.1.attention_conv.base_kernel", "layers.1.attention_conv.kernel_projection.weight",
+                           "layers.1.mlp_conv.base_kernel",       "layers.1.mlp_conv.kernel_projection.weight",
+                           "layers.0.self_attn.q_proj.weight",    "layers.0.self_attn.k_proj.weight",
+                           "layers.1.self_attn.v_proj.weight",    "layers.1.self_attn.o_proj.weight",
+                           "layers.0.mlp.down_proj.weight",       "layers.1.mlp.up_proj.weight",
+                           "layers.0.input_layernorm.weight",     "layers.1.post_attention_layernorm.weight",
+                           "fc.weight",                           "norm.weight"};
+    for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+        const drafter_param *p = drafter_find(&d, names[n]);
+        if (!p) {
+            CHECK_MSG(0, "no tensor %s", names[n]);
+            continue;
+        }
+        double norm = 0;
+        for (int64_t j = 0; j < p->numel; j++) norm += (double)g[p->offset + j] * g[p->offset + j];
+        norm = sqrt(norm);
+        double lp, lm;
+        for (int64_t j = 0; j < p->numel; j++) d.master[p->offset + j] = (float)(w0[p->offset + j] + FD_H * g[p->offset + j] / norm);
+        drafter_sync_compute(&d);
+        step(&lp);
+        for (int64_t j = 0; j < p->numel; j++) d.master[p->offset + j] = (float)(w0[p->offset + j] - FD_H * g[p->offset + j] / norm);
+        drafter_sync_compute(&d);
+        step(&lm);
+        memcpy(d.master, w0, bytes);
+        drafter_sync_compute(&d);
+        double fd = (lp - lm) / (2 * FD_H), rel = fabs(fd - norm) / norm;
+        printf("  fd %-50s |g| %.4e  fd %.4e  rel %.2e\n", names[n], norm, fd, rel);
+        CHECK_MSG(norm > 0 && rel <= FD_TOL, "%s: directional derivative %.6g, |grad| %.6g", names[n], fd, norm);
+    }
+    student_work_destroy(w);
+    arena_free(&work);
+
+    // 2. chunks of 2 anchors: the same gradients
+    pr.force_chunk = 2;
+    CHECK(plan_make(&d.cfg, &be, &pr, &plan, &bd) == 0 && plan.chunk_anchors == 2);
+    CHECK(arena_init(&work, "student work", &be, student_work_bytes(&d, &plan)) == 0);
+    w = student_work_create(&d, &plan, &work);
+    double l2;
+    step(&l2);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < d.numel; i++) worst = fmax(worst, fabs(d.grad[i] - g[i])), scale = fmax(scale, fabs(g[i]));
+    printf("  chunks of 2 vs 9: loss %.9g vs %.9g, max |dgrad| / max |grad| %.2e\n", l2, l0, worst / scale);
+    CHECK(fabs(l2 - l0) <= CHUNK_TOL * fabs(l0) && worst <= CHUNK_TOL * scale);
+    student_work_destroy(w);
+    arena_free(&work);
+    free(g);
+    free(w0);
+    drafter_free(&d);
+    backend_close(&be);
+    return test_finish("test_dflash2_step");
+}
