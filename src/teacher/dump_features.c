@@ -306,7 +306,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
         int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
         char path[CONFIG_STR + 64];
         shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
-        int have = featfile_check(path, &info, lengths + first, last - first);
+        uint32_t tokens_crc = 0; // the run's tokens of this shard, for a shard an earlier run left
+        struct stat st;
+        for (int64_t i = first; i < last && rc == 0 && stat(path, &st) == 0; i++) {
+            if (dataset_read(&ts, i, c.tokens, NULL)) rc = -1;
+            else tokens_crc = crc32c_update(tokens_crc, c.tokens, (size_t)dataset_len(&ts, i) * sizeof(int32_t));
+        }
+        int have = rc ? -1 : featfile_check(path, &info, lengths + first, last - first, tokens_crc);
         if (have < 0) {
             rc = -1;
             break;

@@ -63,13 +63,17 @@ int crc32c_check_seal(const char *text, uint32_t *want, uint32_t *got) {
     const char *at = NULL;
     for (const char *p = strstr(text, SEAL_KEY); p; p = strstr(p + 1, SEAL_KEY)) at = p;
     if (!at) return 0;
-    unsigned int w = 0;
-    char tail[8] = "";
-    if (sscanf(at + strlen(SEAL_KEY), "%8x\"%7s", &w, tail) != 2 || strncmp(tail, "}", 1) != 0) {
-        *want = 0, *got = crc32c_update(0, text, (size_t)(at - text));
-        return -1;
-    }
-    *want = w;
     *got = crc32c_update(0, text, (size_t)(at - text));
-    return *want == *got ? 1 : -1;
+    // exactly 8 lowercase hex digits, '"}', one optional newline, the end: any other byte is a change
+    const char *h = at + strlen(SEAL_KEY);
+    uint32_t w = 0;
+    int ok = 1;
+    for (int i = 0; i < 8 && ok; i++) {
+        char c = h[i];
+        ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+        if (ok) w = w << 4 | (uint32_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    ok = ok && h[8] == '"' && h[9] == '}' && (h[10] == '\0' || (h[10] == '\n' && h[11] == '\0'));
+    *want = w;
+    return ok && w == *got ? 1 : -1;
 }

@@ -145,7 +145,8 @@ void featfile_writer_abort(featfile_writer *w) {
     trainset_writer_abort(&w->ts);
 }
 
-int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples) {
+int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples,
+                   uint32_t tokens_crc) {
     if (access(path, F_OK) != 0) return 0;
     trainset ts;
     if (trainset_open(&ts, path, 0)) return error_prefix("existing feature shard");
@@ -164,6 +165,19 @@ int featfile_check(const char *path, const featfile_info *info, const int64_t *l
     identity_set_data(&have, len, ts.n_raw);
     free(len);
     identity_set_data(&want, lengths, n_samples);
+    want.data_tokens_crc = tokens_crc;
+    if (have.data_samples == want.data_samples && have.data_lengths_crc == want.data_lengths_crc) { // then the tokens
+        int64_t longest = 1;
+        for (int64_t i = 0; i < ts.n; i++) longest = trainset_len(&ts, i) > longest ? trainset_len(&ts, i) : longest;
+        int32_t *tok = xmalloc((size_t)longest * sizeof *tok);
+        uint32_t c = 0;
+        for (int64_t i = 0; i < ts.n && c != 0xffffffffu; i++) {
+            if (trainset_read(&ts, i, tok, NULL)) c = 0xffffffffu; // (unreadable: differs, named below)
+            else c = crc32c_update(c, tok, (size_t)trainset_len(&ts, i) * sizeof *tok);
+        }
+        free(tok);
+        have.data_tokens_crc = c;
+    }
     have.target_hidden = h, want.target_hidden = info->hidden;
     have.n_layer_ids = n_ids < 0 ? -1 : n_ids, want.n_layer_ids = info->n_feat;
     for (int i = 0; i < n_ids && i < 64; i++) have.layer_ids[i] = ids[i];

@@ -53,7 +53,8 @@ int featfile_writer_close(featfile_writer *w);
 void featfile_writer_abort(featfile_writer *w);
 
 // featfile_check: does path hold a complete feature file made with these settings and n_samples
-// samples of these lengths (the run's samples the shard covers; identity.h compares them, so a
-// shard of another training set is refused)? 1 yes, 0 no such file, -1 (error_set naming both
-// values) a file made differently.
-int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples);
+// samples of these lengths and tokens (tokens_crc: CRC32C of their int32 tokens in order; the run's
+// samples the shard covers; identity.h compares them, so a shard of another training set is
+// refused)? 1 yes, 0 no such file, -1 (error_set naming both values) a file made differently.
+int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples,
+                   uint32_t tokens_crc);

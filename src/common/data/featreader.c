@@ -421,6 +421,11 @@ static int fr_open_quiet(featreader *r, const char *dir) {
         return error_set("%s fails its checksum (CRC32C recorded %08x, computed %08x): the index is corrupt (dump the "
                          "features again)", r->index_path, want, got);
     }
+    if (seal == 0 && strstr(text, "\"identity\"")) { // only sealed indexes record one: its seal was damaged
+        free(text);
+        return error_set("%s records an identity but has no seal of its own: the index is corrupt (dump the features "
+                         "again)", r->index_path);
+    }
     r->sealed = seal == 1;
     if (!r->sealed && log_rank() == 0)
         log_warn("%s carries no checksum (written before checksums): the index and its shards are read unverified", r->index_path);

@@ -15,7 +15,7 @@ void identity_init(run_identity *id) {
     memset(id, 0, sizeof *id);
     id->target_hidden = id->target_layers = id->target_vocab = id->target_config_crc = -1;
     id->n_layer_ids = -1;
-    id->data_samples = id->data_lengths_crc = -1;
+    id->data_samples = id->data_lengths_crc = id->data_tokens_crc = -1;
 }
 
 void identity_set_target(run_identity *id, const char *arch, int64_t hidden, int64_t layers, int64_t vocab,
@@ -79,6 +79,7 @@ int identity_check(const run_identity *a, const char *what, const run_identity *
     ID_INT("training-set samples", data_samples, "%lld")
     if (!(a->data_samples >= 0 && b->data_samples >= 0 && a->data_samples != b->data_samples)) // (one line is enough)
         ID_INT("training-set lengths CRC32C", data_lengths_crc, "%08llx")
+    ID_INT("training-set tokens CRC32C", data_tokens_crc, "%08llx")
 #undef ID_INT
 #undef ID_DIFF
     if (!m) return 0;
@@ -99,6 +100,7 @@ char *identity_to_json(const run_identity *id) {
     if (id->feature_convention[0]) cJSON_AddStringToObject(o, "feature_convention", id->feature_convention);
     if (id->data_samples >= 0) cJSON_AddNumberToObject(o, "data_samples", (double)id->data_samples);
     if (id->data_lengths_crc >= 0) cJSON_AddNumberToObject(o, "data_lengths_crc32c", (double)id->data_lengths_crc);
+    if (id->data_tokens_crc >= 0) cJSON_AddNumberToObject(o, "data_tokens_crc32c", (double)id->data_tokens_crc);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *out = xstrdup(text);
@@ -136,7 +138,8 @@ int identity_from_json(const void *obj_, const char *where, run_identity *id) {
         identity_int(o, "target_config_crc32c", where, &id->target_config_crc) ||
         identity_str(o, "feature_convention", where, id->feature_convention, sizeof id->feature_convention) ||
         identity_int(o, "data_samples", where, &id->data_samples) ||
-        identity_int(o, "data_lengths_crc32c", where, &id->data_lengths_crc))
+        identity_int(o, "data_lengths_crc32c", where, &id->data_lengths_crc) ||
+        identity_int(o, "data_tokens_crc32c", where, &id->data_tokens_crc))
         return -1;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "target_layer_ids");
     if (a) {

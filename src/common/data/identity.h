@@ -23,6 +23,8 @@ typedef struct {
     char feature_convention[32];  // "hidden_states[id+1]"
     int64_t data_samples;         // usable samples
     int64_t data_lengths_crc;     // CRC32C of their lengths (-1: unknown)
+    int64_t data_tokens_crc;      // CRC32C of their tokens (int32 LE, in order; -1: unknown; a
+                                  // feature shard's, compared by a resumed dump-features)
 } run_identity;
 
 void identity_init(run_identity *id); // everything unknown
