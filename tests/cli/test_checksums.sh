@@ -2,7 +2,7 @@
 # test_checksums.sh: corruption that stays finite (issue 27, item 4; docs/faults.md, "What is
 # verified at load"). Before, each case trained on and exited 0:
 #   - one flipped bit in a checkpoint's model.safetensors / optimizer.safetensors / state.json:
-#     the resume is refused naming the file and both CRCs;
+#     the resume (and --mode eval of the checkpoint) is refused naming the file and both CRCs;
 #   - a top-k value shifted by +50 in a feature shard: the student-only run is refused naming the
 #     shard, the sample and the dataset;
 #   - the same shift with the checksums made to match (crc32c_reseal.py: a teacher that really
@@ -36,6 +36,11 @@ for case in "model.safetensors 3000 4" "optimizer.safetensors 5000 2" "state.jso
     --run.dir="$TMP/c" --train.steps=10 --run.resume=true
 done
 grep "fails its checksum" "$TMP/err" | grep -q "recorded [0-9a-f]\{8\}, computed [0-9a-f]\{8\}" && ok || bad "the refusal does not name both CRCs"
+# --mode eval of a checkpoint verifies it too
+rm -rf "$TMP/c"; cp -r "$TMP/good" "$TMP/c"; flip "$TMP/c/$ck/model.safetensors" 3000 4
+ev=(--mode eval --device cpu --target.path="$TMP/target" --data.max_tokens_per_batch=200 --teacher.topk=6 --data.path="$TMP/data.h5")
+expect_fail_mpi eval-ckpt "model.safetensors fails its checksum" mpirun -np 2 "$R" "${ev[@]}" --eval.drafter="$TMP/c/$ck" --run.dir="$TMP/e-c"
+expect_ok eval-good mpirun -np 2 "$R" "${ev[@]}" --eval.drafter="$TMP/good/$ck" --run.dir="$TMP/e-good"
 # an older checkpoint (no checksums, no seal, no identity): one warning, then resumed
 rm -rf "$TMP/old"; cp -r "$TMP/good" "$TMP/old"
 $PY - "$TMP/old/$ck/state.json" <<'PYEOF' || bad "could not make an old checkpoint"

@@ -275,7 +275,8 @@ for i in range(N_FT):
     if i % 3 == 2:  # a bit of one element of a dataset (a raw flip mostly lands in unused chunk space)
         import h5py, numpy as np
         with h5py.File(os.path.join(d, name), "r+") as f:
-            ds = rng.choice(["tokens", "loss_mask", "offsets", "features", "topk_idx", "topk_val", "lse", "crc32c"])
+            ds = rng.choice([k for k in ("tokens", "loss_mask", "offsets", "features", "topk_idx", "topk_val", "lse", "crc32c")
+                             if k in f])
             a = f[ds][...]
             flat = a.reshape(-1).view(np.uint8)
             at = rng.randrange(flat.size)
