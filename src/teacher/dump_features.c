@@ -11,12 +11,14 @@
 #include "common/backend/arena.h"
 #include "common/core/bytes.h"
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/half.h"
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 #include "common/data/featfile.h"
+#include "common/data/identity.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/kernels/ops.h"
@@ -109,12 +111,16 @@ static void json_string(FILE *f, const char *s) {
 
 // Write the index of the shards (rank 0, after every shard is done). "sets" records the training
 // sets in sample order (path, usable samples, weight), for student-only training from the features.
+// The index is written whole, sealed (crc32c.h: a flipped bit anywhere in it is refused at load),
+// with the run's identity (identity.h) that a student-only run compares with its own.
 static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples,
-                      const int64_t *set_samples) {
+                      const int64_t *set_samples, const run_identity *id) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
     snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    char *body = NULL;
+    size_t body_n = 0;
+    FILE *f = open_memstream(&body, &body_n);
     if (!f) return error_set("%s: %s", tmp, strerror(errno));
     int n_sets = config_data_count(cfg);
     // "data": data.path, or data.sets as written on the command line (a.h5:2,b.h5:0.5)
@@ -154,10 +160,23 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
         shard_path(p, sizeof p, ".", s, n_shards);
         fprintf(f, "    \"%s\"%s\n", p + 2, s + 1 < n_shards ? "," : "");
     }
-    fprintf(f, "  ]\n}\n");
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    char *idj = identity_to_json(id);
+    fprintf(f, "  ],\n  \"identity\": %s\n}\n", idj);
+    free(idj);
+    if (fclose(f) != 0) {
+        free(body);
+        return error_set("%s: out of memory", path);
+    }
+    char *text = crc32c_seal_json(body);
+    free(body);
+    FILE *out = fopen(tmp, "w");
+    int ok = out && fputs(text, out) >= 0;
+    if (out && fclose(out) != 0) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path) != 0) {
+        int err = errno;
         remove(tmp);
-        return error_set("%s: %s", path, strerror(errno));
+        return error_set("%s: %s", path, strerror(err));
     }
     return 0;
 }
@@ -165,6 +184,7 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
 // What the index needs from a rank's run.
 typedef struct {
     featfile_info info;
+    run_identity id;
     int64_t n_shards, n_samples;
     int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
 } dump_result;
@@ -240,11 +260,25 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     snprintf(info.target_arch, sizeof info.target_arch, "%s", m.cfg.arch_name);
     for (int i = 0; i < o.n_feat; i++) info.layer_ids[i] = o.layer_ids[i];
 
+    // the run's identity, recorded in the index and compared with existing shards (identity.h)
+    int64_t *lengths = xmalloc((size_t)(ts.n + 1) * sizeof *lengths);
+    for (int64_t i = 0; i < ts.n; i++) lengths[i] = dataset_len(&ts, i);
+    run_identity id;
+    char cfg_json[CONFIG_STR + 16];
+    snprintf(cfg_json, sizeof cfg_json, "%s/config.json", cfg->target_path);
+    identity_init(&id);
+    identity_set_target(&id, m.cfg.arch_name, m.cfg.hidden, m.cfg.n_layers, m.cfg.vocab, cfg_json);
+    id.n_layer_ids = o.n_feat;
+    for (int i = 0; i < o.n_feat; i++) id.layer_ids[i] = o.layer_ids[i];
+    snprintf(id.feature_convention, sizeof id.feature_convention, "%s", "hidden_states[id+1]");
+    identity_set_data(&id, lengths, ts.n);
+
     int64_t D = (int64_t)o.n_feat * m.cfg.hidden;
     dump_ctx c = {.m = &m, .o = &o, .w = &tw, .ts = &ts};
     stage_link link;
     if (w->group_size > 1) { // two batches in flight to the next stage
         if (stage_link_init(&link, w, be, links, 2, max_tokens, m.cfg.hidden, D)) {
+            free(lengths);
             arena_free(&work);
             dataset_close(&ts);
             target_free(&m);
@@ -272,7 +306,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
         int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
         char path[CONFIG_STR + 64];
         shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
-        int have = featfile_check(path, &info, last - first);
+        uint32_t tokens_crc = 0; // the run's tokens of this shard, for a shard an earlier run left
+        struct stat st;
+        for (int64_t i = first; i < last && rc == 0 && stat(path, &st) == 0; i++) {
+            if (dataset_read(&ts, i, c.tokens, NULL)) rc = -1;
+            else tokens_crc = crc32c_update(tokens_crc, c.tokens, (size_t)dataset_len(&ts, i) * sizeof(int32_t));
+        }
+        int have = rc ? -1 : featfile_check(path, &info, lengths + first, last - first, tokens_crc);
         if (have < 0) {
             rc = -1;
             break;
@@ -311,6 +351,8 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
                  (long long)n_shards, (long long)skipped);
 
     res->info = info;
+    res->id = id;
+    free(lengths);
     res->n_shards = n_shards;
     res->n_samples = ts.n;
     for (int i = 0; i < ts.n_sets; i++) res->set_samples[i] = ts.first[i + 1] - ts.first[i];
@@ -338,7 +380,7 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_l
     int any_failed = watchdog_agree(rc ? 1 : 0, "the other ranks to finish their shards");
     if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
     if (w->rank == 0) {
-        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples)) return -1;
+        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, &res.id)) return -1;
         log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
                  (long long)res.n_shards, cfg->features_dir);
     }

@@ -97,7 +97,7 @@ grep -q "already done" "$TMP/err" && ok || bad "resume does not report finished 
 ls "$TMP"/feat/*.tmp* >/dev/null 2>&1 && bad "temporary files left in features.dir" || ok
 
 # A shard made with other settings is refused, naming it.
-expect_fail_mpi other-settings "features-00000-of-00003.h5 was made with other layer ids, hidden size or top-k" \
+expect_fail_mpi other-settings "features-00000-of-00003.h5 was made with top-5, this run has top-6" \
   mpirun -np 2 "$R" "${args[@]}" --teacher.topk=6
 # Missing inputs are named.
 expect_fail no-target "dump-features needs target.path" "$R" --mode dump-features --data.path="$TMP/train.h5" --features.dir="$TMP/f2"

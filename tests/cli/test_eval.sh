@@ -79,7 +79,14 @@ expect_fail_mpi no-drafter "needs eval.drafter" mpirun -np 2 "$R" "${ev[@]}" --d
 # features dumped before the last layer was taken after the final norm (no feature_convention in
 # features.json) are refused when they hold the last layer (layer 1 of 2 here)
 cp -r "$TMP/feat" "$TMP/feat-old"
-sed -i '/"feature_convention"/d' "$TMP/feat-old/features.json"
+$PY - "$TMP/feat-old/features.json" <<'PYEOF' # as written then: no seal, no identity, no convention
+import json, sys
+p = sys.argv[1]
+s = json.loads(open(p).read())
+for k in ("crc32c", "identity", "feature_convention"):
+    s.pop(k, None)
+open(p, "w").write(json.dumps(s))
+PYEOF
 expect_fail_mpi old-features "was dumped before the last layer's features were taken after the final norm" \
   mpirun -np 1 "$R" "${ev[@]}" --data.features="$TMP/feat-old" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/e-bad"
 [ ! -e "$TMP/e-bad/eval.json" ] && ok || bad "a refused evaluation wrote eval.json"

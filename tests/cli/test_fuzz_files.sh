@@ -10,6 +10,12 @@
 #                metadata and anywhere, 0xbb at every byte of the heap block's header and first
 #                object, truncations; read by `dflash_tool inspect` and, some, by a
 #                `dflash_rank --mode dump-features` run (opens the set and reads every sample)
+#   checkpoint   one bit flipped anywhere in model.safetensors, optimizer.safetensors or state.json of
+#                a 2-step checkpoint, resumed by `dflash_rank --mode train`: every one must be refused
+#                naming the corruption (the checksums, crc32c.h), never resumed
+#   features     one bit flipped anywhere in a dump's features.json (must be refused: its seal) or its
+#                shard (refused, or accepted with a run identical to the unmutated one: the bit was in
+#                bytes HDF5 does not read), trained on by a student-only run
 # Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
 # a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -44,6 +50,14 @@ expect_ok "teacher-dump" "$T" teacher-dump "$TMP/tgt" "$TMP/toks.json" "$TMP/dum
 expect_ok "inspect the set" "$T" inspect "$TMP/set.h5"
 expect_ok "inspect the legacy set" "$T" inspect "$TMP/legacy.h5"
 grep -q 'tokenizer = "legacy/random-prompts' "$TMP/out" && ok || bad "legacy tokenizer not read: $(cat "$TMP/out")"
+
+# a feature dump and a checkpoint of a student-only run on it (the checkpoint and feature mutants)
+"$R" --mode dump-features --device cpu --target.path="$TMP/tgt" --target.layer_ids=0,1 --drafter.block_size=2 \
+  --data.path="$TMP/set.h5" --teacher.topk=4 --features.dir="$TMP/feat" >/dev/null 2>&1 || bad "dump-features"
+"$R" --mode train --device cpu --target.path="$TMP/tgt" --target.layer_ids=0,1 --drafter.block_size=2 --teacher.topk=4 \
+  --data.features="$TMP/feat" --data.heldout_samples=1 --train.eval_interval=100000000 --train.eval_batches=1 \
+  --train.log_interval=1 --train.max_anchors=4 --train.steps=2 --checkpoint.every=2 --run.dir="$TMP/ckrun" \
+  >/dev/null 2>&1 || bad "the checkpoint run"
 
 # ---------------------------------------------------------------- mutate and run
 mkdir -p "$TMP/m"
@@ -207,11 +221,91 @@ for i in range(N_H5):
             leaks=False)
     os.remove(path)
 
+n_before_ck = counts["ran"]
+
+# ---- checkpoints and features: flipped bits
+TRAIN = [rank, "--mode", "train", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"), "--target.layer_ids=0,1",
+         "--drafter.block_size=2", "--teacher.topk=4", "--data.heldout_samples=1", "--train.eval_interval=100000000",
+         "--train.eval_batches=1", "--train.log_interval=1", "--train.max_anchors=4"]
+
+
+def flip_one(path):
+    b = bytearray(open(path, "rb").read())
+    at = rng.randrange(len(b))
+    b[at] ^= 1 << rng.randrange(8)
+    open(path, "wb").write(b)
+    return at
+
+
+def losses(run_dir):  # what a run computed, without its timings
+    keys = ("step", "split", "loss", "ce", "kl", "cap", "grad_norm")
+    try:
+        return [tuple(json.loads(l).get(k) for k in keys) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    except OSError:
+        return None
+
+
+ck_step = os.path.join("checkpoints", "step-00000002")
+N_CK = 36
+for i in range(N_CK):
+    d = os.path.join(tmp, "m", "ck_%02d" % i)
+    shutil.copytree(os.path.join(tmp, "ckrun"), d)
+    name = ("model.safetensors", "optimizer.safetensors", "state.json")[i % 3]
+    at = flip_one(os.path.join(d, ck_step, name))
+    what = "checkpoint mutant %d (%s, byte %d)" % (i, name, at)
+    before = counts["accepted"]
+    run(what, TRAIN + ["--data.features=" + os.path.join(tmp, "feat"), "--train.steps=3", "--run.dir=" + d,
+                       "--run.resume=true"], leaks=False)
+    if counts["accepted"] > before:
+        failures.append("%s: resumed (a silent acceptance of a corrupt checkpoint)" % what)
+    shutil.rmtree(d)
+
+subprocess.run(TRAIN + ["--data.features=" + os.path.join(tmp, "feat"), "--train.steps=2",
+                        "--run.dir=" + os.path.join(tmp, "m", "ft_ref")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+reference = losses(os.path.join(tmp, "m", "ft_ref"))
+if not reference:
+    failures.append("the unmutated features did not train")
+shard = sorted(f for f in os.listdir(os.path.join(tmp, "feat")) if f.endswith(".h5"))[0]
+N_FT = 36
+ft_same = 0
+for i in range(N_FT):
+    d = os.path.join(tmp, "m", "ft_%02d" % i)
+    shutil.copytree(os.path.join(tmp, "feat"), d)
+    name = "features.json" if i % 3 == 0 else shard
+    if i % 3 == 2:  # a bit of one element of a dataset (a raw flip mostly lands in unused chunk space)
+        import h5py, numpy as np
+        with h5py.File(os.path.join(d, name), "r+") as f:
+            ds = rng.choice([k for k in ("tokens", "loss_mask", "offsets", "features", "topk_idx", "topk_val", "lse", "crc32c")
+                             if k in f])
+            a = f[ds][...]
+            flat = a.reshape(-1).view(np.uint8)
+            at = rng.randrange(flat.size)
+            flat[at] ^= np.uint8(1 << rng.randrange(8))
+            f[ds][...] = a
+        name = "%s /%s" % (name, ds)
+    else:
+        at = flip_one(os.path.join(d, name))
+    what = "features mutant %d (%s, byte %d)" % (i, name, at)
+    before = counts["accepted"]
+    rd = os.path.join(tmp, "m", "ft_run_%02d" % i)
+    run(what, TRAIN + ["--data.features=" + d, "--train.steps=2", "--run.dir=" + rd], leaks=False)
+    if counts["accepted"] > before:
+        if name == "features.json":
+            failures.append("%s: accepted (the index's seal missed it)" % what)
+        elif losses(rd) != reference:
+            failures.append("%s: accepted with other losses (a silent acceptance)\n  %s\n  %s" % (what, losses(rd), reference))
+        else:
+            ft_same += 1
+    shutil.rmtree(d)
+    shutil.rmtree(rd, ignore_errors=True)
+
+print("fuzz: %d checkpoint mutants (every one refused) and %d feature mutants (%d accepted with the unmutated run's "
+      "losses: bytes HDF5 does not read, or a sample the 2 steps do not draw)" % (N_CK, N_FT, ft_same))
 print("fuzz: %d runs of %d safetensors mutants and %d training-set mutants: %d accepted, %d refused "
       "with one error line, %d wrong" % (counts["ran"], N_ST, N_H5, counts["accepted"], counts["refused"],
                                          len(failures)))
 print("fuzz: %d of the runs read safetensors, %d training sets; %d refusals were a corrupt global heap"
-      % (n_st, counts["ran"] - n_st, counts["heap"]))
+      % (n_st, n_before_ck - n_st, counts["heap"]))
 for f in failures[:20]:
     print("FAIL: " + f, file=sys.stderr)
 with open(os.path.join(tmp, "fuzz.result"), "w") as f:

@@ -69,6 +69,8 @@ import glob, h5py
 with h5py.File(sorted(glob.glob('$TMP/feat/*.h5'))[0], 'r+') as f:
     f['features'][:, :] = 0x7FC0  # bf16 NaN
 " || bad "could not poison the features"
+# (resealed: the NaN, not the checksum, is what this case reaches; test_checksums.sh has the other)
+for f in "$TMP"/feat/*.h5; do $PY "$SRC/tests/cli/crc32c_reseal.py" shard "$f"; done
 offline=("${base[@]/--data.path=*/--data.features=$TMP/feat}")
 expect_fail_mpi nan-data "training stopped before the update" mpirun -np 1 "$R" "${offline[@]}" --run.dir="$TMP/nan" \
   --train.steps=20 --checkpoint.every=1
@@ -101,6 +103,7 @@ b = json.loads(raw[8:8 + n])["m"]["data_offsets"][0]
 raw[8 + n + b + 40:8 + n + b + 44] = struct.pack("<f", float("nan"))
 open(p, "wb").write(raw)
 PYEOF
+$PY "$SRC/tests/cli/crc32c_reseal.py" checkpoint "$TMP/poisoned/checkpoints/step-00000005"
 expect_fail_mpi nan-checkpoint "tensor m holds a non-finite value" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/poisoned" \
   --train.steps=10 --run.resume=true
 
@@ -121,6 +124,7 @@ expect_fail_mpi resume-nostate "step-00000010 has no readable state.json" mpirun
 for bad_step in -5 999; do
   cp -r "$good" "$TMP/optim$bad_step"
   sed -i "s/\"optim_step\": 5/\"optim_step\": $bad_step/" "$TMP/optim$bad_step/checkpoints/step-00000005/state.json"
+  $PY "$SRC/tests/cli/crc32c_reseal.py" checkpoint "$TMP/optim$bad_step/checkpoints/step-00000005"
   expect_fail_mpi "resume-optim$bad_step" "'optim_step' is $bad_step" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/optim$bad_step" \
     --train.steps=10 --run.resume=true
 done

@@ -3,12 +3,15 @@
 #include "common/data/featfile.h"
 
 #include <hdf5.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/data/h5safe.h"
+#include "common/data/identity.h"
 
 #define FEAT_CHUNK_ROWS 256 // HDF5 chunk rows of the per-token datasets
 
@@ -63,17 +66,31 @@ static herr_t feat_attr_str(hid_t obj, const char *name, const char *s) {
 }
 
 static void feat_close_datasets(featfile_writer *w) {
-    int64_t *d[4] = {&w->d_features, &w->d_topk_idx, &w->d_topk_val, &w->d_lse};
-    for (int i = 0; i < 4; i++)
+    int64_t *d[5] = {&w->d_features, &w->d_topk_idx, &w->d_topk_val, &w->d_lse, &w->d_crc};
+    for (int i = 0; i < 5; i++)
         if (*d[i] >= 0) {
             H5Dclose((hid_t)*d[i]);
             *d[i] = -1;
         }
 }
 
+uint32_t *featfile_sample_crc(const int32_t *tokens, const uint8_t *mask, int64_t n, const uint16_t *features, int64_t D,
+                               const int32_t *topk_idx, const float *topk_val, int64_t k, const float *lse,
+                               uint32_t crc[FEATFILE_N_PARTS]) {
+    const void *p[FEATFILE_N_PARTS] = {tokens, mask, features, topk_idx, topk_val, lse};
+    size_t bytes[FEATFILE_N_PARTS] = {(size_t)n * 4, (size_t)n, (size_t)(n * D) * 2, (size_t)(n * k) * 4,
+                                      (size_t)(n * k) * 4, (size_t)n * 4};
+    for (int i = 0; i < FEATFILE_N_PARTS; i++) crc[i] = p[i] ? crc32c_update(0, p[i], bytes[i]) : 0;
+    if (!mask) { // (no mask: all ones, as the training-set writer stores it)
+        crc[FEATFILE_MASK] = 0;
+        for (int64_t t = 0; t < n; t++) crc[FEATFILE_MASK] = crc32c_update(crc[FEATFILE_MASK], "\1", 1);
+    }
+    return crc;
+}
+
 int featfile_writer_open(featfile_writer *w, const char *path, const featfile_info *info) {
     memset(w, 0, sizeof *w);
-    w->d_features = w->d_topk_idx = w->d_topk_val = w->d_lse = -1;
+    w->d_features = w->d_topk_idx = w->d_topk_val = w->d_lse = w->d_crc = -1;
     w->info = *info;
     if (trainset_writer_open(&w->ts, path, info->vocab_size, info->tokenizer)) return -1;
     hid_t f = (hid_t)w->ts.file;
@@ -82,6 +99,7 @@ int featfile_writer_open(featfile_writer *w, const char *path, const featfile_in
     w->d_topk_idx = feat_create(f, "topk_idx", H5T_STD_I32LE, info->topk);
     w->d_topk_val = feat_create(f, "topk_val", H5T_IEEE_F32LE, info->topk);
     w->d_lse = feat_create(f, "lse", H5T_IEEE_F32LE, 0);
+    w->d_crc = feat_create(f, "crc32c", H5T_STD_U32LE, FEATFILE_N_PARTS);
     hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
     herr_t rc = root >= 0 ? 0 : -1;
     if (rc >= 0) rc = feat_attr_str(root, "target", info->target);
@@ -92,7 +110,7 @@ int featfile_writer_open(featfile_writer *w, const char *path, const featfile_in
     if (rc >= 0) rc = feat_attr_i64(root, "topk", &k, 1);
     if (rc >= 0) rc = feat_attr_str(root, "feature_dtype", "bfloat16");
     if (root >= 0) H5Gclose(root);
-    if (rc < 0 || w->d_features < 0 || w->d_topk_idx < 0 || w->d_topk_val < 0 || w->d_lse < 0) {
+    if (rc < 0 || w->d_features < 0 || w->d_topk_idx < 0 || w->d_topk_val < 0 || w->d_lse < 0 || w->d_crc < 0) {
         featfile_writer_abort(w);
         return error_set("feature file %s: could not create the teacher datasets", path);
     }
@@ -103,13 +121,17 @@ int featfile_writer_append(featfile_writer *w, const int32_t *tokens, const uint
                            const uint16_t *features, const int32_t *topk_idx, const float *topk_val, const float *lse) {
     if (trainset_writer_append(&w->ts, tokens, mask, n)) return -1;
     int64_t D = (int64_t)w->info.n_feat * w->info.hidden, k = w->info.topk;
+    uint32_t crc[FEATFILE_N_PARTS];
     if (feat_append((hid_t)w->d_features, H5T_NATIVE_UINT16, w->rows, n, D, features) < 0 ||
         feat_append((hid_t)w->d_topk_idx, H5T_NATIVE_INT32, w->rows, n, k, topk_idx) < 0 ||
         feat_append((hid_t)w->d_topk_val, H5T_NATIVE_FLOAT, w->rows, n, k, topk_val) < 0 ||
-        feat_append((hid_t)w->d_lse, H5T_NATIVE_FLOAT, w->rows, n, 0, lse) < 0)
+        feat_append((hid_t)w->d_lse, H5T_NATIVE_FLOAT, w->rows, n, 0, lse) < 0 ||
+        feat_append((hid_t)w->d_crc, H5T_NATIVE_UINT32, w->samples, 1, FEATFILE_N_PARTS,
+                    featfile_sample_crc(tokens, mask, n, features, D, topk_idx, topk_val, k, lse, crc)) < 0)
         return error_set("feature file %s: writing rows %lld..%lld failed (disk full?)", w->ts.path,
                          (long long)w->rows, (long long)(w->rows + n));
     w->rows += n;
+    w->samples++;
     return 0;
 }
 
@@ -123,7 +145,8 @@ void featfile_writer_abort(featfile_writer *w) {
     trainset_writer_abort(&w->ts);
 }
 
-int featfile_check(const char *path, const featfile_info *info, int64_t n_samples) {
+int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples,
+                   uint32_t tokens_crc) {
     if (access(path, F_OK) != 0) return 0;
     trainset ts;
     if (trainset_open(&ts, path, 0)) return error_prefix("existing feature shard");
@@ -133,14 +156,40 @@ int featfile_check(const char *path, const featfile_info *info, int64_t n_sample
     h5safe_root_attr_int(root, path, "hidden_size", &h, 1);
     h5safe_root_attr_int(root, path, "topk", &k, 1);
     H5Gclose(root);
+    // the shard's identity (its samples' lengths, layer ids, hidden size) against this run's part
+    run_identity have, want;
+    identity_init(&have);
+    identity_init(&want);
+    int64_t *len = xmalloc((size_t)(ts.n_raw + 1) * sizeof *len);
+    for (int64_t i = 0; i < ts.n_raw; i++) len[i] = ts.offsets[i + 1] - ts.offsets[i];
+    identity_set_data(&have, len, ts.n_raw);
+    free(len);
+    identity_set_data(&want, lengths, n_samples);
+    want.data_tokens_crc = tokens_crc;
+    if (have.data_samples == want.data_samples && have.data_lengths_crc == want.data_lengths_crc) { // then the tokens
+        int64_t longest = 1;
+        for (int64_t i = 0; i < ts.n; i++) longest = trainset_len(&ts, i) > longest ? trainset_len(&ts, i) : longest;
+        int32_t *tok = xmalloc((size_t)longest * sizeof *tok);
+        uint32_t c = 0;
+        for (int64_t i = 0; i < ts.n && c != 0xffffffffu; i++) {
+            if (trainset_read(&ts, i, tok, NULL)) c = 0xffffffffu; // (unreadable: differs, named below)
+            else c = crc32c_update(c, tok, (size_t)trainset_len(&ts, i) * sizeof *tok);
+        }
+        free(tok);
+        have.data_tokens_crc = c;
+    }
+    have.target_hidden = h, want.target_hidden = info->hidden;
+    have.n_layer_ids = n_ids < 0 ? -1 : n_ids, want.n_layer_ids = info->n_feat;
+    for (int i = 0; i < n_ids && i < 64; i++) have.layer_ids[i] = ids[i];
+    for (int i = 0; i < info->n_feat; i++) want.layer_ids[i] = info->layer_ids[i];
+    char what[1100];
+    snprintf(what, sizeof what, "existing feature shard %s", path);
     int rc = 1;
-    int same_ids = n_ids == info->n_feat;
-    for (int i = 0; same_ids && i < n_ids; i++) same_ids = ids[i] == info->layer_ids[i];
-    if (ts.n_raw != n_samples)
-        rc = error_set("existing feature shard %s has %lld samples, this run expects %lld (remove it, or use the same data and shard size)",
-                       path, (long long)ts.n_raw, (long long)n_samples);
-    else if (!same_ids || h != info->hidden || k != info->topk)
-        rc = error_set("existing feature shard %s was made with other layer ids, hidden size or top-k (remove it to redo it)", path);
+    if (identity_check(&have, what, &want, "remove it to redo it, or use the same data, shard size and layer ids"))
+        rc = -1;
+    else if (k != info->topk)
+        rc = error_set("existing feature shard %s was made with top-%lld, this run has top-%d (remove it to redo it)", path,
+                       (long long)k, info->topk);
     trainset_close(&ts);
     return rc;
 }

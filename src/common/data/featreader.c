@@ -23,8 +23,12 @@
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
+#include "common/core/log.h"
 #include "common/core/error.h"
+#include "common/data/featfile.h"
 #include "common/data/h5safe.h"
+#include "common/data/identity.h"
 #include "common/data/trainset.h"
 
 #define FR_FORMAT_VERSION 1 // features.json "format_version"
@@ -41,6 +45,8 @@ typedef struct {
     hid_t file;               // < 0: closed
     hid_t d_tokens, d_mask;
     hid_t d_teacher[FR_N_TEACHER];
+    hid_t d_crc;              // /crc32c [n, 6] (featfile.h); < 0 when the shard has none (older)
+    int has_crc;
     uint64_t last_use;        // r->clock at the last read (for closing the least recently used)
 } fr_shard;
 
@@ -54,6 +60,8 @@ struct featreader {
     int64_t hidden, vocab;
     int topk, n_feat;
     int64_t layer_ids[FR_MAX_LAYERS];
+    run_identity identity;    // what the index records (identity.h)
+    int sealed;               // the index carries its checksum (crc32c.h)
     int post_norm_last;       // features.json says "feature_convention": "hidden_states[id+1]"
     int n_open;               // shards open now
     uint64_t clock;
@@ -138,6 +146,8 @@ static void fr_shard_close(featreader *r, fr_shard *sh) {
         if (*d[k] >= 0) H5Dclose(*d[k]);
         *d[k] = -1;
     }
+    if (sh->d_crc >= 0) H5Dclose(sh->d_crc);
+    sh->d_crc = -1;
     if (sh->file >= 0) {
         H5Fclose(sh->file);
         r->n_open--;
@@ -195,6 +205,18 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
         rc = fr_check_dataset(file, sh->path, fr_teacher_names[t], &spec[t], ts.n_tokens, &d);
         if (d >= 0) H5Dclose(d);
     }
+    // the per-sample checksums: required when the index is sealed (written with them)
+    if (rc == 0) {
+        htri_t has = H5Lexists(file, "/crc32c", H5P_DEFAULT);
+        fr_spec cs = {"uint32", H5T_INTEGER, 4, H5T_SGN_NONE, FEATFILE_N_PARTS};
+        hid_t d = -1;
+        if (has > 0) rc = fr_check_dataset(file, sh->path, "/crc32c", &cs, ts.n_raw, &d);
+        else if (r->sealed)
+            rc = error_set("%s: no dataset /crc32c, which every shard of a sealed index has: the shard is corrupt or "
+                           "not this dump's", sh->path);
+        if (d >= 0) H5Dclose(d);
+        sh->has_crc = has > 0;
+    }
     if (rc == 0) {
         if (s == 0) r->vocab = ts.vocab_size;
         sh->first = *next;
@@ -234,6 +256,11 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
             fr_shard_close(r, sh);
             return rc;
         }
+    }
+    if (sh->has_crc && (sh->d_crc = H5Dopen2(sh->file, "/crc32c", H5P_DEFAULT)) < 0) {
+        int rc = error_set("%s: cannot open dataset /crc32c: %s", sh->path, h5safe_error(e));
+        fr_shard_close(r, sh);
+        return rc;
     }
     return 0;
 }
@@ -304,6 +331,19 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
     r->n_feat = n_ids;
     const cJSON *conv = cJSON_GetObjectItemCaseSensitive(root, "feature_convention");
     r->post_norm_last = cJSON_IsString(conv) && strcmp(conv->valuestring, "hidden_states[id+1]") == 0;
+    // the recorded identity: the index's "identity" (dumps since issue 27), else what older ones hold
+    const cJSON *idj = cJSON_GetObjectItemCaseSensitive(root, "identity");
+    if (rc == 0 && idj) rc = identity_from_json(idj, path, &r->identity);
+    if (rc == 0 && !idj) {
+        identity_init(&r->identity);
+        const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "target_architecture");
+        if (cJSON_IsString(arch)) snprintf(r->identity.target_arch, sizeof r->identity.target_arch, "%s", arch->valuestring);
+        r->identity.target_hidden = r->hidden;
+        r->identity.n_layer_ids = n_ids;
+        for (int j = 0; j < n_ids; j++) r->identity.layer_ids[j] = r->layer_ids[j];
+        if (cJSON_IsString(conv)) snprintf(r->identity.feature_convention, sizeof r->identity.feature_convention, "%s", conv->valuestring);
+        r->identity.data_samples = r->n_samples;
+    }
     if (rc == 0 && (int64_t)r->n_feat * r->hidden > 0x7fffffff)
         rc = error_set("%s: %d layers of hidden_size %lld are too many feature columns", path, r->n_feat, (long long)r->hidden);
 
@@ -348,7 +388,7 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
         r->shards = xcalloc((size_t)(r->n_shards > 0 ? r->n_shards : 1), sizeof *r->shards);
         for (int64_t s = 0; s < r->n_shards; s++) {
             fr_shard *sh = &r->shards[s];
-            sh->file = sh->d_tokens = sh->d_mask = -1;
+            sh->file = sh->d_tokens = sh->d_mask = sh->d_crc = -1;
             for (int t = 0; t < FR_N_TEACHER; t++) sh->d_teacher[t] = -1;
         }
         for (int64_t s = 0; s < r->n_shards && rc == 0; s++) {
@@ -374,6 +414,21 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
 static int fr_open_quiet(featreader *r, const char *dir) {
     char *text = fr_read_text(r->index_path);
     if (!text) return -1;
+    uint32_t want = 0, got = 0; // the index's seal (crc32c.h); an index written before it: one warning
+    int seal = crc32c_check_seal(text, &want, &got);
+    if (seal < 0) {
+        free(text);
+        return error_set("%s fails its checksum (CRC32C recorded %08x, computed %08x): the index is corrupt (dump the "
+                         "features again)", r->index_path, want, got);
+    }
+    if (seal == 0 && strstr(text, "\"identity\"")) { // only sealed indexes record one: its seal was damaged
+        free(text);
+        return error_set("%s records an identity but has no seal of its own: the index is corrupt (dump the features "
+                         "again)", r->index_path);
+    }
+    r->sealed = seal == 1;
+    if (!r->sealed && log_rank() == 0)
+        log_warn("%s carries no checksum (written before checksums): the index and its shards are read unverified", r->index_path);
     int rc = fr_parse_index(r, dir, text);
     free(text);
     if (rc) return -1;
@@ -470,6 +525,19 @@ int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, ui
         if (parts[p].buf && fr_read_rows(parts[p].d, parts[p].type, row, n, parts[p].cols, parts[p].buf) < 0)
             rc = error_set("%s: reading sample %lld (rows %lld..%lld) from %s: %s", sh->path, (long long)(i - sh->first),
                            (long long)row, (long long)(row + n), parts[p].name, h5safe_error(e));
+    // the sample's checksums (featfile.h), over what was read, before anything uses it
+    uint32_t rec[FEATFILE_N_PARTS], got[FEATFILE_N_PARTS];
+    if (rc == 0 && sh->has_crc && fr_read_rows(sh->d_crc, H5T_NATIVE_UINT32, i - sh->first, 1, FEATFILE_N_PARTS, rec) < 0)
+        rc = error_set("%s: reading /crc32c of sample %lld: %s", sh->path, (long long)(i - sh->first), h5safe_error(e));
+    if (rc == 0 && sh->has_crc) {
+        featfile_sample_crc(tokens, mask, n, features, D, topk_idx, topk_val, k, lse, got);
+        static const char *const part[FEATFILE_N_PARTS] = {"/tokens", "/loss_mask", "/features", "/topk_idx", "/topk_val", "/lse"};
+        const void *buf[FEATFILE_N_PARTS] = {tokens, mask, features, topk_idx, topk_val, lse};
+        for (int p = 0; p < FEATFILE_N_PARTS && rc == 0; p++)
+            if (buf[p] && rec[p] != got[p])
+                rc = error_set("%s: sample %lld: %s fails its checksum (CRC32C recorded %08x, computed %08x): the shard is "
+                               "corrupt (dump it again)", sh->path, (long long)(i - sh->first), part[p], rec[p], got[p]);
+    }
     h5safe_quiet_end(q);
     // as trainset_read: any nonzero mask value counts as 1
     if (rc == 0 && mask)
@@ -483,3 +551,12 @@ const int64_t *featreader_layer_ids(const featreader *r, int *n) {
 }
 
 int featreader_post_norm_last(const featreader *r) { return r->post_norm_last; }
+
+const run_identity *featreader_identity(const featreader *r) { return &r->identity; }
+
+int featreader_verified(const featreader *r) {
+    if (!r->sealed) return 0;
+    for (int64_t s = 0; s < r->n_shards; s++)
+        if (!r->shards[s].has_crc) return 0;
+    return 1;
+}

@@ -9,6 +9,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/data/identity.h"
+
 typedef struct featreader featreader;
 
 // featreader_open: dir/features.json and every shard; -1 with error_set naming the file and the
@@ -25,12 +27,20 @@ const int64_t *featreader_layer_ids(const featreader *r, int *n);
 // featreader_post_norm_last: features.json declares the convention hidden_states[id+1] (the last
 // layer's features after the final norm, SPEC §2); 0 for directories written before it.
 int featreader_post_norm_last(const featreader *r);
+// featreader_identity: the identity the index records (identity.h): its "identity" object, or for an
+// index written before it the target architecture, hidden size, layer ids, convention and sample count.
+const run_identity *featreader_identity(const featreader *r);
+// featreader_verified: 1 when the index is sealed and every shard carries per-sample checksums
+// (featfile.h), which featreader_read then verifies; 0 for a dump written before checksums (read
+// with one warning, unverified).
+int featreader_verified(const featreader *r);
 // featreader_n_sets: training sets the features were dumped from (>= 1).
 int featreader_n_sets(const featreader *r);
 // featreader_set: samples of set i (the next ones after set i-1's); its weight at dump time and
 // its path (as the dump's configuration wrote it; "" when unknown) when those pointers are given.
 int64_t featreader_set(const featreader *r, int i, double *weight, const char **path);
-// featreader_read: sample i into the caller's arrays (each sized for featreader_len(i) rows; any
+// featreader_read: sample i (its checksums verified: a mismatch is an error naming the shard, the
+// sample, the dataset and both CRCs) into the caller's arrays (each sized for featreader_len(i) rows; any
 // may be NULL): tokens [n], mask [n], features [n, D] bf16 bits, topk_idx/val [n, k], lse [n].
 int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,
                     float *topk_val, float *lse);

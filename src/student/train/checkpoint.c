@@ -14,11 +14,13 @@
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/json_util.h"
 #include "common/core/log.h"
 #include "common/core/run_dir.h"
+#include "common/data/identity.h"
 #include "common/data/safetensors.h"
 #include "student/train/optim.h"
 
@@ -131,19 +133,46 @@ static void checkpoint_remove_leftovers(const char *root) {
     closedir(dp);
 }
 
-// Write state.json into dir: -1 with error_set naming the file and the OS reason.
+// This run's identity (checkpoint_set_identity), written into every state.json ("identity").
+static run_identity checkpoint_identity;
+static int checkpoint_identity_set;
+
+void checkpoint_set_identity(const run_identity *id) {
+    checkpoint_identity = *id;
+    checkpoint_identity_set = 1;
+}
+
+// The files of a checkpoint whose CRC32C state.json records ("checksums").
+static const char *const checkpoint_summed[] = {"model.safetensors", "optimizer.safetensors"};
+#define CHECKPOINT_N_SUMMED 2
+
+// Write state.json into dir: the step, run id, configuration, identity and the CRC32C of the files
+// written before it, sealed (crc32c.h). -1 with error_set naming the file and the OS reason.
 static int checkpoint_write_state(const char *dir, int64_t step, const optim *o, const config *cfg) {
     char path[1200];
+    uint32_t sums[CHECKPOINT_N_SUMMED];
+    for (int i = 0; i < CHECKPOINT_N_SUMMED; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, checkpoint_summed[i]);
+        if (crc32c_file(path, &sums[i])) return -1;
+    }
     snprintf(path, sizeof path, "%s/state.json", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return error_set("%s: %s", path, strerror(errno));
     char *json = config_to_json(cfg);
-    size_t cap = strlen(json) + 256;
-    char *text = xmalloc(cap);
-    int n = snprintf(text, cap, "{\"step\": %lld, \"optim_step\": %lld, \"run_id\": \"%s\", \"config_hash\": \"%016llx\", "
-                     "\"config\": %s}\n", (long long)step, (long long)o->step, checkpoint_run_id,
-                     (unsigned long long)config_hash(cfg), json);
+    run_identity none;
+    identity_init(&none);
+    char *idj = identity_to_json(checkpoint_identity_set ? &checkpoint_identity : &none);
+    size_t cap = strlen(json) + strlen(idj) + 512;
+    char *body = xmalloc(cap);
+    snprintf(body, cap, "{\"step\": %lld, \"optim_step\": %lld, \"run_id\": \"%s\", \"config_hash\": \"%016llx\", "
+             "\"config\": %s, \"identity\": %s, \"checksums\": {\"%s\": \"%08x\", \"%s\": \"%08x\"}}",
+             (long long)step, (long long)o->step, checkpoint_run_id, (unsigned long long)config_hash(cfg), json, idj,
+             checkpoint_summed[0], sums[0], checkpoint_summed[1], sums[1]);
     cJSON_free(json);
+    free(idj);
+    char *text = crc32c_seal_json(body);
+    free(body);
+    int n = (int)strlen(text);
     int err = 0;
     for (int done = 0; done < n && !err;) {
         ssize_t w = write(fd, text + done, (size_t)(n - done));
@@ -155,6 +184,61 @@ static int checkpoint_write_state(const char *dir, int64_t step, const optim *o,
     if (!err && fsync(fd) != 0) err = errno;
     if (close(fd) != 0 && !err) err = errno;
     return err ? error_set("%s: %s", path, strerror(err)) : 0;
+}
+
+int checkpoint_verify(const char *dir, int *verified) {
+    char path[1200];
+    *verified = 0;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    char *text = file_read_text(path, 64 << 20);
+    if (!text) return -1;
+    uint32_t want = 0, got = 0;
+    int seal = crc32c_check_seal(text, &want, &got);
+    cJSON *root = seal == 1 ? cJSON_Parse(text) : NULL;
+    const cJSON *sums = root ? cJSON_GetObjectItemCaseSensitive(root, "checksums") : NULL;
+    int rc = 0;
+    if (seal < 0)
+        rc = error_set("%s fails its checksum (CRC32C recorded %08x, computed %08x): the checkpoint is corrupt", path, want, got);
+    else if (seal == 0 && strstr(text, "\"checksums\""))
+        rc = error_set("%s records checksums but has no seal of its own: the checkpoint is corrupt", path);
+    else if (seal == 1 && !cJSON_IsObject(sums))
+        rc = error_set("%s is sealed but records no \"checksums\": the checkpoint is corrupt", path);
+    for (int i = 0; rc == 0 && seal == 1 && i < CHECKPOINT_N_SUMMED; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sums, checkpoint_summed[i]);
+        unsigned int rec = 0;
+        uint32_t now = 0;
+        char file[1300];
+        snprintf(file, sizeof file, "%s/%s", dir, checkpoint_summed[i]);
+        if (!cJSON_IsString(v) || sscanf(v->valuestring, "%8x", &rec) != 1)
+            rc = error_set("%s: no checksum of %s: the checkpoint is corrupt", path, checkpoint_summed[i]);
+        else if (crc32c_file(file, &now))
+            rc = -1;
+        else if (rec != now)
+            rc = error_set("%s fails its checksum (CRC32C recorded in state.json %08x, computed %08x): the checkpoint is corrupt",
+                           file, rec, now);
+    }
+    cJSON_Delete(root);
+    free(text);
+    if (rc == 0) *verified = seal == 1;
+    return rc;
+}
+
+int checkpoint_check_identity(const char *run_dir, int64_t step, const run_identity *now) {
+    char dir[1100], path[1200];
+    checkpoint_dir(dir, sizeof dir, run_dir, step);
+    cJSON *root = checkpoint_state_parse(dir, path, sizeof path);
+    if (!root) return error_prefix("run.resume");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "identity");
+    run_identity rec;
+    int rc = 0;
+    if (o) rc = identity_from_json(o, path, &rec);
+    if (rc == 0 && o) {
+        char what[1300];
+        snprintf(what, sizeof what, "run.resume: the checkpoint %s", dir);
+        rc = identity_check(&rec, what, now, "resume with the inputs it was trained on, or start a new run.dir");
+    }
+    cJSON_Delete(root);
+    return rc;
 }
 
 // A failed write: the temporary directory goes, earlier checkpoints stay, and the message names
@@ -278,6 +362,40 @@ int64_t checkpoint_latest(const char *run_dir, int *found) {
     return best;
 }
 
+int64_t checkpoint_last_good(const char *run_dir, int *found, int *verified, int *n_corrupt) {
+    char root[1024], dir[1100];
+    snprintf(root, sizeof root, "%s/checkpoints", run_dir);
+    *found = *verified = *n_corrupt = 0;
+    int64_t steps[4096];
+    int n = 0;
+    DIR *dp = opendir(root);
+    if (!dp) return 0;
+    struct dirent *e;
+    while ((e = readdir(dp)) && n < 4096) {
+        long long s;
+        if (e->d_name[0] == 's' && sscanf(e->d_name, "step-%lld", &s) == 1 && s >= 0) steps[n++] = s;
+    }
+    closedir(dp);
+    char *saved = xstrdup(error_msg()); // a corrupt checkpoint here is counted, not the error
+    int64_t best = 0;
+    for (;;) { // newest first
+        int at = -1;
+        for (int i = 0; i < n; i++)
+            if (steps[i] >= 0 && (at < 0 || steps[i] > steps[at])) at = i;
+        if (at < 0) break;
+        checkpoint_dir(dir, sizeof dir, run_dir, steps[at]);
+        if (checkpoint_verify(dir, verified) == 0) {
+            best = steps[at], *found = 1;
+            break;
+        }
+        ++*n_corrupt;
+        steps[at] = -1;
+    }
+    error_set("%s", saved);
+    free(saved);
+    return best;
+}
+
 int checkpoint_find_resume(const char *run_dir, int64_t *step, int *found) {
     *step = checkpoint_latest(run_dir, found);
     if (!*found) return 0;
@@ -289,8 +407,11 @@ int checkpoint_find_resume(const char *run_dir, int64_t *step, int *found) {
                      "under its final name never is; move it away to resume from an earlier one", dir, strerror(errno));
 }
 
-static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim *o) {
+static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim *o, int *verified) {
     char path[1200];
+    if (checkpoint_verify(dir, verified)) return -1;
+    if (!*verified)
+        log_warn("%s/state.json carries no checksums (a checkpoint of an older trainer): its files are read unverified", dir);
     cJSON *root = checkpoint_state_parse(dir, path, sizeof path);
     if (!root && access(path, R_OK) != 0) return -1;
     int64_t st_step = -1, st_optim = -1;
@@ -328,10 +449,10 @@ static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim 
     return rc;
 }
 
-int checkpoint_read(const char *run_dir, int64_t step, drafter *d, optim *o) {
+int checkpoint_read(const char *run_dir, int64_t step, drafter *d, optim *o, int *verified) {
     char dir[1100];
     checkpoint_dir(dir, sizeof dir, run_dir, step);
-    if (checkpoint_read_dir(dir, step, d, o)) return error_prefix("run.resume: checkpoint step %lld", (long long)step);
+    if (checkpoint_read_dir(dir, step, d, o, verified)) return error_prefix("run.resume: checkpoint step %lld", (long long)step);
     return 0;
 }
 
@@ -342,7 +463,8 @@ int checkpoint_read(const char *run_dir, int64_t step, drafter *d, optim *o) {
 // data and its plan, the seed, the block, the loss) and may not change: the resumed run would not
 // be the one the checkpoint belongs to.
 static const char *const resume_schedule_keys[] = {
-    "train.steps", "train.lr", "train.warmup_frac", "train.weight_decay", "train.grad_clip", "train.mem_budget",
+    "train.steps", "train.lr", "train.warmup_frac", "train.weight_decay", "train.grad_clip", "train.divergence_factor",
+    "train.mem_budget",
     "train.log_interval", "train.eval_interval", "train.eval_batches", "checkpoint.every", "checkpoint.keep",
     "teacher.max_tokens", "teacher.mem_budget", "teacher.vocab_tile", "transport.slots", "transport.payload",
     "world.teachers", "world.students", "run.device", "run.log_level", "run.rank_timeout", "target.path",

@@ -4,17 +4,28 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
+#include "student/train/checkpoint.h"
 #include "student/train/optim.h"
 #include "student/train/train_log.h"
 
 int eval_load_drafter(drafter *d, const config *cfg) {
     char path[CONFIG_STR + 32];
+    // a checkpoint (state.json, no config.json) is verified against its checksums first
+    snprintf(path, sizeof path, "%s/config.json", cfg->eval_drafter);
+    int is_checkpoint = access(path, F_OK) != 0;
+    snprintf(path, sizeof path, "%s/state.json", cfg->eval_drafter);
+    int verified = 0;
+    if (is_checkpoint && access(path, F_OK) == 0) {
+        if (checkpoint_verify(cfg->eval_drafter, &verified)) return error_prefix("eval.drafter");
+        if (!verified) log_warn("eval.drafter %s carries no checksums (a checkpoint of an older trainer): read unverified", cfg->eval_drafter);
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", cfg->eval_drafter);
     st_file f;
     if (safetensors_open(&f, path)) return error_prefix("eval.drafter");

@@ -11,7 +11,8 @@
 #include "student/model/step.h"
 
 // eval_load_drafter: eval.drafter/model.safetensors into d (its shape came from the same
-// directory); non-finite weights refused. -1 with error_set naming the file.
+// directory); a checkpoint is verified against its checksums first (checkpoint_verify); non-finite
+// weights refused. -1 with error_set naming the file.
 int eval_load_drafter(drafter *d, const config *cfg);
 // eval_write_result: run.dir/eval.json (written whole or not at all) with tau_decode and its steps
 // first, then tokens, samples, loss, ce, kl, cap, acc per slot, tau_chain, tau_tree, anchors; and

@@ -59,17 +59,49 @@ void train_install_signals(void) {
     signal(SIGXFSZ, SIG_IGN);
 }
 
-// A non-finite value at step + 1: the first student's error line (the last good checkpoint named),
-// TRAIN_REPORTED_ELSEWHERE on the others.
-static int train_nonfinite(int s, const config *cfg, int64_t step, const char *what, double value) {
+// Whether the run's inputs were verified against their checksums (a resumed checkpoint, feature
+// shards): advice to lower the learning rate is given only when they were.
+static const char *train_unverified = NULL; // NULL: verified; else what was not
+
+// A non-finite or exploding value at step + 1: the first student's error line, naming the newest
+// checkpoint that verifies (checkpoint_last_good), TRAIN_REPORTED_ELSEWHERE on the others.
+static int train_nonfinite(int s, const config *cfg, int64_t step, const char *what, double value, const char *why) {
     if (s != 0) return TRAIN_REPORTED_ELSEWHERE;
-    int found = 0;
-    int64_t last = checkpoint_latest(cfg->run_dir, &found);
-    char good[CONFIG_STR + 64] = "none";
-    if (found) snprintf(good, sizeof good, "step %lld in %s/checkpoints", (long long)last, cfg->run_dir);
-    return error_set("step %lld: %s is %g: training stopped before the update (nothing written, no drafter exported); "
-                     "the last good checkpoint: %s (lower train.lr, or check the data)", (long long)step + 1, what,
-                     value, good);
+    int found = 0, verified = 0, corrupt = 0;
+    int64_t last = checkpoint_last_good(cfg->run_dir, &found, &verified, &corrupt);
+    char good[CONFIG_STR + 160] = "none";
+    if (found)
+        snprintf(good, sizeof good, "step %lld in %s/checkpoints%s", (long long)last, cfg->run_dir,
+                 verified ? " (verified)" : " (written before checksums: unverified)");
+    char skipped[96] = "";
+    if (corrupt) snprintf(skipped, sizeof skipped, "; %d newer checkpoint(s) fail their checksums", corrupt);
+    char advice[256];
+    if (!train_unverified && (!found || verified)) snprintf(advice, sizeof advice, "lower train.lr, or check the data");
+    else snprintf(advice, sizeof advice, "%s could not be verified: check it before lowering train.lr",
+                  train_unverified ? train_unverified : "the last good checkpoint");
+    // (a finite, exploding gradient norm is known only after optim_step applied it: nothing saves that update)
+    int after = why[0] && strstr(what, "gradient") != NULL;
+    return error_set("step %lld: %s is %g%s: training stopped %s (nothing written, no drafter exported); "
+                     "the last good checkpoint: %s%s (%s)", (long long)step + 1, what, value, why,
+                     after ? "after the update, which nothing saves" : "before the update", good, skipped, advice);
+}
+
+// Divergence (train.divergence_factor = f > 0): a value past f * max(1, the running mean of that
+// value over the earlier steps of this process) stops the run like a NaN. The running mean is an
+// exponential one (weight 0.1 for each new step); the floor 1 keeps a tiny, converged loss or norm
+// from tripping on an ordinary wobble. Returns 1 when value diverged; else folds it into *mean.
+typedef struct {
+    double mean;
+    int64_t n;
+} train_scale;
+
+static int train_diverged(train_scale *sc, double value, double factor, double *limit) {
+    double base = sc->n > 0 && sc->mean > 1 ? sc->mean : 1;
+    *limit = factor * base;
+    if (factor > 0 && value > *limit) return 1;
+    sc->mean = sc->n == 0 ? value : 0.9 * sc->mean + 0.1 * value;
+    sc->n++;
+    return 0;
 }
 
 int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
@@ -114,7 +146,12 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // Data: the batch plan over the usable samples of the training sets (the same on every rank).
     batchplan bp;
     featreader *fr = NULL;
-    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    run_identity rid;
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr, &rid)) return -1;
+    // a resumed run: the inputs its checkpoint recorded against this run's (identity.h)
+    if (resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, start_step, &rid)) return -1;
+    checkpoint_set_identity(&rid);
+    train_unverified = fr && !featreader_verified(fr) ? "the features (written before checksums)" : NULL;
     int rc = 0;
     for (int i = 0; i < bp.n_sets && s == 0; i++) {
         const batchplan_set_info *si = &bp.sets[i];
@@ -157,7 +194,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         optim_init(&opt, &oc, be, d.numel, &opt_mem, d.master);
     }
     if (cfg->resume && resume_found) { // every student loads the same checkpoint
-        if (checkpoint_read(cfg->run_dir, start_step, &d, &opt)) return -1;
+        int verified = 0;
+        if (checkpoint_read(cfg->run_dir, start_step, &d, &opt, &verified)) return -1;
+        if (!verified && !train_unverified) train_unverified = "the resumed checkpoint (written before checksums)";
         if (s == 0) log_info("resuming from %s/checkpoints/step-%08lld", cfg->run_dir, (long long)start_step);
     } else if (cfg->resume && s == 0) {
         log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
@@ -194,6 +233,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         return s == 0 ? -1 : TRAIN_REPORTED_ELSEWHERE; // the same error on every student: the first says it
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
+    train_scale loss_scale = {0}, norm_scale = {0}; // train_diverged's running means
     step_stats interval, cur, first_eval, last_eval;
     memset(&interval, 0, sizeof interval);
     memset(&first_eval, 0, sizeof first_eval);
@@ -242,8 +282,15 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         // NaN or inf: stop before it reaches the weights, a checkpoint or the export (every student
         // sees the same sums; the first says it).
         double loss = train_stats_loss(&cur, &lc);
+        double limit = 0;
         if (!isfinite(loss)) {
-            rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss);
+            rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss, "");
+            break;
+        }
+        if (kind != WIRE_HELDOUT && train_diverged(&loss_scale, loss, cfg->divergence_factor, &limit)) {
+            char why[160];
+            snprintf(why, sizeof why, ", past %g (train.divergence_factor %g x its running mean)", limit, cfg->divergence_factor);
+            rc = train_nonfinite(s, cfg, step, "the loss", loss, why);
             break;
         }
         if (kind == WIRE_HELDOUT) { // evaluation (forward only: the gradients are untouched)
@@ -258,7 +305,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         double lr = optim_lr(&oc, opt.step);
         last_norm = optim_step(&opt, d.master, d.grad, cur.sum_w);
         if (!isfinite(last_norm)) { // optim_step left the weights as they were
-            rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm);
+            rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm, "");
+            break;
+        }
+        if (train_diverged(&norm_scale, last_norm, cfg->divergence_factor, &limit)) {
+            char why[160];
+            snprintf(why, sizeof why, ", past %g (train.divergence_factor %g x its running mean)", limit, cfg->divergence_factor);
+            rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm, why);
             break;
         }
         drafter_sync_compute(&d);

@@ -15,6 +15,7 @@
 #include "common/core/json_util.h"
 #include "common/core/log.h"
 #include "common/data/dataset.h"
+#include "common/data/identity.h"
 
 // The MASK token when drafter.mask_token_id is -1: a row of the target's vocabulary that no text
 // uses (docs/config.md, "Drafter defaults"). The Qwen3.5 / Qwen3.6 vocabulary (248320 rows): 248070,
@@ -141,8 +142,22 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
 
 // The batch plan over the usable samples: of the training sets (live; their vocabulary checked
 // against the target's) or of the offline feature directory (*fr stays open for reading).
+// The run's identity (identity.h): the target, the layers the teachers send, the feature convention.
+static void train_identity(const config *cfg, const target_config *tc, const teacher_contract *ct, run_identity *id) {
+    char path[CONFIG_STR + 16];
+    snprintf(path, sizeof path, "%s/config.json", cfg->target_path);
+    identity_init(id);
+    identity_set_target(id, tc->arch_name, tc->hidden, tc->n_layers, tc->vocab, path);
+    id->n_layer_ids = ct->n_feat;
+    for (int i = 0; i < ct->n_feat; i++) id->layer_ids[i] = ct->layer_ids[i];
+    snprintf(id->feature_convention, sizeof id->feature_convention, "%s", "hidden_states[id+1]");
+}
+
 int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
-                    featreader **fr) {
+                    featreader **fr, run_identity *id) {
+    run_identity mine;
+    if (!id) id = &mine;
+    train_identity(cfg, tc, ct, id);
     int64_t n_samples;
     int64_t *lengths;
     batchplan_set sets[CONFIG_MAX_SETS];
@@ -172,6 +187,17 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
             *fr = NULL;
             return rc;
         }
+        // every identity the features recorded against this run's (the data part once the lengths are known)
+        char what[CONFIG_STR + 32];
+        snprintf(what, sizeof what, "data.features %s", cfg->data_features);
+        run_identity rec = *featreader_identity(*fr), now = *id;
+        rec.data_samples = rec.data_lengths_crc = -1;
+        if (identity_check(&rec, what, &now, "dump the features again for this target and target.layer_ids, or use the "
+                           "target and layer ids they were dumped with")) {
+            featreader_close(*fr);
+            *fr = NULL;
+            return -1;
+        }
         int n_ids;
         const int64_t *ids = featreader_layer_ids(*fr, &n_ids);
         for (int i = 0; i < n_ids; i++)
@@ -194,7 +220,15 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
             return -1;
         }
     }
-    int rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
+    identity_set_data(id, lengths, n_samples);
+    int rc = 0;
+    if (*fr) { // the shards' samples against what the index recorded at dump time
+        char what[CONFIG_STR + 32];
+        snprintf(what, sizeof what, "data.features %s", cfg->data_features);
+        rc = identity_check(featreader_identity(*fr), what, id, "its shards do not hold the samples its index lists: dump them again");
+    }
+    if (rc == 0)
+        rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
                              cfg->bucket_size, (uint64_t)cfg->seed);
     free(lengths);
     if (ds.sets) dataset_close(&ds);
@@ -226,7 +260,7 @@ int train_check_inputs(const world *w, const config *cfg) {
     safetensors_dir_close(&td);
     batchplan bp;
     featreader *fr = NULL;
-    if (train_data_plan(cfg, &tc, &ct, &bp, &fr)) return -1;
+    if (train_data_plan(cfg, &tc, &ct, &bp, &fr, NULL)) return -1;
     batchplan_free(&bp);
     if (fr) featreader_close(fr);
     return 0;

@@ -7,6 +7,7 @@
 #include "common/core/config.h"
 #include "common/data/batchplan.h"
 #include "common/data/featreader.h"
+#include "common/data/identity.h"
 #include "common/data/safetensors.h"
 #include "student/model/drafter_config.h"
 #include "teacher/target_config.h"
@@ -24,9 +25,11 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
                       const st_entry **e_emb, const st_entry **e_head);
 // train_data_plan: the batch plan over the usable samples of the training sets (live; their
 // vocabulary checked against the target's) or of the offline feature directory (*fr then stays
-// open for reading; NULL when live). -1 with error_set.
+// open for reading; NULL when live). The run's identity (identity.h: target, layer ids, convention,
+// the usable samples' lengths) into *id when id is given; the identity the features recorded is
+// compared with it (identity_check: a mismatch is refused naming both values). -1 with error_set.
 int train_data_plan(const config *cfg, const target_config *tc, const teacher_contract *ct, batchplan *bp,
-                    featreader **fr);
+                    featreader **fr, run_identity *id);
 // eval_config_prepare: --mode eval: cfg made to evaluate eval.drafter on every sample of the data:
 // the drafter's shape and target layers from its config.json (an exported drafter; target.layer_ids
 // defaults to the drafter's) or from the configuration its checkpoint was written with (state.json:
