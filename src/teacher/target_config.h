@@ -19,6 +19,9 @@ struct target_arch;
 struct cJSON;
 
 #define TARGET_MAX_LAYERS 1024
+// the most experts an MoE target may have (the router and the experts' kernels index them in int;
+// published models have up to 512): refused at parse, before any size is computed from it
+#define TARGET_MAX_EXPERTS 65536
 
 typedef struct target_config {
     const struct target_arch *table; // the architecture's table (target_arch.h), set by target_config_parse

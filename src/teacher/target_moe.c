@@ -26,19 +26,46 @@
 
 // ---------------------------------------------------------------- config
 
-// moe_parse_experts: the keys both families share (Qwen3MoeConfig / Qwen3_5MoeTextConfig names),
-// with the family's defaults for E experts of width Ie, top 8.
-static int moe_parse_experts(target_config *c, const cJSON *root, const char *src, int64_t E, int64_t Ie) {
+// moe_required: a positive integer under any of its names (the config class's key first, then the
+// aliases of its attribute_map: Qwen3MoeConfig saves num_experts as num_local_experts); a missing
+// key is an error naming it (a structural key never falls back to a published model's default),
+// two names with different values are refused.
+static int moe_required(const cJSON *root, const char *src, const char *const *names, int64_t *out) {
+    const char *seen = NULL;
+    for (int i = 0; names[i]; i++) {
+        int64_t v = 0;
+        int found = 0;
+        if (json_get_int(root, names[i], names[i], src, &v, &found)) return -1;
+        if (!found) continue;
+        if (v <= 0) return error_set("%s: '%s' must be positive, got %lld", src, names[i], (long long)v);
+        if (seen && v != *out)
+            return error_set("%s: '%s' is %lld but '%s' is %lld (the same setting)", src, seen, (long long)*out,
+                             names[i], (long long)v);
+        if (!seen) *out = v;
+        seen = names[i];
+    }
+    if (!seen)
+        return names[1] ? error_set("%s: missing '%s' (or '%s')", src, names[0], names[1])
+                        : error_set("%s: missing '%s'", src, names[0]);
+    return 0;
+}
+
+// moe_parse_experts: the keys both families share (Qwen3MoeConfig / Qwen3_5MoeTextConfig names):
+// the expert count and width are required; the top-k keeps the config classes' default 8.
+static int moe_parse_experts(target_config *c, const cJSON *root, const char *src) {
+    static const char *const experts[] = {"num_experts", "num_local_experts", NULL};
+    static const char *const width[] = {"moe_intermediate_size", NULL};
     if (c->n_layers > TARGET_MAX_LAYERS)
         return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
                          (long long)c->n_layers, TARGET_MAX_LAYERS);
-    c->n_experts = E;
     c->n_experts_tok = 8;
-    c->moe_intermediate = Ie;
     c->sparse_step = 1;
-    if (json_get_positive(root, "num_experts", src, &c->n_experts)) return -1;
+    if (moe_required(root, src, experts, &c->n_experts)) return -1;
+    if (c->n_experts > TARGET_MAX_EXPERTS)
+        return error_set("%s: 'num_experts' %lld is over the %d this build supports", src,
+                         (long long)c->n_experts, TARGET_MAX_EXPERTS);
     if (json_get_positive(root, "num_experts_per_tok", src, &c->n_experts_tok)) return -1;
-    if (json_get_positive(root, "moe_intermediate_size", src, &c->moe_intermediate)) return -1;
+    if (moe_required(root, src, width, &c->moe_intermediate)) return -1;
     if (c->n_experts_tok > c->n_experts)
         return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
                          (long long)c->n_experts_tok, (long long)c->n_experts);
@@ -47,11 +74,11 @@ static int moe_parse_experts(target_config *c, const cJSON *root, const char *sr
     return 0;
 }
 
-// Qwen3-MoE (defaults 128 experts of 768): layer i is sparse unless i is in mlp_only_layers or
+// Qwen3-MoE: layer i is sparse unless i is in mlp_only_layers or
 // (i+1) % decoder_sparse_step != 0; norm_topk_prob default false; no shared expert.
 static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src) {
     c->shared_intermediate = 0;
-    if (moe_parse_experts(c, root, src, 128, 768)) return -1;
+    if (moe_parse_experts(c, root, src)) return -1;
     c->norm_topk_prob = 0;
     if (json_get_bool(root, "norm_topk_prob", src, &c->norm_topk_prob, NULL)) return -1;
     if (json_get_int(root, "decoder_sparse_step", "decoder_sparse_step", src, &c->sparse_step, NULL)) return -1;
@@ -77,11 +104,11 @@ static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src)
     return 0;
 }
 
-// Qwen3.5-MoE (defaults 256 experts of 512): every layer sparse, the top-k always renormalised, a
+// Qwen3.5-MoE: every layer sparse, the top-k always renormalised, a
 // shared expert of shared_expert_intermediate_size (default 512).
 static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *src) {
     c->shared_intermediate = 512;
-    if (moe_parse_experts(c, root, src, 256, 512)) return -1;
+    if (moe_parse_experts(c, root, src)) return -1;
     if (json_get_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
                           &c->shared_intermediate, NULL))
         return -1;

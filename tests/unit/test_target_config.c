@@ -676,34 +676,45 @@ static void test_moe(void) {
 
 static void test_moe_defaults(void) {
     target_config c;
-    // Qwen3MoeConfig's defaults: 128 experts, top 8, experts 768 wide, not renormalised, step 1,
-    // no mlp-only layers (every layer sparse); from model_type alone. Unlike Qwen3Config it has no
+    // Qwen3MoeConfig's defaults for the non-structural keys: top 8, not renormalised, step 1, no
+    // mlp-only layers (every layer sparse); from model_type alone. Unlike Qwen3Config it has no
     // head_dim field: Qwen3MoeAttention takes getattr(config, "head_dim", hidden // heads), 64 / 4 here.
+    // The expert count and width are structural: required (issue 27 item 8), never 128 x 768.
     const char *min = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 3,"
                       " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                      " \"vocab_size\": 300}";
+                      " \"vocab_size\": 300, \"num_experts\": 10, \"moe_intermediate_size\": 24}";
     CHECK(parse(&c, min) == 0);
     CHECK(c.arch == ARCH_QWEN3 && c.moe == 1 && strcmp(c.arch_name, "Qwen3MoeForCausalLM") == 0);
-    CHECK(c.n_experts == 128 && c.n_experts_tok == 8 && c.moe_intermediate == 768 && c.shared_intermediate == 0);
+    CHECK(c.n_experts == 10 && c.n_experts_tok == 8 && c.moe_intermediate == 24 && c.shared_intermediate == 0);
     CHECK(c.norm_topk_prob == 0 && c.sparse_step == 1 && c.tie_embeddings == 0 && c.max_positions == 32768);
     CHECK_MSG(c.head_dim == 16, "Qwen3-MoE without head_dim: head_dim %lld, transformers hidden/heads = 16",
               (long long)c.head_dim);
     for (int i = 0; i < 3; i++) CHECK(target_layer_is_sparse(&c, i));
     // Qwen3MoeConfig needs intermediate_size for its dense layers (it has a default; we want it said).
     CHECK_ERR(parse(&c, with(min, "\"intermediate_size\": 96,", "")), "missing 'intermediate_size'");
-    // Qwen3_5MoeTextConfig's: 256 experts, top 8, experts and shared expert 512 wide; head_dim 256,
-    // linear heads 16/32 x 128, full attention every 4th layer.
+    // transformers 5 saves Qwen3MoeConfig.num_experts as num_local_experts (its attribute_map alias).
+    CHECK(parse(&c, with(min, "\"num_experts\": 10", "\"num_local_experts\": 10")) == 0 && c.n_experts == 10);
+    CHECK_ERR(parse(&c, with(min, "\"num_experts\": 10", "\"num_experts\": 10, \"num_local_experts\": 11")),
+              "'num_experts' is 10 but 'num_local_experts' is 11");
+    CHECK_ERR(parse(&c, with(min, "\"num_experts\": 10,", "")), "missing 'num_experts' (or 'num_local_experts')");
+    CHECK_ERR(parse(&c, with(min, ", \"moe_intermediate_size\": 24", "")), "missing 'moe_intermediate_size'");
+    CHECK_ERR(parse(&c, with(min, "\"num_experts\": 10", "\"num_experts\": 2147483648")),
+              "'num_experts' 2147483648 is over the 65536 this build supports");
+    // Qwen3_5MoeTextConfig's: top 8, shared expert 512 wide; head_dim 256, linear heads 16/32 x 128,
+    // full attention every 4th layer.
     const char *min5 = "{\"model_type\": \"qwen3_5_moe_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
-                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300}";
+                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300,"
+                       " \"num_experts\": 9, \"moe_intermediate_size\": 20}";
     CHECK(parse(&c, min5) == 0);
     CHECK(c.arch == ARCH_QWEN3_5 && c.moe == 1 && c.multimodal == 0 && strcmp(c.arch_name, "Qwen3_5MoeForCausalLM") == 0);
-    CHECK(c.n_experts == 256 && c.n_experts_tok == 8 && c.moe_intermediate == 512 && c.shared_intermediate == 512);
+    CHECK(c.n_experts == 9 && c.n_experts_tok == 8 && c.moe_intermediate == 20 && c.shared_intermediate == 512);
     CHECK(c.norm_topk_prob == 1 && c.head_dim == 256 && c.lin_k_heads == 16 && c.lin_v_heads == 32 && c.full_interval == 4);
     for (int i = 0; i < 6; i++) CHECK(target_layer_is_sparse(&c, i) && target_layer_is_linear(&c, i) == (i != 3));
+    CHECK_ERR(parse(&c, with(min5, ", \"num_experts\": 9", "")), "missing 'num_experts' (or 'num_local_experts')");
     char buf[2048];
     snprintf(buf, sizeof buf, "{\"model_type\": \"qwen3_5_moe\", \"text_config\": %s}", min5);
     CHECK(parse(&c, buf) == 0);
-    CHECK(c.multimodal == 1 && strcmp(c.arch_name, "Qwen3_5MoeForConditionalGeneration") == 0 && c.n_experts == 256);
+    CHECK(c.multimodal == 1 && strcmp(c.arch_name, "Qwen3_5MoeForConditionalGeneration") == 0 && c.n_experts == 9);
 }
 
 static void test_moe_refusals(void) {

@@ -59,12 +59,18 @@ char *file_read_text_len(const char *path, size_t max_bytes, size_t *len) {
 }
 
 cJSON *json_parse_text(const char *json, const char *source) {
-    cJSON *root = cJSON_Parse(json);
+    // require_null_terminated: anything but whitespace after the document is refused (cJSON_Parse
+    // would read the first document and ignore the rest).
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         int line = 1;
         for (const char *p = json; at && p < at; p++) line += *p == '\n';
-        error_set("%s: not valid JSON (near line %d)", source, line);
+        cJSON *first = cJSON_ParseWithOpts(json, NULL, 0);
+        if (first) error_set("%s: data after the end of the JSON document (line %d)", source, line);
+        else error_set("%s: not valid JSON (near line %d)", source, line);
+        cJSON_Delete(first);
     }
     return root;
 }

@@ -19,7 +19,8 @@ char *file_read_text(const char *path, size_t max_bytes);
 // before that: strlen(text) < *len then).
 char *file_read_text_len(const char *path, size_t max_bytes, size_t *len);
 
-// json_parse_text: cJSON_Parse(json), or NULL after error_set("<source>: not valid JSON (near line N)").
+// json_parse_text: cJSON_Parse(json), or NULL after error_set("<source>: not valid JSON (near line N)"),
+// or "<source>: data after the end of the JSON document (line N)" for trailing non-whitespace.
 cJSON *json_parse_text(const char *json, const char *source);
 
 // json_parse_object: a config file's text as a JSON object: json_parse_text, then NULL after

@@ -1,6 +1,7 @@
 // safetensors.c: the safetensors reader (mmap + full validation), model directories (single file or
 // sharded index) and the atomic writer. See safetensors.h for the format and the rules enforced.
 #include "common/data/safetensors.h"
+#include "common/core/json_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -476,12 +477,9 @@ static int st_dir_open_index(st_dir *d, const char *index_path) {
     int rc = -1;
     const char **names = NULL, **shards = NULL;
     int *shard_of = NULL, n_names = 0;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = json_parse_text(text, index_path);
     const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!root) {
-        error_set("%s: not valid JSON", index_path);
-        goto done;
-    }
+    if (!root) goto done;
     if (!cJSON_IsObject(wm) || !wm->child) {
         error_set("%s: no \"weight_map\" object (or it is empty)", index_path);
         goto done;
