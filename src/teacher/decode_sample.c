@@ -3,7 +3,7 @@
 // decoder's device sampling shares.
 #include "teacher/decode_sample.h"
 
-#include "common/kernels/ops_decode_cpu.h"
+#include "common/decode/ops_decode_cpu.h"
 
 size_t decode_sample_scratch_bytes(int V) { return cpu_sample_scratch_bytes(V); }
 

@@ -4,7 +4,7 @@
 // The rule, in transformers' order (its TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper):
 //   temperature <= 0         greedy: the largest logit, lowest id among equal ones (no draw)
 //   p = softmax(logits / T)  over the whole vocabulary, as integer masses (ops_sample in
-//                            common/kernels/ops_decode.h: floor(p / p_max * 2^40))
+//                            common/decode/ops_decode.h: floor(p / p_max * 2^40))
 //   top_k > 0                keep the k most probable ids (ties at the edge: lower ids first)
 //   0 < top_p < 1            keep the smallest prefix, most probable first, whose mass reaches
 //                            top_p of what top-k kept (at least one id)

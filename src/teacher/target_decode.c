@@ -15,7 +15,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_decode.h"
+#include "common/decode/ops_decode.h"
 #include "teacher/target_arch.h"
 
 // ----------------------------------------------------------------------------- memory

@@ -22,7 +22,7 @@
 #include "common/backend/backend.h"
 #include "common/core/check.h"
 #include "common/core/half.h"
-#include "common/kernels/ops_decode.h"
+#include "common/decode/ops_decode.h"
 #include "testing.h"
 #include "testing_device.h"
 

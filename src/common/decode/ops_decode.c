@@ -1,11 +1,11 @@
 // ops_decode.c: dispatch of the decoding ops (ops_decode.h) to the CPU reference or the CUDA
 // kernels, in the pattern of ops.c. Argument checks that hold on both backends live here.
-#include "common/kernels/ops_decode.h"
+#include "common/decode/ops_decode.h"
 
 #include "common/core/check.h"
-#include "common/kernels/ops_decode_cpu.h"
+#include "common/decode/ops_decode_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/ops_decode_cuda.h"
+#include "common/decode/ops_decode_cuda.h"
 #endif
 #include "common/kernels/ops_dispatch.h"
 

@@ -21,8 +21,8 @@
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_decode.h"
-#include "common/kernels/ops_decode_cuda.h"
+#include "common/decode/ops_decode.h"
+#include "common/decode/ops_decode_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -30,7 +30,7 @@ typedef __nv_bfloat16 bf16;
 #include "common/kernels/cuda_reduce.cuh"
 
 #define SAMPLE_RULE_FN static __host__ __device__ __forceinline__
-#include "common/kernels/sample_rule.h"
+#include "common/decode/sample_rule.h"
 
 // ---------------------------------------------------------------------------- cache append
 

@@ -1,12 +1,12 @@
 // ops_decode_cpu.c: CPU twins of the decoding ops (see ops_decode.h): the reference the CUDA
 // kernels are tested against.
-#include "common/kernels/ops_decode_cpu.h"
+#include "common/decode/ops_decode_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/kernels/ops_cpu.h"
-#include "common/kernels/sample_rule.h"
+#include "common/decode/sample_rule.h"
 
 void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *pos, int n,
                    int max_len, int kvd) {
