@@ -13,6 +13,9 @@ Also prints how many replies are token-for-token equal (padding changes transfor
 slightly, so a near tie can flip a token; the test suite checks equality unpadded).
 
   python3 bench/teacher/bench_regenerate.py --build build --threads 2
+  python3 bench/teacher/bench_regenerate.py --build build --threads 2 --target WORKDIR/target \
+      --prompts-file WORKDIR/prompts.jsonl --prompts 64 --batch 32
+      (a real checkpoint, e.g. examples/smollm2-135m's, and the first N of its templated prompts)
 
 Needs torch + transformers (/work/venv); not part of the tests.
 """
@@ -33,6 +36,8 @@ def main():
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--configs", default="qwen3-small")
+    ap.add_argument("--target", help="a Hugging Face checkpoint directory instead of the random configs")
+    ap.add_argument("--prompts-file", help="with --target: JSONL of {\"input_ids\": [...]} (the first --prompts)")
     a = ap.parse_args()
     import h5py
     import torch
@@ -41,17 +46,29 @@ def main():
     tool, rank = os.path.join(a.build, "dflash_tool"), os.path.join(a.build, "dflash_rank")
     load = os.getloadavg()
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, {a.threads} threads, "
-          f"{a.prompts} prompts of 8..64 tokens, {a.max_new} new tokens each, batch {a.batch}; "
+          f"{a.prompts} prompts of {'the file' if a.target else '8..64 tokens'}, {a.max_new} new tokens each, batch {a.batch}; "
           f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("| config | generated tokens | dflash tokens/s | transformers tokens/s | ratio | equal replies |")
     print("|---|---|---|---|---|---|")
-    for name in a.configs.split(","):
+    if a.target and not a.prompts_file:
+        sys.exit("bench_regenerate: --target needs --prompts-file")
+    for name in ([os.path.basename(os.path.abspath(a.target))] if a.target else a.configs.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            model_dir = os.path.join(tmp, "target")
-            subprocess.run([tool, "make-target", model_dir] + CONFIGS[name].split() + ["--dtype", "f32", "--seed", "1"],
-                           check=True, stdout=subprocess.DEVNULL)
-            r = random.Random(5)
-            prompts = [[r.randrange(32000) for _ in range(r.randint(8, 64))] for _ in range(a.prompts)]
+            if a.target:  # its files linked, but no generation_config.json: no stop ids on our side either
+                model_dir = os.path.join(tmp, "target")
+                os.mkdir(model_dir)
+                for fn in os.listdir(a.target):
+                    if fn != "generation_config.json":
+                        os.symlink(os.path.abspath(os.path.join(a.target, fn)), os.path.join(model_dir, fn))
+                with open(a.prompts_file) as f:
+                    prompts = [json.loads(line)["input_ids"] for line, _ in zip(f, range(a.prompts))]
+                a.prompts = len(prompts)
+            else:
+                model_dir = os.path.join(tmp, "target")
+                subprocess.run([tool, "make-target", model_dir] + CONFIGS[name].split() + ["--dtype", "f32", "--seed", "1"],
+                               check=True, stdout=subprocess.DEVNULL)
+                r = random.Random(5)
+                prompts = [[r.randrange(32000) for _ in range(r.randint(8, 64))] for _ in range(a.prompts)]
             pj = os.path.join(tmp, "p.jsonl")
             with open(pj, "w") as f:
                 for p in prompts:

@@ -18,7 +18,9 @@
 #
 # Every step is skipped when its output is there (a killed run.sh continues); the training itself
 # resumes from its last checkpoint. Sizes: PROMPTS (default 3164: every prompt), MAX_NEW (256),
-# STEPS (3000), LAYERS (1), ANCHORS (256), NP (ranks for regeneration and dump-features, default 2).
+# STEPS (3000), LAYERS (1), ANCHORS (256), NP (ranks for regeneration and dump-features, default 2),
+# PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
+# decodes at once; more slots amortize each step's pass over the weights).
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 WORKDIR" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +28,7 @@ root=$(cd "$here/../.." && pwd)
 mkdir -p "$1"
 W=$(cd "$1" && pwd)
 PROMPTS=${PROMPTS:-3164} MAX_NEW=${MAX_NEW:-256} STEPS=${STEPS:-3000} LAYERS=${LAYERS:-1}
-ANCHORS=${ANCHORS:-256} NP=${NP:-2}
+ANCHORS=${ANCHORS:-256} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 say() { echo "== $(date +%H:%M:%S) $*"; }
 
@@ -54,14 +56,15 @@ if [ ! -f "$W/prompts.jsonl" ]; then
   say "prompts: $PROMPTS (chitchat + HumanEval), templated with the target's chat template"
   code=$(( PROMPTS < 164 ? PROMPTS / 10 : 164 ))
   "$py" "$here/make_prompts.py" "$W/prompts_messages.jsonl" --chat $(( PROMPTS - code )) --code "$code"
-  "$py" "$root/tools/prepare_data.py" --prompts-only "$W/prompts_messages.jsonl" "$W/prompts.jsonl" --model "$W/target"
+  "$py" "$root/tools/prepare_data.py" --prompts-only "$W/prompts_messages.jsonl" "$W/prompts.jsonl" --model "$W/target" \
+    --max-len "$PROMPT_MAX"
 fi
 
 if [ ! -f "$W/regen.h5" ]; then
   say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
   mpirun -np "$NP" "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
     --regenerate.prompts="$W/prompts.jsonl" --regenerate.out="$W/regen.h5" \
-    --regenerate.max_new_tokens="$MAX_NEW" --run.dir="$W/regen-run"
+    --regenerate.max_new_tokens="$MAX_NEW" --regenerate.max_seqs="$SEQS" --run.dir="$W/regen-run"
 fi
 
 if [ ! -f "$W/features/features.json" ]; then

@@ -164,9 +164,9 @@ static int checkpoint_write_state(const char *dir, int64_t step, const optim *o,
     char *idj = identity_to_json(checkpoint_identity_set ? &checkpoint_identity : &none);
     size_t cap = strlen(json) + strlen(idj) + 512;
     char *body = xmalloc(cap);
-    snprintf(body, cap, "{\"step\": %lld, \"optim_step\": %lld, \"run_id\": \"%s\", \"config_hash\": \"%016llx\", "
+    snprintf(body, cap, "{\"step\": %lld, \"optim_step\": %lld, \"loss_mean\": %.17g, \"norm_mean\": %.17g, \"run_id\": \"%s\", \"config_hash\": \"%016llx\", "
              "\"config\": %s, \"identity\": %s, \"checksums\": {\"%s\": \"%08x\", \"%s\": \"%08x\"}}",
-             (long long)step, (long long)o->step, checkpoint_run_id, (unsigned long long)config_hash(cfg), json, idj,
+             (long long)step, (long long)o->step, o->loss_mean, o->norm_mean, checkpoint_run_id, (unsigned long long)config_hash(cfg), json, idj,
              checkpoint_summed[0], sums[0], checkpoint_summed[1], sums[1]);
     cJSON_free(json);
     free(idj);
@@ -416,6 +416,11 @@ static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim 
     if (!root && access(path, R_OK) != 0) return -1;
     int64_t st_step = -1, st_optim = -1;
     int have = root && json_int_field(root, "step", &st_step) && json_int_field(root, "optim_step", &st_optim);
+    // the divergence check's running means (absent in older checkpoints: the check starts afresh)
+    const cJSON *lm = root ? cJSON_GetObjectItemCaseSensitive(root, "loss_mean") : NULL;
+    const cJSON *nm = root ? cJSON_GetObjectItemCaseSensitive(root, "norm_mean") : NULL;
+    o->loss_mean = cJSON_IsNumber(lm) && isfinite(lm->valuedouble) && lm->valuedouble > 0 ? lm->valuedouble : 0;
+    o->norm_mean = cJSON_IsNumber(nm) && isfinite(nm->valuedouble) && nm->valuedouble > 0 ? nm->valuedouble : 0;
     cJSON_Delete(root);
     if (!have) return error_set("%s: not a state file (it needs whole numbers 'step' and 'optim_step')", path);
     if (st_step != step) return error_set("%s: 'step' is %lld but the directory is step %lld", path, (long long)st_step, (long long)step);

@@ -21,6 +21,8 @@ typedef struct {
     float *m, *v;             // [n] moments, device
     float *ema;               // [n] device (NULL without EMA)
     int64_t step;             // updates done
+    double loss_mean, norm_mean; // the divergence check's running means (train.c); 0 = none yet;
+                                 // kept in checkpoints so a resumed run is judged against its history
 } optim;
 
 void optim_config_default(optim_config *c);

@@ -89,18 +89,16 @@ static int train_nonfinite(int s, const config *cfg, int64_t step, const char *w
 // Divergence (train.divergence_factor = f > 0): a value past f * max(1, the running mean of that
 // value over the earlier steps of this process) stops the run like a NaN. The running mean is an
 // exponential one (weight 0.1 for each new step); the floor 1 keeps a tiny, converged loss or norm
-// from tripping on an ordinary wobble. Returns 1 when value diverged; else folds it into *mean.
-typedef struct {
-    double mean;
-    int64_t n;
-} train_scale;
-
-static int train_diverged(train_scale *sc, double value, double factor, double *limit) {
-    double base = sc->n > 0 && sc->mean > 1 ? sc->mean : 1;
-    *limit = factor * base;
+// from tripping on an ordinary wobble. A fresh run's first value has no history: its floor is
+// TRAIN_FIRST_FLOOR instead of 1 (a new drafter's first gradient norm is often in the hundreds:
+// SmolLM2-135M's was 313; a teacher gone wrong gives losses of 1e19 and more), and it starts the mean.
+// The means live in the optimizer state (*mean, 0 = none yet), so a resumed run is judged against
+// its history. Returns 1 when value diverged; else folds it into *mean.
+#define TRAIN_FIRST_FLOOR 100.0
+static int train_diverged(double *mean, double value, double factor, double *limit) {
+    *limit = factor * (*mean == 0 ? TRAIN_FIRST_FLOOR : *mean > 1 ? *mean : 1);
     if (factor > 0 && value > *limit) return 1;
-    sc->mean = sc->n == 0 ? value : 0.9 * sc->mean + 0.1 * value;
-    sc->n++;
+    *mean = *mean == 0 ? value : 0.9 * *mean + 0.1 * value;
     return 0;
 }
 
@@ -233,7 +231,6 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         return s == 0 ? -1 : TRAIN_REPORTED_ELSEWHERE; // the same error on every student: the first says it
 
     double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
-    train_scale loss_scale = {0}, norm_scale = {0}; // train_diverged's running means
     step_stats interval, cur, first_eval, last_eval;
     memset(&interval, 0, sizeof interval);
     memset(&first_eval, 0, sizeof first_eval);
@@ -287,7 +284,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             rc = train_nonfinite(s, cfg, step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss, "");
             break;
         }
-        if (kind != WIRE_HELDOUT && train_diverged(&loss_scale, loss, cfg->divergence_factor, &limit)) {
+        if (kind != WIRE_HELDOUT && train_diverged(&opt.loss_mean, loss, cfg->divergence_factor, &limit)) {
             char why[160];
             snprintf(why, sizeof why, ", past %g (train.divergence_factor %g x its running mean)", limit, cfg->divergence_factor);
             rc = train_nonfinite(s, cfg, step, "the loss", loss, why);
@@ -308,7 +305,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm, "");
             break;
         }
-        if (train_diverged(&norm_scale, last_norm, cfg->divergence_factor, &limit)) {
+        if (train_diverged(&opt.norm_mean, last_norm, cfg->divergence_factor, &limit)) {
             char why[160];
             snprintf(why, sizeof why, ", past %g (train.divergence_factor %g x its running mean)", limit, cfg->divergence_factor);
             rc = train_nonfinite(s, cfg, step, "the gradient norm", last_norm, why);
