@@ -208,8 +208,12 @@ def main():
             want = 16 if args.samples is None else args.samples
             k = n if want <= 0 else min(want, n)
             idx = range(n - k, n) if pick == "last" else range(k)
+        short = 0
         for i in idx:
             s, e = int(offsets[i]), int(offsets[i + 1])
+            if int(mask[s:e].sum()) < 2 * draft.block_size:  # the trainer's rule (SPEC §7): not a usable sample
+                short += 1
+                continue
             reg = first_region(mask[s:e])
             if reg is None or reg[0] == 0 or reg[1] - reg[0] < 2:
                 print(f"sample {i}: no prompt or a turn under 2 tokens, skipped")
@@ -217,6 +221,9 @@ def main():
             r0, r1 = reg
             m = r1 - r0 if args.max_new_tokens is None else min(args.max_new_tokens, r1 - r0)
             jobs.append((f"sample {i}", tokens[s:s + r0], m, tokens[s + r0:s + r0 + m]))
+        if short:
+            print(f"{short} of the {k} picked samples have fewer than 2 x block_size = {2 * draft.block_size} loss tokens: "
+                  f"skipped, as the trainer rejects them (its tau_decode walks the same samples)")
         print(f"prompts: {len(jobs)} samples of {args.data} ({pick} {k} of {n}), the prompt = the tokens before "
               f"the first loss_mask=1, decoded for the turn's length" +
               ("" if args.max_new_tokens is None else f" capped at {args.max_new_tokens}"))

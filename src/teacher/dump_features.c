@@ -110,11 +110,13 @@ static void json_string(FILE *f, const char *s) {
 }
 
 // Write the index of the shards (rank 0, after every shard is done). "sets" records the training
-// sets in sample order (path, usable samples, weight), for student-only training from the features.
+// sets in sample order (path, usable samples, weight, and "heldout": the usable indices of the set's
+// recorded /heldout split when it has one), for student-only training from the features.
 // The index is written whole, sealed (crc32c.h: a flipped bit anywhere in it is refused at load),
 // with the run's identity (identity.h) that a student-only run compares with its own.
 static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples,
-                      const int64_t *set_samples, const run_identity *id) {
+                      const int64_t *set_samples, const int64_t *const *set_heldout, const int64_t *n_set_heldout,
+                      const run_identity *id) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
     snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -143,7 +145,13 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
         const char *p = config_data_path(cfg, i, &w);
         fprintf(f, "    {\"path\": ");
         json_string(f, p);
-        fprintf(f, ", \"samples\": %lld, \"weight\": %.17g}%s\n", (long long)set_samples[i], w, i + 1 < n_sets ? "," : "");
+        fprintf(f, ", \"samples\": %lld, \"weight\": %.17g", (long long)set_samples[i], w);
+        if (n_set_heldout[i] >= 0) {
+            fprintf(f, ", \"heldout\": [");
+            for (int64_t j = 0; j < n_set_heldout[i]; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)set_heldout[i][j]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "}%s\n", i + 1 < n_sets ? "," : "");
     }
     fprintf(f, "  ],\n  \"target\": ");
     json_string(f, info->target);
@@ -187,6 +195,8 @@ typedef struct {
     run_identity id;
     int64_t n_shards, n_samples;
     int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
+    const int64_t *set_heldout[CONFIG_MAX_SETS]; // the set's recorded held-out split (usable indices)
+    int64_t n_set_heldout[CONFIG_MAX_SETS];      // its length; -1 = the set records none
 } dump_result;
 
 // This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
@@ -355,7 +365,16 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     free(lengths);
     res->n_shards = n_shards;
     res->n_samples = ts.n;
-    for (int i = 0; i < ts.n_sets; i++) res->set_samples[i] = ts.first[i + 1] - ts.first[i];
+    for (int i = 0; i < ts.n_sets; i++) {
+        const trainset *t = &ts.sets[i];
+        res->set_samples[i] = ts.first[i + 1] - ts.first[i];
+        res->n_set_heldout[i] = t->n_heldout >= 0 ? t->n_heldout_usable : -1;
+        if (res->n_set_heldout[i] > 0) { // a copy: the set closes below, the index is written after
+            int64_t *h = xmalloc((size_t)t->n_heldout_usable * sizeof *h);
+            memcpy(h, t->heldout_usable, (size_t)t->n_heldout_usable * sizeof *h);
+            res->set_heldout[i] = h;
+        }
+    }
 
     free(c.tokens);
     free(c.mask);
@@ -374,15 +393,19 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
 int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_links *links) {
     dump_result res;
     memset(&res, 0, sizeof res);
+    for (int i = 0; i < CONFIG_MAX_SETS; i++) res.n_set_heldout[i] = -1;
     int rc = dump_run(w, cfg, be, links, &res);
     if (rc) log_error("%s", error_msg());
     // Every rank finished or failed: rank 0 writes the index only when all of them succeeded.
     int any_failed = watchdog_agree(rc ? 1 : 0, "the other ranks to finish their shards");
     if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
     if (w->rank == 0) {
-        if (dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, &res.id)) return -1;
-        log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
-                 (long long)res.n_shards, cfg->features_dir);
+        rc = dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, res.set_heldout, res.n_set_heldout,
+                        &res.id);
+        if (rc == 0)
+            log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
+                     (long long)res.n_shards, cfg->features_dir);
     }
-    return 0;
+    for (int i = 0; i < CONFIG_MAX_SETS; i++) free((void *)res.set_heldout[i]);
+    return rc;
 }

@@ -13,7 +13,8 @@
 #      an uninterrupted run (cmp); a part made with other settings is refused.
 #   3. sampling: temperature/top-k/top-p with a seed is reproducible (cmp, also with 2 ranks, 2
 #      teacher groups of 2 and other slot counts), another seed gives other replies, and the replies differ from greedy.
-#   4. /heldout: the count given, sorted, distinct, its rule attribute; training holds out exactly
+#   4. /heldout: the count given, sorted, distinct, its rule attribute; dump-features records it in
+#      features.json and training from those features holds out the same samples; training holds out exactly
 #      those samples (its log says so) and --mode eval evaluates exactly them.
 #   5. bad inputs: missing prompts file, a bad JSON line, an id outside the vocabulary, a prompt
 #      longer than the cache, a missing regenerate.out: one error line, exit non-zero, no output file.
@@ -155,6 +156,24 @@ expect_ok "train on it" mpirun -np 2 "$R" --mode train "${job[@]}" --train.steps
 grep -q "24 usable samples (20 training, 4 held out: the set's /heldout)" "$TMP/err" && ok || bad "train: the held-out split is not the set's: $(grep 'data: set' "$TMP/err")"
 expect_ok "eval on it" mpirun -np 2 "$R" --mode eval "${job[@]}" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/ev"
 $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["samples"] == 4 and d["tokens"] == 4 * 30, d' "$TMP/ev/eval.json" && ok || bad "eval: not the 4 held-out samples: $(cat "$TMP/ev/eval.json")"
+# offline features carry the split: features.json's set records the same held-out samples, and a
+# student-only run from them holds out exactly those (before: data.heldout_samples' last ones)
+expect_ok "dump-features of it" mpirun -np 2 "$R" --mode dump-features "${job[@]}" --features.dir="$TMP/feat24" --run.dir="$TMP/dump24"
+$PY - "$TMP/feat24/features.json" "$TMP/r24.h5" <<'PYEOF' && ok || bad "features.json: not the set's /heldout"
+import json, sys, h5py
+s = json.loads(open(sys.argv[1]).read())["sets"][0]
+with h5py.File(sys.argv[2], "r") as f:
+    want = f["heldout"][:].tolist()  # every sample is usable here: raw = usable indices
+assert s["heldout"] == want, (s, want)
+PYEOF
+expect_ok "train from the features" mpirun -np 1 "$R" --mode train "${job[@]}" --data.features="$TMP/feat24" \
+  --train.steps=2 --train.max_anchors=8 --run.dir="$TMP/run-f"
+grep -q "24 usable samples (20 training, 4 held out: the set's /heldout)" "$TMP/err" && ok || bad "train from features: the held-out split is not the set's: $(grep 'data: set' "$TMP/err")"
+cp -r "$TMP/feat24" "$TMP/feat24-bad"
+sed -i 's/"heldout": \[[0-9]*/"heldout": [99/' "$TMP/feat24-bad/features.json"
+/usr/bin/python3 "$SRC/tests/cli/crc32c_reseal.py" json "$TMP/feat24-bad/features.json"
+expect_fail_mpi "held-out index out of range" '"heldout"\[0\] must be a sample index above the previous one and below the set' \
+  mpirun -np 1 "$R" --mode train "${job[@]}" --data.features="$TMP/feat24-bad" --train.steps=2 --run.dir="$TMP/run-fb"
 
 # ---------------------------------------------------------------- 5. bad inputs
 bad_run() { "$R" --mode regenerate --device cpu --target.path="$TMP/big" --regenerate.out="$TMP/bad.h5" "$@"; }

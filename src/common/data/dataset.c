@@ -131,8 +131,10 @@ int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set 
         const char *dumped;
         double w;
         out[i].n = featreader_set(fr, i, &w, &dumped);
-        out[i].heldout = NULL; // a feature directory records no split (data.heldout_samples applies)
-        out[i].n_heldout = 0;
+        int64_t nh; // the set's recorded split, when the dump had one (else data.heldout_samples applies)
+        const int64_t *h = featreader_set_heldout(fr, i, &nh);
+        out[i].heldout = nh >= 0 ? h : NULL;
+        out[i].n_heldout = nh >= 0 ? nh : 0;
         out[i].weight = w;
         if (named > 0) {
             const char *p = config_data_path(cfg, i, &out[i].weight);

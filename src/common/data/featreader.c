@@ -70,6 +70,8 @@ struct featreader {
     int64_t *set_n;           // [n_sets] samples
     double *set_weight;       // [n_sets]
     char **set_path;          // [n_sets]
+    int64_t **set_heldout;    // [n_sets] the set's recorded held-out split (usable indices, increasing)
+    int64_t *n_set_heldout;   // [n_sets] its length; -1 = the set records none ("heldout" absent)
 };
 
 // ---------------------------------------------------------------- HDF5 helpers
@@ -302,6 +304,25 @@ static int fr_json_int(const cJSON *root, const char *key, const char *path, int
     return 0;
 }
 
+// A set's "heldout": its recorded held-out split, usable indices of that set, increasing, each in
+// [0, samples). Absent: the set records none (n_set_heldout -1).
+static int fr_parse_heldout(featreader *r, const cJSON *h, int j, const char *path) {
+    if (!h) return 0;
+    int n = cJSON_IsArray(h) ? cJSON_GetArraySize(h) : -1;
+    if (n < 0) return error_set("%s: \"sets\"[%d]: \"heldout\" must be an array of sample indices", path, j);
+    r->set_heldout[j] = xmalloc(((size_t)n + 1) * sizeof(int64_t));
+    r->n_set_heldout[j] = n;
+    int64_t prev = -1, k = 0;
+    for (const cJSON *e = h->child; e; e = e->next, k++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!(v == (double)(int64_t)v) || (int64_t)v <= prev || (int64_t)v >= r->set_n[j])
+            return error_set("%s: \"sets\"[%d]: \"heldout\"[%lld] must be a sample index above the previous one and "
+                             "below the set's %lld samples", path, j, (long long)k, (long long)r->set_n[j]);
+        r->set_heldout[j][k] = prev = (int64_t)v;
+    }
+    return 0;
+}
+
 // Parse the index into r (everything but the shards' contents).
 static int fr_parse_index(featreader *r, const char *dir, const char *text) {
     const char *path = r->index_path;
@@ -356,6 +377,9 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
         r->set_n = xcalloc((size_t)r->n_sets, sizeof *r->set_n);
         r->set_weight = xcalloc((size_t)r->n_sets, sizeof *r->set_weight);
         r->set_path = xcalloc((size_t)r->n_sets, sizeof *r->set_path);
+        r->set_heldout = xcalloc((size_t)r->n_sets, sizeof *r->set_heldout);
+        r->n_set_heldout = xmalloc((size_t)r->n_sets * sizeof *r->n_set_heldout);
+        for (int j = 0; j < r->n_sets; j++) r->n_set_heldout[j] = -1;
         if (!sets) {
             r->set_n[0] = r->n_samples;
             r->set_weight[0] = 1;
@@ -373,6 +397,7 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
             r->set_weight[j] = w->valuedouble;
             r->set_path[j] = xstrdup(p->valuestring);
             in_sets += r->set_n[j];
+            rc = fr_parse_heldout(r, cJSON_GetObjectItemCaseSensitive(e, "heldout"), j, path);
         } else {
             rc = error_set("%s: \"sets\"[%d]: \"samples\" must be an integer >= 0", path, j);
         }
@@ -471,6 +496,9 @@ void featreader_close(featreader *r) {
     free(r->shards);
     for (int j = 0; j < r->n_sets && r->set_path; j++) free(r->set_path[j]);
     free(r->set_path);
+    for (int j = 0; j < r->n_sets && r->set_heldout; j++) free(r->set_heldout[j]);
+    free(r->set_heldout);
+    free(r->n_set_heldout);
     free(r->set_n);
     free(r->set_weight);
     free(r->row);
@@ -490,6 +518,11 @@ int64_t featreader_set(const featreader *r, int i, double *weight, const char **
     if (weight) *weight = r->set_weight[i];
     if (path) *path = r->set_path[i] ? r->set_path[i] : "";
     return r->set_n[i];
+}
+
+const int64_t *featreader_set_heldout(const featreader *r, int i, int64_t *n) {
+    *n = r->n_set_heldout ? r->n_set_heldout[i] : -1;
+    return r->set_heldout ? r->set_heldout[i] : NULL;
 }
 
 int featreader_read(featreader *r, int64_t i, int32_t *tokens, uint8_t *mask, uint16_t *features, int32_t *topk_idx,

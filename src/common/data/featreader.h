@@ -39,6 +39,9 @@ int featreader_n_sets(const featreader *r);
 // featreader_set: samples of set i (the next ones after set i-1's); its weight at dump time and
 // its path (as the dump's configuration wrote it; "" when unknown) when those pointers are given.
 int64_t featreader_set(const featreader *r, int i, double *weight, const char **path);
+// featreader_set_heldout: set i's recorded held-out split (its /heldout at dump time, as usable
+// indices of the set, increasing; *n of them), or NULL with *n = -1 when the set records none.
+const int64_t *featreader_set_heldout(const featreader *r, int i, int64_t *n);
 // featreader_read: sample i (its checksums verified: a mismatch is an error naming the shard, the
 // sample, the dataset and both CRCs) into the caller's arrays (each sized for featreader_len(i) rows; any
 // may be NULL): tokens [n], mask [n], features [n, D] bf16 bits, topk_idx/val [n, k], lse [n].
