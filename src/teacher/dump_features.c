@@ -307,8 +307,14 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     c.lse = xmalloc((size_t)max_tokens * sizeof(float));
 
     // shard s to teacher s mod (number of teachers): a group's stages all walk its shards
-    int64_t per = cfg->features_shard_samples, n_shards = (ts.n + per - 1) / per;
-    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0, me = w->group, n_teachers = w->groups;
+    // At most features.shard_samples per shard, the shard count a multiple of the teachers' (each
+    // gets the same work: 384 samples on 2 teachers are 2 shards of 192, not 1 of 384 and an idle rank).
+    int64_t me = w->group, n_teachers = w->groups > 0 ? w->groups : 1;
+    int64_t n_shards = (ts.n + cfg->features_shard_samples - 1) / cfg->features_shard_samples;
+    if (ts.n >= n_teachers) n_shards = (n_shards + n_teachers - 1) / n_teachers * n_teachers;
+    int64_t per = n_shards > 0 ? (ts.n + n_shards - 1) / n_shards : 1;
+    n_shards = (ts.n + per - 1) / per;
+    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0;
     for (int64_t s = me; s < n_shards; s += n_teachers) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
     progress p;
     if (writer) progress_start(&p, "dump-features (samples)", my_samples);

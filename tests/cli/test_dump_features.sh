@@ -34,7 +34,9 @@ args=(--mode dump-features --device cpu --target.path="$TMP/target" --data.path=
       --teacher.max_tokens=100 --drafter.block_size=4)
 expect_ok dump mpirun -np 2 "$R" "${args[@]}"
 [ -f "$TMP/feat/features.json" ] && ok || bad "no features.json"
-ls "$TMP"/feat/features-0000{0,1,2}-of-00003.h5 >/dev/null 2>&1 && ok || bad "shards missing: $(ls "$TMP/feat")"
+ls "$TMP"/feat/features-0000{0,1,2,3}-of-00004.h5 >/dev/null 2>&1 && ok || bad "shards missing: $(ls "$TMP/feat")"
+# (7 samples at most 3 per shard: 3 shards rounded up to 4, a multiple of the 2 teachers, of 2, 2, 2, 1)
+[ ! -e "$TMP/feat/features-00004-of-00004.h5" ] && ls "$TMP"/feat/features-*-of-00004.h5 | wc -l | grep -qx 4 && ok || bad "not 4 shards: $(ls "$TMP/feat")"
 
 # The reference: teacher-dump on the same sequences, packed in one batch.
 expect_ok teacher-dump "$T" teacher-dump "$TMP/target" "$TMP/seqs.json" "$TMP/ref.safetensors" --layers 0,2 --topk 5 --device cpu
@@ -87,17 +89,17 @@ PYEOF
 then ok; else bad "feature file does not match teacher-dump"; fi
 
 # Resume: a second run redoes nothing; a removed shard is redone alone.
-before=$(stat -c %Y "$TMP/feat/features-00000-of-00003.h5")
+before=$(stat -c %Y "$TMP/feat/features-00000-of-00004.h5")
 sleep 1
-rm "$TMP/feat/features-00002-of-00003.h5"
+rm "$TMP/feat/features-00002-of-00004.h5"
 expect_ok resume mpirun -np 2 "$R" "${args[@]}"
 grep -q "already done" "$TMP/err" && ok || bad "resume does not report finished shards: $(cat "$TMP/err")"
-[ "$(stat -c %Y "$TMP/feat/features-00000-of-00003.h5")" = "$before" ] && ok || bad "a finished shard was rewritten"
-[ -f "$TMP/feat/features-00002-of-00003.h5" ] && ok || bad "the removed shard was not redone"
+[ "$(stat -c %Y "$TMP/feat/features-00000-of-00004.h5")" = "$before" ] && ok || bad "a finished shard was rewritten"
+[ -f "$TMP/feat/features-00002-of-00004.h5" ] && ok || bad "the removed shard was not redone"
 ls "$TMP"/feat/*.tmp* >/dev/null 2>&1 && bad "temporary files left in features.dir" || ok
 
 # A shard made with other settings is refused, naming it.
-expect_fail_mpi other-settings "features-00000-of-00003.h5 was made with top-5, this run has top-6" \
+expect_fail_mpi other-settings "features-00000-of-00004.h5 was made with top-5, this run has top-6" \
   mpirun -np 2 "$R" "${args[@]}" --teacher.topk=6
 # Missing inputs are named.
 expect_fail no-target "dump-features needs target.path" "$R" --mode dump-features --data.path="$TMP/train.h5" --features.dir="$TMP/f2"
