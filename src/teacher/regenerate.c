@@ -403,7 +403,7 @@ static int regen_run_shards(regen *g, const world *w) {
     progress pg;
     progress_start(&pg, "regenerate (prompts)", mine);
     double t0 = time_now(), t_line = t0;
-    int64_t skipped = 0, tokens0 = 0;
+    int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
     for (int64_t s = w->group; rc == 0 && s < g->n_shards; s += w->groups) {
         st.first = s * per;
@@ -427,11 +427,12 @@ static int regen_run_shards(regen *g, const world *w) {
         if (rc == 0 && now - t_line >= REGEN_PROGRESS_S) {
             regen_progress_line(g, done, mine, st.tokens - tokens0, now - t0);
             t_line = now;
+            said = done;
         }
     }
     if (rc == 0) {
         progress_end(&pg);
-        regen_progress_line(g, done, mine, st.tokens, time_now() - t0);
+        if (said != done) regen_progress_line(g, done, mine, st.tokens - tokens0, time_now() - t0); // (not twice)
         if (skipped) log_info("regenerate: %lld shard(s) of this rank were done by an earlier run", (long long)skipped);
     }
     free(st.reply);
