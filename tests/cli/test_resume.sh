@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_resume.sh: a run stopped after a checkpoint and resumed gives exactly the losses of the
-# uninterrupted run (CPU backend, same seed); checkpoints are complete directories, the newest
+# uninterrupted run (CPU backend, same seed), its metrics' wall_s going on from the stopped job's; checkpoints are complete directories, the newest
 # checkpoint.keep of them are kept, and no temporary directory is left behind.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -25,6 +25,15 @@ b=$(losses "$TMP/cut/metrics.jsonl")
 echo "uninterrupted: $a"
 echo "stopped+resumed: $b"
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "resumed losses differ from the uninterrupted run"
+# every line carries the run's wall time; the resumed job's lines go on from the stopped job's
+$PY - "$TMP/cut/metrics.jsonl" <<'PYEOF' && ok || bad "wall_s missing or not going on after the resume"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+walls = [r["wall_s"] for r in rows if "step" in r]
+assert len(walls) == sum(1 for r in rows if "step" in r) and all(w >= 0 for w in walls), walls
+i = max(k for k, r in enumerate(rows) if r.get("step") == 20 and "split" not in r)  # the resumed job's first lines follow
+assert all(w >= walls[i] for w in walls[i:]), walls
+PYEOF
 # keep = 2: steps 20 and 30 remain; nothing temporary
 [ "$(ls "$TMP/full/checkpoints" | tr '\n' ' ')" = "step-00000020 step-00000030 " ] && ok || bad "kept checkpoints: $(ls -a "$TMP/full/checkpoints")"
 for f in model.safetensors optimizer.safetensors state.json; do

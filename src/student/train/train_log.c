@@ -26,10 +26,23 @@ int train_log_open(train_log *lg, const config *cfg, int append) {
     free(json);
     if (rc) return -1;
     snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->run_dir);
+    lg->t0 = time_now();
+    if (append) { // a resumed run's wall_s goes on from the last one its earlier jobs wrote
+        FILE *old = fopen(path, "r");
+        char line[8192];
+        while (old && fgets(line, sizeof line, old)) {
+            const char *w = strstr(line, "\"wall_s\": ");
+            double v = w ? strtod(w + 10, NULL) : 0;
+            if (v > lg->wall_before) lg->wall_before = v;
+        }
+        if (old) fclose(old);
+    }
     lg->jsonl = fopen(path, append ? "a" : "w");
     if (!lg->jsonl) return error_set("%s: %s", path, strerror(errno));
     return 0;
 }
+
+double train_log_wall(const train_log *lg) { return lg->wall_before + (time_now() - lg->t0); }
 
 void train_stats_add(step_stats *a, const step_stats *b) {
     a->sum_w += b->sum_w;
@@ -104,6 +117,7 @@ void train_log_line(train_log *lg, const char *split, int64_t step, const step_s
     FILE *f = lg->jsonl;
     fprintf(f, "{\"step\": %lld, ", (long long)step);
     if (split) fprintf(f, "\"split\": \"%s\", ", split);
+    fprintf(f, "\"wall_s\": %.1f, ", train_log_wall(lg));
     train_stats_json(f, s, lc, B);
     if (!split) {
         fprintf(f, ", \"lr\": %.6g, \"grad_norm\": %.6f, \"block_tokens_per_s\": %.1f, \"ctx_tokens_per_s\": %.1f, "

@@ -11,12 +11,17 @@
 #include "student/model/step.h"
 
 typedef struct {
-    FILE *jsonl; // run.dir/metrics.jsonl
+    FILE *jsonl;        // run.dir/metrics.jsonl
+    double t0;          // time_now() when this job opened it
+    double wall_before; // a resumed run: the largest wall_s its earlier jobs wrote (0 for a new run)
 } train_log;
 
 // train_log_open: run.dir made, run.dir/config.json written (the configuration the job ran with),
 // metrics.jsonl opened (append: a resumed run continues the file). 0, or -1 with error_set.
 int train_log_open(train_log *lg, const config *cfg, int append);
+// train_log_wall: the run's wall time in seconds: this job's since train_log_open, plus the earlier
+// jobs' of a resumed run (every metrics line carries it as wall_s).
+double train_log_wall(const train_log *lg);
 // train_stats_add: a += b (every field is a sum).
 void train_stats_add(step_stats *a, const step_stats *b);
 // train_stats_allreduce: s summed over the students (collective over comm).
