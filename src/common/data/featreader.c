@@ -26,6 +26,8 @@
 #include "common/core/crc32c.h"
 #include "common/core/log.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/json_util.h"
 #include "common/data/featfile.h"
 #include "common/data/h5safe.h"
 #include "common/data/identity.h"
@@ -242,6 +244,7 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
         if (old) fr_shard_close(r, old);
     }
     char e[256];
+    if (fs_check_regular(sh->path, NULL)) return -1;
     sh->file = H5Fopen(sh->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (sh->file < 0) return error_set("%s: cannot open: %s", sh->path, h5safe_error(e));
     r->n_open++;
@@ -267,28 +270,12 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
 
 // ---------------------------------------------------------------- the index
 
+// fr_read_text: the index (64 MiB at most; a FIFO or a device refused, file_read_text).
 static char *fr_read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        error_set("%s: cannot open: %s (not a dump-features output directory?)", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        error_set("%s: read error", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
+    char *text = file_read_text(path, 64u << 20);
+    if (!text && errno == ENOENT)
+        error_set("%s: cannot open: %s (not a dump-features output directory?)", path, strerror(ENOENT));
+    return text;
 }
 
 // An integral JSON number under key, >= min.

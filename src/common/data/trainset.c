@@ -25,6 +25,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/core/rng.h"
 #include "common/data/h5safe.h"
@@ -68,7 +69,7 @@ static herr_t h5_read_range(hid_t d, hid_t mem_type, int64_t start, int64_t coun
 // Does the file start with the HDF5 signature? (for the message when H5Fopen fails)
 static int file_has_hdf5_signature(const char *path) {
     unsigned char sig[8] = {0};
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_fopen_regular(path, NULL);
     if (!f) return 0;
     size_t got = fread(sig, 1, 8, f);
     fclose(f);
@@ -370,8 +371,9 @@ int64_t trainset_usable_of_raw(const trainset *ts, int64_t raw) {
 
 static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens) {
     char e[256];
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return error_set("%s: cannot open: %s", path, strerror(errno));
+    // a regular file, readable (a FIFO or a device is refused: HDF5 would block or read forever)
+    FILE *probe = fs_fopen_regular(path, NULL);
+    if (!probe) return -1;
     fclose(probe);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
