@@ -92,13 +92,8 @@ typedef struct {
 static int fr_check_dataset(hid_t file, const char *path, const char *name, const fr_spec *spec, int64_t rows,
                             hid_t *out) {
     char e[256], tn[64];
-    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
-    if (exists == 0) return error_set("%s: missing dataset %s (not a feature file?)", path, name);
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
-    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, h5safe_error(e));
-    *out = d;
-    if (h5safe_check_stored(d, path, name) < 0) return -1;
+    if (h5safe_open_dataset(file, path, name, " (not a feature file?)", out) < 0) return -1;
+    hid_t d = *out;
     hid_t type = H5Dget_type(d);
     if (type < 0) return error_set("%s: dataset %s: %s", path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == spec->cls && H5Tget_size(type) == spec->size &&
@@ -198,6 +193,15 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
     for (int j = 0; same_ids && j < n_ids; j++) same_ids = ids[j] == r->layer_ids[j];
     if (rc == 0 && !same_ids)
         rc = error_set("%s: attribute target_layer_ids differs from %s's", sh->path, r->index_path);
+    // /features holds 16-bit words read as bfloat16: a shard that says otherwise (float16) is refused,
+    // never reinterpreted (every dump-features wrote "bfloat16")
+    char fdt[64] = "";
+    int has_fdt = rc == 0 ? trainset_attr_str(&ts, "feature_dtype", fdt, sizeof fdt) : 1;
+    if (rc == 0 && has_fdt < 0) rc = -1;
+    else if (rc == 0 && (has_fdt == 0 || strcmp(fdt, "bfloat16") != 0))
+        rc = error_set("%s: attribute feature_dtype is %s%s%s: the features are read as bfloat16, the only dtype "
+                       "dump-features writes (dump them again)", sh->path, has_fdt ? "\"" : "missing", has_fdt ? fdt : "",
+                       has_fdt ? "\"" : "");
 
     // the per-token datasets: one row per token of /tokens
     fr_spec spec[FR_N_TEACHER];

@@ -53,6 +53,24 @@ const char *h5safe_type_name(hid_t type, char *buf, size_t n) {
     return buf;
 }
 
+int h5safe_open_dataset(hid_t file, const char *path, const char *name, const char *missing_hint, hid_t *out) {
+    char e[256];
+    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+    if (exists < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
+    if (exists == 0) return error_set("%s: missing dataset %s%s", path, name, missing_hint ? missing_hint : "");
+    H5L_info_t info;
+    if (H5Lget_info(file, name, &info, H5P_DEFAULT) < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
+    if (info.type == H5L_TYPE_EXTERNAL)
+        return error_set("%s: %s is an external link (its data lies in another file, which HDF5 would open): store the"
+                         " dataset in the file itself", path, name);
+    if (info.type != H5L_TYPE_HARD)
+        return error_set("%s: %s is a soft or user-defined link, not a dataset stored under that name", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, h5safe_error(e));
+    *out = d;
+    return h5safe_check_stored(d, path, name);
+}
+
 int h5safe_check_stored(hid_t d, const char *path, const char *name) {
     char e[256];
     hid_t dcpl = H5Dget_create_plist(d);

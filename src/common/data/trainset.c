@@ -80,13 +80,10 @@ static int file_has_hdf5_signature(const char *path) {
 static int ts_open_dataset(trainset *ts, const char *name, size_t size, H5T_sign_t sign, int64_t *d,
                            int64_t *len) {
     char e[256], tn[64];
-    htri_t exists = H5Lexists((hid_t)ts->file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
-    if (exists == 0) return error_set("%s: missing dataset %s", ts->path, name);
-    hid_t did = H5Dopen2((hid_t)ts->file, name, H5P_DEFAULT);
-    if (did < 0) return error_set("%s: cannot open dataset %s: %s", ts->path, name, h5safe_error(e));
-    *d = did;
-    if (h5safe_check_stored(did, ts->path, name) < 0) return -1;
+    hid_t did = -1;
+    int rc = h5safe_open_dataset((hid_t)ts->file, ts->path, name, NULL, &did);
+    if (did >= 0) *d = did;
+    if (rc < 0) return -1;
     hid_t type = H5Dget_type(did);
     if (type < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == size && H5Tget_sign(type) == sign;
