@@ -186,6 +186,17 @@ const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, c
     return buf;
 }
 
+// ts_first_warning: 1 the first time this process warns about path's rejected samples (rank 0 opens
+// a set more than once: the start-up check, then its role), so the warning is one line per run.
+static int ts_first_warning(const char *path) {
+    static char warned[16][256];
+    static int n_warned;
+    for (int i = 0; i < n_warned; i++)
+        if (strncmp(warned[i], path, sizeof warned[i] - 1) == 0) return 0;
+    if (n_warned < 16) snprintf(warned[n_warned++], sizeof warned[0], "%s", path);
+    return 1;
+}
+
 // The validation pass: stream /tokens and /loss_mask once, then classify every sample.
 static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     char e[256];
@@ -262,7 +273,7 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         ts->index[ts->n++] = i;
         ts->loss_tokens += l;
     }
-    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0) { // once per run
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0 && ts_first_warning(ts->path)) {
         char why[512];
         log_warn("%s: %lld of %lld samples rejected (not used): %s%s", ts->path,
                  (long long)(ts->rejected_offsets + ts->rejected_ids + ts->rejected_short), (long long)ts->n_raw,
