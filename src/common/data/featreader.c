@@ -175,6 +175,9 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
     else if (*next + ts.n > r->n_samples)
         rc = error_set("%s: the shards up to this one hold %lld samples, more than the %lld of %s", sh->path,
                        (long long)(*next + ts.n), (long long)r->n_samples, r->index_path);
+    else if (r->identity.target_vocab > 0 && ts.vocab_size > r->identity.target_vocab) // as for a live run's set
+        rc = error_set("%s: attribute vocab_size = %lld, larger than the vocabulary of the target %s records (%lld)",
+                       sh->path, (long long)ts.vocab_size, r->index_path, (long long)r->identity.target_vocab);
     else if (s > 0 && ts.vocab_size != r->vocab)
         rc = error_set("%s: attribute vocab_size = %lld, the first shard has %lld", sh->path, (long long)ts.vocab_size,
                        (long long)r->vocab);
