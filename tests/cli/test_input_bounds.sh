@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_input_bounds.sh: issue 27 items 5 and 6. Only regular files are read: a FIFO given as a
 # config.json, a training set, a --config file or a JSONL, an index.json whose shard is /dev/zero,
-# each end in one error line naming the file, never a hang (every command runs under a 30 s
+# a training set whose datasets promise 2^33 tokens it does not store, each end in one error line
+# naming the file, never a hang (every command runs under a 30 s
 # timeout; the code of 33b0059 blocked in open() or read /dev/zero for ever). An absurd size in a
 # target's config.json (a hidden size, vocabulary, layer count or width past the build's bounds, or
 # a shape whose parameter count overflows) is refused at parse, before any size is computed or
@@ -69,6 +70,21 @@ expect_fail_job check-fifo-data "data.fifo: not a regular file (a FIFO)" \
 expect_fail_job train-fifo-data "data.fifo: not a regular file (a FIFO)" \
   "${W[@]}" mpirun -np 2 "$R" --mode train --train.steps=1 --run.dir="$TMP/run" --target.path="$TMP/target" \
   --data.path="$TMP/data.fifo" "${job[@]}"
+
+# a training set whose datasets promise 2^33 tokens the file does not store (unallocated chunks,
+# read as fill values): refused at open, before a read or an allocation by that size
+/usr/bin/python3 - "$TMP/data.h5" "$TMP/sparse.h5" <<'PYEOF' || bad "sparse.h5"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
+    for k, v in f.attrs.items():
+        g.attrs[k] = v
+    n = 2**33
+    g.create_dataset("tokens", shape=(n,), dtype="i4", chunks=(1 << 16,))
+    g.create_dataset("loss_mask", shape=(n,), dtype="u1", chunks=(1 << 16,))
+    g["offsets"] = np.array([0, n], dtype=np.int64)
+PYEOF
+expect_fail sparse-inspect "sparse.h5: dataset /tokens holds 8589934592 elements .* not in the file" \
+  "${W[@]}" "$T" inspect "$TMP/sparse.h5"
 
 # ---- absurd sizes, refused at parse (items 5 and 6)
 cfg huge_hidden hidden_size=4503599627370496 intermediate_size=4503599627370496 head_dim=1073741824
