@@ -347,9 +347,9 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (params < 0 || params > TARGET_MAX_PARAMS) {
         char n[48];
         if (params < 0) snprintf(n, sizeof n, "more than 2^63");
-        else snprintf(n, sizeof n, "%.3g", (double)params);
-        return error_set("%s: this shape gives %s parameters, over the %.3g this build supports (hidden_size %lld,"
-                         " %lld layers, vocab_size %lld%s)", src, n, (double)TARGET_MAX_PARAMS, (long long)c->hidden,
+        else snprintf(n, sizeof n, "%lld", (long long)params);
+        return error_set("%s: this shape gives %s parameters, over the %lld this build supports (hidden_size %lld,"
+                         " %lld layers, vocab_size %lld%s)", src, n, (long long)TARGET_MAX_PARAMS, (long long)c->hidden,
                          (long long)c->n_layers, (long long)c->vocab, c->moe ? ", the experts" : "");
     }
 

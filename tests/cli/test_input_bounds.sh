@@ -102,10 +102,22 @@ expect_fail plan-big-vocab "'vocab_size' 4294967296 is over the 16777216" "$R" "
 expect_fail plan-wide "'intermediate_size' 1099511627776 is over the 1048576" "$R" "${plan[@]}" --target.path="$TMP/wide"
 expect_fail plan-layers "'num_hidden_layers' 1048576 is over the 1024" "$R" "${plan[@]}" --target.path="$TMP/many_layers"
 expect_fail plan-heads "'num_attention_heads' 1048576 is over the 4096" "$R" "${plan[@]}" --target.path="$TMP/many_heads"
-expect_fail plan-params "parameters, over the 3.52e+13 this build supports" "$R" "${plan[@]}" --target.path="$TMP/too_many_params"
+expect_fail plan-params "parameters, over the 35184372088832 this build supports" "$R" "${plan[@]}" --target.path="$TMP/too_many_params"
 for f in "$TMP"/err; do
   grep -q "every role fits\|please report" "$f" "$TMP/out" && bad "plan: 'every role fits' or 'please report' after an error"
 done
+# batch settings whose products left int (UBSan: 10000000 * 1023 in plan.c at 33b0059), and a plan
+# whose count passes 2^64 bytes with every key in its bounds: one line each, never "fits"
+expect_fail plan-anchors "train.max_anchors 10000000 x drafter.block_size 1024 = 10240000000 block positions" \
+  "$R" "${plan[@]}" --target.path="$TMP/target" --train.max_anchors=10000000 --drafter.block_size=1024
+cfg moe_wide 'architectures=["Qwen3MoeForCausalLM"]' 'model_type="qwen3_moe"' hidden_size=4096 intermediate_size=1048576 \
+  num_hidden_layers=64 num_attention_heads=4096 num_key_value_heads=4096 head_dim=4096 vocab_size=16777216 \
+  num_experts=65536 num_experts_per_tok=64 moe_intermediate_size=64
+expect_fail plan-overflow "overflows 64 bits" "$R" --plan --world.students=1 --target.path="$TMP/moe_wide" \
+  --data.max_tokens_per_batch=1073741824 --teacher.max_tokens=1073741824 --train.max_anchors=16384 \
+  --drafter.block_size=1024 --drafter.layers=64 --drafter.intermediate=10000000 --teacher.vocab_tile=1073741824 --target.n_features=64 \
+  --teacher.topk=256
+grep -q "every role fits" "$TMP/out" && bad "plan-overflow: 'every role fits'" || ok
 # the plan of a real-sized target still fits
 cfg llama70b hidden_size=8192 intermediate_size=28672 num_hidden_layers=80 num_attention_heads=64 \
   num_key_value_heads=8 head_dim=128 vocab_size=128256

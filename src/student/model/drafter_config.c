@@ -228,6 +228,8 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
     if (c->block_size < 2)
         return error_set("%s: 'block_size' must be at least 2 (slot 0 is never scored), got %lld", src,
                          (long long)c->block_size);
+    if (c->block_size > 1024) // drafter.block_size's bound (config.c)
+        return error_set("%s: 'block_size' %lld is over 1024", src, (long long)c->block_size);
 
     const cJSON *v = dc_draft_value(root, dflash, "mask_token_id", name, sizeof name);
     if (!v) return error_set("%s: missing 'dflash_config.mask_token_id'", src);
