@@ -259,7 +259,8 @@ static int mode_check(const world *w, const config *cfg, backend *be, char *line
                         be->name);
     if (w->role == ROLE_TEACHER && cfg->target_path[0]) {
         st_dir d;
-        if (safetensors_dir_open(&d, cfg->target_path)) {
+        target_config tc; // its config.json, as the job reads it (bounds included), then the files
+        if (target_config_load(&tc, cfg->target_path) || safetensors_dir_open(&d, cfg->target_path)) {
             snprintf(line + used, n - (size_t)used, "  target: %s", error_msg());
             return 1;
         }

@@ -24,6 +24,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/data/jsonl_sample.h"
 #include "common/data/trainset.h"
@@ -117,9 +118,9 @@ int tool_convert_jsonl_main(int argc, char **argv) {
         return 2;
     }
 
-    FILE *in = fopen(in_path, "rb");
+    FILE *in = fs_fopen_regular(in_path, NULL); // a FIFO or a device is refused (fsutil.h)
     if (!in) {
-        log_error("%s: cannot open: %s", in_path, strerror(errno));
+        log_error("%s", error_msg());
         return 1;
     }
     struct stat st;

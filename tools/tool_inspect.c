@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/data/h5safe.h"
 #include "common/data/safetensors.h"
@@ -323,9 +324,9 @@ int tool_inspect_main(int argc, char **argv) {
     }
 
     unsigned char sig[8] = {0};
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = fs_fopen_regular(path, NULL); // a FIFO or a device is refused (fsutil.h)
     if (!fp) {
-        log_error("%s: cannot open: %s", path, strerror(errno));
+        log_error("%s", error_msg());
         return 1;
     }
     size_t got = fread(sig, 1, sizeof sig, fp);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -68,8 +69,8 @@ typedef struct {
 
 static int prompts_index(prompt_index *pi, const char *path, int64_t vocab) {
     memset(pi, 0, sizeof *pi);
-    pi->f = fopen(path, "rb");
-    if (!pi->f) return error_set("regenerate.prompts %s: cannot open: %s", path, strerror(errno));
+    pi->f = fs_fopen_regular(path, "regenerate.prompts");
+    if (!pi->f) return -1;
     int64_t cap = 0, line_no = 0;
     ssize_t got;
     for (;;) {
@@ -133,9 +134,7 @@ static int stop_add(regen *g, int64_t id, const char *from) {
 static int stops_load(regen *g) {
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/generation_config.json", g->cfg->target_path);
-    FILE *probe = fopen(path, "rb");
-    if (probe) {
-        fclose(probe);
+    if (access(path, F_OK) == 0) { // optional; when there, a regular file (file_read_text)
         char *text = file_read_text(path, 1 << 20);
         if (!text) return -1;
         cJSON *root = json_parse_object(text, path, "generation config");
@@ -338,9 +337,7 @@ static void part_path(char *buf, size_t n, const regen *g, int64_t s) {
 static int part_done(const regen *g, int64_t s, int64_t cnt) {
     char path[CONFIG_STR + 64], have[4096];
     part_path(path, sizeof path, g, s);
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return 0;
-    fclose(probe);
+    if (access(path, F_OK) != 0) return 0;
     trainset ts;
     if (trainset_open(&ts, path, 0) < 0) return -1;
     int rc = trainset_attr_str(&ts, "settings", have, sizeof have);

@@ -83,6 +83,27 @@ void target_stage_range(const target_model *m, int64_t *l0, int64_t *l1) {
 
 int target_stage_is_last(const target_model *m) { return m->layer_end <= 0 || m->layer_end >= m->cfg.n_layers; }
 
+// target_check_layer_count: the files hold no decoder layer past num_hidden_layers (a config.json
+// that says fewer layers than the weights have would run a truncated model silently; transformers
+// warns of unused weights). -1 with error_set naming the tensor.
+static int target_check_layer_count(const target_config *c, const st_dir *d, const char *dir) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%slayers.", target_tensor_prefix(c));
+    size_t n = strlen(prefix);
+    long long top = -1;
+    const char *name = NULL;
+    for (int i = 0; i < d->n; i++) {
+        const char *s = d->entries[i]->name;
+        if (strncmp(s, prefix, n) != 0 || s[n] < '0' || s[n] > '9') continue;
+        long long l = strtoll(s + n, NULL, 10);
+        if (l > top) top = l, name = s;
+    }
+    if (top >= c->n_layers)
+        return error_set("target %s: the weights hold layer %lld (tensor %s) but config.json's 'num_hidden_layers' is %lld:"
+                         " the config and the weights disagree", dir, top, name, (long long)c->n_layers);
+    return 0;
+}
+
 static int64_t target_tensor_numel(const target_tensor *t) {
     int64_t n = 1;
     for (int j = 0; j < t->ndim; j++) n *= t->shape[j];
@@ -249,6 +270,7 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
         }
         found[i] = e;
     }
+    if (rc == 0) rc = target_check_layer_count(c, &d, dir);
     // transformers ties the head to the embedding after loading (tie_weights), whatever the files hold
     if (rc == 0 && c->tie_embeddings && safetensors_dir_find(&d, "lm_head.weight") && log_rank() == 0)
         log_warn("target %s: config.json has tie_word_embeddings true and the safetensors files also hold lm_head.weight: "

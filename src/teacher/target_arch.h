@@ -96,8 +96,9 @@ typedef struct target_arch {
     int moe;                     // target_config.moe: the MLPs may be mixtures of experts
     target_arch_class classes[TARGET_ARCH_MAX_CLASSES]; // the classes it serves (class_name NULL ends)
     // The config class's defaults for absent keys (transformers' *Config __init__):
-    int64_t default_kv_heads;    // num_key_value_heads; 0: num_attention_heads
-    int64_t default_head_dim;    // head_dim; 0: hidden_size / num_attention_heads
+    int64_t default_kv_heads;    // > 0: the config class defaults num_key_value_heads (to a published model's
+                                 // value): the key is required; 0: absent = num_attention_heads
+    int64_t default_head_dim;    // > 0: the class defaults head_dim: required; 0: absent = hidden_size / heads
     int64_t default_max_positions; // max_position_embeddings
     double default_partial_rotary; // partial_rotary_factor; 0: none (RoPE on the whole head, a factor must be 1)
     int no_intermediate;         // 1: no intermediate_size (every MLP is sparse)

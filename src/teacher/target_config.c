@@ -38,6 +38,13 @@ static int tc_required(const cJSON *obj, const char *key, const char *src, int64
     return 0;
 }
 
+// tc_bounded: a dimension over the build's bound (target_config.h) is refused, before any size is
+// computed from it.
+static int tc_bounded(int64_t v, const char *key, int64_t max, const char *src) {
+    if (v > max) return error_set("%s: '%s' %lld is over the %lld this build supports", src, key, (long long)v, (long long)max);
+    return 0;
+}
+
 // tc_refuse_true: a boolean feature we do not implement must be false (or absent).
 static int tc_refuse_true(const cJSON *obj, const char *key, const char *src, const char *why) {
     int on = 0;
@@ -102,6 +109,37 @@ static int tc_parse_arch(target_config *c, const cJSON *root, const char *src) {
         }
     tc_names(list, sizeof list, 0);
     return error_set("%s: 'architectures' is [\"%s\"]: not supported (supported: %s)", src, name, list);
+}
+
+// ---------------------------------------------------------------- size
+
+// Checked a * b and a + b on non-negative counts: -1 once anything overflowed (and stays -1).
+static int64_t tc_mul(int64_t a, int64_t b) {
+    int64_t r;
+    return a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+static int64_t tc_add(int64_t a, int64_t b) {
+    int64_t r;
+    return a < 0 || b < 0 || __builtin_add_overflow(a, b, &r) ? -1 : r;
+}
+
+int64_t target_config_params(const target_config *c) {
+    int64_t H = c->hidden, hd = c->head_dim;
+    // attention: q (x2 with the gate), k, v, o and the per-head norms
+    int64_t q = tc_mul(c->n_heads, hd), kv = tc_mul(c->n_kv_heads, hd);
+    int64_t attn = tc_mul(H, tc_add(tc_add(tc_mul(q, c->gated_attention ? 2 : 1), tc_mul(kv, 2)), q));
+    // Gated DeltaNet: qkv, z, a, b, the convolution and the output
+    int64_t lk = tc_mul(c->lin_k_heads, c->lin_k_dim), lv = tc_mul(c->lin_v_heads, c->lin_v_dim);
+    int64_t lin_c = tc_add(tc_mul(lk, 2), lv);
+    int64_t lin = tc_add(tc_add(tc_mul(H, tc_add(tc_add(lin_c, lv), tc_mul(c->lin_v_heads, 2))), tc_mul(lin_c, c->lin_conv_kernel)),
+                         tc_mul(lv, H));
+    // MLPs: the dense SwiGLU, the experts and their router, the shared expert and its gate
+    int64_t dense = tc_mul(tc_mul(H, c->intermediate), 3);
+    int64_t experts = tc_mul(c->n_experts, tc_add(tc_mul(tc_mul(H, c->moe_intermediate), 3), H));
+    int64_t shared = tc_add(tc_mul(tc_mul(H, c->shared_intermediate), 3), H);
+    int64_t layer = tc_add(tc_add(tc_add(attn, lin), tc_add(dense, experts)), tc_add(shared, tc_mul(H, 2)));
+    int64_t total = tc_add(tc_mul(layer, c->n_layers), tc_mul(tc_mul(c->vocab, H), 2));
+    return tc_add(total, tc_add(H, tc_mul(hd, 2)));
 }
 
 int64_t target_config_mask_token(const target_config *c) {
@@ -234,12 +272,23 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (!A->no_intermediate && tc_required(root, "intermediate_size", src, &c->intermediate)) return -1;
     if (tc_required(root, "num_attention_heads", src, &c->n_heads)) return -1;
     if (tc_required(root, "vocab_size", src, &c->vocab)) return -1;
+    if (tc_bounded(c->n_layers, "num_hidden_layers", TARGET_MAX_LAYERS, src) ||
+        tc_bounded(c->hidden, "hidden_size", TARGET_MAX_HIDDEN, src) ||
+        tc_bounded(c->intermediate, "intermediate_size", TARGET_MAX_WIDTH, src) ||
+        tc_bounded(c->n_heads, "num_attention_heads", TARGET_MAX_HEAD, src) ||
+        tc_bounded(c->vocab, "vocab_size", TARGET_MAX_VOCAB, src))
+        return -1;
 
-    // absent: the config class's default (the table's: Qwen3 32, Qwen3-MoE 4, Qwen3.5 4, Qwen3.5-MoE
-    // 2, Llama the query heads); null: the query heads (transformers' `is None` rule)
-    c->n_kv_heads = !cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads") && A->default_kv_heads > 0
-                        ? A->default_kv_heads
-                        : c->n_heads;
+    // A structural key is never defaulted to the config class's value (a published model's: Qwen3's
+    // 32 kv heads and head_dim 128, Qwen3.5's 4 and 256): absent is an error naming it, for every
+    // architecture whose class has such a default. A null num_key_value_heads is one per query head
+    // (transformers' `is None` rule); Llama's absent keys follow its rules (kv heads = query heads,
+    // head_dim = hidden / heads), not a default.
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
+    if (!kv && A->default_kv_heads > 0)
+        return error_set("%s: missing 'num_key_value_heads' (a structural key: give it, or null for one per query head)",
+                         src);
+    c->n_kv_heads = c->n_heads;
     if (json_get_int(root, "num_key_value_heads", "num_key_value_heads", src, &c->n_kv_heads, NULL)) return -1;
     if (c->n_kv_heads <= 0)
         return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
@@ -250,19 +299,21 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     int have_head_dim = 0;
     if (json_get_int(root, "head_dim", "head_dim", src, &c->head_dim, &have_head_dim)) return -1;
     if (!have_head_dim) {
-        if (A->default_head_dim > 0) {
-            c->head_dim = A->default_head_dim; // e.g. Qwen3Config's 128, whatever hidden_size is
-        } else {
-            if (c->hidden % c->n_heads != 0)
-                return error_set("%s: 'hidden_size' %lld is not a multiple of 'num_attention_heads' %lld"
-                                 " (and there is no 'head_dim')",
-                                 src, (long long)c->hidden, (long long)c->n_heads);
-            c->head_dim = c->hidden / c->n_heads;
-        }
+        if (A->default_head_dim > 0)
+            return error_set("%s: missing 'head_dim' (a structural key; %s has no hidden_size / heads rule)", src,
+                             c->arch_name);
+        if (c->hidden % c->n_heads != 0)
+            return error_set("%s: 'hidden_size' %lld is not a multiple of 'num_attention_heads' %lld"
+                             " (and there is no 'head_dim')",
+                             src, (long long)c->hidden, (long long)c->n_heads);
+        c->head_dim = c->hidden / c->n_heads;
     }
     if (c->head_dim <= 0 || c->head_dim % 2 != 0)
         return error_set("%s: 'head_dim' must be positive and even (RoPE rotates pairs), got %lld", src,
                          (long long)c->head_dim);
+    if (tc_bounded(c->n_kv_heads, "num_key_value_heads", TARGET_MAX_HEAD, src) ||
+        tc_bounded(c->head_dim, "head_dim", TARGET_MAX_HEAD, src))
+        return -1;
 
     c->max_positions = A->default_max_positions;
     if (json_get_int(root, "max_position_embeddings", "max_position_embeddings", src, &c->max_positions, NULL)) return -1;
@@ -292,6 +343,15 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (A->mixer->parse && A->mixer->parse(c, root, src)) return -1;
     if (A->mlp->parse && A->mlp->parse(c, root, src)) return -1;
     if (tc_parse_rope(c, root, src)) return -1;
+    int64_t params = target_config_params(c);
+    if (params < 0 || params > TARGET_MAX_PARAMS) {
+        char n[48];
+        if (params < 0) snprintf(n, sizeof n, "more than 2^63");
+        else snprintf(n, sizeof n, "%lld", (long long)params);
+        return error_set("%s: this shape gives %s parameters, over the %lld this build supports (hidden_size %lld,"
+                         " %lld layers, vocab_size %lld%s)", src, n, (long long)TARGET_MAX_PARAMS, (long long)c->hidden,
+                         (long long)c->n_layers, (long long)c->vocab, c->moe ? ", the experts" : "");
+    }
 
     // "torch_dtype" (transformers 4.x) or "dtype" (5.x); informational.
     const char *dt = "";

@@ -22,6 +22,16 @@ struct cJSON;
 // the most experts an MoE target may have (the router and the experts' kernels index them in int;
 // published models have up to 512): refused at parse, before any size is computed from it
 #define TARGET_MAX_EXPERTS 65536
+// Bounds on every other dimension, checked at parse before any size is computed from it (issue 27):
+// far above any published model (hidden 16384-25600, widths up to ~53248, vocabularies up to
+// ~262144, 128 heads of up to 512), low enough that every product the planners and loaders form
+// (tokens x width x top-k, tokens x vocabulary, ...) stays inside 64 bits. The whole model is
+// bounded too: TARGET_MAX_PARAMS parameters, counted with checked arithmetic (target_config_params).
+#define TARGET_MAX_HIDDEN (1 << 17)
+#define TARGET_MAX_WIDTH (1 << 20) // intermediate_size, moe_intermediate_size, shared_expert_intermediate_size
+#define TARGET_MAX_HEAD 4096       // heads (query, kv, linear) and head sizes
+#define TARGET_MAX_VOCAB (1 << 24)
+#define TARGET_MAX_PARAMS (1LL << 45) // 35 T parameters
 
 typedef struct target_config {
     const struct target_arch *table; // the architecture's table (target_arch.h), set by target_config_parse
@@ -84,6 +94,10 @@ static inline const char *target_tensor_prefix(const target_config *c) {
 int target_config_load(target_config *c, const char *dir);
 // target_config_parse: the same from JSON text (source names it in messages).
 int target_config_parse(target_config *c, const char *json, const char *source);
+// target_config_params: a bound on the parameter count of the whole model (embedding, head, every
+// layer counted with each mixer and MLP its architecture has), in checked arithmetic; -1 when it
+// overflows 64 bits. target_config_parse refuses over TARGET_MAX_PARAMS.
+int64_t target_config_params(const target_config *c);
 // target_config_mask_token: the drafter's MASK token when drafter.mask_token_id is -1: the
 // architecture's own for its vocabulary (Qwen3.5's 248320 rows: 248070), else the last row.
 int64_t target_config_mask_token(const target_config *c);

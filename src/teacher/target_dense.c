@@ -18,20 +18,23 @@
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 
-// dense_parse: every layer is full attention (a layer_types list, when given, must say so).
+// dense_parse: every layer is full attention (a layer_types list, when given, must say so for each
+// of num_hidden_layers layers).
 static int dense_parse(target_config *c, const cJSON *root, const char *src) {
     const cJSON *types = json_field(root, "layer_types");
     if (!types) return 0;
     char s[160];
     json_value_str(types, s, sizeof s);
     if (!cJSON_IsArray(types)) return error_set("%s: 'layer_types' wants a list, got %s", src, s);
+    if (cJSON_GetArraySize(types) != c->n_layers) // one entry per layer, as for the hybrid
+        return error_set("%s: 'layer_types' has %d entries for %lld layers ('num_hidden_layers')", src,
+                         cJSON_GetArraySize(types), (long long)c->n_layers);
     int i = 0;
     for (const cJSON *t = types->child; t; t = t->next, i++)
         if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
             json_value_str(t, s, sizeof s);
             return error_set("%s: 'layer_types[%d]' is %s: only full_attention is supported", src, i, s);
         }
-    (void)c;
     return 0;
 }
 

@@ -51,21 +51,22 @@ static int moe_required(const cJSON *root, const char *src, const char *const *n
 }
 
 // moe_parse_experts: the keys both families share (Qwen3MoeConfig / Qwen3_5MoeTextConfig names):
-// the expert count and width are required; the top-k keeps the config classes' default 8.
+// the expert count, the top-k and the width are structural: required, never the classes' 128/256, 8
+// and 768/512.
 static int moe_parse_experts(target_config *c, const cJSON *root, const char *src) {
     static const char *const experts[] = {"num_experts", "num_local_experts", NULL};
     static const char *const width[] = {"moe_intermediate_size", NULL};
-    if (c->n_layers > TARGET_MAX_LAYERS)
-        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
-                         (long long)c->n_layers, TARGET_MAX_LAYERS);
-    c->n_experts_tok = 8;
+    static const char *const topk[] = {"num_experts_per_tok", NULL};
     c->sparse_step = 1;
     if (moe_required(root, src, experts, &c->n_experts)) return -1;
     if (c->n_experts > TARGET_MAX_EXPERTS)
         return error_set("%s: 'num_experts' %lld is over the %d this build supports", src,
                          (long long)c->n_experts, TARGET_MAX_EXPERTS);
-    if (json_get_positive(root, "num_experts_per_tok", src, &c->n_experts_tok)) return -1;
+    if (moe_required(root, src, topk, &c->n_experts_tok)) return -1;
     if (moe_required(root, src, width, &c->moe_intermediate)) return -1;
+    if (c->moe_intermediate > TARGET_MAX_WIDTH)
+        return error_set("%s: 'moe_intermediate_size' %lld is over the %d this build supports", src,
+                         (long long)c->moe_intermediate, TARGET_MAX_WIDTH);
     if (c->n_experts_tok > c->n_experts)
         return error_set("%s: 'num_experts_per_tok' %lld is more than 'num_experts' %lld", src,
                          (long long)c->n_experts_tok, (long long)c->n_experts);
@@ -105,16 +106,14 @@ static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src)
 }
 
 // Qwen3.5-MoE: every layer sparse, the top-k always renormalised, a
-// shared expert of shared_expert_intermediate_size (default 512).
+// shared expert of shared_expert_intermediate_size (required).
 static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *src) {
-    c->shared_intermediate = 512;
+    static const char *const shared[] = {"shared_expert_intermediate_size", NULL};
     if (moe_parse_experts(c, root, src)) return -1;
-    if (json_get_int(root, "shared_expert_intermediate_size", "shared_expert_intermediate_size", src,
-                          &c->shared_intermediate, NULL))
-        return -1;
-    if (c->shared_intermediate <= 0)
-        return error_set("%s: 'shared_expert_intermediate_size' must be positive, got %lld", src,
-                         (long long)c->shared_intermediate);
+    if (moe_required(root, src, shared, &c->shared_intermediate)) return -1;
+    if (c->shared_intermediate > TARGET_MAX_WIDTH)
+        return error_set("%s: 'shared_expert_intermediate_size' %lld is over the %d this build supports", src,
+                         (long long)c->shared_intermediate, TARGET_MAX_WIDTH);
     c->norm_topk_prob = 1;
     for (int64_t i = 0; i < c->n_layers; i++) c->layer_sparse[i] = 1;
     return 0;

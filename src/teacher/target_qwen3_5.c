@@ -25,24 +25,25 @@
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 
-// qwen3_5_parse: the Qwen3.5 / Qwen3.6 keys (Qwen3_5TextConfig's names and defaults): the layer
-// types, given as layer_types or derived from full_attention_interval (full when (i+1) % interval
-// == 0, interval 4), and the Gated DeltaNet shape.
+// qwen3_5_parse: the Qwen3.5 / Qwen3.6 keys (Qwen3_5TextConfig's names): the layer types, given as
+// layer_types or derived from full_attention_interval (full when (i+1) % interval == 0, interval 4
+// by default), and the Gated DeltaNet shape (required).
 static int qwen3_5_parse(target_config *c, const cJSON *root, const char *src) {
     c->norm_zero_centred = 1;
     c->gated_attention = 1;
     c->qk_norm = 1;
-    if (c->n_layers > TARGET_MAX_LAYERS)
-        return error_set("%s: 'num_hidden_layers' %lld is over the %d this build supports", src,
-                         (long long)c->n_layers, TARGET_MAX_LAYERS);
+    // the Gated DeltaNet's shape: structural, required (never Qwen3_5TextConfig's 16/32 x 128/128, 4)
     static const char *const keys[5] = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                         "linear_value_head_dim", "linear_conv_kernel_dim"};
     int64_t *vals[5] = {&c->lin_k_heads, &c->lin_v_heads, &c->lin_k_dim, &c->lin_v_dim, &c->lin_conv_kernel};
-    const int64_t defaults[5] = {16, 32, 128, 128, 4};
     for (int i = 0; i < 5; i++) {
-        *vals[i] = defaults[i];
-        if (json_get_int(root, keys[i], keys[i], src, vals[i], NULL)) return -1;
+        int found = 0;
+        if (json_get_int(root, keys[i], keys[i], src, vals[i], &found)) return -1;
+        if (!found) return error_set("%s: missing '%s' (a structural key of %s)", src, keys[i], c->arch_name);
         if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
+        if (*vals[i] > TARGET_MAX_HEAD)
+            return error_set("%s: '%s' %lld is over the %d this build supports", src, keys[i], (long long)*vals[i],
+                             TARGET_MAX_HEAD);
     }
     if (c->lin_v_heads % c->lin_k_heads != 0)
         return error_set("%s: 'linear_num_value_heads' %lld is not a multiple of 'linear_num_key_heads' %lld", src,

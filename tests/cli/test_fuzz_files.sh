@@ -15,7 +15,17 @@
 #                naming the corruption (the checksums, crc32c.h), never resumed
 #   features     one bit flipped anywhere in a dump's features.json (must be refused: its seal) or its
 #                shard (refused, or accepted with a run identical to the unmutated one: the bit was in
-#                bytes HDF5 does not read), trained on by a student-only run
+#                bytes HDF5 does not read), trained on by a student-only run; the shard's attributes
+#                (feature_dtype, hidden_size, topk, target_layer_ids, vocab_size) changed: refused
+#   config.json  the target's config.json with a key set to an odd value (0, -1, 2^31, 2^53, a float, a
+#                string, null, a list), removed, given twice, a structural size off by one, the
+#                architecture changed, a layer_types list, bytes after the document; read by --plan
+#                and `teacher-dump`: an accepted mutant of a structural key must dump exactly the
+#                unmutated features (else it is a silent acceptance of config.json against the weights)
+#   index.json   the index of a 2-shard target: entries removed, renamed, pointed at the other shard,
+#                a missing one, "../x", an absolute path, /dev/zero, a FIFO or a directory inside the
+#                model directory; weight_map of the wrong type, keys given twice, bytes after it;
+#                `teacher-dump`: accepted only with the unmutated features (issue 27 items 5, 7, 8)
 # Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
 # a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -33,6 +43,8 @@ fi
 "$T" make-data "$TMP/set.h5" --target "$TMP/tgt" --samples 6 --prompt-len 4 --gen-len 12 --seed 1 >/dev/null 2>&1 ||
   bad "make-data"
 echo '{"sequences": [[1, 2, 3, 4, 5, 6, 7, 8]]}' >"$TMP/toks.json"
+"$T" make-target "$TMP/shards" --arch llama --layers 2 --hidden 32 --heads 2 --kv-heads 1 --vocab 100 \
+  --max-positions 64 --shards 2 --seed 4 >/dev/null 2>&1 || bad "make-target --shards 2"
 # the legacy file: the same samples, the tokenizer a variable-length string (h5py's default for str)
 $PY - "$TMP/set.h5" "$TMP/legacy.h5" <<'PYEOF' || bad "legacy training set"
 import sys, h5py
@@ -47,6 +59,8 @@ PYEOF
 # the unmutated files pass every consumer (so a refusal below is the mutation's doing)
 expect_ok "inspect the target's weights" "$T" inspect "$TMP/tgt/model.safetensors"
 expect_ok "teacher-dump" "$T" teacher-dump "$TMP/tgt" "$TMP/toks.json" "$TMP/dump.st" --layers 0,1 --topk 4 --device cpu
+expect_ok "teacher-dump of the shards" "$T" teacher-dump "$TMP/shards" "$TMP/toks.json" "$TMP/dump_shards.st" --layers 0,1 \
+  --topk 4 --device cpu
 expect_ok "inspect the set" "$T" inspect "$TMP/set.h5"
 expect_ok "inspect the legacy set" "$T" inspect "$TMP/legacy.h5"
 grep -q 'tokenizer = "legacy/random-prompts' "$TMP/out" && ok || bad "legacy tokenizer not read: $(cat "$TMP/out")"
@@ -223,6 +237,117 @@ for i in range(N_H5):
 
 n_before_ck = counts["ran"]
 
+# ---- config.json and index.json (issue 27 items 5, 7, 8)
+DUMP = ["--layers", "0,1", "--topk", "4", "--device", "cpu"]
+STRUCTURAL = ["num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "vocab_size"]
+CFG_VALUES = [0, -1, 1, 2**31, 2**53, 2**62, 1.5, "8", None, [], {}, True, 1e300]
+
+
+def dump_is_reference(out, ref):  # the mutant dumped exactly what the unmutated model dumps
+    try:
+        return open(out, "rb").read() == open(ref, "rb").read()
+    except OSError:
+        return False
+
+
+cfg_text = open(os.path.join(tmp, "tgt", "config.json")).read()
+cfg = json.loads(cfg_text)
+cdir = os.path.join(tmp, "m", "cfg")
+os.makedirs(cdir, exist_ok=True)
+os.symlink(os.path.join(tmp, "tgt", "model.safetensors"), os.path.join(cdir, "model.safetensors"))
+N_CFG = 72
+n_cfg_before = counts["ran"]
+for i in range(N_CFG):
+    c = json.loads(cfg_text)
+    key = rng.choice(STRUCTURAL if i % 2 == 0 else sorted(cfg))
+    k = rng.randrange(8)
+    if k <= 2:
+        c[key] = rng.choice(CFG_VALUES)
+        text = json.dumps(c)
+    elif k == 3:
+        c.pop(key, None)
+        text = json.dumps(c)
+    elif k == 4 and isinstance(cfg.get(key), int) and not isinstance(cfg.get(key), bool):
+        c[key] = cfg[key] + rng.choice([-1, 1])
+        text = json.dumps(c)
+    elif k == 5:  # given twice, as text
+        text = json.dumps(c)[:-1] + ", " + json.dumps(key) + ": " + json.dumps(rng.choice(CFG_VALUES)) + "}"
+    elif k == 6:
+        c[rng.choice(["architectures", "model_type", "layer_types", "rope_scaling", "tie_word_embeddings"])] = rng.choice(
+            [["Qwen3MoeForCausalLM"], "llama", ["full_attention"], ["full_attention"] * 3, {"rope_type": "yarn"}, None, 1])
+        text = json.dumps(c)
+        key = "(another key)"
+    else:
+        text = json.dumps(c) + rng.choice([" x", "{}", "\x00", "]", ",{}"])
+        key = "(trailing bytes)"
+    with open(os.path.join(cdir, "config.json"), "w") as f:
+        f.write(text)
+    what = "config.json mutant %d (%s)" % (i, key)
+    run(what + " --plan", [rank, "--plan", "--target.path=" + cdir, "--target.layer_ids=0,1", "--drafter.block_size=2",
+                           "--teacher.topk=4"], leaks=False)
+    out = os.path.join(tmp, "m", "cfg_dump.st")
+    if os.path.exists(out):
+        os.remove(out)
+    before = counts["accepted"]
+    run(what + " teacher-dump", [tool, "teacher-dump", cdir, os.path.join(tmp, "toks.json"), out] + DUMP)
+    if counts["accepted"] > before and key in STRUCTURAL and not dump_is_reference(out, os.path.join(tmp, "dump.st")):
+        failures.append("%s: accepted by teacher-dump with other features (a silent acceptance)\n  %s" % (what, text))
+
+index_text = open(os.path.join(tmp, "shards", "model.safetensors.index.json")).read()
+index = json.loads(index_text)
+shard_names = sorted(set(index["weight_map"].values()))
+N_IDX = 48
+for i in range(N_IDX):
+    d = os.path.join(tmp, "m", "idx_%02d" % i)
+    shutil.copytree(os.path.join(tmp, "shards"), d)
+    x = json.loads(index_text)
+    wm = x["weight_map"]
+    tname = rng.choice(sorted(wm))
+    k = rng.randrange(12)
+    special = None
+    if k == 0:
+        del wm[tname]
+    elif k == 1:
+        wm[tname + ".x"] = wm.pop(tname)
+    elif k == 2:
+        wm[tname] = [s for s in shard_names if s != wm[tname]][0]
+    elif k == 3:
+        wm[tname] = rng.choice(["missing.safetensors", "../model.safetensors", "/dev/zero", "", ".", "a/../../x"])
+    elif k == 4:
+        special = "zero.safetensors"
+        os.symlink("/dev/zero", os.path.join(d, special))
+        wm[tname] = special
+    elif k == 5:
+        special = "fifo.safetensors"
+        os.mkfifo(os.path.join(d, special))
+        wm[tname] = special
+    elif k == 6:
+        special = "dir.safetensors"
+        os.mkdir(os.path.join(d, special))
+        wm[tname] = special
+    elif k == 7:
+        wm["model.layers.9.mlp.up_proj.weight"] = shard_names[0]
+    elif k == 8:
+        x["weight_map"] = rng.choice([[], "x", None, 5, {}])
+    elif k == 9:
+        wm[tname] = rng.choice([5, None, [], {}])
+    text = json.dumps(x)
+    if k == 10:  # a key given twice, as text
+        text = text.replace('"weight_map": {', '"weight_map": {"%s": "%s", ' % (tname, shard_names[-1]), 1)
+    elif k == 11:
+        text = text + rng.choice([" ]", "x", "{}"])
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        f.write(text)
+    what = "index.json mutant %d (kind %d, %s)" % (i, k, tname)
+    out = os.path.join(d, "dump.st")
+    before = counts["accepted"]
+    run(what + " teacher-dump", [tool, "teacher-dump", d, os.path.join(tmp, "toks.json"), out] + DUMP)
+    if counts["accepted"] > before and not dump_is_reference(out, os.path.join(tmp, "dump_shards.st")):
+        failures.append("%s: accepted with other features (a silent acceptance)\n  %s" % (what, text[:300]))
+    shutil.rmtree(d)
+print("fuzz: %d config.json mutants and %d index.json mutants: %d runs" % (N_CFG, N_IDX, counts["ran"] - n_cfg_before))
+
 # ---- checkpoints and features: flipped bits
 TRAIN = [rank, "--mode", "train", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"), "--target.layer_ids=0,1",
          "--drafter.block_size=2", "--teacher.topk=4", "--data.heldout_samples=1", "--train.eval_interval=100000000",
@@ -299,6 +424,25 @@ for i in range(N_FT):
     shutil.rmtree(d)
     shutil.rmtree(rd, ignore_errors=True)
 
+# the shard's metadata (its attributes, which no checksum covers): every change must be refused
+import h5py, numpy as np
+ATTRS = [("feature_dtype", b"float16"), ("feature_dtype", b"bf16"), ("hidden_size", np.int64(16)), ("topk", np.int64(3)),
+         ("target_layer_ids", np.array([1, 0], dtype=np.int64)), ("target_layer_ids", np.array([0], dtype=np.int64)),
+         ("vocab_size", np.int64(50)), ("vocab_size", np.int64(2**40))]
+for i, (attr, value) in enumerate(ATTRS):
+    d = os.path.join(tmp, "m", "fa_%02d" % i)
+    shutil.copytree(os.path.join(tmp, "feat"), d)
+    with h5py.File(os.path.join(d, shard), "r+") as f:
+        f.attrs[attr] = value
+    what = "features metadata mutant %d (%s = %r)" % (i, attr, value)
+    before = counts["accepted"]
+    rd = os.path.join(tmp, "m", "fa_run_%02d" % i)
+    run(what, TRAIN + ["--data.features=" + d, "--train.steps=2", "--run.dir=" + rd], leaks=False)
+    if counts["accepted"] > before:
+        failures.append("%s: accepted (a silent acceptance of features that say another thing)" % what)
+    shutil.rmtree(d)
+    shutil.rmtree(rd, ignore_errors=True)
+
 print("fuzz: %d checkpoint mutants (every one refused) and %d feature mutants (%d accepted with the unmutated run's "
       "losses: bytes HDF5 does not read, or a sample the 2 steps do not draw)" % (N_CK, N_FT, ft_same))
 print("fuzz: %d runs of %d safetensors mutants and %d training-set mutants: %d accepted, %d refused "
@@ -313,7 +457,7 @@ with open(os.path.join(tmp, "fuzz.result"), "w") as f:
 PYEOF
 read -r ran wrong heap <"$TMP/fuzz.result" 2>/dev/null || { ran=0; wrong=1; heap=0; }
 echo "test_fuzz_files: $ran runs in ${SECONDS}s"
-[ "$ran" -ge 300 ] && ok || bad "only $ran runs"
+[ "$ran" -ge 450 ] && ok || bad "only $ran runs"
 [ "$heap" -ge 5 ] && ok || bad "only $heap mutants reached the corrupt-heap path (the heap block mutants missed it?)"
 [ "$wrong" -eq 0 ] && ok || bad "$wrong mutants crashed, hung or printed other than one error line"
 finish

@@ -142,14 +142,28 @@ static void test_real_configs(void) {
 
 static void test_defaults_and_spellings(void) {
     drafter_config c;
-    // Everything from Qwen3Config's defaults; only the mask token is required.
-    CHECK(parse(&c, "{\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}") == 0);
-    CHECK(c.vocab == 151936 && c.hidden == 4096 && c.intermediate == 22016 && c.n_layers == 32);
-    CHECK(c.n_heads == 32 && c.n_kv_heads == 32 && c.head_dim == 128 && c.max_positions == 32768);
+    // The structural keys are required (never Qwen3Config's defaults, Qwen3-8B's: issue 27 item 8); the
+    // rest from the class's defaults.
+    static const char *const shape[] = {"\"vocab_size\": 300, ", "\"hidden_size\": 64, ", "\"intermediate_size\": 96, ",
+                                        "\"num_hidden_layers\": 2, ", "\"num_attention_heads\": 4, ", "\"head_dim\": 16, ",
+                                        "\"num_key_value_heads\": null, "};
+    const char *minimal = "{\"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                          "\"num_attention_heads\": 4, \"head_dim\": 16, \"num_key_value_heads\": null, "
+                          "\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}";
+    for (int i = 0; i < 7; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "missing '%.*s'", (int)(strchr(shape[i] + 1, '"') - shape[i] - 1), shape[i] + 1);
+        CHECK_ERR(parse(&c, with(minimal, shape[i], "")), want);
+    }
+    CHECK_ERR(parse(&c, with(minimal, "\"intermediate_size\": 96", "\"intermediate_size\": 1099511627776")),
+              "'intermediate_size' is 1099511627776: at most 1048576");
+    CHECK(parse(&c, minimal) == 0);
+    CHECK(c.vocab == 300 && c.hidden == 64 && c.intermediate == 96 && c.n_layers == 2);
+    CHECK(c.n_heads == 4 && c.n_kv_heads == 4 && c.head_dim == 16 && c.max_positions == 32768);
     CHECK_CLOSE(c.rope_theta, 10000.0, 0);
     CHECK_CLOSE(c.rms_eps, 1e-6, 0);
     CHECK(c.block_size == 16 && c.n_feat == 1 && c.target_layer_ids[0] == 3 && c.num_target_layers == 0);
-    CHECK(c.layer_sliding[0] == 0 && c.layer_sliding[31] == 0 && c.sliding_window == 0 && c.sliding_causal == 1);
+    CHECK(c.layer_sliding[0] == 0 && c.layer_sliding[1] == 0 && c.sliding_window == 0 && c.sliding_causal == 1);
     CHECK(c.torch_dtype[0] == '\0');
     // num_key_value_heads null = num_attention_heads
     CHECK(parse(&c, with(small_json, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": null")) == 0);
@@ -233,7 +247,9 @@ static void test_roundtrip_and_load(void) {
     roundtrip("small", small_json);
     roundtrip("bidirectional sliding", with(small_json, "\"block_size\"", "\"is_causal\": false, \"block_size\""));
     roundtrip("sliding, no window", with(small_json, "\"sliding_window\": 12", "\"sliding_window\": null"));
-    roundtrip("defaults", "{\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}");
+    roundtrip("defaults", "{\"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2, "
+                          "\"num_attention_heads\": 4, \"head_dim\": 16, \"num_key_value_heads\": 4, "
+                          "\"dflash_config\": {\"mask_token_id\": 5, \"target_layer_ids\": [3]}}");
 
     drafter_config c;
     CHECK(parse(&c, qwen36_27b_json) == 0);
@@ -286,7 +302,7 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3")),
               "'num_key_value_heads' 3 does not divide 'num_attention_heads' 4");
     CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 0")), "'num_key_value_heads' must be positive");
-    CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2,", "")), "(num_key_value_heads is absent: Qwen3Config's default is 32)");
+    CHECK_ERR(parse(&c, with(s, "\"num_key_value_heads\": 2,", "")), "missing 'num_key_value_heads' (a structural key");
     CHECK_ERR(parse(&c, with(s, "\"head_dim\": 8", "\"head_dim\": 7")), "'head_dim' must be even");
     CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 0")), "'rms_norm_eps' must be in (0, 1), got 0");
     CHECK_ERR(parse(&c, with(s, "\"vocab_size\": 211", "\"vocab_size\": -1")), "'vocab_size' must be positive, got -1");

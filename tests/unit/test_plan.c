@@ -93,7 +93,7 @@ static int made_target(target_config *c, int kind, int L, int V, int tied) {
                  "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": 32, "
                  "\"num_hidden_layers\": %d, \"intermediate_size\": 64, \"num_attention_heads\": 4, "
                  "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": %d, \"linear_num_key_heads\": 2, "
-                 "\"linear_num_value_heads\": %d, \"linear_key_head_dim\": 8, \"linear_value_head_dim\": 8, "
+                 "\"linear_num_value_heads\": %d, \"linear_key_head_dim\": 8, \"linear_value_head_dim\": 8, \"linear_conv_kernel_dim\": 4, "
                  "\"layer_types\": [%s], \"tie_word_embeddings\": %s}",
                  L, V, 2 * (1 + (int)rnd(6)), list, tied ? "true" : "false");
     }

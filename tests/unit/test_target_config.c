@@ -217,13 +217,18 @@ static void test_defaults(void) {
     CHECK_CLOSE(c.rms_eps, 1e-6, 0);
     CHECK_CLOSE(c.rope_theta, 10000, 0);
     CHECK(c.tie_embeddings == 0 && c.rope_llama3 == 0 && c.torch_dtype[0] == '\0');
-    // Qwen3 without head_dim: transformers' default 128, not hidden/heads.
+    // Qwen3 without head_dim or num_key_value_heads: an error naming the key, never Qwen3Config's
+    // defaults (128 and 32, a published model's: issue 27 item 8); null kv heads: one per query head.
     const char *qwen3 = "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
                         " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": null,"
                         " \"vocab_size\": 307, \"tie_word_embeddings\": true}";
-    CHECK(parse(&c, qwen3) == 0);
+    CHECK_ERR(parse(&c, qwen3), "missing 'head_dim' (a structural key; Qwen3ForCausalLM has no hidden_size / heads rule)");
+    char qwen3_hd[1024];
+    snprintf(qwen3_hd, sizeof qwen3_hd, "%s", with(qwen3, "\"vocab_size\": 307", "\"vocab_size\": 307, \"head_dim\": 16"));
+    CHECK(parse(&c, qwen3_hd) == 0);
     CHECK(c.arch == ARCH_QWEN3 && strcmp(c.arch_name, "Qwen3ForCausalLM") == 0); // from model_type
-    CHECK(c.head_dim == 128 && c.n_kv_heads == 4 && c.max_positions == 32768 && c.tie_embeddings == 1);
+    CHECK(c.head_dim == 16 && c.n_kv_heads == 4 && c.max_positions == 32768 && c.tie_embeddings == 1);
+    CHECK_ERR(parse(&c, with(qwen3_hd, " \"num_key_value_heads\": null,", "")), "missing 'num_key_value_heads'");
 
     // llama3 scaling on a tiny head: all three branches (kept, smoothed, divided).
     const char *tiny = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"
@@ -412,11 +417,23 @@ static void test_hybrid(void) {
 
 static void test_hybrid_defaults(void) {
     target_config c;
-    // Qwen3_5TextConfig's defaults: head_dim 256 (whatever hidden/heads is), partial 0.25, linear
-    // heads 16/32 x 128/128, kernel 4, full attention every 4th layer, untied; from model_type alone.
+    // Qwen3_5TextConfig's defaults for the non-structural keys: partial 0.25, full attention every
+    // 4th layer, untied; from model_type alone. head_dim and the Gated DeltaNet's shape are required
+    // (never the class's 256 and 16/32 x 128/128, kernel 4: issue 27 item 8).
     const char *min = "{\"model_type\": \"qwen3_5_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
                       " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"head_dim\": 256, \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32,"
+                      " \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4,"
                       " \"vocab_size\": 300}";
+    static const char *const structural[] = {"\"head_dim\": 256, ", "\"linear_num_key_heads\": 16, ",
+                                             "\"linear_num_value_heads\": 32, ", "\"linear_key_head_dim\": 128, ",
+                                             "\"linear_value_head_dim\": 128, ", "\"linear_conv_kernel_dim\": 4,"};
+    for (int i = 0; i < 6; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "missing '%.*s'", (int)(strchr(structural[i] + 1, '"') - structural[i] - 1),
+                 structural[i] + 1);
+        CHECK_ERR(parse(&c, with(min, structural[i], "")), key);
+    }
     CHECK(parse(&c, min) == 0);
     CHECK(c.arch == ARCH_QWEN3_5 && strcmp(c.arch_name, "Qwen3_5ForCausalLM") == 0 && c.multimodal == 0);
     CHECK(c.head_dim == 256 && c.rope_dim == 64 && c.max_positions == 32768 && c.tie_embeddings == 0);
@@ -676,13 +693,14 @@ static void test_moe(void) {
 
 static void test_moe_defaults(void) {
     target_config c;
-    // Qwen3MoeConfig's defaults for the non-structural keys: top 8, not renormalised, step 1, no
-    // mlp-only layers (every layer sparse); from model_type alone. Unlike Qwen3Config it has no
+    // Qwen3MoeConfig's defaults for the non-structural keys: not renormalised, step 1, no mlp-only
+    // layers (every layer sparse); from model_type alone. Unlike Qwen3Config it has no
     // head_dim field: Qwen3MoeAttention takes getattr(config, "head_dim", hidden // heads), 64 / 4 here.
-    // The expert count and width are structural: required (issue 27 item 8), never 128 x 768.
+    // The expert count, top-k and width are structural: required (issue 27 item 8), never 128, 8, 768.
     const char *min = "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 64, \"num_hidden_layers\": 3,"
                       " \"intermediate_size\": 96, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
-                      " \"vocab_size\": 300, \"num_experts\": 10, \"moe_intermediate_size\": 24}";
+                      " \"vocab_size\": 300, \"num_experts\": 10, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 24}";
+    CHECK_ERR(parse(&c, with(min, " \"num_experts_per_tok\": 8,", "")), "missing 'num_experts_per_tok'");
     CHECK(parse(&c, min) == 0);
     CHECK(c.arch == ARCH_QWEN3 && c.moe == 1 && strcmp(c.arch_name, "Qwen3MoeForCausalLM") == 0);
     CHECK(c.n_experts == 10 && c.n_experts_tok == 8 && c.moe_intermediate == 24 && c.shared_intermediate == 0);
@@ -700,11 +718,15 @@ static void test_moe_defaults(void) {
     CHECK_ERR(parse(&c, with(min, ", \"moe_intermediate_size\": 24", "")), "missing 'moe_intermediate_size'");
     CHECK_ERR(parse(&c, with(min, "\"num_experts\": 10", "\"num_experts\": 2147483648")),
               "'num_experts' 2147483648 is over the 65536 this build supports");
-    // Qwen3_5MoeTextConfig's: top 8, shared expert 512 wide; head_dim 256, linear heads 16/32 x 128,
-    // full attention every 4th layer.
+    // Qwen3_5MoeTextConfig's: full attention every 4th layer; the shared expert's width required.
     const char *min5 = "{\"model_type\": \"qwen3_5_moe_text\", \"hidden_size\": 64, \"num_hidden_layers\": 6,"
                        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300,"
-                       " \"num_experts\": 9, \"moe_intermediate_size\": 20}";
+                       " \"head_dim\": 256, \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32,"
+                       " \"linear_key_head_dim\": 128, \"linear_value_head_dim\": 128, \"linear_conv_kernel_dim\": 4,"
+                       " \"num_experts\": 9, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 20,"
+                       " \"shared_expert_intermediate_size\": 512}";
+    CHECK_ERR(parse(&c, with(min5, ", \"shared_expert_intermediate_size\": 512", "")),
+              "missing 'shared_expert_intermediate_size'");
     CHECK(parse(&c, min5) == 0);
     CHECK(c.arch == ARCH_QWEN3_5 && c.moe == 1 && c.multimodal == 0 && strcmp(c.arch_name, "Qwen3_5MoeForCausalLM") == 0);
     CHECK(c.n_experts == 9 && c.n_experts_tok == 8 && c.moe_intermediate == 20 && c.shared_intermediate == 512);
@@ -821,7 +843,9 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, with(q, "\"use_sliding_window\": false", "\"use_sliding_window\": true")),
               "'use_sliding_window' is true");
     CHECK_ERR(parse(&c, with(q, "\"sliding_window\": null", "\"layer_types\": [\"full_attention\", \"sliding_attention\"]")),
-              "'layer_types[1]' is \"sliding_attention\"");
+              "'layer_types' has 2 entries for 36 layers ('num_hidden_layers')"); // issue 27 item 7: a dense target too
+    CHECK_ERR(parse(&c, with(l, "\"mlp_bias\": false", "\"mlp_bias\": false, \"layer_types\": [\"full_attention\"]")),
+              "'layer_types' has 1 entries for");
     CHECK_ERR(parse(&c, with(q, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")), "'hidden_act' is \"gelu\"");
     CHECK_ERR(parse(&c, with(l, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"")),
               "'rope_scaling.rope_type' is \"yarn\"");

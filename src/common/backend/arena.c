@@ -51,9 +51,13 @@ void *arena_alloc(arena *a, size_t bytes) {
     // Check before rounding, so a request near SIZE_MAX cannot wrap around to a small size.
     if (bytes > room || bytes > SIZE_MAX - ARENA_ALIGN || align_up(bytes) > room) {
         char req[32], used[32], cap[32];
-        fatal_hint("the memory planner should have sized this arena; please report it",
-                   "arena '%s' is full: %s requested with %s used of %s capacity", a->name,
-                   bytes_format(bytes, req, sizeof req), bytes_format(a->used, used, sizeof used),
+        bytes_format(bytes, req, sizeof req), bytes_format(a->used, used, sizeof used);
+        if (a->dry) // a count past 16 EiB: sizes that overflow 64 bits (the shape bounds should stop them first)
+            fatal("memory plan '%s': %s more on top of %s overflows 64 bits: the model's shape or a batch setting"
+                  " (data.max_tokens_per_batch, teacher.max_tokens, train.max_anchors) is too large", a->name, req, used);
+        fatal_hint("the arena was sized by the memory plan (--plan shows it): raise the role's budget, train.mem_budget"
+                   " for a student or teacher.mem_budget for a teacher, or lower data.max_tokens_per_batch",
+                   "arena '%s' is full: %s requested with %s used of %s capacity", a->name, req, used,
                    bytes_format(a->capacity, cap, sizeof cap));
     }
     void *p = a->dry ? NULL : a->base + a->used;

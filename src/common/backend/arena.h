@@ -30,7 +30,8 @@ int arena_init(arena *a, const char *name, backend *be, size_t capacity);
 // arena_init_dry: a counting arena: arena_alloc returns NULL and only advances `used`.
 void arena_init_dry(arena *a, const char *name);
 // arena_alloc: bytes carved at ARENA_ALIGN. Over capacity is fatal, naming the arena, the request,
-// what is used and the capacity (the planner should have prevented it).
+// what is used and the capacity, and the budget to raise (the planner should have prevented it); a
+// dry arena past 2^64 bytes says the sizes overflow.
 void *arena_alloc(arena *a, size_t bytes);
 // arena_tensor: a tensor of the given dtype and shape carved from the arena.
 tensor arena_tensor(arena *a, dtype dt, int ndim, const int64_t *shape);

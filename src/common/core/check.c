@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "common/core/log.h"
 
@@ -34,6 +35,13 @@ _Noreturn void dflash_fatal(const char *file, int line, const char *hint, const 
     if (init && !fin) {
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (check_ending_hook) check_ending_hook(); // the peers do not report this rank's exit as another error
+        // Under Open MPI's mpirun (its HNP) a non-zero exit ends the whole job: exit without MPI_Abort,
+        // whose banner (and, racing the exit, ORTE_ERROR_LOG lines) would follow the one error line.
+        // Elsewhere (srun, another MPI) MPI_Abort, so that no peer waits for this rank forever.
+        if (size > 1 && getenv("OMPI_MCA_orte_hnp_uri")) {
+            fflush(NULL);
+            _exit(1);
+        }
         if (size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     }
     exit(1);

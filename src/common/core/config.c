@@ -533,6 +533,11 @@ int config_check(const config *c) {
     if (c->ema_decay >= 1)
         return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
                          "0 = no EMA", c->ema_decay);
+    // every block position of a batch is counted in int (rows of the loss, the planner's chunks)
+    if (c->max_anchors * c->block_size > (1ll << 24))
+        return error_set("train.max_anchors %lld x drafter.block_size %lld = %lld block positions per batch: at most 2^24 "
+                         "(16777216)", (long long)c->max_anchors, (long long)c->block_size,
+                         (long long)(c->max_anchors * c->block_size));
     if (train && !c->run_dir[0]) return error_set("run.dir is empty: a training job needs a run directory");
     if (train && run_dir_refuse_unsafe("run.dir", c->run_dir)) return -1;
     if (train && !c->data_features[0] && c->max_tokens_per_batch > c->teacher_max_tokens)

@@ -9,6 +9,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 
 static uint32_t crc32c_table[256];
 static int crc32c_ready;
@@ -31,8 +32,8 @@ uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
 }
 
 int crc32c_file(const char *path, uint32_t *crc) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return error_set("%s: %s", path, strerror(errno));
+    FILE *f = fs_fopen_regular(path, NULL);
+    if (!f) return -1;
     enum { BUF = 1 << 20 };
     unsigned char *buf = xmalloc(BUF);
     uint32_t c = 0;

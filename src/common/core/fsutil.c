@@ -13,6 +13,67 @@
 
 #include "common/core/error.h"
 
+// fs_kind: what a non-regular file is, for the message.
+static const char *fs_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+}
+
+static int fs_refuse(const char *path, const char *what, mode_t m) {
+    errno = EINVAL;
+    error_set("%s%s%s: not a regular file (%s): only regular files are read", what && what[0] ? what : "",
+              what && what[0] ? " " : "", path, fs_kind(m));
+    errno = EINVAL;
+    return -1;
+}
+
+int fs_check_regular(const char *path, const char *what) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int err = errno;
+        error_set("%s%s%s: cannot open: %s", what && what[0] ? what : "", what && what[0] ? " " : "", path, strerror(err));
+        errno = err;
+        return -1;
+    }
+    return S_ISREG(st.st_mode) ? 0 : fs_refuse(path, what, st.st_mode);
+}
+
+int fs_open_regular(const char *path, const char *what) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        error_set("%s%s%s: cannot open: %s", what && what[0] ? what : "", what && what[0] ? " " : "", path, strerror(err));
+        errno = err;
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return fs_refuse(path, what, st.st_mode);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK); // regular files ignore it; keep reads plain
+    return fd;
+}
+
+FILE *fs_fopen_regular(const char *path, const char *what) {
+    int fd = fs_open_regular(path, what);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        error_set("%s: cannot open: %s", path, strerror(err));
+        errno = err;
+    }
+    return f;
+}
+
 int fs_mkdirs(const char *dir) {
     char path[4096];
     size_t n = strlen(dir);

@@ -1,6 +1,19 @@
 // fsutil.h: small file-system helpers shared by the run directory, checkpoints and feature files.
 #pragma once
+#include <stdio.h>
 
+// fs_open_regular: the one way an input file is opened: open(path, O_RDONLY) without blocking (a
+// FIFO given as a file would block in open until a writer came), then refused unless it is a
+// regular file (a FIFO, /dev/zero or another device, a directory, a socket: reading those hangs or
+// never ends). A file descriptor, or -1 with error_set("<what> <path>: not a regular file (a
+// FIFO)" / "<what> <path>: cannot open: <reason>") and errno set (ENOENT etc., or EINVAL for a
+// non-regular file). what may be NULL or "" (the message starts with the path).
+int fs_open_regular(const char *path, const char *what);
+// fs_fopen_regular: the same as a stdio stream ("rb"); NULL with error_set.
+FILE *fs_fopen_regular(const char *path, const char *what);
+// fs_check_regular: stat(path) (follows links; never opens it) and the same refusal, for a library
+// that opens the file itself (HDF5). 0, or -1 with error_set as above.
+int fs_check_regular(const char *path, const char *what);
 // fs_mkdirs: create dir and any missing parents (like mkdir -p, mode 0755); an existing directory
 // is fine. -1 with error_set naming the path that could not be made and why.
 int fs_mkdirs(const char *dir);

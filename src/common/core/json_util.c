@@ -9,6 +9,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 
 // file_read_fail: error_set("<path>: <why>") and leave errno = err; returns NULL.
 static char *file_read_fail(const char *path, const char *why, int err) {
@@ -23,9 +24,13 @@ char *file_read_text(const char *path, size_t max_bytes) {
 }
 
 char *file_read_text_len(const char *path, size_t max_bytes, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_fopen_regular(path, NULL); // a FIFO or a device is refused, never read
     if (!f) {
         int err = errno;
+        if (err == EINVAL) { // the message is fs_open_regular's ("...: not a regular file (a FIFO)...")
+            errno = EIO;
+            return NULL;
+        }
         return file_read_fail(path, strerror(err), err);
     }
     char *buf = NULL;

@@ -12,7 +12,8 @@
 
 // file_read_text: the whole file at `path` as a NUL-terminated string (malloc'd; the caller frees).
 // NULL after error_set("<path>: <reason>") when it cannot be opened (strerror), is larger than
-// max_bytes, or a read fails; errno then says which: fopen's errno, EFBIG (too large) or EIO.
+// max_bytes, or a read fails; errno then says which: open's errno, EFBIG (too large) or EIO (a read
+// error, or not a regular file: a FIFO or a device is refused, never read; fs_open_regular).
 // Pass SIZE_MAX for no limit.
 char *file_read_text(const char *path, size_t max_bytes);
 // file_read_text_len: the same, with the number of bytes read in *len (the text may hold NUL bytes

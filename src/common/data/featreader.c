@@ -26,6 +26,8 @@
 #include "common/core/crc32c.h"
 #include "common/core/log.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
+#include "common/core/json_util.h"
 #include "common/data/featfile.h"
 #include "common/data/h5safe.h"
 #include "common/data/identity.h"
@@ -92,13 +94,8 @@ typedef struct {
 static int fr_check_dataset(hid_t file, const char *path, const char *name, const fr_spec *spec, int64_t rows,
                             hid_t *out) {
     char e[256], tn[64];
-    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
-    if (exists == 0) return error_set("%s: missing dataset %s (not a feature file?)", path, name);
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
-    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, h5safe_error(e));
-    *out = d;
-    if (h5safe_check_stored(d, path, name) < 0) return -1;
+    if (h5safe_open_dataset(file, path, name, " (not a feature file?)", out) < 0) return -1;
+    hid_t d = *out;
     hid_t type = H5Dget_type(d);
     if (type < 0) return error_set("%s: dataset %s: %s", path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == spec->cls && H5Tget_size(type) == spec->size &&
@@ -180,6 +177,9 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
     else if (*next + ts.n > r->n_samples)
         rc = error_set("%s: the shards up to this one hold %lld samples, more than the %lld of %s", sh->path,
                        (long long)(*next + ts.n), (long long)r->n_samples, r->index_path);
+    else if (r->identity.target_vocab > 0 && ts.vocab_size > r->identity.target_vocab) // as for a live run's set
+        rc = error_set("%s: attribute vocab_size = %lld, larger than the vocabulary of the target %s records (%lld)",
+                       sh->path, (long long)ts.vocab_size, r->index_path, (long long)r->identity.target_vocab);
     else if (s > 0 && ts.vocab_size != r->vocab)
         rc = error_set("%s: attribute vocab_size = %lld, the first shard has %lld", sh->path, (long long)ts.vocab_size,
                        (long long)r->vocab);
@@ -198,6 +198,15 @@ static int fr_shard_validate(featreader *r, int64_t s, int64_t *next) {
     for (int j = 0; same_ids && j < n_ids; j++) same_ids = ids[j] == r->layer_ids[j];
     if (rc == 0 && !same_ids)
         rc = error_set("%s: attribute target_layer_ids differs from %s's", sh->path, r->index_path);
+    // /features holds 16-bit words read as bfloat16: a shard that says otherwise (float16) is refused,
+    // never reinterpreted (every dump-features wrote "bfloat16")
+    char fdt[64] = "";
+    int has_fdt = rc == 0 ? trainset_attr_str(&ts, "feature_dtype", fdt, sizeof fdt) : 1;
+    if (rc == 0 && has_fdt < 0) rc = -1;
+    else if (rc == 0 && (has_fdt == 0 || strcmp(fdt, "bfloat16") != 0))
+        rc = error_set("%s: attribute feature_dtype is %s%s%s: the features are read as bfloat16, the only dtype "
+                       "dump-features writes (dump them again)", sh->path, has_fdt ? "\"" : "missing", has_fdt ? fdt : "",
+                       has_fdt ? "\"" : "");
 
     // the per-token datasets: one row per token of /tokens
     fr_spec spec[FR_N_TEACHER];
@@ -244,6 +253,7 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
         if (old) fr_shard_close(r, old);
     }
     char e[256];
+    if (fs_check_regular(sh->path, NULL)) return -1;
     sh->file = H5Fopen(sh->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (sh->file < 0) return error_set("%s: cannot open: %s", sh->path, h5safe_error(e));
     r->n_open++;
@@ -269,28 +279,12 @@ static int fr_shard_acquire(featreader *r, fr_shard *sh) {
 
 // ---------------------------------------------------------------- the index
 
+// fr_read_text: the index (64 MiB at most; a FIFO or a device refused, file_read_text).
 static char *fr_read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        error_set("%s: cannot open: %s (not a dump-features output directory?)", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 == cap) buf = xrealloc(buf, cap *= 2);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        error_set("%s: read error", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
+    char *text = file_read_text(path, 64u << 20);
+    if (!text && errno == ENOENT)
+        error_set("%s: cannot open: %s (not a dump-features output directory?)", path, strerror(ENOENT));
+    return text;
 }
 
 // An integral JSON number under key, >= min.

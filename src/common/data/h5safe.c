@@ -53,6 +53,39 @@ const char *h5safe_type_name(hid_t type, char *buf, size_t n) {
     return buf;
 }
 
+int h5safe_open_dataset(hid_t file, const char *path, const char *name, const char *missing_hint, hid_t *out) {
+    char e[256];
+    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+    if (exists < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
+    if (exists == 0) return error_set("%s: missing dataset %s%s", path, name, missing_hint ? missing_hint : "");
+    H5L_info_t info;
+    if (H5Lget_info(file, name, &info, H5P_DEFAULT) < 0) return error_set("%s: %s: %s", path, name, h5safe_error(e));
+    if (info.type == H5L_TYPE_EXTERNAL)
+        return error_set("%s: %s is an external link (its data lies in another file, which HDF5 would open): store the"
+                         " dataset in the file itself", path, name);
+    if (info.type != H5L_TYPE_HARD)
+        return error_set("%s: %s is a soft or user-defined link, not a dataset stored under that name", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0) return error_set("%s: cannot open dataset %s: %s", path, name, h5safe_error(e));
+    *out = d;
+    if (h5safe_check_stored(d, path, name) < 0) return -1;
+    // Its size against what the file stores, before anyone allocates or reads by it: a dataset whose
+    // dimensions promise more than its stored bytes can hold (even compressed: deflate's ratio is at
+    // most about 1032) has unallocated chunks, read as fill values for ever (a crafted 2^40).
+    hid_t space = H5Dget_space(d), type = H5Dget_type(d);
+    hssize_t points = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    size_t elem = type >= 0 ? H5Tget_size(type) : 0;
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (points < 0 || elem == 0) return error_set("%s: dataset %s: cannot read its shape: %s", path, name, h5safe_error(e));
+    double logical = (double)points * (double)elem, stored = (double)H5Dget_storage_size(d);
+    if (logical > 2048.0 * stored + (double)(1 << 20))
+        return error_set("%s: dataset %s holds %lld elements (%.3g bytes) but the file stores %.0f bytes of it: its data is"
+                         " not in the file (unallocated chunks), refused before it is read", path, name,
+                         (long long)points, logical, stored);
+    return 0;
+}
+
 int h5safe_check_stored(hid_t d, const char *path, const char *name) {
     char e[256];
     hid_t dcpl = H5Dget_create_plist(d);

@@ -27,6 +27,13 @@ void h5safe_quiet_end(h5safe_quiet s);
 const char *h5safe_error(char buf[256]);
 // h5safe_type_name: "int32", "uint8", "float32", "string", ... for messages.
 const char *h5safe_type_name(hid_t type, char *buf, size_t n);
+// h5safe_open_dataset: dataset name of file (path names it in messages) opened into *out, after
+// checking that name is a hard link (an external link, whose data lies in another file HDF5 would
+// open and follow, or a soft link is refused) and, once open, h5safe_check_stored and its size: a
+// logical size past 2048 x its stored bytes + 1 MiB (unallocated chunks, read as fill values) is
+// refused before anything is allocated or read by it. -1 with error_set
+// ("missing dataset NAME" + missing_hint when absent); *out is set (to close) once opened.
+int h5safe_open_dataset(hid_t file, const char *path, const char *name, const char *missing_hint, hid_t *out);
 // h5safe_check_stored: -1 (error_set naming path and dataset) when dataset d is virtual or has
 // external storage: its data would come from other files (or zeros when they are missing).
 int h5safe_check_stored(hid_t d, const char *path, const char *name);

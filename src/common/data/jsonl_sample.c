@@ -9,6 +9,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/json_util.h"
 
 
 static void sample_reserve(jsonl_sample *s, int64_t n) {
@@ -30,6 +31,11 @@ int jsonl_sample_parse(const char *line, size_t len, int64_t vocab_size, jsonl_s
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return error_set("expected a JSON object");
+    }
+    const cJSON *dup = json_duplicate_key(root); // Python's json keeps the last silently: refused
+    if (dup) {
+        rc = error_set("key \"%s\" is given twice", dup->string);
+        goto done;
     }
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "input_ids");
     const cJSON *mask = cJSON_GetObjectItemCaseSensitive(root, "loss_mask");

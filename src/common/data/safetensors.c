@@ -16,6 +16,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 
 // The reference implementation refuses headers past 100 MB: such a header is corrupt, not a big
 // model (a 100k-tensor model needs about 10 MB).
@@ -339,8 +340,8 @@ done:
 
 int safetensors_open(st_file *f, const char *path) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return error_set("%s: cannot open: %s", path, strerror(errno));
+    int fd = fs_open_regular(path, NULL); // never blocks on a FIFO; a device is refused
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int err = errno;
@@ -395,32 +396,6 @@ tensor st_entry_tensor(const st_entry *e) {
 // ------------------------------------------------------------------------------------------------
 // model directories
 
-// Reads a whole (small) file into a NUL-terminated buffer.
-static char *read_text_file(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        error_set("%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (len + 1 >= cap) buf = xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - 1 - len, fp);
-        len += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        error_set("%s: read error", path);
-        return NULL;
-    }
-    buf[len] = '\0';
-    return buf;
-}
-
 // A shard name from the index must stay inside the model directory.
 static int shard_name_ok(const char *s) {
     if (!s[0] || s[0] == '/') return 0;
@@ -472,7 +447,7 @@ static int st_dir_collect(st_dir *d, const char *where) {
 // shard named is opened and validated; every tensor listed must be in the shard it is listed for.
 // Tensors a shard holds beyond the index are kept (transformers loads whole shards too).
 static int st_dir_open_index(st_dir *d, const char *index_path) {
-    char *text = read_text_file(index_path);
+    char *text = file_read_text(index_path, 64u << 20);
     if (!text) return -1;
     int rc = -1;
     const char **names = NULL, **shards = NULL;

@@ -25,6 +25,7 @@
 
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/core/rng.h"
 #include "common/data/h5safe.h"
@@ -68,7 +69,7 @@ static herr_t h5_read_range(hid_t d, hid_t mem_type, int64_t start, int64_t coun
 // Does the file start with the HDF5 signature? (for the message when H5Fopen fails)
 static int file_has_hdf5_signature(const char *path) {
     unsigned char sig[8] = {0};
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_fopen_regular(path, NULL);
     if (!f) return 0;
     size_t got = fread(sig, 1, 8, f);
     fclose(f);
@@ -79,13 +80,10 @@ static int file_has_hdf5_signature(const char *path) {
 static int ts_open_dataset(trainset *ts, const char *name, size_t size, H5T_sign_t sign, int64_t *d,
                            int64_t *len) {
     char e[256], tn[64];
-    htri_t exists = H5Lexists((hid_t)ts->file, name, H5P_DEFAULT);
-    if (exists < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
-    if (exists == 0) return error_set("%s: missing dataset %s", ts->path, name);
-    hid_t did = H5Dopen2((hid_t)ts->file, name, H5P_DEFAULT);
-    if (did < 0) return error_set("%s: cannot open dataset %s: %s", ts->path, name, h5safe_error(e));
-    *d = did;
-    if (h5safe_check_stored(did, ts->path, name) < 0) return -1;
+    hid_t did = -1;
+    int rc = h5safe_open_dataset((hid_t)ts->file, ts->path, name, NULL, &did);
+    if (did >= 0) *d = did;
+    if (rc < 0) return -1;
     hid_t type = H5Dget_type(did);
     if (type < 0) return error_set("%s: %s: %s", ts->path, name, h5safe_error(e));
     int ok = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == size && H5Tget_sign(type) == sign;
@@ -188,6 +186,17 @@ const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, c
     return buf;
 }
 
+// ts_first_warning: 1 the first time this process warns about path's rejected samples (rank 0 opens
+// a set more than once: the start-up check, then its role), so the warning is one line per run.
+static int ts_first_warning(const char *path) {
+    static char warned[16][256];
+    static int n_warned;
+    for (int i = 0; i < n_warned; i++)
+        if (strncmp(warned[i], path, sizeof warned[i] - 1) == 0) return 0;
+    if (n_warned < 16) snprintf(warned[n_warned++], sizeof warned[0], "%s", path);
+    return 1;
+}
+
 // The validation pass: stream /tokens and /loss_mask once, then classify every sample.
 static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     char e[256];
@@ -264,7 +273,7 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
         ts->index[ts->n++] = i;
         ts->loss_tokens += l;
     }
-    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0) { // once per run
+    if (ts->rejected_offsets + ts->rejected_ids + ts->rejected_short > 0 && log_rank() == 0 && ts_first_warning(ts->path)) {
         char why[512];
         log_warn("%s: %lld of %lld samples rejected (not used): %s%s", ts->path,
                  (long long)(ts->rejected_offsets + ts->rejected_ids + ts->rejected_short), (long long)ts->n_raw,
@@ -370,8 +379,9 @@ int64_t trainset_usable_of_raw(const trainset *ts, int64_t raw) {
 
 static int ts_open_quiet(trainset *ts, const char *path, int64_t min_loss_tokens) {
     char e[256];
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return error_set("%s: cannot open: %s", path, strerror(errno));
+    // a regular file, readable (a FIFO or a device is refused: HDF5 would block or read forever)
+    FILE *probe = fs_fopen_regular(path, NULL);
+    if (!probe) return -1;
     fclose(probe);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {

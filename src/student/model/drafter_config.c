@@ -2,9 +2,10 @@
 // written so that `dflash.DFlashDraftModel.from_pretrained` loads it.
 //
 // The package (dflash/model.py) builds the drafter from a transformers Qwen3Config plus DFlash keys,
-// so every Qwen3 key has Qwen3Config's default when absent (transformers 5.x, configuration_qwen3.py):
-//   vocab_size 151936, hidden_size 4096, intermediate_size 22016, num_hidden_layers 32,
-//   num_attention_heads 32, num_key_value_heads 32 (null -> num_attention_heads), head_dim 128,
+// so a Qwen3 key has Qwen3Config's default when absent (transformers 5.x, configuration_qwen3.py),
+// except the structural ones, which are required here (the class's values are Qwen3-8B's; issue 27):
+//   vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, head_dim,
+//   num_key_value_heads (null -> num_attention_heads), each within target_config.h's bounds;
 //   hidden_act "silu", max_position_embeddings 32768, rms_norm_eps 1e-6, rope_theta 10000,
 //   use_sliding_window false, sliding_window 4096, max_window_layers 28, layer_types null.
 // DFlash keys are looked up as the package's _draft_value does: dflash_config.<key>, else the
@@ -121,37 +122,37 @@ static int dc_parse_identity(drafter_config *c, const cJSON *root, const cJSON *
     return 0;
 }
 
-// dc_parse_shape: the Qwen3 sizes, with Qwen3Config's defaults.
+// dc_parse_shape: the Qwen3 sizes (required, bounded).
 static int dc_parse_shape(drafter_config *c, const cJSON *root, const char *src) {
-    c->vocab = 151936;
-    c->hidden = 4096;
-    c->intermediate = 22016;
-    c->n_layers = 32;
-    c->n_heads = 32;
-    c->head_dim = 128;
+    // structural keys: required (never Qwen3Config's defaults, a published model's: issue 27 item 8),
+    // each within the target's bounds (target_config.h) before any size is computed from it
+    static const char *const keys[6] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                        "num_attention_heads", "head_dim"};
+    int64_t *vals[6] = {&c->vocab, &c->hidden, &c->intermediate, &c->n_layers, &c->n_heads, &c->head_dim};
+    const int64_t max[6] = {TARGET_MAX_VOCAB, TARGET_MAX_HIDDEN, TARGET_MAX_WIDTH, DRAFTER_MAX_LAYERS, TARGET_MAX_HEAD,
+                            TARGET_MAX_HEAD};
+    for (int i = 0; i < 6; i++) {
+        int found = 0;
+        if (json_get_int(root, keys[i], keys[i], src, vals[i], &found)) return -1;
+        if (!found) return error_set("%s: missing '%s' (a structural key)", src, keys[i]);
+        if (*vals[i] <= 0) return error_set("%s: '%s' must be positive, got %lld", src, keys[i], (long long)*vals[i]);
+        if (*vals[i] > max[i])
+            return error_set("%s: '%s' is %lld: at most %lld %s supported", src, keys[i], (long long)*vals[i],
+                             (long long)max[i], i == 3 ? "drafter layers are" : "is");
+    }
     c->max_positions = 32768;
-    if (json_get_positive(root, "vocab_size", src, &c->vocab)) return -1;
-    if (json_get_positive(root, "hidden_size", src, &c->hidden)) return -1;
-    if (json_get_positive(root, "intermediate_size", src, &c->intermediate)) return -1;
-    if (json_get_positive(root, "num_hidden_layers", src, &c->n_layers)) return -1;
-    if (json_get_positive(root, "num_attention_heads", src, &c->n_heads)) return -1;
-    if (json_get_positive(root, "head_dim", src, &c->head_dim)) return -1;
     if (json_get_positive(root, "max_position_embeddings", src, &c->max_positions)) return -1;
-    if (c->n_layers > DRAFTER_MAX_LAYERS)
-        return error_set("%s: 'num_hidden_layers' is %lld: at most %d drafter layers are supported", src,
-                         (long long)c->n_layers, DRAFTER_MAX_LAYERS);
 
-    // num_key_value_heads: absent -> Qwen3Config's 32; null -> num_attention_heads.
+    // num_key_value_heads: required; null -> num_attention_heads.
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads");
-    c->n_kv_heads = 32;
-    if (kv && cJSON_IsNull(kv)) c->n_kv_heads = c->n_heads;
-    else if (kv && json_int_value(kv, "num_key_value_heads", src, &c->n_kv_heads)) return -1;
+    if (!kv) return error_set("%s: missing 'num_key_value_heads' (a structural key: give it, or null for one per query head)", src);
+    c->n_kv_heads = c->n_heads;
+    if (!cJSON_IsNull(kv) && json_int_value(kv, "num_key_value_heads", src, &c->n_kv_heads)) return -1;
     if (c->n_kv_heads <= 0)
         return error_set("%s: 'num_key_value_heads' must be positive, got %lld", src, (long long)c->n_kv_heads);
     if (c->n_heads % c->n_kv_heads != 0)
-        return error_set("%s: 'num_key_value_heads' %lld does not divide 'num_attention_heads' %lld%s", src,
-                         (long long)c->n_kv_heads, (long long)c->n_heads,
-                         kv ? "" : " (num_key_value_heads is absent: Qwen3Config's default is 32)");
+        return error_set("%s: 'num_key_value_heads' %lld does not divide 'num_attention_heads' %lld", src,
+                         (long long)c->n_kv_heads, (long long)c->n_heads);
     if (c->head_dim % 2 != 0)
         return error_set("%s: 'head_dim' must be even (RoPE rotates pairs), got %lld", src, (long long)c->head_dim);
 
@@ -227,6 +228,8 @@ static int dc_parse_dflash(drafter_config *c, const cJSON *root, const cJSON *df
     if (c->block_size < 2)
         return error_set("%s: 'block_size' must be at least 2 (slot 0 is never scored), got %lld", src,
                          (long long)c->block_size);
+    if (c->block_size > 1024) // drafter.block_size's bound (config.c)
+        return error_set("%s: 'block_size' %lld is over 1024", src, (long long)c->block_size);
 
     const cJSON *v = dc_draft_value(root, dflash, "mask_token_id", name, sizeof name);
     if (!v) return error_set("%s: missing 'dflash_config.mask_token_id'", src);

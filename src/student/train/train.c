@@ -380,7 +380,8 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
         if (drafter_export(&d, dir, 0)) rc = -1;
         double per_s = wall > 0 ? (double)S / wall : 0;
-        train_log_summary(&lg, step >= cfg->steps, step, wall, (double)total_block * per_s, (double)total_ctx * per_s, peaks,
+        if (rc == 0) // the summary names the exported drafter: only after a successful export
+            train_log_summary(&lg, step >= cfg->steps, step, wall, (double)total_block * per_s, (double)total_ctx * per_s, peaks,
                           n_ranks, T, &first_eval, &last_eval, dir);
     }
     train_log_close(&lg);
