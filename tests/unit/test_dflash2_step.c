@@ -5,11 +5,18 @@
 //      norms, fc), along the tensor's own gradient direction g/|g|: (L(w + h u) - L(w - h u)) / 2h
 //      must equal |g|. CAP is off (lambda 0: its argmax is held constant, a jump for finite
 //      differences); the loss is (1 - alpha) sum w CE + alpha sum w KL, in double over fp32 rows.
-//      h = 3e-3 along a unit vector. Truncation ~h^2: at h = 1e-2 the worst tensor (layer 0's
+//      h = 1e-3 along a unit vector (it was 3e-3 before the selector; see below). Truncation ~h^2: at h = 1e-2 the worst tensor (layer 0's
 //      attention kernel_projection, weights x8 so the loss ~130 is far from linear) erred 4e-3,
 //      at 3e-3 4e-4 (the h^2 ratio); fp32 roundoff of the loss (~1e-7 of 130) / h is ~5e-6 of
 //      |g| ~ 10. Tolerance 2e-3 relative, while a missing conv term, a wrong tap or a wrong half
 //      of the projection errs by O(1).
+//      The selector (top-k 13 of V 64, rank 7, selector_weight 1.7) is in the loss and its three
+//      tensors in the check; the predecessor codebook's gradient rows must be zero for tokens that
+//      are no batch token (never a predecessor) and not all zero elsewhere, and its slots are counted (hits and misses). The
+//      selector's CE is only piecewise smooth (it jumps where a candidate enters or leaves the
+//      top-k, or the label's hit flips): at h 1e-2 q_proj's direction crossed a jump (rel 4.2), at
+//      3e-3 k_proj's erred 3.4e-3, at 1e-3 the worst tensor errs 3.7e-4 (the successor codebook,
+//      |g| 0.85: fp32 roundoff of the loss ~1.5e-5 / h over a small |g|), under the 2e-3 tolerance.
 //   2. the anchor-chunk scheme stays exact: the gradients with chunks of 2 anchors equal those of
 //      one chunk of all 9 (the convolutions never cross a block), to 1e-5 relative (fp32 sums in
 //      another order).
@@ -36,7 +43,7 @@
 #define NSEQ 2
 #define TK 4
 #define NA 9
-#define FD_H 3e-3
+#define FD_H 1e-3
 #define FD_TOL 2e-3
 #define CHUNK_TOL 1e-5
 
@@ -46,7 +53,8 @@ static const char *shape_json =
     "\"head_dim\": 8, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
     "\"num_target_layers\": 4, \"tie_word_embeddings\": true, \"layer_types\": [\"sliding_attention\", \"full_attention\"], "
     "\"use_sliding_window\": true, \"sliding_window\": 6, \"dflash_config\": {\"block_size\": 5, "
-    "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2], \"conv_kernel_size\": 3, \"conv_group_size\": 4}}";
+    "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2], \"conv_kernel_size\": 3, \"conv_group_size\": 4, "
+    "\"selector_top_k\": 13, \"selector_rank\": 7}}";
 
 static float unif(uint64_t i) { // deterministic values in [-1, 1)
     uint64_t z = i * 0x9e3779b97f4a7c15ull + 12345;
@@ -65,12 +73,13 @@ static int32_t tokens[ST], cu[NSEQ + 1] = {0, 18, ST}, topk_idx[ST * TK], anchor
 static uint8_t mask[ST];
 static float feat[ST * NF * H], topk_val[ST * TK], lse[ST];
 
+static step_stats st;
+
 static double step(double *loss) { // gradients into d.grad (zeroed first); the loss
-    step_stats st;
     memset(&st, 0, sizeof st);
     backend_memset_zero(&be, d.grad, (size_t)d.numel * sizeof(float));
     CHECK_MSG(student_step(&d, &lc, &plan, w, &b, anchors, NA, &st) == 0, "student_step: %s", error_msg());
-    *loss = (1 - lc.alpha) * st.sum_w_ce + lc.alpha * st.sum_w_kl;
+    *loss = (1 - lc.alpha) * st.sum_w_ce + lc.alpha * st.sum_w_kl + lc.selector_weight * st.sum_w_sel;
     return *loss;
 }
 
@@ -108,6 +117,7 @@ int main(void) {
                         .topk_val = topk_val, .lse = lse};
     loss_config_default(&lc, 5);
     lc.lambda = 0;
+    lc.selector_weight = 1.7; // not 1: a weight applied twice or not at all shows
 
     // 1. finite differences, one chunk of all anchors
     plan_request pr = {.max_tokens = ST, .max_seqs = NSEQ, .max_anchors = NA, .k = TK, .tied = 1, .force_chunk = NA,
@@ -119,6 +129,22 @@ int main(void) {
     w = student_work_create(&d, &plan, &work);
     double l0;
     step(&l0);
+    int64_t scored = 0;
+    for (int j = 1; j < 5; j++) scored += st.slot_scored[j];
+    printf("  selector: %lld scored slots, %lld misses, weighted k-way CE %.4f\n", (long long)st.sel_scored,
+           (long long)st.sel_miss, st.sum_w_sel);
+    CHECK(st.sel_scored == scored && st.sel_miss > 0 && st.sel_miss < scored && st.sum_w_sel > 0);
+    const drafter_param *pc = drafter_find(&d, "candidate_selector.predecessor_codebook");
+    int used[V] = {0}, untouched_ok = 1, touched = 0;
+    for (int t = 0; t < ST; t++) used[tokens[t]] = 1;
+    for (int v = 0; v < V; v++)
+        for (int64_t i = 0; i < pc->shape[1]; i++) {
+            float gv = d.grad[pc->offset + v * pc->shape[1] + i];
+            if (!used[v] && gv != 0) untouched_ok = 0;
+            if (used[v] && gv != 0) touched = 1;
+        }
+    CHECK_MSG(untouched_ok && touched, "predecessor codebook gradient: rows of unused tokens %s, used rows %s",
+              untouched_ok ? "zero" : "NOT zero", touched ? "touched" : "all zero");
     size_t bytes = (size_t)d.numel * sizeof(float);
     float *g = xmalloc(bytes), *w0 = xmalloc(bytes);
     memcpy(g, d.grad, bytes);
@@ -131,7 +157,9 @@ int main(void) {
                            "layers.1.self_attn.v_proj.weight",    "layers.1.self_attn.o_proj.weight",
                            "layers.0.mlp.down_proj.weight",       "layers.1.mlp.up_proj.weight",
                            "layers.0.input_layernorm.weight",     "layers.1.post_attention_layernorm.weight",
-                           "fc.weight",                           "norm.weight"};
+                           "fc.weight",                           "norm.weight",
+                           "candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
+                           "candidate_selector.hidden_projection.weight"};
     for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
         const drafter_param *p = drafter_find(&d, names[n]);
         if (!p) {

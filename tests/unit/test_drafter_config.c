@@ -385,18 +385,18 @@ static void test_dflash2(void) {
     CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 0}")),
               "'conv_kernel_size' must be positive");
 
-    CHECK(parse(&c, keys) == 0); // H 32, 2 layers, K 3, G 4
+    CHECK(parse(&c, keys) == 0); // H 32, 2 layers, K 3, G 4, V 211, selector rank 7
     drafter_config d1 = c;
     d1.kind = drafter_kind_find("dflash");
     int n1 = d1.kind->param_list(&d1, NULL), n2 = c.kind->param_list(&c, NULL);
-    CHECK(n1 == 2 + 11 * 2 + 1 && n2 == n1 + 4 * 2);
+    CHECK(n1 == 2 + 11 * 2 + 1 && n2 == n1 + 4 * 2 + 3);
     drafter_param *p1 = calloc((size_t)n1, sizeof *p1), *p2 = calloc((size_t)n2, sizeof *p2);
     d1.kind->param_list(&d1, p1);
     c.kind->param_list(&c, p2);
     CHECK(memcmp(p1, p2, (size_t)n1 * sizeof *p1) == 0); // DFlash's tensors first, laid out alike
     const char *want[4] = {"attention_conv.base_kernel", "attention_conv.kernel_projection.weight", "mlp_conv.base_kernel",
                            "mlp_conv.kernel_projection.weight"};
-    for (int i = n1; i < n2; i++) {
+    for (int i = n1; i < n2 - 3; i++) {
         const drafter_param *p = &p2[i];
         int l = (i - n1) / 4, j = (i - n1) % 4;
         char nm[96];
@@ -406,6 +406,15 @@ static void test_dflash2(void) {
         CHECK(p->ndim == (j % 2 ? 2 : 3) && p->shape[0] == s0 && p->shape[1] == (j % 2 ? 32 : 3));
         CHECK(p->numel == (j % 2 ? s0 * 32 : 2 * 3 * 32) && p->is_delta == !(j % 2) && !p->is_norm);
         CHECK(p->offset % DRAFTER_ALIGN == 0 && p->offset >= p2[i - 1].offset + p2[i - 1].numel);
+    }
+    // the selector, last: the codebooks as the package's key_mapping reads them, the projection [r, H]
+    const char *sel[3] = {"candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
+                          "candidate_selector.hidden_projection.weight"};
+    for (int j = 0; j < 3; j++) {
+        const drafter_param *p = &p2[n2 - 3 + j];
+        CHECK_MSG(strcmp(p->name, sel[j]) == 0, "tensor %d is %s, want %s", n2 - 3 + j, p->name, sel[j]);
+        CHECK(p->ndim == 2 && p->shape[0] == (j < 2 ? 211 : 7) && p->shape[1] == (j < 2 ? 7 : 32) && !p->is_norm && !p->is_delta);
+        CHECK(p->offset % DRAFTER_ALIGN == 0 && p->offset >= p2[n2 - 4 + j].offset + p2[n2 - 4 + j].numel);
     }
     CHECK(drafter_param_numel(&c) == p2[n2 - 1].offset + (p2[n2 - 1].numel + DRAFTER_ALIGN - 1) / DRAFTER_ALIGN * DRAFTER_ALIGN);
     free(p1);

@@ -86,6 +86,7 @@ typedef struct {
     int64_t log_interval, eval_interval, eval_batches;
     // loss
     double loss_alpha, loss_lambda, loss_gamma; // gamma 0 = from the block size
+    double loss_selector_weight;               // DFlash2's selector term
     char loss_weighting[16], loss_label[16];
     // transport
     int64_t slots;                  // in-flight batches per teacher and student

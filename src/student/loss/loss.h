@@ -31,6 +31,7 @@ typedef struct {
     double gamma;           // decay constant (7 for B = 16, 10 for B = 32)
     loss_weighting weighting;
     int label_teacher;      // 1: the label is the teacher's argmax instead of the data token
+    double selector_weight; // DFlash2: weight of the candidate selector's k-way CE (default 1; step.c adds it)
 } loss_config;
 
 typedef enum { LOSS_MODE_ROWS = 0, LOSS_MODE_TILES = 1 } loss_mode;

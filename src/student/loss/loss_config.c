@@ -13,6 +13,7 @@ void loss_config_default(loss_config *c, int block_size) {
     c->gamma = block_size <= 16 ? 7.0 : 10.0;
     c->weighting = LOSS_WEIGHT_DECAY;
     c->label_teacher = 0;
+    c->selector_weight = 1.0;
 }
 
 int loss_config_parse(loss_config *c, const void *json_object, const char *source) {

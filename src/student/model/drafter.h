@@ -53,6 +53,8 @@ typedef struct drafter {
     void *compute;             // [numel] act: == master on the CPU, a bf16 copy on CUDA
     drafter_layer *layers;     // pointers into compute (set by cfg.kind->bind)
     void *fc, *hidden_norm, *norm;
+    void *sel_pred, *sel_succ; // DFlash2's selector codebooks [V, r] act (NULL for other kinds)
+    void *sel_proj;            // ... and its hidden_projection [r, H]
     void *embed, *lm_head;     // [V, H] act, frozen (lm_head == embed when the target ties them)
     float *inv_freq;           // [head_dim/2] f32, device
 } drafter;

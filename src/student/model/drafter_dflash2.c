@@ -4,8 +4,12 @@
 // modules (attention_conv, mlp_conv: base_kernel [2, K, H] and kernel_projection [2*K*H/G, H]).
 // Its config keys (dflash_config, else the root, as the package's _draft_value reads them):
 // conv_kernel_size K (default 2), conv_group_size G (16; channels per group, H % G == 0),
-// selector_top_k (16) and selector_rank (256), the last two recorded for the candidate selector.
-// The convolutions' math is ops_dynconv (common/kernels/ops_dynconv.h).
+// selector_top_k k (16) and selector_rank r (256). Last in the flat buffer, the CandidateSelector's
+// three tensors: candidate_selector.predecessor_codebook [V, r] and .successor_codebook [V, r]
+// (stored without ".weight": the package's from_pretrained key_mapping adds it) and
+// candidate_selector.hidden_projection.weight [r, H], all normal(0, 0.02) like the package's
+// _init_weights of nn.Embedding / nn.Linear. The convolutions' math is ops_dynconv
+// (common/kernels/ops_dynconv.h), the selector's selector.h.
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,7 +28,7 @@ static const char *const conv_names[2] = {"attention_conv", "mlp_conv"};
 
 // dflash2_param_list: DFlash's tensors, then per layer l and conv s (attention_conv, mlp_conv):
 // layers.l.<s>.base_kernel [2, K, H] (identity init) and layers.l.<s>.kernel_projection.weight
-// [2*K*H/G, H].
+// [2*K*H/G, H]; then the selector's predecessor, successor codebooks [V, r] and hidden_projection [r, H].
 static int dflash2_param_list(const drafter_config *c, drafter_param *list) {
     int n = drafter_dflash_param_list(c, list);
     // the offset after DFlash's tensors (a count-only call, list NULL, needs none)
@@ -38,6 +42,10 @@ static int dflash2_param_list(const drafter_config *c, drafter_param *list) {
             snprintf(nm, sizeof nm, "layers.%lld.%s.kernel_projection.weight", (long long)l, conv_names[s]);
             drafter_param_push(list, &n, &off, nm, 2, (int64_t[]){2 * K * (H / G), H}, 0, 0);
         }
+    int64_t V = c->vocab, r = c->selector_rank;
+    drafter_param_push(list, &n, &off, "candidate_selector.predecessor_codebook", 2, (int64_t[]){V, r}, 0, 0);
+    drafter_param_push(list, &n, &off, "candidate_selector.successor_codebook", 2, (int64_t[]){V, r}, 0, 0);
+    drafter_param_push(list, &n, &off, "candidate_selector.hidden_projection.weight", 2, (int64_t[]){r, H}, 0, 0);
     return n;
 }
 
@@ -53,13 +61,17 @@ static void dflash2_bind(drafter *d) {
             d->layers[l].conv_base[s] = (char *)d->compute + (size_t)d->params[i].offset * e;
             d->layers[l].conv_proj[s] = (char *)d->compute + (size_t)d->params[i + 1].offset * e;
         }
+    d->sel_pred = (char *)d->compute + (size_t)d->params[i].offset * e;
+    d->sel_succ = (char *)d->compute + (size_t)d->params[i + 1].offset * e;
+    d->sel_proj = (char *)d->compute + (size_t)d->params[i + 2].offset * e;
 }
 
 // dflash2_grad_buckets: DFlash's buckets for its tensors; a layer's conv tensors are final with the
-// layer's block backward (they see only the block's slots, never the context).
+// layer's block backward (they see only the block's slots, never the context); the selector's with
+// the last layer's (bucket 0: its gradient is complete once the last chunk's loss has run).
 static int dflash2_grad_buckets(const drafter *d, int *bucket_of) {
     int L = (int)d->cfg.n_layers, first = dflash2_first_conv(&d->cfg);
-    if (d->n_params != first + 4 * L)
+    if (d->n_params != first + 4 * L + 3)
         return error_set("gradient buckets: %d parameters for %d DFlash2 layers is not the drafter's layout", d->n_params, L);
     drafter base = *d; // DFlash's view: its tensors only
     base.n_params = first;
@@ -71,6 +83,11 @@ static int dflash2_grad_buckets(const drafter *d, int *bucket_of) {
                 return error_set("gradient buckets: %s is not in the DFlash2 drafter's order", nm);
             bucket_of[first + 4 * l + j] = grad_bucket_block(L, l);
         }
+    for (int j = 0; j < 3; j++) {
+        if (!strstr(d->params[first + 4 * L + j].name, "candidate_selector."))
+            return error_set("gradient buckets: %s is not in the DFlash2 drafter's order", d->params[first + 4 * L + j].name);
+        bucket_of[first + 4 * L + j] = grad_bucket_block(L, L - 1);
+    }
     return 0;
 }
 
@@ -92,6 +109,9 @@ static int dflash2_config_parse(drafter_config *c, const cJSON *root, const cJSO
     if (c->hidden % c->conv_group)
         return error_set("%s: 'conv_group_size' %lld does not divide hidden_size %lld", src, (long long)c->conv_group,
                          (long long)c->hidden);
+    if (c->selector_top_k > c->vocab)
+        return error_set("%s: 'selector_top_k' %lld is larger than vocab_size %lld", src, (long long)c->selector_top_k,
+                         (long long)c->vocab);
     if (c->conv_kernel > c->block_size)
         return error_set("%s: 'conv_kernel_size' %lld is longer than the block (block_size %lld)", src,
                          (long long)c->conv_kernel, (long long)c->block_size);

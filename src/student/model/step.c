@@ -15,6 +15,7 @@
 #include "common/kernels/ops_train.h"
 #include "student/model/grad_buckets.h"
 #include "student/model/metrics.h"
+#include "student/model/selector.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};
 #define STEP_TREE_TOPK 8 // student candidates per slot kept for the tree metric
@@ -61,6 +62,9 @@ struct student_work {
     void *loss_ws;
     // host staging
     int32_t *h_label, *h_t_idx, *h_argmax, *h_s_idx, *h_greedy;
+    float *h_sel_loss, *h_sel_z, *h_sel_s;      // DFlash2's selector: [R] its k-way CE, [r], [k] scratch
+    int32_t *h_sel_choice;                      // [R] its greedy choice (prev = the slot before's choice)
+    uint8_t *h_sel_hit;                         // [R] the label is among the candidates
     float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_ce, *h_kl, *h_cap, *h_s_logp, *h_conv;
     uint8_t *h_in_seq;
     int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
@@ -73,12 +77,18 @@ struct student_work {
 // CONV_LD: the width of a DFlash2 conv module's kernel_projection output, 2*K*H/G.
 #define CONV_LD(c) ((size_t)(2 * (c)->conv_kernel * ((c)->hidden / ((c)->conv_group > 0 ? (c)->conv_group : 1))))
 
+// step_topk: the student's top-K kept per row: the tree metric's STEP_TREE_TOPK, or DFlash2's
+// selector_top_k candidates when more (sorted, so the first STEP_TREE_TOPK are the tree's).
+static int step_topk(const drafter_config *c) {
+    return c->selector_top_k > STEP_TREE_TOPK ? (int)c->selector_top_k : STEP_TREE_TOPK;
+}
+
 // The loss plan a chunk of R scored rows runs with: row_chunk 0 means all of them, and the student's
-// top-K for the tree metric. The workspace is sized from the same function, so they cannot differ.
-static loss_plan step_loss_plan(const student_plan *p, int R) {
+// top-K (step_topk). The workspace is sized from the same function, so they cannot differ.
+static loss_plan step_loss_plan(const drafter_config *c, const student_plan *p, int R) {
     loss_plan lp = p->loss;
     if (lp.row_chunk <= 0 || lp.row_chunk > R) lp.row_chunk = R;
-    lp.topk_student = STEP_TREE_TOPK;
+    lp.topk_student = step_topk(c);
     return lp;
 }
 
@@ -89,7 +99,7 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     size_t S = (size_t)p->max_tokens, C = (size_t)p->chunk_anchors, B = (size_t)c->block_size;
     size_t N = C * B, R = C * (B - 1), H = (size_t)c->hidden, I = (size_t)c->intermediate;
     size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
-    size_t L = (size_t)c->n_layers, nf = (size_t)c->n_feat, k = (size_t)p->k, K = STEP_TREE_TOPK;
+    size_t L = (size_t)c->n_layers, nf = (size_t)c->n_feat, k = (size_t)p->k, K = (size_t)step_topk(c);
     w->plan = *p;
     w->n_layers = (int)L;
     size_t start = a->used;
@@ -173,7 +183,7 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
     w->parts[2] = a->used - mark;
     mark = a->used;
-    loss_plan lp = step_loss_plan(p, (int)R);
+    loss_plan lp = step_loss_plan(c, p, (int)R);
     w->loss_ws = arena_alloc(a, loss_workspace_bytes(&lp, c->hidden, c->vocab, p->k));
     w->parts[3] = a->used - mark;
 }
@@ -216,7 +226,12 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
     student_work_lists(w, (int)c->n_layers);
     student_work_carve(w, a, d, p);
     size_t S = (size_t)p->max_tokens, C = (size_t)p->chunk_anchors, B = (size_t)c->block_size;
-    size_t R = C * (B - 1), k = (size_t)p->k, K = STEP_TREE_TOPK;
+    size_t R = C * (B - 1), k = (size_t)p->k, K = (size_t)step_topk(c);
+    w->h_sel_loss = xcalloc(R, sizeof(float));
+    w->h_sel_z = xcalloc((size_t)(c->selector_rank > 0 ? c->selector_rank : 1), sizeof(float));
+    w->h_sel_s = xcalloc(K, sizeof(float));
+    w->h_sel_choice = xcalloc(R, sizeof(int32_t));
+    w->h_sel_hit = xcalloc(R, 1);
     w->h_label = xmalloc(R * sizeof(int32_t));
     w->h_t_idx = xmalloc(R * k * sizeof(int32_t));
     w->h_argmax = xmalloc(R * sizeof(int32_t));
@@ -246,6 +261,7 @@ void student_work_destroy(student_work *w) {
     free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w); free(w->h_ce); free(w->h_kl);
     free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
+    free(w->h_sel_loss); free(w->h_sel_z); free(w->h_sel_s); free(w->h_sel_choice); free(w->h_sel_hit);
     student_work_free_lists(w);
     free(w);
 }
@@ -277,6 +293,8 @@ static float *grad_of(drafter *d, int i) { return d->grad + d->params[i].offset;
 #define P_NORM(d) (2 + (int)(d)->cfg.n_layers * 11)
 // DFlash2's conv j (0 attention, 1 MLP) of layer l: its base_kernel; +1 its kernel_projection (drafter_dflash2.c)
 #define P_CONV(d, l, j) (P_NORM(d) + 1 + 4 * (l) + 2 * (j))
+// DFlash2's selector tensor j: 0 predecessor, 1 successor codebook, 2 hidden_projection (after the convs)
+#define P_SEL(d, j) (P_CONV(d, (d)->cfg.n_layers, 0) + (j))
 
 // DFlash2 conv forward (SPEC §3.1). conv_prepare: dyn = u P^T; cin = conv(u, dyn[:, :K*H/G], base[0]).
 static void conv_prepare(drafter *d, layer_saved *s, int l, int j, const void *u, int C) {
@@ -571,14 +589,19 @@ static int chunk_prepare(drafter *d, const loss_config *lc, student_work *w, con
 // greedy token (the chain acceptance less the bonus token).
 static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st, int32_t *matches) {
     backend *be = d->be;
-    int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK;
+    int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK, Kr = step_topk(&d->cfg);
     backend_copy_to_host(be, w->h_w, w->rows.w, (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_ce, w->rows.ce, (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_kl, w->rows.kl, (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_cap, w->rows.cap, (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_argmax, w->rows.argmax, (size_t)R * sizeof(int32_t));
-    backend_copy_to_host(be, w->h_s_idx, w->rows.s_topk_idx, (size_t)R * K * sizeof(int32_t));
-    backend_copy_to_host(be, w->h_s_logp, w->rows.s_topk_logp, (size_t)R * K * sizeof(float));
+    backend_copy_to_host(be, w->h_s_idx, w->rows.s_topk_idx, (size_t)R * Kr * sizeof(int32_t));
+    backend_copy_to_host(be, w->h_s_logp, w->rows.s_topk_logp, (size_t)R * Kr * sizeof(float));
+    for (int r = 0; Kr > K && r < R; r++) { // the tree metric's K of each row's Kr (sorted): packed in place
+        memmove(w->h_s_idx + (size_t)r * K, w->h_s_idx + (size_t)r * Kr, (size_t)K * sizeof(int32_t));
+        memmove(w->h_s_logp + (size_t)r * K, w->h_s_logp + (size_t)r * Kr, (size_t)K * sizeof(float));
+    }
+    const int sel = d->sel_pred != NULL; // DFlash2: the chain follows the selector's choices (SPEC §6)
     int32_t am[STEP_MAX_SLOTS + 1], gr[STEP_MAX_SLOTS + 1];
     for (int i = 0; i < C; i++) {
         int n = 0; // scorable slots: inside the sequence
@@ -593,8 +616,13 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
                 st->slot_scored[j]++;
                 st->slot_correct[j] += w->h_argmax[r] == w->h_label[r];
             }
+            if (sel && w->h_mask[r] > 0) {
+                st->sum_w_sel += wr * w->h_sel_loss[r];
+                st->sel_scored++;
+                st->sel_miss += !w->h_sel_hit[r];
+            }
             if (w->h_in_seq[r]) n = j;
-            am[j] = w->h_argmax[r];
+            am[j] = sel ? w->h_sel_choice[r] : w->h_argmax[r];
             gr[j] = w->h_greedy[r];
         }
         st->anchors++;
@@ -611,10 +639,49 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
 static int step_begin(drafter *d, const student_plan *p, student_work *w, const student_batch *b) {
     int B = (int)d->cfg.block_size;
     if (B - 1 >= STEP_MAX_SLOTS) return error_set("block size %d is larger than %d", B, STEP_MAX_SLOTS);
+    if (d->sel_pred && d->be->kind != BACKEND_CPU)
+        return error_set("drafter.kind dflash2: the candidate selector runs on the CPU backend only (no CUDA kernels yet)");
     if (batch_check(d, p, b)) return -1;
     batch_upload(d, w, b);
     context_forward(d, w, b->S);
     return 0;
+}
+
+// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; selector.h; the CPU backend:
+// every buffer is host memory, checked by step_begin). Per row r = slot j of anchor i, candidates =
+// the loss's sorted student top-k (their log-probs as the unary term: a constant per row apart from
+// the logits). Training term (rows with weight w_r > 0): k-way CE with label y_r, prev = the label of
+// slot j-1 (teacher forcing; the anchor's token for j = 1), its gradient times selector_weight * w_r
+// into the selector's tensors and (dx not NULL) the rows' dx. The greedy choice of every row in the
+// sequence, prev = slot j-1's choice, into h_sel_choice for the chain / decode walk.
+static void chunk_selector(drafter *d, const loss_config *lc, student_work *w, int C, void *dx) {
+    const drafter_config *c = &d->cfg;
+    int B = (int)c->block_size, Kr = step_topk(c), H = (int)c->hidden;
+    selector_weights sw = {.vocab = c->vocab, .hidden = c->hidden, .rank = c->selector_rank, .k = (int)c->selector_top_k,
+                           .pred = d->sel_pred, .succ = d->sel_succ, .proj = d->sel_proj};
+    const float *xs = w->xs, *lm = d->lm_head;
+    for (int i = 0; i < C; i++) {
+        int32_t prev_tf = w->h_blk_tokens[i * B], prev_ch = prev_tf; // teacher-forced / chosen predecessor
+        for (int j = 1; j < B; j++) {
+            int r = i * (B - 1) + (j - 1), hit = 0;
+            const int32_t *cand = w->rows.s_topk_idx + (size_t)r * Kr;
+            const float *u = w->rows.s_topk_logp + (size_t)r * Kr, *x = xs + (size_t)r * H;
+            float wr = w->rows.w[r];
+            selector_grads g = {.pred = d->grad + d->params[P_SEL(d, 0)].offset,
+                                .succ = d->grad + d->params[P_SEL(d, 1)].offset,
+                                .proj = d->grad + d->params[P_SEL(d, 2)].offset,
+                                .x = dx ? (float *)dx + (size_t)r * H : NULL};
+            w->h_sel_loss[r] = 0, w->h_sel_hit[r] = 0, w->h_sel_choice[r] = -1;
+            if (!w->h_in_seq[r]) continue;
+            if (wr > 0)
+                w->h_sel_loss[r] = (float)selector_row_loss(&sw, x, cand, u, prev_tf, w->h_label[r], lc->selector_weight * wr,
+                                                            lm, dx ? &g : NULL, w->h_sel_z, w->h_sel_s, &hit);
+            w->h_sel_hit[r] = (uint8_t)hit;
+            selector_scores(&sw, x, cand, u, prev_ch, w->h_sel_z, w->h_sel_s);
+            w->h_sel_choice[r] = prev_ch = cand[selector_choose(w->h_sel_s, sw.k)];
+            prev_tf = w->h_label[r];
+        }
+    }
 }
 
 // One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:
@@ -632,8 +699,9 @@ static int chunk_forward_loss(drafter *d, const loss_config *lc, const student_p
     loss_batch lb = {.n = C * (B - 1), .slots = B - 1, .hidden = c->hidden, .vocab = c->vocab, .k = b->k, .x = w->xs,
                      .lm_head = d->lm_head, .label = w->label, .mask = w->mask, .in_seq = w->in_seq,
                      .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
-    loss_plan lp = step_loss_plan(p, p->chunk_anchors * (B - 1));
+    loss_plan lp = step_loss_plan(c, p, p->chunk_anchors * (B - 1));
     loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, dx);
+    if (d->sel_pred) chunk_selector(d, lc, w, C, dx);
     return 0;
 }
 

@@ -201,7 +201,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     }
     loss_config lc;
     loss_config_default(&lc, (int)dc.block_size);
-    lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda;
+    lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda, lc.selector_weight = cfg->loss_selector_weight;
     if (cfg->loss_gamma > 0) lc.gamma = cfg->loss_gamma;
     lc.weighting = strcmp(cfg->loss_weighting, "dpace") == 0 ? LOSS_WEIGHT_DPACE : LOSS_WEIGHT_DECAY;
     lc.label_teacher = strcmp(cfg->loss_label, "teacher") == 0;

@@ -49,6 +49,9 @@ void train_stats_add(step_stats *a, const step_stats *b) {
     a->sum_w_ce += b->sum_w_ce;
     a->sum_w_kl += b->sum_w_kl;
     a->sum_w_cap += b->sum_w_cap;
+    a->sum_w_sel += b->sum_w_sel;
+    a->sel_scored += b->sel_scored;
+    a->sel_miss += b->sel_miss;
     a->anchors += b->anchors;
     for (int j = 0; j < STEP_MAX_SLOTS; j++) {
         a->slot_scored[j] += b->slot_scored[j];
@@ -63,25 +66,30 @@ void train_stats_add(step_stats *a, const step_stats *b) {
 }
 
 void train_stats_allreduce(step_stats *s, MPI_Comm comm) {
-    double d[5 + STEP_TREE_BUDGETS];
-    int64_t i[5 + 2 * STEP_MAX_SLOTS];
+    double d[6 + STEP_TREE_BUDGETS];
+    int64_t i[7 + 2 * STEP_MAX_SLOTS];
     d[0] = s->sum_w, d[1] = s->sum_w_ce, d[2] = s->sum_w_kl, d[3] = s->sum_w_cap, d[4] = s->tau_chain_sum;
     for (int t = 0; t < STEP_TREE_BUDGETS; t++) d[5 + t] = s->tau_tree_sum[t];
+    d[5 + STEP_TREE_BUDGETS] = s->sum_w_sel;
     i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens, i[3] = s->decode_tokens, i[4] = s->decode_steps;
     memcpy(i + 5, s->slot_scored, sizeof s->slot_scored);
     memcpy(i + 5 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
-    students_allreduce(d, 5 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
-    students_allreduce(i, 5 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
+    i[5 + 2 * STEP_MAX_SLOTS] = s->sel_scored, i[6 + 2 * STEP_MAX_SLOTS] = s->sel_miss;
+    students_allreduce(d, 6 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
+    students_allreduce(i, 7 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
     s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
     for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
     s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2], s->decode_tokens = i[3], s->decode_steps = i[4];
     memcpy(s->slot_scored, i + 5, sizeof s->slot_scored);
     memcpy(s->slot_correct, i + 5 + STEP_MAX_SLOTS, sizeof s->slot_correct);
+    s->sum_w_sel = d[5 + STEP_TREE_BUDGETS];
+    s->sel_scored = i[5 + 2 * STEP_MAX_SLOTS], s->sel_miss = i[6 + 2 * STEP_MAX_SLOTS];
 }
 
 double train_stats_loss(const step_stats *s, const loss_config *lc) {
     double W = s->sum_w > 0 ? s->sum_w : 1;
-    return (1 - lc->alpha) * s->sum_w_ce / W + lc->alpha * s->sum_w_kl / W + lc->lambda * s->sum_w_cap / W;
+    return (1 - lc->alpha) * s->sum_w_ce / W + lc->alpha * s->sum_w_kl / W + lc->lambda * s->sum_w_cap / W +
+           lc->selector_weight * s->sum_w_sel / W;
 }
 
 double train_stats_tau_decode(const step_stats *s) {
@@ -101,6 +109,8 @@ void train_stats_json(FILE *f, const step_stats *s, const loss_config *lc, int B
     for (int t = 0; t < STEP_TREE_BUDGETS; t++)
         fprintf(f, "%s\"%d\": %.4f", t ? ", " : "", step_tree_budgets[t], s->anchors ? s->tau_tree_sum[t] / (double)s->anchors : 0);
     fprintf(f, "}, \"anchors\": %lld", (long long)s->anchors);
+    if (s->sel_scored > 0) // DFlash2: the selector's k-way CE and the share of slots whose label was no candidate
+        fprintf(f, ", \"sel\": %.6f, \"sel_miss\": %.4f", s->sum_w_sel / W, (double)s->sel_miss / (double)s->sel_scored);
 }
 
 void train_log_eval_text(const char *what, const step_stats *s, const loss_config *lc) {

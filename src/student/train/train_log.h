@@ -26,7 +26,7 @@ double train_log_wall(const train_log *lg);
 void train_stats_add(step_stats *a, const step_stats *b);
 // train_stats_allreduce: s summed over the students (collective over comm).
 void train_stats_allreduce(step_stats *s, MPI_Comm comm);
-// train_stats_loss: the loss the statistics add up to ((1 - alpha) CE + alpha KL + lambda CAP).
+// train_stats_loss: the loss the statistics add up to ((1 - alpha) CE + alpha KL + lambda CAP, + selector_weight SEL for DFlash2).
 double train_stats_loss(const step_stats *s, const loss_config *lc);
 // train_stats_tau_decode: decode_tokens / decode_steps (0 without steps).
 double train_stats_tau_decode(const step_stats *s);

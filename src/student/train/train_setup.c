@@ -309,6 +309,7 @@ int eval_config_prepare(config *cfg) {
         cfg->sliding_window = run.sliding_window, cfg->block_size = run.block_size;
         cfg->target_layer_ids = run.target_layer_ids, cfg->n_features = run.n_features;
         cfg->loss_alpha = run.loss_alpha, cfg->loss_lambda = run.loss_lambda, cfg->loss_gamma = run.loss_gamma;
+        cfg->loss_selector_weight = run.loss_selector_weight;
         memcpy(cfg->loss_weighting, run.loss_weighting, sizeof run.loss_weighting);
         memcpy(cfg->loss_label, run.loss_label, sizeof run.loss_label);
     }
