@@ -200,7 +200,9 @@ int tool_step_dump_main(int argc, char **argv) {
     // Normalise by the sum of weights and write OUT.
     float loss[1], ce[1] = {(float)(st.sum_w_ce / st.sum_w)}, kl[1] = {(float)(st.sum_w_kl / st.sum_w)},
           cap[1] = {(float)(st.sum_w_cap / st.sum_w)};
-    loss[0] = (float)((1 - lc.alpha) * ce[0] + lc.alpha * kl[0] + lc.lambda * cap[0]);
+    // + DFlash2's selector term (0 for a DFlash drafter): the loss the gradients are of
+    loss[0] = (float)((1 - lc.alpha) * ce[0] + lc.alpha * kl[0] + lc.lambda * cap[0] +
+                      lc.selector_weight * st.sum_w_sel / st.sum_w);
     float *grads = xmalloc((size_t)d.numel * sizeof(float));
     backend_copy_to_host(&be, grads, d.grad, (size_t)d.numel * sizeof(float));
     for (int64_t i = 0; i < d.numel; i++) grads[i] = (float)(grads[i] / st.sum_w);

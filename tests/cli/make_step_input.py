@@ -5,6 +5,9 @@ Test helper that needs only numpy (Debian's python3-numpy): random drafter weigh
 names, a random target embedding/lm_head, a packed batch of sequences with random features and a
 consistent teacher top-k/LSE, and `--anchors` anchors drawn from the valid positions (with
 replacement when more are asked than exist, so the memory test can grow the anchor count freely).
+With --dflash2 K,G,k,r the drafter is a DFlash2DraftModel (conv kernel K, group G, selector top-k k,
+rank r): its conv and selector tensors are drawn after everything else, so the other tensors are
+those of the same command without it.
 Writes OUT_PREFIX.in.safetensors and OUT_PREFIX.config.json.
 """
 import argparse, json, struct
@@ -26,6 +29,7 @@ ap.add_argument("--anchors", type=int, default=6)
 ap.add_argument("--topk", type=int, default=4)
 ap.add_argument("--sliding", type=int, default=0, help="window of layer 0 (0 = all layers full)")
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--dflash2", default="", metavar="K,G,k,r", help="a DFlash2 drafter with these conv / selector sizes")
 a = ap.parse_args()
 r = np.random.default_rng(a.seed)
 H, L, nq, nkv, hd, I, V, B = a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab, a.block
@@ -70,6 +74,18 @@ valid = [p for s in range(len(lens)) for p in range(cu[s], cu[s + 1] - 1) if mas
 pick = r.choice(valid, a.anchors, replace=a.anchors > len(valid))
 t["anchors"] = np.sort(pick).astype(np.int32)
 
+if a.dflash2:
+    K, G, k, rank = (int(x) for x in a.dflash2.split(","))
+    for l in range(L):
+        for conv in ("attention_conv", "mlp_conv"):
+            base = (0.2 * r.standard_normal((2, K, H))).astype(np.float32)
+            base[:, 0, :] += 1
+            t[f"layers.{l}.{conv}.base_kernel"] = base
+            t[f"layers.{l}.{conv}.kernel_projection.weight"] = (0.1 * mat(2 * K * (H // G), H))
+    t["candidate_selector.predecessor_codebook"] = (0.5 * r.standard_normal((V, rank))).astype(np.float32)
+    t["candidate_selector.successor_codebook"] = (0.5 * r.standard_normal((V, rank))).astype(np.float32)
+    t["candidate_selector.hidden_projection.weight"] = mat(rank, H)
+
 codes = {np.float32: "F32", np.int32: "I32", np.uint8: "U8"}
 header, blobs, off = {}, [], 0
 # 4-byte types first, the bytes last: every tensor starts aligned to its element size, as the
@@ -92,4 +108,7 @@ cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_siz
        "use_sliding_window": bool(a.sliding), "num_target_layers": 8,
        "block_size": B, "dflash_config": {"target_layer_ids": list(range(1, 1 + a.n_feat)), "mask_token_id": V - 1, "block_size": B},
        "loss": {"alpha": 0.15, "lambda": 0.1, "gamma": 7, "weighting": "decay", "label": "data"}}
+if a.dflash2:
+    cfg["architectures"] = ["DFlash2DraftModel"]
+    cfg["dflash_config"].update(conv_kernel_size=K, conv_group_size=G, selector_top_k=k, selector_rank=rank)
 json.dump(cfg, open(a.out + ".config.json", "w"), indent=1)

@@ -2,7 +2,8 @@
 # test_step_chunking.sh: the anchor-chunked step gives the same loss and gradients however it is
 # chunked (1, 2, several, all anchors per chunk; loss mode rows or tiles, budgets that force each),
 # and its measured memory stays flat while the anchors per step grow 1 -> 4 -> 16 times; the
-# evaluation (student_eval: forward only) gives the step's loss terms and touches no gradient.
+# evaluation (student_eval: forward only) gives the step's loss terms and touches no gradient; the
+# same (chunking, flat memory) for a DFlash2 drafter, whose selector adds two V x r codebooks.
 # Tolerance: 1e-5 relative to each tensor's scale — the chunkings differ only in fp32 summation order.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 T=$BUILD/dflash_tool
@@ -49,20 +50,41 @@ PYEOF
   done
 done
 
-# Flat memory: a budget that holds 4 anchors per chunk; 4, 16 and 64 anchors per step.
-"$PY" "$SRC/tests/cli/make_step_input.py" "$TMP/m4" --anchors 4 --seq-lens 40,33
-budget=$("$T" step-dump "$TMP/m4.in.safetensors" "$TMP/m4.config.json" "$TMP/x" --device cpu --chunk-anchors 4 --plan | awk '/^plan_total_bytes/ {print $2}')
-peaks=()
-for n in 4 16 64; do
-  "$PY" "$SRC/tests/cli/make_step_input.py" "$TMP/m$n" --anchors $n --seq-lens 40,33
-  "$T" step-dump "$TMP/m$n.in.safetensors" "$TMP/m$n.config.json" "$TMP/o$n.safetensors" --device cpu --mem-budget "$budget" >"$TMP/run.log" 2>&1 || { bad "step-dump with $n anchors failed"; cat "$TMP/run.log" >&2; }
-  p=$(grep -o "peak_bytes [0-9]*" "$TMP/run.log" | awk '{print $2}')
-  echo "anchors $n: $(grep -o 'in chunks of [0-9]*' "$TMP/run.log"), peak $p bytes, budget $budget"
-  [ -n "$p" ] && [ "$p" -le "$budget" ] && ok || bad "$n anchors: peak ${p:-?} over the budget $budget"
-  peaks+=("$p")
+# flat_memory NAME "N..." MAKE_ARGS...: a budget that holds 4 anchors per chunk (the plan of 4
+# anchors); each N anchors per step must run in chunks under it, with the same measured peak.
+flat_memory() {
+  local name=$1 counts=$2 n p budget peaks=()
+  shift 2
+  "$PY" "$SRC/tests/cli/make_step_input.py" "$TMP/$name-4" --anchors 4 --seq-lens 40,33 "$@"
+  budget=$("$T" step-dump "$TMP/$name-4.in.safetensors" "$TMP/$name-4.config.json" "$TMP/x" --device cpu --chunk-anchors 4 \
+    --plan | awk '/^plan_total_bytes/ {print $2}')
+  for n in $counts; do
+    "$PY" "$SRC/tests/cli/make_step_input.py" "$TMP/$name-$n" --anchors "$n" --seq-lens 40,33 "$@"
+    "$T" step-dump "$TMP/$name-$n.in.safetensors" "$TMP/$name-$n.config.json" "$TMP/o.safetensors" --device cpu \
+      --mem-budget "$budget" >"$TMP/run.log" 2>&1 || { bad "$name: step-dump with $n anchors failed"; cat "$TMP/run.log" >&2; }
+    p=$(grep -o "peak_bytes [0-9]*" "$TMP/run.log" | awk '{print $2}')
+    echo "$name anchors $n: $(grep -o 'in chunks of [0-9]*' "$TMP/run.log"), peak $p bytes, budget $budget"
+    [ -n "$p" ] && [ "$p" -le "$budget" ] && ok || bad "$name $n anchors: peak ${p:-?} over the budget $budget"
+    peaks+=("$p")
+  done
+  [ "$(printf '%s\n' "${peaks[@]}" | sort -u | wc -l)" = 1 ] && ok || bad "$name: peak memory grows with the anchors: ${peaks[*]}"
+}
+flat_memory dflash "4 16 64"
+
+# DFlash2 (its convolutions and candidate selector; an odd H 36 in groups of 4, kernel 3, top-k 13,
+# rank 7, block 5): chunked = unchunked, and the measured peak stays under a budget as the anchors grow.
+d2=(--dflash2 3,4,13,7 --hidden 36 --heads 3 --head-dim 12 --kv-heads 1 --block 5)
+"$PY" "$SRC/tests/cli/make_step_input.py" "$TMP/d2" --anchors 12 "${d2[@]}" || bad "make_step_input dflash2"
+expect_ok "dflash2 ref" "$T" step-dump "$TMP/d2.in.safetensors" "$TMP/d2.config.json" "$TMP/ref2.safetensors" --device cpu \
+  --chunk-anchors 12 --loss-mode rows
+for opts in "--chunk-anchors 1" "--chunk-anchors 5 --loss-mode tiles --vocab-tile 50"; do
+  # shellcheck disable=SC2086
+  if "$T" step-dump "$TMP/d2.in.safetensors" "$TMP/d2.config.json" "$TMP/out2.safetensors" --device cpu $opts >"$TMP/run.log" 2>&1 &&
+     "$T" compare "$TMP/ref2.safetensors" "$TMP/out2.safetensors" --tol 1e-5 >"$TMP/cmp.log" 2>&1; then ok
+  else bad "dflash2 [$opts] differs from the unchunked step:"; cat "$TMP/run.log" "$TMP/cmp.log" >&2; fi
 done
-[ "${peaks[0]}" = "${peaks[1]}" ] && [ "${peaks[1]}" = "${peaks[2]}" ] && ok || bad "peak memory grows with the anchors: ${peaks[*]}"
+flat_memory dflash2 "4 32" "${d2[@]}"
 
 # An infeasible budget is refused before the step, naming the budget that would work.
-expect_fail tiny-budget "needs at least" "$T" step-dump "$TMP/m4.in.safetensors" "$TMP/m4.config.json" "$TMP/x" --device cpu --mem-budget 4KiB
+expect_fail tiny-budget "needs at least" "$T" step-dump "$TMP/dflash-4.in.safetensors" "$TMP/dflash-4.config.json" "$TMP/x" --device cpu --mem-budget 4KiB
 finish

@@ -20,6 +20,13 @@
 //   2. the anchor-chunk scheme stays exact: the gradients with chunks of 2 anchors equal those of
 //      one chunk of all 9 (the convolutions never cross a block), to 1e-5 relative (fp32 sums in
 //      another order).
+//   3. the chain acceptance (and so tau_decode's walk, SPEC §6) follows the selector's greedy
+//      choice, not the logits' argmax: (a) with identity convolutions (kernel projections 0, base
+//      kernels 1 at offset 0) and a zero predecessor codebook the selector's scores are the
+//      candidates' log-probs, so its choice is the argmax and the per-anchor matches of
+//      student_eval equal, exactly, those of a DFlash drafter with the same trunk; (b) with the
+//      codebooks scaled up the matches differ from the DFlash drafter's on some anchor, and they
+//      sum to the step's tau_chain (both read the same walk).
 // Conv weights are set away from their identity init, so every term is exercised.
 #include <math.h>
 #include <stdint.h>
@@ -46,6 +53,8 @@
 #define FD_H 1e-3
 #define FD_TOL 2e-3
 #define CHUNK_TOL 1e-5
+#define FIT_STEPS 60
+#define FIT_LR 0.3
 
 static const char *shape_json =
     "{\"architectures\": [\"DFlash2DraftModel\"], \"model_type\": \"qwen3\", \"vocab_size\": 64, \"hidden_size\": 32, "
@@ -55,6 +64,15 @@ static const char *shape_json =
     "\"use_sliding_window\": true, \"sliding_window\": 6, \"dflash_config\": {\"block_size\": 5, "
     "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2], \"conv_kernel_size\": 3, \"conv_group_size\": 4, "
     "\"selector_top_k\": 13, \"selector_rank\": 7}}";
+
+// the same drafter as DFlash (no convolutions, no selector): part 3's reference
+static const char *shape_json_dflash =
+    "{\"architectures\": [\"DFlashDraftModel\"], \"model_type\": \"qwen3\", \"vocab_size\": 64, \"hidden_size\": 32, "
+    "\"intermediate_size\": 48, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+    "\"head_dim\": 8, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
+    "\"num_target_layers\": 4, \"tie_word_embeddings\": true, \"layer_types\": [\"sliding_attention\", \"full_attention\"], "
+    "\"use_sliding_window\": true, \"sliding_window\": 6, \"dflash_config\": {\"block_size\": 5, "
+    "\"mask_token_id\": 63, \"target_layer_ids\": [1, 2]}}";
 
 static float unif(uint64_t i) { // deterministic values in [-1, 1)
     uint64_t z = i * 0x9e3779b97f4a7c15ull + 12345;
@@ -200,6 +218,90 @@ int main(void) {
     arena_free(&work);
     free(g);
     free(w0);
+
+    // 3. the chain follows the selector (see the header)
+    drafter_config c1;
+    drafter d1;
+    CHECK(drafter_config_parse(&c1, shape_json_dflash, "test shape (dflash)") == 0);
+    emb = xmalloc((size_t)V * H * sizeof(float));
+    for (int i = 0; i < V * H; i++) emb[i] = 0.3f * unif((uint64_t)i);
+    CHECK(drafter_init(&d1, &c1, &be, 11, tensor_make(DT_F32, emb, DEVICE_CPU, 2, shp), NULL) == 0);
+    free(emb);
+    for (int i = 0; i < d1.n_params; i++) { // d's trunk into d1
+        const drafter_param *p1 = &d1.params[i], *p2 = drafter_find(&d, p1->name);
+        CHECK_MSG(p2 && p2->numel == p1->numel, "no tensor %s in the DFlash2 drafter", p1->name);
+        if (p2 && p2->numel == p1->numel) memcpy(d1.master + p1->offset, d.master + p2->offset, (size_t)p1->numel * sizeof(float));
+    }
+    drafter_sync_compute(&d1);
+    // a teacher whose greedy token is the data's next token, and d1 fitted to the batch by plain
+    // gradient descent (steps of fixed length along -g/|g|), so that its argmax matches on some slots
+    for (int t = 0; t + 1 < ST; t++) topk_idx[t * TK] = tokens[t + 1], topk_val[t * TK] = 4.0f;
+    {
+        student_plan pf;
+        arena wf;
+        CHECK(plan_make(&d1.cfg, &be, &pr, &pf, &bd) == 0);
+        CHECK(arena_init(&wf, "student work (fit)", &be, student_work_bytes(&d1, &pf)) == 0);
+        student_work *ww = student_work_create(&d1, &pf, &wf);
+        for (int it = 0; it < FIT_STEPS; it++) {
+            memset(&st, 0, sizeof st);
+            backend_memset_zero(&be, d1.grad, (size_t)d1.numel * sizeof(float));
+            CHECK(student_step(&d1, &lc, &pf, ww, &b, anchors, NA, &st) == 0);
+            double gn = 0;
+            for (int64_t j = 0; j < d1.numel; j++) gn += (double)d1.grad[j] * d1.grad[j];
+            gn = sqrt(gn) + 1e-30;
+            for (int64_t j = 0; j < d1.numel; j++) d1.master[j] -= (float)(FIT_LR * d1.grad[j] / gn);
+            drafter_sync_compute(&d1);
+        }
+        student_work_destroy(ww);
+        arena_free(&wf);
+    }
+    for (int i = 0; i < d1.n_params; i++) { // and back into d's trunk
+        const drafter_param *p1 = &d1.params[i], *p2 = drafter_find(&d, p1->name);
+        if (p2 && p2->numel == p1->numel) memcpy(d.master + p2->offset, d1.master + p1->offset, (size_t)p1->numel * sizeof(float));
+    }
+    for (int i = 0; i < d.n_params; i++) { // identity convolutions, a zero predecessor codebook
+        const drafter_param *p = &d.params[i];
+        if (strstr(p->name, "_conv.") || !strcmp(p->name, "candidate_selector.predecessor_codebook"))
+            for (int64_t j = 0; j < p->numel; j++) // base [2, K, H]: offset o = (j / H) % K
+                d.master[p->offset + j] = p->is_delta && (j / p->shape[2]) % p->shape[1] == 0 ? 1.0f : 0.0f;
+    }
+    drafter_sync_compute(&d);
+    int32_t m1[NA], m2[NA], m3[NA];
+    student_plan p1;
+    pr.force_chunk = NA;
+    CHECK(plan_make(&d1.cfg, &be, &pr, &p1, &bd) == 0);
+    arena work1;
+    CHECK(arena_init(&work1, "student work (dflash)", &be, student_work_bytes(&d1, &p1)) == 0);
+    student_work *w1 = student_work_create(&d1, &p1, &work1);
+    memset(&st, 0, sizeof st);
+    CHECK(student_eval(&d1, &lc, &p1, w1, &b, anchors, NA, &st, m1) == 0);
+    CHECK(plan_make(&d.cfg, &be, &pr, &plan, &bd) == 0);
+    CHECK(arena_init(&work, "student work", &be, student_work_bytes(&d, &plan)) == 0);
+    w = student_work_create(&d, &plan, &work);
+    memset(&st, 0, sizeof st);
+    CHECK(student_eval(&d, &lc, &plan, w, &b, anchors, NA, &st, m2) == 0);
+    int same = 0, differ = 0, sum1 = 0;
+    for (int i = 0; i < NA; i++) same += m1[i] == m2[i], sum1 += m1[i];
+    printf("  selector with a zero predecessor codebook: %d of %d anchors' matches equal the DFlash drafter's "
+           "(%d matched slots in all)\n", same, NA, sum1);
+    CHECK(same == NA && sum1 > 0);
+    const drafter_param *sp[2] = {drafter_find(&d, "candidate_selector.predecessor_codebook"),
+                                  drafter_find(&d, "candidate_selector.successor_codebook")};
+    for (int s2 = 0; s2 < 2; s2++)
+        for (int64_t j = 0; j < sp[s2]->numel; j++) d.master[sp[s2]->offset + j] = 3.0f * unif((uint64_t)(s2 * 100003 + j));
+    drafter_sync_compute(&d);
+    memset(&st, 0, sizeof st);
+    CHECK(student_eval(&d, &lc, &plan, w, &b, anchors, NA, &st, m3) == 0);
+    double chain = 0;
+    for (int i = 0; i < NA; i++) differ += m1[i] != m3[i], chain += m3[i] + 1;
+    printf("  selector with large codebooks: %d of %d anchors' matches differ from the argmax's; chain %.0f, "
+           "tau_chain sum %.0f\n", differ, NA, chain, st.tau_chain_sum);
+    CHECK(differ > 0 && fabs(chain - st.tau_chain_sum) < 1e-9);
+    student_work_destroy(w);
+    arena_free(&work);
+    student_work_destroy(w1);
+    arena_free(&work1);
+    drafter_free(&d1);
     drafter_free(&d);
     backend_close(&be);
     return test_finish("test_dflash2_step");
