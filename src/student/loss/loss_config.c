@@ -38,8 +38,13 @@ int loss_config_parse(loss_config *c, const void *json_object, const char *sourc
             if (cJSON_IsString(v) && strcmp(v->valuestring, "data") == 0) c->label_teacher = 0;
             else if (cJSON_IsString(v) && strcmp(v->valuestring, "teacher") == 0) c->label_teacher = 1;
             else return error_set("%s: loss.label must be \"data\" or \"teacher\"", source);
+        } else if (strcmp(k, "selector_weight") == 0) {
+            if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100))
+                return error_set("%s: loss.selector_weight wants a number in [0, 100]", source);
+            c->selector_weight = v->valuedouble;
         } else {
-            return error_set("%s: unknown key loss.%s (alpha, lambda, gamma, weighting, label)", source, k);
+            return error_set("%s: unknown key loss.%s (alpha, lambda, gamma, weighting, label, selector_weight)", source,
+                             k);
         }
     }
     return 0;
