@@ -155,6 +155,8 @@ job=(--device cpu --target.path="$TMP/tiny" --target.layer_ids=0,1 --drafter.blo
 expect_ok "train on it" mpirun -np 2 "$R" --mode train "${job[@]}" --train.steps=2 --train.max_anchors=8 --run.dir="$TMP/run"
 grep -q "24 usable samples (20 training, 4 held out: the set's /heldout)" "$TMP/err" && ok || bad "train: the held-out split is not the set's: $(grep 'data: set' "$TMP/err")"
 expect_ok "eval on it" mpirun -np 2 "$R" --mode eval "${job[@]}" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/ev"
+grep -q "24 usable samples, 4 held out (the set's /heldout)" "$TMP/err" && ok ||
+  bad "eval: its data line is not the set's split: $(grep 'data: set' "$TMP/err")"
 $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["samples"] == 4 and d["tokens"] == 4 * 30, d' "$TMP/ev/eval.json" && ok || bad "eval: not the 4 held-out samples: $(cat "$TMP/ev/eval.json")"
 # offline features carry the split: features.json's set records the same held-out samples, and a
 # student-only run from them holds out exactly those (before: data.heldout_samples' last ones)

@@ -156,10 +156,14 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         const char *name = "";
         if (config_data_count(cfg) > 0) name = config_data_path(cfg, i, NULL);
         else featreader_set(fr, i, NULL, &name);
-        log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out: %s), weight %g: %lld per epoch",
-                 i, name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout,
-                 si->recorded ? "the set's /heldout" : "its last ones, data.heldout_samples", si->weight,
-                 (long long)si->per_epoch);
+        const char *split = si->recorded ? "the set's /heldout" : "its last ones, data.heldout_samples";
+        if (eval) // no training draws: the epoch line would say 0
+            log_info("data: set %d %s: %lld usable samples, %lld held out (%s)", i, name, (long long)si->n,
+                     (long long)si->n_heldout, split);
+        else
+            log_info("data: set %d %s: %lld usable samples (%lld training, %lld held out: %s), weight %g: %lld per epoch",
+                     i, name, (long long)si->n, (long long)si->n_train, (long long)si->n_heldout, split, si->weight,
+                     (long long)si->per_epoch);
     }
 
     // Memory: the plan, then every allocation up front.
