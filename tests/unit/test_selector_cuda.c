@@ -24,6 +24,7 @@
 
 #include "common/backend/backend.h"
 #include "common/core/half.h"
+#include "common/core/rng.h"
 #include "student/model/selector.h"
 #include "student/model/selector_op.h"
 #include "testing.h"
@@ -41,15 +42,9 @@
 #define TOL_F32 1e-3
 #define TOL_ACT 1e-2
 
-static uint64_t lcg = 2028;
-static float rand_pm1(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-static int rand_int(int n) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
+static rng gen;
+static float rand_pm1(void) { return (float)(2.0 * rng_uniform(&gen) - 1.0); }
+static int rand_int(int n) { return (int)rng_below(&gen, (uint64_t)n); }
 static float *rand_bf16(size_t n, float amp) { // values both sides see
     float *x = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
@@ -89,6 +84,7 @@ int main(void) {
     backend cpu, gpu;
     int rc = test_open_devices(&cpu, &gpu);
     if (rc) return rc;
+    rng_init(&gen, 2028, 0, 0);
     float *x = rand_bf16((size_t)R * H, 1), *pred = rand_bf16((size_t)V * RK, 1), *succ = rand_bf16((size_t)V * RK, 1);
     float *proj = rand_bf16((size_t)RK * H, 0.5f), *lm = rand_bf16((size_t)V * H, 0.5f), *u = xmalloc(R * LD * sizeof(float));
     float *w = xmalloc(R * sizeof(float));
