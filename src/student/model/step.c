@@ -15,7 +15,7 @@
 #include "common/kernels/ops_train.h"
 #include "student/model/grad_buckets.h"
 #include "student/model/metrics.h"
-#include "student/model/selector.h"
+#include "student/model/selector_op.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};
 #define STEP_TREE_TOPK 8 // student candidates per slot kept for the tree metric
@@ -60,11 +60,16 @@ struct student_work {
     uint8_t *in_seq;                       // [R]
     loss_rows rows;
     void *loss_ws;
+    // DFlash2's selector (NULL otherwise): per-row results, its workspace
+    float *sel_loss;                       // [R] its k-way CE
+    uint8_t *sel_hit;                      // [R] the label is among the candidates
+    int32_t *sel_choice;                   // [R] its greedy choice (prev = the slot before's choice)
+    void *sel_ws;
     // host staging
     int32_t *h_label, *h_t_idx, *h_argmax, *h_s_idx, *h_greedy;
-    float *h_sel_loss, *h_sel_z, *h_sel_s;      // DFlash2's selector: [R] its k-way CE, [r], [k] scratch
-    int32_t *h_sel_choice;                      // [R] its greedy choice (prev = the slot before's choice)
-    uint8_t *h_sel_hit;                         // [R] the label is among the candidates
+    float *h_sel_loss;                          // DFlash2's selector: sel_loss, sel_hit, sel_choice on the host
+    int32_t *h_sel_choice;
+    uint8_t *h_sel_hit;
     float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_ce, *h_kl, *h_cap, *h_s_logp, *h_conv;
     uint8_t *h_in_seq;
     int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
@@ -181,6 +186,12 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->rows.argmax = arena_alloc(a, R * sizeof(int32_t));
     w->rows.s_topk_idx = arena_alloc(a, R * K * sizeof(int32_t));
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
+    if (c->selector_rank > 0) {
+        w->sel_loss = arena_alloc(a, R * sizeof(float));
+        w->sel_hit = arena_alloc(a, R);
+        w->sel_choice = arena_alloc(a, R * sizeof(int32_t));
+        w->sel_ws = arena_alloc(a, selector_op_workspace_bytes((int64_t)R, c->selector_rank, (int)c->selector_top_k));
+    }
     w->parts[2] = a->used - mark;
     mark = a->used;
     loss_plan lp = step_loss_plan(c, p, (int)R);
@@ -228,8 +239,6 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
     size_t S = (size_t)p->max_tokens, C = (size_t)p->chunk_anchors, B = (size_t)c->block_size;
     size_t R = C * (B - 1), k = (size_t)p->k, K = (size_t)step_topk(c);
     w->h_sel_loss = xcalloc(R, sizeof(float));
-    w->h_sel_z = xcalloc((size_t)(c->selector_rank > 0 ? c->selector_rank : 1), sizeof(float));
-    w->h_sel_s = xcalloc(K, sizeof(float));
     w->h_sel_choice = xcalloc(R, sizeof(int32_t));
     w->h_sel_hit = xcalloc(R, 1);
     w->h_label = xmalloc(R * sizeof(int32_t));
@@ -261,7 +270,7 @@ void student_work_destroy(student_work *w) {
     free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w); free(w->h_ce); free(w->h_kl);
     free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
-    free(w->h_sel_loss); free(w->h_sel_z); free(w->h_sel_s); free(w->h_sel_choice); free(w->h_sel_hit);
+    free(w->h_sel_loss); free(w->h_sel_choice); free(w->h_sel_hit);
     student_work_free_lists(w);
     free(w);
 }
@@ -602,6 +611,11 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
         memmove(w->h_s_logp + (size_t)r * K, w->h_s_logp + (size_t)r * Kr, (size_t)K * sizeof(float));
     }
     const int sel = d->sel_pred != NULL; // DFlash2: the chain follows the selector's choices (SPEC §6)
+    if (sel) {
+        backend_copy_to_host(be, w->h_sel_loss, w->sel_loss, (size_t)R * sizeof(float));
+        backend_copy_to_host(be, w->h_sel_hit, w->sel_hit, (size_t)R);
+        backend_copy_to_host(be, w->h_sel_choice, w->sel_choice, (size_t)R * sizeof(int32_t));
+    }
     int32_t am[STEP_MAX_SLOTS + 1], gr[STEP_MAX_SLOTS + 1];
     for (int i = 0; i < C; i++) {
         int n = 0; // scorable slots: inside the sequence
@@ -639,49 +653,31 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
 static int step_begin(drafter *d, const student_plan *p, student_work *w, const student_batch *b) {
     int B = (int)d->cfg.block_size;
     if (B - 1 >= STEP_MAX_SLOTS) return error_set("block size %d is larger than %d", B, STEP_MAX_SLOTS);
-    if (d->sel_pred && d->be->kind != BACKEND_CPU)
-        return error_set("drafter.kind dflash2: the candidate selector runs on the CPU backend only (no CUDA kernels yet)");
     if (batch_check(d, p, b)) return -1;
     batch_upload(d, w, b);
     context_forward(d, w, b->S);
     return 0;
 }
 
-// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; selector.h; the CPU backend:
-// every buffer is host memory, checked by step_begin). Per row r = slot j of anchor i, candidates =
-// the loss's sorted student top-k (their log-probs as the unary term: a constant per row apart from
-// the logits). Training term (rows with weight w_r > 0): k-way CE with label y_r, prev = the label of
-// slot j-1 (teacher forcing; the anchor's token for j = 1), its gradient times selector_weight * w_r
-// into the selector's tensors and (dx not NULL) the rows' dx. The greedy choice of every row in the
-// sequence, prev = slot j-1's choice, into h_sel_choice for the chain / decode walk.
+// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; selector_op.h, on the backend).
+// Per row r = slot j of anchor i, candidates = the loss's sorted student top-k (their log-probs as
+// the unary term: a constant per row apart from the logits). Training term (rows with weight
+// w_r > 0): k-way CE with label y_r, prev = the label of slot j-1 (teacher forcing; the anchor's
+// token for j = 1), its gradient times selector_weight * w_r into the selector's tensors and (dx
+// not NULL) the rows' dx. The greedy choice of every row in the sequence, prev = slot j-1's choice,
+// into sel_choice for the chain / decode walk (chunk_stats reads the per-row results back).
 static void chunk_selector(drafter *d, const loss_config *lc, student_work *w, int C, void *dx) {
     const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, Kr = step_topk(c), H = (int)c->hidden;
-    selector_weights sw = {.vocab = c->vocab, .hidden = c->hidden, .rank = c->selector_rank, .k = (int)c->selector_top_k,
-                           .pred = d->sel_pred, .succ = d->sel_succ, .proj = d->sel_proj};
-    const float *xs = w->xs, *lm = d->lm_head;
-    for (int i = 0; i < C; i++) {
-        int32_t prev_tf = w->h_blk_tokens[i * B], prev_ch = prev_tf; // teacher-forced / chosen predecessor
-        for (int j = 1; j < B; j++) {
-            int r = i * (B - 1) + (j - 1), hit = 0;
-            const int32_t *cand = w->rows.s_topk_idx + (size_t)r * Kr;
-            const float *u = w->rows.s_topk_logp + (size_t)r * Kr, *x = xs + (size_t)r * H;
-            float wr = w->rows.w[r];
-            selector_grads g = {.pred = d->grad + d->params[P_SEL(d, 0)].offset,
-                                .succ = d->grad + d->params[P_SEL(d, 1)].offset,
-                                .proj = d->grad + d->params[P_SEL(d, 2)].offset,
-                                .x = dx ? (float *)dx + (size_t)r * H : NULL};
-            w->h_sel_loss[r] = 0, w->h_sel_hit[r] = 0, w->h_sel_choice[r] = -1;
-            if (!w->h_in_seq[r]) continue;
-            if (wr > 0)
-                w->h_sel_loss[r] = (float)selector_row_loss(&sw, x, cand, u, prev_tf, w->h_label[r], lc->selector_weight * wr,
-                                                            lm, dx ? &g : NULL, w->h_sel_z, w->h_sel_s, &hit);
-            w->h_sel_hit[r] = (uint8_t)hit;
-            selector_scores(&sw, x, cand, u, prev_ch, w->h_sel_z, w->h_sel_s);
-            w->h_sel_choice[r] = prev_ch = cand[selector_choose(w->h_sel_s, sw.k)];
-            prev_tf = w->h_label[r];
-        }
-    }
+    int B = (int)c->block_size;
+    selector_batch sb = {.anchors = C, .slots = B - 1, .vocab = c->vocab, .hidden = c->hidden, .rank = c->selector_rank,
+                         .k = (int)c->selector_top_k, .ld_cand = step_topk(c), .x = w->xs, .cand = w->rows.s_topk_idx,
+                         .u = w->rows.s_topk_logp, .label = w->label, .w = w->rows.w, .in_seq = w->in_seq,
+                         .first = w->blk_tokens, .first_ld = B, .pred = d->sel_pred, .succ = d->sel_succ,
+                         .proj = d->sel_proj, .lm_head = d->lm_head};
+    selector_out out = {.loss = w->sel_loss, .hit = w->sel_hit, .choice = w->sel_choice};
+    selector_op_grads g = {.pred = grad_of(d, P_SEL(d, 0)), .succ = grad_of(d, P_SEL(d, 1)),
+                           .proj = grad_of(d, P_SEL(d, 2)), .dx = dx};
+    selector_op_run(d->be, &sb, lc->selector_weight, w->sel_ws, &out, dx ? &g : NULL);
 }
 
 // One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:

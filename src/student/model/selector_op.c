@@ -1,0 +1,58 @@
+// selector_op.c: dispatch of the chunk's candidate selector (selector_op.h) to the CPU reference
+// (here, row by row through selector.c, fp32 with double sums) or the CUDA kernels
+// (selector_op_cuda.cu), with the shape checks both rely on.
+#include "student/model/selector_op.h"
+
+#include "common/core/check.h"
+#include "common/kernels/ops_dispatch.h"
+#include "student/model/selector.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "student/model/selector_op_cuda.h"
+#endif
+
+// The workspace, the same on both backends: Z [R, r] f32 and dZ [R, r] (act, sized as f32) for
+// CUDA; the CPU uses its first r + k floats (one row's z and scores).
+size_t selector_op_workspace_bytes(int64_t R, int64_t rank, int k) {
+    return (size_t)(2 * R * rank + k) * sizeof(float);
+}
+
+// The CPU reference: per anchor, its rows in order, the training term (teacher-forced prev) and
+// the greedy choice (prev = the slot before's choice). z [r], s [k] scratch from the workspace.
+static void cpu_selector_run(const selector_batch *b, double scale, float *ws, const selector_out *out,
+                             const selector_op_grads *og) {
+    selector_weights sw = {.vocab = b->vocab, .hidden = b->hidden, .rank = b->rank, .k = b->k,
+                           .pred = b->pred, .succ = b->succ, .proj = b->proj};
+    float *z = ws, *s = ws + b->rank;
+    const float *xs = b->x;
+    for (int i = 0; i < b->anchors; i++) {
+        int32_t prev_tf = b->first[(int64_t)i * b->first_ld], prev_ch = prev_tf; // teacher-forced / chosen
+        for (int j = 1; j <= b->slots; j++) {
+            int64_t r = (int64_t)i * b->slots + (j - 1);
+            int hit = 0;
+            const int32_t *cand = b->cand + r * b->ld_cand;
+            const float *u = b->u + r * b->ld_cand, *x = xs + r * b->hidden;
+            float wr = b->w[r];
+            selector_grads g = {.pred = og ? og->pred : NULL, .succ = og ? og->succ : NULL,
+                                .proj = og ? og->proj : NULL, .x = og ? (float *)og->dx + r * b->hidden : NULL};
+            out->loss[r] = 0, out->hit[r] = 0, out->choice[r] = -1;
+            if (!b->in_seq[r]) continue;
+            if (wr > 0)
+                out->loss[r] = (float)selector_row_loss(&sw, x, cand, u, prev_tf, b->label[r], scale * wr, b->lm_head,
+                                                        og ? &g : NULL, z, s, &hit);
+            out->hit[r] = (uint8_t)hit;
+            selector_scores(&sw, x, cand, u, prev_ch, z, s);
+            out->choice[r] = prev_ch = cand[selector_choose(s, sw.k)];
+            prev_tf = b->label[r];
+        }
+    }
+}
+
+void selector_op_run(backend *be, const selector_batch *b, double scale, void *workspace, const selector_out *out,
+                     const selector_op_grads *g) {
+    if (b->anchors < 0 || b->slots < 1 || b->k < 1 || b->ld_cand < b->k || b->rank < 1 || b->hidden < 1 ||
+        b->k > b->vocab || b->first_ld < 1)
+        fatal("selector: bad shape anchors %d, slots %d, k %d (row stride %d), V %lld, H %lld, rank %lld", b->anchors,
+              b->slots, b->k, b->ld_cand, (long long)b->vocab, (long long)b->hidden, (long long)b->rank);
+    if (b->anchors == 0) return;
+    DISPATCH(be, cuda_selector_run(be, b, (float)scale, workspace, out, g), cpu_selector_run(b, scale, workspace, out, g));
+}
