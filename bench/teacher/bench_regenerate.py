@@ -14,7 +14,7 @@ slightly, so a near tie can flip a token; the test suite checks equality unpadde
 
   python3 bench/teacher/bench_regenerate.py --build build --threads 2
   python3 bench/teacher/bench_regenerate.py --build build --threads 2 --target WORKDIR/target \
-      --prompts-file WORKDIR/prompts.jsonl --prompts 64 --batch 32
+      --prompts-file WORKDIR/prompts.jsonl --prompts 64 --batch 32 [--stops]
       (a real checkpoint, e.g. examples/smollm2-135m's, and the first N of its templated prompts)
 
 Needs torch + transformers (/work/venv); not part of the tests.
@@ -38,6 +38,9 @@ def main():
     ap.add_argument("--configs", default="qwen3-small")
     ap.add_argument("--target", help="a Hugging Face checkpoint directory instead of the random configs")
     ap.add_argument("--prompts-file", help="with --target: JSONL of {\"input_ids\": [...]} (the first --prompts)")
+    ap.add_argument("--stops", action="store_true",
+                    help="with --target: both sides stop at the target's stop ids (generation_config.json "
+                         "eos_token_id), as a real regeneration does; tokens/s counts the replies' own tokens")
     a = ap.parse_args()
     import h5py
     import torch
@@ -46,7 +49,7 @@ def main():
     tool, rank = os.path.join(a.build, "dflash_tool"), os.path.join(a.build, "dflash_rank")
     load = os.getloadavg()
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, {a.threads} threads, "
-          f"{a.prompts} prompts of {'the file' if a.target else '8..64 tokens'}, {a.max_new} new tokens each, batch {a.batch}; "
+          f"{a.prompts} prompts of {'the file' if a.target else '8..64 tokens'}, {a.max_new} new tokens each{' at most, to the target stop ids' if a.stops else ''}, batch {a.batch}; "
           f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print("| config | generated tokens | dflash tokens/s | transformers tokens/s | ratio | equal replies |")
     print("|---|---|---|---|---|---|")
@@ -54,11 +57,16 @@ def main():
         sys.exit("bench_regenerate: --target needs --prompts-file")
     for name in ([os.path.basename(os.path.abspath(a.target))] if a.target else a.configs.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
-            if a.target:  # its files linked, but no generation_config.json: no stop ids on our side either
+            stops = []
+            if a.target:  # its files linked, without generation_config.json (no stop ids) unless --stops
                 model_dir = os.path.join(tmp, "target")
                 os.mkdir(model_dir)
+                if a.stops:
+                    with open(os.path.join(a.target, "generation_config.json")) as f:
+                        eos = json.load(f)["eos_token_id"]
+                    stops = eos if isinstance(eos, list) else [eos]
                 for fn in os.listdir(a.target):
-                    if fn != "generation_config.json":
+                    if fn != "generation_config.json" or a.stops:
                         os.symlink(os.path.abspath(os.path.join(a.target, fn)), os.path.join(model_dir, fn))
                 with open(a.prompts_file) as f:
                     prompts = [json.loads(line)["input_ids"] for line, _ in zip(f, range(a.prompts))]
@@ -88,7 +96,13 @@ def main():
 
             model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
             model.eval()
-            model.generation_config.eos_token_id = None
+            model.generation_config.eos_token_id = stops or None
+
+            def cut(row):  # a reply ends at its first stop id (kept, as in our set); padding after it dropped
+                for i, t in enumerate(row):
+                    if t in stops:
+                        return row[:i + 1]
+                return row
 
             def gen(batch):
                 L = max(len(p) for p in batch)
@@ -96,8 +110,9 @@ def main():
                 att = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in batch])
                 with torch.inference_mode():
                     o = model.generate(ids, attention_mask=att, do_sample=False, max_new_tokens=a.max_new,
-                                       min_new_tokens=a.max_new, pad_token_id=0, eos_token_id=None)
-                return [row[L:].tolist() for row in o]
+                                       min_new_tokens=1 if stops else a.max_new, pad_token_id=0,
+                                       eos_token_id=stops or None)
+                return [cut(row[L:].tolist()) for row in o]
 
             gen(prompts[:a.batch])  # warm-up
             t0 = time.perf_counter()
@@ -105,9 +120,9 @@ def main():
             for b in range(0, len(prompts), a.batch):
                 theirs += gen(prompts[b:b + a.batch])
             t_hf = time.perf_counter() - t0
-            n = a.prompts * a.max_new
+            n, n_hf = sum(map(len, ours)), sum(map(len, theirs))
             equal = sum(x == y for x, y in zip(ours, theirs))
-            print(f"| {name} | {n} | {n / t_ours:.0f} | {n / t_hf:.0f} | {t_hf / t_ours:.2f}x | {equal}/{len(prompts)} |",
+            print(f"| {name} | {n} | {n / t_ours:.0f} | {n_hf / t_hf:.0f} | {t_hf / t_ours:.2f}x | {equal}/{len(prompts)} |",
                   flush=True)
     load = os.getloadavg()
     print(f"# load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

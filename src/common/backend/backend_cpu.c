@@ -1,4 +1,5 @@
-// backend_cpu.c: the CPU backend — host memory, OpenBLAS sgemm, OpenMP threads (see backend.h).
+// backend_cpu.c: the CPU backend — host memory, OpenBLAS sgemm (gemm_rows.h for a few rows), OpenMP threads
+// (see backend.h).
 //
 // It is the fp32 reference every other backend is tested against, so it does nothing clever.
 #include "common/backend/backend_cpu.h"
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/backend/gemm_rows.h"
 #include "common/core/error.h"
 
 int cpu_open(backend *be) {
@@ -70,6 +72,8 @@ void cpu_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float 
               dtype_name(c_dt));
     // sizes and strides were checked by backend_gemm
     if (m == 0 || n == 0) return;
+    // a few rows times a weight matrix (the decode's step): without OpenBLAS's packing of B
+    if (!trans_a && trans_b && gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -57,7 +57,7 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
 // One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
 // softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
 // decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
-void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
                     float scale, float *p) {
     float m = -INFINITY;
     for (int j = 0; j < n; j++) {

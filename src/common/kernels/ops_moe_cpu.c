@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/gemm_rows.h"
 #include "common/core/check.h"
 #include "common/kernels/vexp.h"
 
@@ -88,8 +89,10 @@ void cpu_moe_gemm(float *y, const float *x, const float *W, const int32_t *offse
     for (int e = 0; e < E; e++) {
         int r0 = offsets[e], n = offsets[e + 1] - r0;
         if (n <= 0) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, N, K, 1.0f, x + (size_t)r0 * K, K,
-                    W + (size_t)e * N * K, K, 0.0f, y + (size_t)r0 * N, N);
+        const float *xe = x + (size_t)r0 * K, *We = W + (size_t)e * N * K;
+        float *ye = y + (size_t)r0 * N;
+        if (!gemm_rows(n, N, K, 1.0f, xe, K, We, K, 0.0f, ye, N)) // a few rows: no packing (gemm_rows.h)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, N, K, 1.0f, xe, K, We, K, 0.0f, ye, N);
     }
 }
 
