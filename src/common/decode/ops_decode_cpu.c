@@ -23,12 +23,12 @@ void cpu_attention_decode(float *out, const float *q, const float *k_cache, cons
                           int n, int nq, int nkv, int hd, int max_len, float scale, float *scores) {
     int group = nq / nkv, kvd = nkv * hd;
     int64_t work = (int64_t)n * nq * hd * (n ? pos[0] + 1 : 0);
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) if (work >= 65536)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2) if (work >= 65536)
     for (int s = 0; s < n; s++) {
-        for (int h = 0; h < nq; h++) {
-            size_t row = (size_t)s * nq + h, seq = (size_t)s * max_len * kvd, kh = (size_t)(h / group) * hd;
-            cpu_attend_row(out + row * hd, q + row * hd, k_cache + seq + kh, v_cache + seq + kh, pos[s] + 1, kvd, hd,
-                           scale, scores + row * max_len);
+        for (int kh = 0; kh < nkv; kh++) { // the group of query heads kh*group.. shares kv head kh
+            size_t row = (size_t)s * nq + (size_t)kh * group, seq = (size_t)s * max_len * kvd, ko = (size_t)kh * hd;
+            cpu_attend_group(out + row * hd, q + row * hd, k_cache + seq + ko, v_cache + seq + ko, group, pos[s] + 1,
+                             kvd, hd, scale, scores + row * max_len, max_len);
         }
     }
 }

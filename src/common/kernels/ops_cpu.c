@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/gemm_rows.h"
 #include "common/core/check.h"
 #include "common/kernels/vexp.h"
 
@@ -54,20 +55,11 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
     }
 }
 
-// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
-// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
-// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
-VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
-                    float scale, float *p) {
+// p[n] (the scaled scores of one query) -> their exact fp32 softmax, in place, then o[hd] = p V over
+// n consecutive value rows (row stride `stride` floats).
+VEXP_CLONES static void softmax_pv(float *o, float *p, const float *v, int n, int64_t stride, int hd) {
     float m = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        const float *kv = k + (size_t)j * stride;
-        float dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int i = 0; i < hd; i++) dot += q[i] * kv[i];
-        p[j] = dot * scale;
-        m = p[j] > m ? p[j] : m;
-    }
+    for (int j = 0; j < n; j++) m = p[j] > m ? p[j] : m;
     float l = 0;
 #pragma omp simd reduction(+ : l)
     for (int j = 0; j < n; j++) {
@@ -80,6 +72,35 @@ VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const 
         float pj = p[j] / l;
 #pragma omp simd
         for (int i = 0; i < hd; i++) o[i] += pj * vv[i];
+    }
+}
+
+// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
+// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
+VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+                    float scale, float *p) {
+    for (int j = 0; j < n; j++) {
+        const float *kv = k + (size_t)j * stride;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < hd; i++) dot += q[i] * kv[i];
+        p[j] = dot * scale;
+    }
+    softmax_pv(o, p, v, n, stride, hd);
+}
+
+// g query rows q[g, hd] sharing one key/value head (a GQA group): the scores of all g in one
+// few-row product over the keys where they lie (gemm_rows.h; each key read once for the group,
+// no reduction per key), then each row's softmax and P V. p: g scratch rows of ldp floats. When
+// gemm_rows declines (no AVX2), row by row as cpu_attend_row.
+void cpu_attend_group(float *o, const float *q, const float *k, const float *v, int g, int n, int64_t stride, int hd,
+                      float scale, float *p, int ldp) {
+    if (gemm_rows(g, n, hd, scale, q, hd, k, (int)stride, 0.0f, p, ldp)) {
+        for (int r = 0; r < g; r++) softmax_pv(o + (size_t)r * hd, p + (size_t)r * ldp, v, n, stride, hd);
+    } else {
+        for (int r = 0; r < g; r++)
+            cpu_attend_row(o + (size_t)r * hd, q + (size_t)r * hd, k, v, n, stride, hd, scale, p + (size_t)r * ldp);
     }
 }
 

@@ -12,6 +12,10 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
 // exact fp32 softmax of the scaled scores; p[n] scratch. The decode's attention (one query at a time).
 void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
                     float scale, float *p);
+// cpu_attend_group: g query rows q[g, hd] of one GQA group against the same n keys/values, outputs
+// o[g, hd]; p: g scratch rows of ldp (>= n) floats.
+void cpu_attend_group(float *o, const float *q, const float *k, const float *v, int g, int n, int64_t stride, int hd,
+                      float scale, float *p, int ldp);
 // cpu_sgemm: C[m, n] (ldc) = alpha op(A) op(B) + beta C, row-major, fp32 (OpenBLAS; inside an
 // OpenMP region it runs on the calling thread). op(A) = A^T when trans_a (A stored [k, m]), op(B) =
 // B^T when trans_b (B stored [n, k]). m or n = 0: nothing; k = 0: C = beta C.
