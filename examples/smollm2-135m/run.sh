@@ -18,7 +18,8 @@
 #
 # Every step is skipped when its output is there (a killed run.sh continues); the training itself
 # resumes from its last checkpoint. Sizes: PROMPTS (default 3164: every prompt), MAX_NEW (256),
-# STEPS (3000), LAYERS (1), ANCHORS (256), NP (ranks for regeneration and dump-features, default 2),
+# STEPS (3000), LAYERS (1), ANCHORS (256), KIND (drafter.kind: dflash2, the default, or dflash),
+# NP (ranks for regeneration and dump-features, default 2),
 # PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
 # decodes at once; more slots amortize each step's pass over the weights).
 set -euo pipefail
@@ -28,7 +29,7 @@ root=$(cd "$here/../.." && pwd)
 mkdir -p "$1"
 W=$(cd "$1" && pwd)
 PROMPTS=${PROMPTS:-3164} MAX_NEW=${MAX_NEW:-256} STEPS=${STEPS:-3000} LAYERS=${LAYERS:-1}
-ANCHORS=${ANCHORS:-256} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
+ANCHORS=${ANCHORS:-256} KIND=${KIND:-dflash2} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 say() { echo "== $(date +%H:%M:%S) $*"; }
 
@@ -73,10 +74,10 @@ if [ ! -f "$W/features/features.json" ]; then
     --target.path="$W/target" --data.path="$W/regen.h5" --features.dir="$W/features" --run.dir="$W/dump-run"
 fi
 
-say "training: $STEPS steps, $LAYERS-layer drafter, $ANCHORS anchors, from the offline features"
+say "training: $STEPS steps, $LAYERS-layer $KIND drafter, $ANCHORS anchors, from the offline features"
 mpirun -np 1 "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
   --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=true \
-  --train.steps="$STEPS" --drafter.layers="$LAYERS" --train.max_anchors="$ANCHORS"
+  --train.steps="$STEPS" --drafter.layers="$LAYERS" --drafter.kind="$KIND" --train.max_anchors="$ANCHORS"
 
 say "evaluation on the recorded held-out prompts: --mode eval"
 mpirun -np 2 "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
