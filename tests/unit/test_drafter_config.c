@@ -382,6 +382,10 @@ static void test_dflash2(void) {
               "'conv_group_size' 5 does not divide hidden_size 32");
     CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 5, \"conv_group_size\": 4}")),
               "'conv_kernel_size' 5 is longer than the block");
+    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 257}")),
+              "'selector_top_k' 257 is above 256");
+    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 212}")),
+              "'selector_top_k' 212 is larger than vocab_size 211");
     CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 0}")),
               "'conv_kernel_size' must be positive");
 
