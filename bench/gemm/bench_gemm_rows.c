@@ -18,6 +18,7 @@
 
 #include "common/backend/gemm_rows.h"
 #include "common/backend/threads.h"
+#include "common/core/rng.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -25,30 +26,20 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static float urand(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+// product: one call of gemm_rows (which = 1) or of OpenBLAS (which = 0), C = A B^T.
+static void product(int which, int m, int n, int k, const float *a, const float *b, float *c) {
+    if (which)
+        gemm_rows(m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
 }
 
-// time_calls: seconds per call of gemm_rows (which = 1) or OpenBLAS (which = 0).
+// time_calls: seconds per call, over `repeat` calls after 3 warm-up calls.
 static double time_calls(int which, int m, int n, int k, const float *a, const float *b, float *c, int repeat) {
-    for (int r = 0; r < 3 + repeat; r++) {
-        if (r == 3) {
-            double t0 = now_s();
-            for (int q = 0; q < repeat; q++) {
-                if (which)
-                    gemm_rows(m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-                else
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-            }
-            return (now_s() - t0) / repeat;
-        }
-        if (which)
-            gemm_rows(m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-    }
-    return 0.0;
+    for (int r = 0; r < 3; r++) product(which, m, n, k, a, b, c);
+    double t0 = now_s();
+    for (int r = 0; r < repeat; r++) product(which, m, n, k, a, b, c);
+    return (now_s() - t0) / repeat;
 }
 
 int main(int argc, char **argv) {
@@ -102,11 +93,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gemm_rows: out of memory for n %d, k %d, m %d\n", n, k, mmax);
         return 1;
     }
-    unsigned s = 12345u;
+    rng g;
+    rng_init(&g, 12345u, 0, 0);
     for (size_t i = 0; i < (size_t)mmax * (size_t)k; i++)
-        a[i] = urand(&s);
+        a[i] = (float)(2.0 * rng_uniform(&g) - 1.0);
     for (size_t i = 0; i < (size_t)n * (size_t)k; i++)
-        b[i] = urand(&s);
+        b[i] = (float)(2.0 * rng_uniform(&g) - 1.0);
     printf("# n %d, k %d, %d thread(s), %d repeats; gemm_rows kernel: %s\n", n, k, threads, repeat,
            gemm_rows_isa() == 2 ? "AVX-512" : gemm_rows_isa() == 1 ? "AVX2" : "none (OpenBLAS only)");
     printf("| m | OpenBLAS us | OpenBLAS GFLOP/s | gemm_rows us | gemm_rows GFLOP/s | ratio | max rel diff |\n");
