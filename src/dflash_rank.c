@@ -24,6 +24,7 @@
 
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
+#include "common/backend/blas_kernel.h"
 #include "common/backend/threads.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/nccl_reduce.h"
@@ -299,7 +300,7 @@ static int agreed_exit(const world *w, int status) {
 }
 
 int main(int argc, char **argv) {
-    threads_exec_passive(argv); // before any thread starts: how idle OpenMP threads wait (threads.h)
+    threads_exec_policy(argv); // before any thread starts: the OpenMP wait policy and the BLAS kernel (threads.h)
     config cfg;
     int a = args_parse(argc, argv, &cfg);
     if (a != 0) return a < 0 ? early_status(2) : 0;
@@ -339,6 +340,9 @@ int main(int argc, char **argv) {
     int threads = threads_setup((int)cfg.threads, w.local_size, threads_why, sizeof threads_why);
     if (w.rank == 0) log_info("threads: %d per rank (%s)", threads, threads_why);
     else log_debug("threads: %d (%s)", threads, threads_why);
+    char blas[640];
+    blas_kernel_describe(blas, sizeof blas); // the product library and the kernel it runs (blas_kernel.h)
+    if (w.rank == 0) log_info("blas: %s", blas);
     if (preflight_only) { // before the roles: a world that does not fit them is a row of its table
         int rc = preflight_run(&w, &cfg);
         watchdog_finalize();

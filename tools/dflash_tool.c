@@ -42,7 +42,7 @@ static void tool_usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    threads_exec_passive(argv); // before any thread starts: how idle OpenMP threads wait (threads.h)
+    threads_exec_policy(argv); // before any thread starts: the OpenMP wait policy and the BLAS kernel (threads.h)
     // --threads N (before the command, or anywhere after it): taken out before the command reads its arguments
     int threads = 0, m = 1;
     for (int i = 1; i < argc; i++) {

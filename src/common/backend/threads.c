@@ -4,6 +4,8 @@
 #endif
 #include "common/backend/threads.h"
 
+#include "common/backend/blas_kernel.h"
+
 #include <cblas.h>
 #include <omp.h>
 #include <sched.h>
@@ -11,12 +13,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void threads_exec_passive(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 0) != 0) return;
-    execv("/proc/self/exe", argv);
-    // no re-exec (no /proc): the runtime already chose its policy, and the variable set above
-    // only tells the processes this one starts
+void threads_exec_policy(char **argv) {
+    int again = 0;
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && setenv("OMP_WAIT_POLICY", "passive", 0) == 0) again = 1;
+    char kernel[32], why[256], chose[96];
+    if (blas_kernel_choose(kernel, sizeof kernel, why, sizeof why)) {
+        snprintf(chose, sizeof chose, "%s:%s", kernel, openblas_get_corename());
+        if (setenv("OPENBLAS_CORETYPE", kernel, 1) == 0 && setenv("DFLASH_BLAS_CHOSE", chose, 1) == 0) again = 1;
+    }
+    if (again) execv("/proc/self/exe", argv);
+    // no re-exec (no /proc): the runtimes already chose, and the variables set above only tell the
+    // processes this one starts
 }
 
 int threads_cores(void) {
@@ -36,6 +43,8 @@ int threads_choose(int requested, int local_ranks, char *why, int n) {
     char buf[256];
     if (local_ranks < 1) local_ranks = 1;
     const char *env = getenv("OMP_NUM_THREADS");
+    char bad_env[96] = ""; // OMP_NUM_THREADS that is not a count (OpenMP's list "4,2" counts its first)
+    if (requested <= 0 && env && *env && atoi(env) <= 0) snprintf(bad_env, sizeof bad_env, "OMP_NUM_THREADS='%.40s' is not a thread count: ignored; ", env);
     if (requested > 0 || (env && atoi(env) > 0)) {
         int want = requested > 0 ? requested : atoi(env);
         t = want < cores ? want : cores;
@@ -56,7 +65,7 @@ int threads_choose(int requested, int local_ranks, char *why, int n) {
     if (t < 1) t = 1;
     if (why && n > 0) {
         const char *wait = getenv("OMP_WAIT_POLICY");
-        snprintf(why, (size_t)n, "%s; idle threads %s", buf,
+        snprintf(why, (size_t)n, "%s%s; idle threads %s", bad_env, buf,
                  wait ? (wait[0] == 'p' || wait[0] == 'P' ? "sleep (OMP_WAIT_POLICY=passive)" : "spin (OMP_WAIT_POLICY)")
                       : "spin a while (GOMP_SPINCOUNT or the runtime's default)");
     }

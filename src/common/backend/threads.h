@@ -12,15 +12,21 @@
 // (the OpenMP build) gets the same count through openblas_set_num_threads.
 //
 // Waiting: libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT when it loads, before main. When neither
-// is set, threads_exec_passive re-executes the program (same pid, same arguments) with
+// is set, threads_exec_policy re-executes the program (same pid, same arguments) with
 // OMP_WAIT_POLICY=passive, so threads that wait at a barrier sleep instead of spinning for ~0.3 ms
 // (on a machine where other work runs, spinning threads take the cores that work needs, and it
 // theirs). Setting either variable (e.g. OMP_WAIT_POLICY=active) keeps the runtime's choice.
+//
+// The product library's kernel: OpenBLAS reads OPENBLAS_CORETYPE when it loads. When the user set
+// none and the library runs a weaker kernel than the processor allows (it does not know the
+// processor: blas_kernel.h), the same re-exec sets it, with DFLASH_BLAS_CHOSE="<kernel>:<the
+// library's own>" so the start line can say the project chose it and why.
 #pragma once
 
-// threads_exec_passive: the first call of main (before any thread or MPI starts). Returns only if
-// no re-exec was needed or it failed (then the program runs with the runtime's default policy).
-void threads_exec_passive(char **argv);
+// threads_exec_policy: the first call of main (before any thread or MPI starts): one re-exec when
+// the wait policy or the library's kernel needs setting (above). Returns only if none was needed
+// or it failed (then the program runs with the runtimes' defaults).
+void threads_exec_policy(char **argv);
 
 // threads_cores: the CPUs in this process's affinity mask (>= 1); threads_online: the host's online CPUs.
 int threads_cores(void);
