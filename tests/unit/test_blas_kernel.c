@@ -5,13 +5,47 @@
 //
 // The process re-executes itself once (as dflash_rank does) and checks the second life, so a
 // broken re-exec, a kernel the library silently ignored, or a start line that hides the choice
-// each fail here.
+// each fail here. The second life also checks the chosen kernel's sgemm against a double loop on
+// odd shapes (1..67 rows, columns and depth; all four transpose pairs; alpha, beta, leading
+// dimensions above the width): a kernel forced onto a processor its library was not tested on must
+// still compute right. Tolerance 1e-5 of sum |a||b| per output: fp32 accumulation over k <= 67
+// terms in any order stays below k x 2^-24 ~ 4e-6 of that sum.
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "common/backend/blas_kernel.h"
 #include "common/backend/threads.h"
+#include "common/core/rng.h"
 #include "testing.h"
+
+// sgemm_check: C = alpha op(A) op(B) + beta C on one shape against a double loop; the largest error
+// relative to sum |alpha a b| + |beta c| of its output.
+static double sgemm_check(rng *g, int m, int n, int k, int ta, int tb) {
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1, ra = ta ? k : m, rb = tb ? n : k;
+    float *a = malloc((size_t)ra * lda * sizeof *a), *b = malloc((size_t)rb * ldb * sizeof *b);
+    float *c = malloc((size_t)m * ldc * sizeof *c), *c0 = malloc((size_t)m * ldc * sizeof *c0);
+    for (int i = 0; i < ra * lda; i++) a[i] = (float)(2 * rng_uniform(g) - 1);
+    for (int i = 0; i < rb * ldb; i++) b[i] = (float)(2 * rng_uniform(g) - 1);
+    for (int i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)(2 * rng_uniform(g) - 1);
+    const float alpha = 0.75f, beta = 0.5f;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+                ldb, beta, c, ldc);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0, mag = 0;
+            for (int p = 0; p < k; p++) {
+                double x = ta ? a[p * lda + i] : a[i * lda + p], y = tb ? b[j * ldb + p] : b[p * ldb + j];
+                sum += x * y, mag += fabs(x * y);
+            }
+            double want = alpha * sum + beta * c0[i * ldc + j], scale = fabs(alpha) * mag + fabs(beta * c0[i * ldc + j]);
+            double err = fabs(c[i * ldc + j] - want) / (scale > 0 ? scale : 1);
+            if (!(err <= worst)) worst = err; // NaN counts as the worst
+        }
+    free(a), free(b), free(c), free(c0);
+    return worst;
+}
 
 // the strongest kernel of the table this processor runs (-1 off x86-64)
 static int strongest(void) {
@@ -62,8 +96,21 @@ int main(int argc, char **argv) {
               blas_kernel_name(strongest()));
     CHECK(blas_kernel_choose(k, sizeof k, why, sizeof why) == 0); // nothing more to set: no second re-exec
     CHECK_MSG(strstr(line, "chosen by dflash_rank") && strstr(line, openblas_get_corename()), "line: %s", line);
-    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4]; // the kernel computes
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
-    CHECK(c[0] == 17 && c[1] == 23 && c[2] == 39 && c[3] == 53);
+    rng g;
+    rng_init(&g, 40u, 0, 0);
+    static const int dims[] = {1, 2, 3, 7, 16, 17, 31, 33, 48, 67};
+    const int nd = (int)(sizeof dims / sizeof dims[0]);
+    double worst = 0;
+    int shapes = 0;
+    for (int i = 0; i < nd; i++)
+        for (int j = 0; j < nd; j++)
+            for (int t = 0; t < 4; t++) { // every (m, n) pair, k cycling through the list, each transpose pair
+                int m = dims[i], n = dims[j], kd = dims[(i + 3 * j + t) % nd];
+                double e = sgemm_check(&g, m, n, kd, t & 1, t >> 1);
+                shapes++;
+                if (!(e <= 1e-5)) CHECK_MSG(0, "sgemm %dx%dx%d trans %d/%d: error %.3g of sum |ab|", m, n, kd, t & 1, t >> 1, e);
+                if (!(e <= worst)) worst = e;
+            }
+    printf("sgemm on %s: %d shapes, largest error %.3g of sum |ab| (tolerance 1e-5)\n", openblas_get_corename(), shapes, worst);
     return test_finish("test_blas_kernel");
 }
