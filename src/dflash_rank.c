@@ -340,6 +340,8 @@ int main(int argc, char **argv) {
     int threads = threads_setup((int)cfg.threads, w.local_size, threads_why, sizeof threads_why);
     if (w.rank == 0) log_info("threads: %d per rank (%s)", threads, threads_why);
     else log_debug("threads: %d (%s)", threads, threads_why);
+    char bound[512]; // a launcher's binding that leaves cores idle (threads.h), said once
+    if (w.rank == 0 && threads_bound_warning(w.local_size, bound, sizeof bound)) log_warn("%s", bound);
     char blas[640];
     blas_kernel_describe(blas, sizeof blas); // the product library and the kernel it runs (blas_kernel.h)
     if (w.rank == 0) log_info("blas: %s", blas);

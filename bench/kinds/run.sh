@@ -61,7 +61,7 @@ rows=()
 for kind in dflash dflash2; do
   run=$work/run_$kind
   echo "== $kind: $steps steps -> $run"
-  mpirun -np "$np" "$build/dflash_rank" "${train[@]}" --run.device=cpu --drafter.kind=$kind --train.steps="$steps" \
+  mpirun -np "$np" --bind-to none "$build/dflash_rank" "${train[@]}" --run.device=cpu --drafter.kind=$kind --train.steps="$steps" \
     --run.dir="$run" --run.overwrite=true >"$work/$kind.train.log" 2>&1 ||
     { tail -5 "$work/$kind.train.log" >&2; exit 1; }
   s=$(summary "$run")

@@ -18,7 +18,7 @@ echo "# $(date -u +%F), $(nproc) cores ($(lscpu | awk -F: '/Model name/ {gsub(/^
 echo "| teachers | students | block tokens/s | context tokens/s | student idle share | wall s |"
 echo "|---|---|---|---|---|---|"
 for T in 1 2 3; do
-  mpirun -np $((T + 1)) --oversubscribe "$B/dflash_rank" --mode train --device cpu --target.path="$W/target" \
+  mpirun -np $((T + 1)) --oversubscribe --bind-to none "$B/dflash_rank" --mode train --device cpu --target.path="$W/target" \
     --data.path="$W/data.h5" --target.layer_ids=0,1,2,3 --teacher.topk=16 --drafter.block_size=8 --train.steps="$STEPS" \
     --train.max_anchors=64 --train.log_interval=10 --train.eval_interval=1000000 --train.eval_batches=1 \
     --data.max_tokens_per_batch=1024 --data.heldout_samples=8 --run.dir="$W/run$T" >/dev/null 2>"$W/err$T"

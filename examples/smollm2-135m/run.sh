@@ -63,24 +63,24 @@ fi
 
 if [ ! -f "$W/regen.h5" ]; then
   say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
-  mpirun -np "$NP" "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
+  mpirun -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
     --regenerate.prompts="$W/prompts.jsonl" --regenerate.out="$W/regen.h5" \
     --regenerate.max_new_tokens="$MAX_NEW" --regenerate.max_seqs="$SEQS" --run.dir="$W/regen-run"
 fi
 
 if [ ! -f "$W/features/features.json" ]; then
   say "offline features: dump-features on $NP ranks -> $W/features"
-  mpirun -np "$NP" "$bin/dflash_rank" --config "$here/train.json" --mode dump-features \
+  mpirun -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/train.json" --mode dump-features \
     --target.path="$W/target" --data.path="$W/regen.h5" --features.dir="$W/features" --run.dir="$W/dump-run"
 fi
 
 say "training: $STEPS steps, $LAYERS-layer $KIND drafter, $ANCHORS anchors, from the offline features"
-mpirun -np 1 "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
+mpirun -np 1 --bind-to none "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
   --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=true \
   --train.steps="$STEPS" --drafter.layers="$LAYERS" --drafter.kind="$KIND" --train.max_anchors="$ANCHORS"
 
 say "evaluation on the recorded held-out prompts: --mode eval"
-mpirun -np 2 "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
+mpirun -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
 say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
 "$py" "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \

@@ -27,6 +27,9 @@ static void test_counts(void) {
     setenv("OMP_NUM_THREADS", "1", 1);
     CHECK(threads_choose(0, 1, NULL, 0) == 1);
     CHECK(threads_choose(2, 1, NULL, 0) == (cores < 2 ? cores : 2)); // the knob before the variable
+    setenv("OMP_NUM_THREADS", "abc", 1); // not a count: ignored, and said
+    CHECK(threads_choose(0, 1, why, sizeof why) == cores);
+    CHECK_MSG(strstr(why, "OMP_NUM_THREADS='abc' is not a thread count") != NULL, "why: %s", why);
     setenv("OMP_NUM_THREADS", "100000", 1);
     CHECK(threads_choose(0, 1, NULL, 0) == cores);
     unsetenv("OMP_NUM_THREADS");
@@ -48,7 +51,14 @@ static void test_mask(void) {
     CHECK(threads_choose(0, 1, NULL, 0) == 1);
     CHECK(threads_choose(0, threads_online(), NULL, 0) == 1);
     CHECK(threads_choose(8, 1, NULL, 0) == 1);
+    // a lone rank bound to one core of a larger host is told; ranks that each own a core are not
+    char msg[512] = "";
+    int online = threads_online();
+    CHECK(threads_bound_warning(1, msg, sizeof msg) == (online >= 2));
+    CHECK_MSG(online < 2 || strstr(msg, "--bind-to none"), "message: %s", msg);
+    CHECK(threads_bound_warning(online, NULL, 0) == 0);
     CHECK(sched_setaffinity(0, sizeof old, &old) == 0);
+    CHECK(threads_cores() < online || threads_bound_warning(1, NULL, 0) == 0); // the whole host: nothing to say
 }
 
 static void test_setup(void) {

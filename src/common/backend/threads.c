@@ -72,6 +72,21 @@ int threads_choose(int requested, int local_ranks, char *why, int n) {
     return t;
 }
 
+int threads_bound_warning(int local_ranks, char *msg, int n) {
+    int cores = threads_cores(), online = threads_online();
+    if (local_ranks < 1) local_ranks = 1;
+    int share = online / local_ranks;
+    if (share < 1) share = 1;
+    if (cores >= share) return 0;
+    if (msg && n > 0)
+        snprintf(msg, (size_t)n,
+                 "this rank's affinity mask holds %d core%s, but its share of this host is %d (%d online, %d rank%s of the "
+                 "job here): the launcher bound it to fewer (Open MPI binds 1 or 2 ranks to a core each by default); start "
+                 "the job with mpirun --bind-to none, or --map-by slot:PE=%d, to use them",
+                 cores, cores == 1 ? "" : "s", share, online, local_ranks, local_ranks == 1 ? "" : "s", share);
+    return 1;
+}
+
 int threads_setup(int requested, int local_ranks, char *why, int n) {
     int t = threads_choose(requested, local_ranks, why, n);
     omp_set_num_threads(t);

@@ -36,6 +36,12 @@ int threads_online(void);
 // of the job on this host; <= 0 = 1), as described above. why (n bytes, may be NULL) gets the reason.
 int threads_choose(int requested, int local_ranks, char *why, int n);
 
+// threads_bound_warning: 1 and one line in msg when this process's affinity mask holds fewer cores
+// than its share of the host (online CPUs / local_ranks, at least 1): the launcher bound it tighter
+// than the machine allows (Open MPI binds each of 1 or 2 ranks to one core by default, so a lone
+// student on 8 cores computes on 1). 0 when the mask holds its share (or more).
+int threads_bound_warning(int local_ranks, char *msg, int n);
+
 // threads_setup: threads_choose, then omp_set_num_threads and openblas_set_num_threads with it;
 // returns the count. The reason (for the start log line) is in why as for threads_choose.
 int threads_setup(int requested, int local_ranks, char *why, int n);
