@@ -154,7 +154,9 @@ static int args_parse(int argc, char **argv, config *cfg) {
         char buf[CONFIG_STR + 32];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 1; }
         if (strcmp(a, "--version") == 0) {
-            printf("dflash_rank %s\nbackends: %s\n", DFLASH_VERSION, DFLASH_BACKENDS);
+            char blas[640];
+            blas_kernel_describe(blas, sizeof blas);
+            printf("dflash_rank %s\nbackends: %s\nblas: %s\n", DFLASH_VERSION, DFLASH_BACKENDS, blas);
             return 1;
         }
         if (strcmp(a, "--config-keys") == 0) {

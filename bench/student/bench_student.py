@@ -119,6 +119,18 @@ def sgemm_shapes_rate(threads, gemms):
     return flops / secs
 
 
+def match_kernel(build):
+    """The sgemm rates above are measured in this process: make its OpenBLAS load the kernel our
+    binary runs (dflash_rank --version's blas line; blas_kernel.h), unless OPENBLAS_CORETYPE is set."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    out = subprocess.run([os.path.join(build, "dflash_rank"), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"kernel (\w+)", out)
+    if m:
+        os.environ["OPENBLAS_CORETYPE"] = m.group(1)
+    return m.group(1) if m else "?"
+
+
 def openblas_path():
     for path in ("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"):
         if os.path.exists(path):
@@ -261,6 +273,7 @@ def main():
         print(json.dumps(torch_step(args.torch_variant, args.threads, args.anchors, args.repeat, args.seed, args.ckpt_rows,
                                     args.tokens or None)))
         return
+    print(f"bench_student: OpenBLAS kernel {match_kernel(args.build)} (ours and the sgemm rates)", flush=True)
     if args.compare:
         return compare(args)
     s, A = SHAPE, args.anchors

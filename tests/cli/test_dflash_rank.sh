@@ -10,6 +10,7 @@ grep -q -- "--config FILE" "$TMP/out" && ok || bad "--help does not list --confi
 expect_ok version "$R" --version
 grep -q "^backends: cpu" "$TMP/out" && ok || bad "--version does not list the backends: $(cat "$TMP/out")"
 grep -q "^dflash_rank [0-9]" "$TMP/out" && ok || bad "--version has no version line"
+grep -q "^blas: OpenBLAS [0-9.]* (.*), kernel [A-Za-z0-9]*: " "$TMP/out" && ok || bad "--version does not name the BLAS kernel: $(cat "$TMP/out")"
 
 # Every key of the code's table is documented, row for row, in docs/config.md, and vice versa.
 "$R" --config-keys | grep '^| `' >"$TMP/keys"
