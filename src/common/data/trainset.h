@@ -77,8 +77,10 @@ void trainset_close(trainset *ts);
 
 // Writer: streams samples to "<path>.tmp.<pid>" (no modification times: the same samples give a
 // byte-identical file) (extensible chunked datasets, bounded memory),
-// renamed over path by trainset_writer_close. trainset_writer_abort (or any failed call) removes
-// the temporary file, so a half-written training set never appears under path.
+// renamed over path by trainset_writer_close. Every HDF5 call's status is checked, the closes and
+// the final flush included (a full disk fails the close, naming the OS reason); only a complete,
+// fsynced file is renamed. trainset_writer_abort (or any failed call) closes every handle and
+// removes the temporary file, so a half-written training set never appears under path.
 typedef struct {
     char *path, *tmp_path;
     int64_t file, d_tokens, d_mask, d_offsets; // hid_t
