@@ -340,14 +340,17 @@ static int64_t reply_need(const regen *g, int64_t i) {
 }
 
 // regenerate.out as found at the start: absent (0), a set made with these settings (1: nothing to
-// do), or refused (-1): a directory, or a file regenerate did not make with these settings
-// (run.overwrite lets a later start replace a file).
+// do), or refused (-1): a directory, the prompts file itself, or a file regenerate did not make
+// with these settings (run.overwrite lets a later start replace such a file).
 static int regen_check_out(regen *g) {
     const config *cfg = g->cfg;
     struct stat st;
     if (stat(cfg->regen_out, &st) != 0) return 0;
     if (S_ISDIR(st.st_mode)) return error_set("regenerate.out %s is a directory; name the training-set file to write", cfg->regen_out);
     if (!S_ISREG(st.st_mode)) return error_set("regenerate.out %s exists and is not a regular file", cfg->regen_out);
+    struct stat sp;
+    if (stat(cfg->regen_prompts, &sp) == 0 && sp.st_dev == st.st_dev && sp.st_ino == st.st_ino) // never, overwrite or not
+        return error_set("regenerate.out %s is the prompts file regenerate.prompts %s", cfg->regen_out, cfg->regen_prompts);
     trainset ts;
     char have[4096] = "";
     int rc = trainset_open(&ts, cfg->regen_out, 0) < 0 ? -1 : trainset_attr_str(&ts, "settings", have, sizeof have);

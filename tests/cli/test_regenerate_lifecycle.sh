@@ -9,7 +9,8 @@
 #   2. identity by content: parts made for a prompts file since rewritten in place (same path and
 #      line count) or by another model at the same target.path are refused naming both values;
 #      an existing regenerate.out made with these settings is "nothing to do" (untouched), one made
-#      with other settings is refused (untouched); the tokenizer attribute is the same for T and ./T.
+#      with other settings, a file regenerate did not make, or the prompts file itself (even with
+#      run.overwrite) is refused (untouched); the tokenizer attribute is the same for T and ./T.
 #   3. edge checks: a held-out rule that takes every prompt, regenerate.max_len past the target's
 #      max_position_embeddings, reply buffers past the machine's memory, generation_config.json's
 #      eos_token_id 1.5 or 1e20, and a regenerate.out that is a directory are each refused in one
@@ -122,7 +123,10 @@ expect_fail "other settings" "regenerate.out $TMP/s.h5 exists, made with other s
 cp "$TMP/big.jsonl" "$TMP/notaset.h5"
 expect_fail "a foreign file" "regenerate.out $TMP/notaset.h5 exists and is not a set regenerate made" \
   "$R" "${one[@]}" --regenerate.out="$TMP/notaset.h5"
-cmp -s "$TMP/s.h5" "$TMP/s.copy" && cmp -s "$TMP/big.jsonl" "$TMP/notaset.h5" && ok || bad "an existing file was changed"
+expect_fail "the prompts file" "regenerate.out $TMP/p16.jsonl is the prompts file" \
+  "$R" "${one[@]}" --regenerate.out="$TMP/p16.jsonl" --run.overwrite=true
+cmp -s "$TMP/s.h5" "$TMP/s.copy" && cmp -s "$TMP/big.jsonl" "$TMP/notaset.h5" && cmp -s "$TMP/p16.jsonl" "$TMP/p16.orig" && ok ||
+  bad "an existing file was changed"
 # the tokenizer attribute does not depend on how the target's path is written
 (cd "$TMP" && "$R" "${one[@]}" --target.path=./tgt --regenerate.out="$TMP/dot.h5" >/dev/null 2>&1) || bad "regenerate with ./tgt"
 $PY -c 'import sys, h5py; a, b = (h5py.File(p, "r").attrs["tokenizer"] for p in sys.argv[1:]); assert a == b, (a, b)' \
