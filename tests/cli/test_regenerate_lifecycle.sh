@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_regenerate_lifecycle.sh: `dflash_rank --mode regenerate` and the training-set writer as safe
 # as training (issue 38, classes 1, 2, 3, 9 and 10):
-#   1. a full disk (a small tmpfs, as root): convert-jsonl, make-data, a regenerate part and the
-#      regenerate merge each end with exit non-zero (no signal), one error line naming the file and
+#   1. a full disk (a small tmpfs, as root): convert-jsonl, make-data, a dump-features shard, a
+#      regenerate part and the regenerate merge each end with exit non-zero (no signal), one error line naming the file and
 #      "No space left on device", no temporary file and no file under its final name; the parts
 #      already written are complete, and copied to a disk with space they resume to the file an
 #      uninterrupted run makes (cmp).
@@ -49,7 +49,7 @@ refused_on_full() {
   n=$(grep -c "error:" "$TMP/full.err")
   [ "$n" -eq 1 ] && ok || bad "$1: $n error lines, want one: $(grep -v '^threads' "$TMP/full.err" | head -5)"
   grep "error:" "$TMP/full.err" | grep -q "$2.*No space left on device" && ok || bad "$1: the error does not name $2 and the reason: $(grep error: "$TMP/full.err")"
-  grep -qiE "HDF5|segmentation|sanitizer" "$TMP/full.err" && bad "$1: $(grep -iE 'HDF5|segmentation|sanitizer' "$TMP/full.err" | head -2)" || ok
+  grep -qiE "HDF5:|HDF5-DIAG|segmentation|sanitizer" "$TMP/full.err" && bad "$1: $(grep -iE "HDF5:|HDF5-DIAG|segmentation|sanitizer" "$TMP/full.err" | head -2)" || ok
   local left
   left=$(find "$MNT" -name '*.tmp.*')
   [ -z "$left" ] && ok || bad "$1: temporary files left: $left"
@@ -65,6 +65,15 @@ if full_disk probe 64; then
   "$T" make-data "$MNT/m.h5" --target "$TMP/tgt" --samples 300 --prompt-len 6 --gen-len 40 --seed 2 >/dev/null 2>"$TMP/full.err"; rc=$?
   refused_on_full "make-data" "$MNT/m.h5"
   [ ! -e "$MNT/m.h5" ] && ok || bad "make-data: $MNT/m.h5 exists"
+  # dump-features: the same writer, with the teacher datasets of its own (featfile.c)
+  "$T" make-data "$TMP/d24.h5" --target "$TMP/tgt" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data d24"
+  for kb in 200 800; do
+    full_disk dump $kb
+    "$R" --mode dump-features --device cpu --target.path="$TMP/tgt" --target.layer_ids=0,1 --drafter.block_size=2 \
+      --data.path="$TMP/d24.h5" --teacher.topk=4 --features.dir="$MNT/feat" --run.dir="$TMP/dump$kb" >/dev/null 2>"$TMP/full.err"; rc=$?
+    refused_on_full "dump-features on $kb KiB" "$MNT/feat/features-00000-of-00001.h5"
+    [ ! -e "$MNT/feat/features-00000-of-00001.h5" ] && ok || bad "dump-features on $kb KiB: the shard exists"
+  done
 
   # a part's size on a tmpfs (whole pages): the set without /heldout holds the same datasets
   expect_ok "part-sized set" "$R" "${regen[@]}" --regenerate.heldout=0 --regenerate.shard_prompts=16 --regenerate.out="$TMP/one.h5"

@@ -13,6 +13,7 @@
 // Writer: three extensible chunked datasets in "<path>.tmp.<pid>", appends buffered in memory and
 // flushed in fixed-size pieces (memory does not grow with the number of samples), attributes
 // written and the file fsynced and renamed over path at close; any failure removes the temporary.
+#define _GNU_SOURCE // fallocate, on_exit
 #include "common/data/trainset.h"
 
 #include <errno.h>
@@ -485,6 +486,21 @@ void trainset_close(trainset *ts) {
 // one error line, unless its error printing is off, which it stays from then on.
 static int tw_hdf5_leaked;
 
+// After a close that failed, HDF5 holds a file it cannot close (a failed flush leaves its metadata
+// cache half-flushed): its clean-up at exit would retry and crash (SIGSEGV in H5F__close_cb). The
+// process then leaves without that clean-up: a handler registered now runs before HDF5's (they run
+// in reverse order) and ends the process with its exit status, standard streams flushed.
+static void tw_exit_skipping_hdf5(int status, void *arg) {
+    (void)arg;
+    fflush(NULL);
+    _exit(status);
+}
+
+static void tw_hdf5_cannot_close(void) {
+    static int registered;
+    if (!registered && on_exit(tw_exit_skipping_hdf5, NULL) == 0) registered = 1;
+}
+
 static void tw_quiet_end(h5safe_quiet q) {
     h5safe_quiet_end(q);
     if (tw_hdf5_leaked) H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -642,18 +658,23 @@ static int tw_close_handles(trainset_writer *w) {
 // matter), so that HDF5's closes, which flush what it still holds, find space on a full disk: a
 // close that fails leaves the dataset or the file half-open inside HDF5, whose clean-up at exit
 // then crashes retrying the flush.
-static void tw_cleanup(trainset_writer *w, int remove_tmp) {
-    if (remove_tmp && w->tmp_path && w->file > 0) {
-        int fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            if (ftruncate(fd, 0) != 0) { /* nothing to free then */ }
-            close(fd);
-        }
+void trainset_writer_discard(trainset_writer *w) {
+    if (!w->tmp_path || w->file <= 0) return;
+    int fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (ftruncate(fd, 0) != 0) { /* nothing to free then */ }
+        close(fd);
     }
+}
+
+static void tw_cleanup(trainset_writer *w, int remove_tmp) {
+    if (remove_tmp) trainset_writer_discard(w);
     if (remove_tmp) tw_hdf5_leaked = 1;
     if (tw_close_handles(w) < 0) {
         char e[256];
-        log_warn("%s: HDF5 could not close it: %s", w->tmp_path ? w->tmp_path : w->path, h5safe_error(e));
+        log_warn("%s: HDF5 cannot close it after the failed write (%s): the process ends without HDF5's clean-up",
+                 w->tmp_path ? w->tmp_path : w->path, h5safe_error(e));
+        tw_hdf5_cannot_close();
     }
     if (remove_tmp && w->tmp_path) unlink(w->tmp_path);
     free(w->path);
@@ -751,6 +772,20 @@ int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint
     return rc;
 }
 
+// The file's blocks up to its current end, allocated before the final flush writes the metadata
+// there, so that a full disk shows here (ENOSPC, nothing half-flushed) rather than inside HDF5's
+// flush, which leaves the file impossible to close. Best effort where fallocate is unsupported.
+static int tw_reserve(trainset_writer *w) {
+    hsize_t size = 0;
+    if (H5Fget_filesize((hid_t)w->file, &size) < 0 || size == 0) return 0;
+    int fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return error_set("%s: cannot open: %s", w->tmp_path, strerror(errno));
+    int rc = fallocate(fd, 0, 0, (off_t)size) == 0 || errno == EOPNOTSUPP || errno == ENOSYS ? 0 : -1;
+    int err = errno;
+    close(fd);
+    return rc < 0 ? error_set("%s: writing: %s", w->tmp_path, strerror(err)) : 0;
+}
+
 static int tw_close(trainset_writer *w) {
     char e[256];
     if (tw_flush_tokens(w) < 0 || tw_flush_offsets(w) < 0) return -1;
@@ -766,6 +801,7 @@ static int tw_close(trainset_writer *w) {
     if (rc < 0) return -1;
     // Every dataset's chunks and every object header reach the file here, each status checked: a
     // failed flush (a full disk) fails the close, and nothing is renamed.
+    if (tw_reserve(w) < 0) return -1;
     if (H5Fflush((hid_t)w->file, H5F_SCOPE_LOCAL) < 0) return error_set("%s: writing: %s", w->tmp_path, h5safe_error(e));
     if (tw_close_handles(w) < 0) return error_set("%s: closing: %s", w->tmp_path, h5safe_error(e));
     int fd = open(w->tmp_path, O_RDONLY | O_CLOEXEC);
