@@ -11,8 +11,10 @@
 // h5safe_attr_str (a corrupt legacy variable-length string is an error, not a crash).
 //
 // Writer: three extensible chunked datasets in "<path>.tmp.<pid>", appends buffered in memory and
-// flushed in fixed-size pieces (memory does not grow with the number of samples), attributes
-// written and the file fsynced and renamed over path at close; any failure removes the temporary.
+// flushed in fixed-size pieces (memory does not grow with the number of samples; no chunk cache, so
+// each piece reaches the file in its own write), attributes written, the file's blocks allocated,
+// flushed, every close checked, fsynced and renamed over path at close; any failure frees the
+// temporary's blocks, closes every handle and removes it.
 #define _GNU_SOURCE // fallocate, on_exit
 #include "common/data/trainset.h"
 
