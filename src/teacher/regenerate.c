@@ -339,15 +339,23 @@ static int64_t reply_need(const regen *g, int64_t i) {
     return room < g->max_new ? room : g->max_new;
 }
 
+// regenerate.out can be written (0): not a directory (checked before anything is loaded).
+static int regen_out_usable(const char *out) {
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return error_set("regenerate.out %s is a directory; name the training-set file to write", out);
+    return 0;
+}
+
 // regenerate.out as found at the start: absent (0), a set made with these settings (1: nothing to
-// do), or refused (-1): a directory, the prompts file itself, or a file regenerate did not make
+// do), or refused (-1): not a regular file, the prompts file itself, or a file regenerate did not make
 // with these settings (run.overwrite lets a later start replace such a file).
 static int regen_check_out(regen *g) {
     const config *cfg = g->cfg;
     struct stat st;
     if (stat(cfg->regen_out, &st) != 0) return 0;
-    if (S_ISDIR(st.st_mode)) return error_set("regenerate.out %s is a directory; name the training-set file to write", cfg->regen_out);
-    if (!S_ISREG(st.st_mode)) return error_set("regenerate.out %s exists and is not a regular file", cfg->regen_out);
+    if (!S_ISREG(st.st_mode)) // (a directory was refused by regen_out_usable)
+        return error_set("regenerate.out %s exists and is not a regular file", cfg->regen_out);
     struct stat sp;
     if (stat(cfg->regen_prompts, &sp) == 0 && sp.st_dev == st.st_dev && sp.st_ino == st.st_ino) // never, overwrite or not
         return error_set("regenerate.out %s is the prompts file regenerate.prompts %s", cfg->regen_out, cfg->regen_prompts);
@@ -373,9 +381,7 @@ static int regen_setup(regen *g, const world *w) {
     if (!cfg->target_path[0]) return error_set("regenerate needs target.path (the target model directory)");
     if (!cfg->regen_prompts[0]) return error_set("regenerate needs regenerate.prompts (JSONL, {\"input_ids\": [...]} per line)");
     if (!cfg->regen_out[0]) return error_set("regenerate needs regenerate.out (the training set to write)");
-    struct stat so;
-    if (stat(cfg->regen_out, &so) == 0 && S_ISDIR(so.st_mode)) // before anything is loaded
-        return error_set("regenerate.out %s is a directory; name the training-set file to write", cfg->regen_out);
+    if (regen_out_usable(cfg->regen_out) < 0) return -1;
     if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m) ||
         target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
         return -1;

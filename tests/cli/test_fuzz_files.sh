@@ -432,11 +432,13 @@ def mutate_gen_config():
 
 
 N_RP, N_RG = 30, 20
+rg_accepted = counts["accepted"]
 for i in range(N_RP):
     regen_run("regenerate prompts mutant %d" % i, mutate_prompts(), None)
 for i in range(N_RG):
     regen_run("regenerate generation_config mutant %d" % i, base_text, mutate_gen_config())
-print("fuzz: %d regenerate prompts mutants and %d generation_config.json mutants" % (N_RP, N_RG))
+print("fuzz: %d regenerate prompts mutants and %d generation_config.json mutants: %d accepted" %
+      (N_RP, N_RG, counts["accepted"] - rg_accepted))
 
 # ---- checkpoints and features: flipped bits
 TRAIN = [rank, "--mode", "train", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"), "--target.layer_ids=0,1",
