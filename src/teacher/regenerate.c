@@ -339,6 +339,12 @@ static int64_t reply_need(const regen *g, int64_t i) {
     return room < g->max_new ? room : g->max_new;
 }
 
+// The longest sample a set can hold: a prompt and its reply, at most max_len + 1 tokens.
+static int64_t sample_cap(const regen *g) {
+    int64_t a = g->pi.longest + g->max_new, b = (int64_t)g->max_len + 1;
+    return a < b ? a : b;
+}
+
 // regenerate.out can be written (0): not a directory (checked before anything is loaded).
 static int regen_out_usable(const char *out) {
     struct stat st;
@@ -577,8 +583,8 @@ static int part_write(regen *g, shard_state *st, int64_t s) {
     part_path(path, sizeof path, g, s);
     trainset_writer w;
     if (trainset_writer_open(&w, path, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
-    int32_t *ids = xmalloc(((size_t)g->pi.longest + (size_t)g->max_new) * sizeof(int32_t));
-    uint8_t *mask = xmalloc((size_t)g->pi.longest + (size_t)g->max_new);
+    int32_t *ids = xmalloc((size_t)sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)sample_cap(g));
     int rc = 0;
     for (int64_t j = 0; rc == 0 && j < st->cnt; j++) {
         if ((rc = prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts)) < 0) break;
@@ -729,8 +735,8 @@ static int regen_merge(regen *g) {
     trainset_writer w;
     if (trainset_writer_open(&w, cfg->regen_out, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
     uint8_t *finish = xmalloc((size_t)g->pi.n);
-    int32_t *ids = xmalloc(((size_t)g->pi.longest + (size_t)g->max_new) * sizeof(int32_t));
-    uint8_t *mask = xmalloc((size_t)g->pi.longest + (size_t)g->max_new);
+    int32_t *ids = xmalloc((size_t)sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)sample_cap(g));
     int64_t at = 0, n_stop = 0;
     int rc = 0;
     for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {

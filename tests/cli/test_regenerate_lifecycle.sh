@@ -15,7 +15,8 @@
 #      max_position_embeddings, reply buffers past the machine's memory, generation_config.json's
 #      eos_token_id 1.5 or 1e20, and a regenerate.out that is a directory are each refused in one
 #      line naming the key (and the directory before anything is generated); an eos_token_id given
-#      twice counts with its last value, as transformers reads it.
+#      twice counts with its last value, as transformers reads it; regenerate.shard_prompts 1e12 and
+#      max_new_tokens 2^30 on a 64-position target run (buffers sized by what the prompts can need).
 #   4. load balance: with 2 ranks and rank 1 slowed (test.slow_teacher), rank 0 takes the shards
 #      rank 1 cannot (dynamic claims), and the set equals the 1-rank set byte for byte.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -152,8 +153,11 @@ expect_fail "max_len past the positions" "regenerate.max_len 100 is past the tar
 "$T" make-target "$TMP/long" --arch llama --layers 1 --hidden 32 --heads 4 --kv-heads 2 --vocab 150 --max-positions 1073741824 \
   --seed 5 >/dev/null 2>&1 || bad "make-target long"
 expect_fail "replies past memory" "regenerate.shard_prompts 1000000 x regenerate.max_new_tokens 1073741824: .*lower regenerate.shard_prompts" \
-  "$R" "${regen[@]}" --target.path="$TMP/long" --regenerate.shard_prompts=1000000 --regenerate.max_new_tokens=1073741824 \
-  --regenerate.out="$TMP/e3.h5"
+  "$R" "${regen[@]}" --target.path="$TMP/long" --regenerate.prompts="$TMP/big.jsonl" --regenerate.shard_prompts=1000000 \
+  --regenerate.max_new_tokens=1073741824 --regenerate.out="$TMP/e3.h5"
+# max_new_tokens far past what the cache allows is no allocation of that size: buffers by need
+expect_ok "max_new_tokens past the cache" "$R" "${regen[@]}" --regenerate.shard_prompts=1000000000000 \
+  --regenerate.max_new_tokens=1073741824 --regenerate.out="$TMP/e7.h5"
 cp -r "$TMP/tgt" "$TMP/gc"
 printf '{"eos_token_id": 1.5}' >"$TMP/gc/generation_config.json"
 expect_fail "eos 1.5" "gc/generation_config.json: eos_token_id holds a number with a fraction" \
