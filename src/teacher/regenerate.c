@@ -742,13 +742,24 @@ static int regen_merge(regen *g) {
     for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
         char path[CONFIG_STR + 64];
         part_path(path, sizeof path, g, s);
+        // each part read is this run's (its settings and count checked again: another job's part
+        // would not fit the buffers sized for these settings), each sample bounded before it is read
+        int64_t cnt = (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+        int have = part_done(g, s, cnt);
+        if (have <= 0) {
+            rc = have < 0 ? -1 : error_set("%s: missing (every shard's part should be there)", path);
+            break;
+        }
         trainset ts;
         if ((rc = trainset_open(&ts, path, 0)) < 0) break;
         if (ts.n != ts.n_raw || at + ts.n_raw > g->pi.n) rc = error_set("%s: %lld samples, not what its shard holds", path, (long long)ts.n_raw);
         if (rc == 0) rc = trainset_read_u8(&ts, "/finish_reason", finish + at);
         for (int64_t i = 0; rc == 0 && i < ts.n; i++) {
             int64_t len = trainset_len(&ts, i);
-            if ((rc = trainset_read(&ts, i, ids, mask)) == 0) rc = trainset_writer_append(&w, ids, mask, len);
+            if (len > sample_cap(g))
+                rc = error_set("%s: sample %lld has %lld tokens, more than a prompt and its reply can (%lld)", path,
+                               (long long)i, (long long)len, (long long)sample_cap(g));
+            else if ((rc = trainset_read(&ts, i, ids, mask)) == 0) rc = trainset_writer_append(&w, ids, mask, len);
             n_stop += finish[at + i] == FINISH_STOP;
         }
         at += ts.n_raw;

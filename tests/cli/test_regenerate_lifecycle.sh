@@ -7,7 +7,8 @@
 #      already written are complete, and copied to a disk with space they resume to the file an
 #      uninterrupted run makes (cmp).
 #   2. identity by content: parts made for a prompts file since rewritten in place (same path and
-#      line count) or by another model at the same target.path are refused naming both values;
+#      line count) or by another model at the same target.path are refused naming both values, a
+#      part whose sample is longer than the settings allow is refused by the merge (no overflow);
 #      an existing regenerate.out made with these settings is "nothing to do" (untouched), one made
 #      with other settings, a file regenerate did not make, or the prompts file itself (even with
 #      run.overwrite) is refused (untouched); the tokenizer attribute is the same for T and ./T.
@@ -123,6 +124,24 @@ mv "$TMP/tgt" "$TMP/tgt.orig"
   --seed 6 >/dev/null 2>&1 || bad "make-target seed 6"
 expect_fail "another model" "other settings.*target_weights [0-9a-f]* there, [0-9a-f]* here" "$R" "${one[@]}" --regenerate.out="$TMP/q.h5"
 rm -rf "$TMP/tgt" && mv "$TMP/tgt.orig" "$TMP/tgt"
+rm -rf "$TMP/q.h5.parts"
+# a part with these settings but a sample longer than they allow (another job's, written over this
+# one's): refused by the merge before it is read (it would overflow buffers sized for these settings)
+mkdir -p "$TMP/q.h5.parts"
+$PY - "$TMP/s.h5" "$TMP/q.h5.parts/part-00000-of-00001.h5" <<'PYEOF' || bad "the long part"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
+    off = f["offsets"][:]
+    tok = np.concatenate([f["tokens"][:off[1]], np.ones(500, np.int32), f["tokens"][off[1]:]])
+    msk = np.concatenate([f["loss_mask"][:off[1]], np.ones(500, np.uint8), f["loss_mask"][off[1]:]])
+    off = np.concatenate([off[:1], off[1:] + 500])
+    for k, v in (("tokens", tok), ("loss_mask", msk), ("offsets", off), ("finish_reason", f["finish_reason"][:])):
+        g.create_dataset(k, data=v, chunks=True, maxshape=(None,))
+    for k, v in f.attrs.items(): g.attrs[k] = v
+PYEOF
+expect_fail "a part with too long a sample" "part-00000-of-00001.h5: sample 0 has 522 tokens, more than a prompt and its reply can" \
+  "$R" "${one[@]}" --regenerate.out="$TMP/q.h5"
+[ ! -e "$TMP/q.h5" ] && ok || bad "the long part: a set was written"
 rm -rf "$TMP/q.h5.parts"
 # an existing set: with these settings nothing to do; with others refused; either way untouched
 cp "$TMP/s.h5" "$TMP/s.copy"
