@@ -234,13 +234,13 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 // The target's weights by content, cheaply (no full read): the CRC32C, over every *.safetensors
 // file of the directory in name order, of its name, its size (int64 LE), its header (the tensor
-// names, dtypes, shapes and offsets) and REGEN_ID_BLOCKS blocks of its data spread evenly over it,
-// into *crc.
-static int target_weights_crc(const char *dir, uint32_t *crc) {
+// names, dtypes, shapes and offsets) and REGEN_ID_BLOCKS blocks of its data spread evenly over it.
+// What cannot be read adds nothing: the loader names that problem (it reads every file).
+static uint32_t target_weights_crc(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return error_set("target.path %s: cannot list it: %s", dir, strerror(errno));
+    if (!d) return 0;
     char **names = NULL;
-    int n = 0, cap = 0, rc = 0;
+    int n = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
@@ -249,40 +249,36 @@ static int target_weights_crc(const char *dir, uint32_t *crc) {
         names[n++] = xstrdup(e->d_name);
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
     uint32_t c = 0;
     char *header = NULL;
-    for (int k = 0; rc == 0 && k < n; k++) {
+    uint8_t block[REGEN_ID_BLOCK];
+    for (int k = 0; k < n; k++) {
         char path[CONFIG_STR + 300];
         snprintf(path, sizeof path, "%s/%s", dir, names[k]);
-        int fd = fs_open_regular(path, "target weights");
-        if (fd < 0) {
-            rc = -1;
-            break;
-        }
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd >= 0) close(fd);
+            continue;
+        }
         uint8_t le[8];
-        int64_t size = fstat(fd, &st) == 0 ? (int64_t)st.st_size : -1, hlen = 0;
+        int64_t size = (int64_t)st.st_size, hlen = 0;
         if (size >= 8 && pread(fd, le, 8, 0) == 8)
             for (int b = 7; b >= 0; b--) hlen = hlen << 8 | le[b];
-        if (size < 8 || hlen < 0 || hlen > REGEN_MAX_ST_HEADER || hlen > size - 8) {
-            rc = error_set("%s: not a safetensors file (its header length)", path);
-        } else {
-            header = xrealloc(header, (size_t)hlen + 1);
-            if (pread(fd, header, (size_t)hlen, 8) != (ssize_t)hlen) rc = error_set("%s: cannot read its header", path);
-            for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)size >> (8 * b));
-            c = crc32c_update(c, names[k], strlen(names[k]) + 1);
-            c = crc32c_update(c, le, 8);
-            if (rc == 0) c = crc32c_update(c, header, (size_t)hlen);
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)size >> (8 * b));
+        c = crc32c_update(c, names[k], strlen(names[k]) + 1);
+        c = crc32c_update(c, le, 8);
+        if (size >= 8 && hlen > 0 && hlen <= REGEN_MAX_ST_HEADER && hlen <= size - 8) {
+            header = xrealloc(header, (size_t)hlen);
+            if (pread(fd, header, (size_t)hlen, 8) == (ssize_t)hlen) c = crc32c_update(c, header, (size_t)hlen);
             // the values, sampled: blocks spread evenly over the data (other weights of the same
             // shapes, a fine-tune of the same base, differ there)
             int64_t data = 8 + hlen, span = size - data;
-            uint8_t block[REGEN_ID_BLOCK];
-            for (int b = 0; rc == 0 && span > 0 && b < REGEN_ID_BLOCKS; b++) {
+            for (int b = 0; span > 0 && b < REGEN_ID_BLOCKS; b++) {
                 int64_t at = data + span / REGEN_ID_BLOCKS * b;
                 size_t len = (size_t)(size - at < REGEN_ID_BLOCK ? size - at : REGEN_ID_BLOCK);
-                if (pread(fd, block, len, at) != (ssize_t)len) rc = error_set("%s: cannot read it: %s", path, strerror(errno));
-                else c = crc32c_update(c, block, len);
+                if (pread(fd, block, len, at) == (ssize_t)len) c = crc32c_update(c, block, len);
             }
         }
         close(fd);
@@ -290,8 +286,7 @@ static int target_weights_crc(const char *dir, uint32_t *crc) {
     free(header);
     for (int k = 0; k < n; k++) free(names[k]);
     free(names);
-    *crc = c;
-    return rc;
+    return c;
 }
 
 // The key=value fields of a settings text that differ from another's, as "KEY X there, Y here"
@@ -388,9 +383,8 @@ static int regen_setup(regen *g, const world *w) {
     if (!cfg->regen_prompts[0]) return error_set("regenerate needs regenerate.prompts (JSONL, {\"input_ids\": [...]} per line)");
     if (!cfg->regen_out[0]) return error_set("regenerate needs regenerate.out (the training set to write)");
     if (regen_out_usable(cfg->regen_out) < 0) return -1;
-    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m) ||
-        target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
-        return -1;
+    // the weights are loaded last, once the inputs and the output are known to be usable
+    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m)) return -1;
     const target_config *c = &g->m.cfg;
     if (stops_load(g) < 0) return -1;
     if (prompts_index(&g->pi, cfg->regen_prompts, c->vocab) < 0) return -1;
@@ -441,7 +435,8 @@ static int regen_setup(regen *g, const world *w) {
     // the inputs by content: what the parts and the set record and a resume compares
     char cpath[CONFIG_STR + 16];
     snprintf(cpath, sizeof cpath, "%s/config.json", cfg->target_path);
-    if (target_weights_crc(cfg->target_path, &g->weights_crc) < 0 || crc32c_file(cpath, &g->config_crc) < 0) return -1;
+    g->weights_crc = target_weights_crc(cfg->target_path);
+    if (crc32c_file(cpath, &g->config_crc) < 0) return -1;
     snprintf(g->parts, sizeof g->parts, "%s.parts", cfg->regen_out);
     int n = snprintf(g->settings, sizeof g->settings,
                      "target_weights=%08x target_config=%08x vocab=%lld prompts=%lld prompts_bytes=%lld "
@@ -466,6 +461,8 @@ static int regen_setup(regen *g, const world *w) {
     if (out < 0) return -1;
     g->done_already = out;
     if (out) return 0;
+    if (target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
+        return -1;
     if (target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp)) return -1;
     regen_link_init(&g->link, w, &g->dec, g->links);
     return 0;
