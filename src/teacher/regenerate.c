@@ -2,16 +2,22 @@
 #include "teacher/regenerate.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/json_util.h"
@@ -32,6 +38,9 @@
 #define REGEN_AUTO_SEQS_NOBUDGET 8
 #define REGEN_PROGRESS_S 10.0
 #define REGEN_MAX_STAGES 64
+#define REGEN_MAX_ST_HEADER ((int64_t)100 << 20) // a safetensors header past 100 MB is not one (safetensors.h)
+#define REGEN_ID_BLOCKS 16  // the weights' identity reads 16 blocks of 4 KiB of each file's data
+#define REGEN_ID_BLOCK 4096
 
 enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
 
@@ -43,6 +52,8 @@ typedef struct {
     int64_t *line_no; // [n] its line number (1-based)
     int32_t *len;     // [n] its tokens
     int64_t longest;
+    int64_t bytes;    // the file's size and the CRC32C of its bytes: its identity
+    uint32_t crc;
     char *line;
     size_t line_cap;
     jsonl_sample s;
@@ -62,7 +73,12 @@ typedef struct {
     decode_sampling smp;
     char settings[4096]; // every setting that changes the output, as text (parts record it)
     char parts[CONFIG_STR + 16];
+    char claims[CONFIG_STR + 64]; // this job's claim files: OUT.parts/claims-NONCE/SSSSS
+    char tokenizer[CONFIG_STR + 64];
+    uint32_t weights_crc, config_crc; // the target's identity by content
     int64_t n_shards, per;
+    int64_t reply_cap;   // reply tokens a shard's buffer holds: the most any shard can need
+    int done_already;    // regenerate.out exists, made with these settings
 } regen;
 
 // ----------------------------------------------------------------------------- inputs
@@ -76,6 +92,8 @@ static int prompts_index(prompt_index *pi, const char *path, int64_t vocab) {
     for (;;) {
         long at = ftell(pi->f);
         if ((got = getline(&pi->line, &pi->line_cap, pi->f)) == -1) break;
+        pi->crc = crc32c_update(pi->crc, pi->line, (size_t)got);
+        pi->bytes += got;
         line_no++;
         if (jsonl_line_blank(pi->line, (size_t)got)) continue;
         if (jsonl_sample_parse(pi->line, (size_t)got, vocab, &pi->s) < 0)
@@ -129,8 +147,20 @@ static int stop_add(regen *g, int64_t id, const char *from) {
     return 0;
 }
 
+// One eos_token_id value: an integer in the target's vocabulary (1.5 or 1e20 are not ids).
+static int stop_add_json(regen *g, const cJSON *v, const char *path) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return error_set("%s: eos_token_id holds %s, not a token id", path,
+                         cJSON_IsNumber(v) ? "a number with a fraction" : "a value that is not a number");
+    if (v->valuedouble < 0 || v->valuedouble >= (double)g->m.cfg.vocab)
+        return error_set("%s: eos_token_id %.17g is outside the target vocabulary [0, %lld)", path, v->valuedouble,
+                         (long long)g->m.cfg.vocab);
+    return stop_add(g, (int64_t)v->valuedouble, path);
+}
+
 // The stop ids: eos_token_id of TARGET/generation_config.json (one id or a list; the file is
-// optional) and regenerate.stop_ids.
+// optional) and regenerate.stop_ids. Read as transformers reads it (Python's json): a key given
+// twice counts with its last value.
 static int stops_load(regen *g) {
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/generation_config.json", g->cfg->target_path);
@@ -140,18 +170,13 @@ static int stops_load(regen *g) {
         cJSON *root = json_parse_object(text, path, "generation config");
         free(text);
         if (!root) return -1;
-        const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *v;
+        const cJSON *eos = NULL, *v;
+        cJSON_ArrayForEach(v, root) if (v->string && strcmp(v->string, "eos_token_id") == 0) eos = v; // the last
         int rc = 0;
         if (cJSON_IsNumber(eos)) {
-            rc = stop_add(g, (int64_t)eos->valuedouble, path);
+            rc = stop_add_json(g, eos, path);
         } else if (cJSON_IsArray(eos)) {
-            cJSON_ArrayForEach(v, eos) {
-                if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-                    rc = error_set("%s: eos_token_id holds a value that is not a token id", path);
-                    break;
-                }
-                if ((rc = stop_add(g, (int64_t)v->valuedouble, path)) < 0) break;
-            }
+            cJSON_ArrayForEach(v, eos) if ((rc = stop_add_json(g, v, path)) < 0) break;
         } else if (eos && !cJSON_IsNull(eos)) {
             rc = error_set("%s: eos_token_id is neither a token id nor a list of them", path);
         }
@@ -203,18 +228,169 @@ static int regen_slots(regen *g) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------- identities
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// The target's weights by content, cheaply (no full read): the CRC32C, over every *.safetensors
+// file of the directory in name order, of its name, its size (int64 LE), its header (the tensor
+// names, dtypes, shapes and offsets) and REGEN_ID_BLOCKS blocks of its data spread evenly over it.
+// What cannot be read adds nothing: the loader names that problem (it reads every file).
+static uint32_t target_weights_crc(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0) continue;
+        if (n == cap) names = xrealloc(names, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *names);
+        names[n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
+    uint32_t c = 0;
+    char *header = NULL;
+    uint8_t block[REGEN_ID_BLOCK];
+    for (int k = 0; k < n; k++) {
+        char path[CONFIG_STR + 300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        uint8_t le[8];
+        int64_t size = (int64_t)st.st_size, hlen = 0;
+        if (size >= 8 && pread(fd, le, 8, 0) == 8)
+            for (int b = 7; b >= 0; b--) hlen = hlen << 8 | le[b];
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)size >> (8 * b));
+        c = crc32c_update(c, names[k], strlen(names[k]) + 1);
+        c = crc32c_update(c, le, 8);
+        if (size >= 8 && hlen > 0 && hlen <= REGEN_MAX_ST_HEADER && hlen <= size - 8) {
+            header = xrealloc(header, (size_t)hlen);
+            if (pread(fd, header, (size_t)hlen, 8) == (ssize_t)hlen) c = crc32c_update(c, header, (size_t)hlen);
+            // the values, sampled: blocks spread evenly over the data (other weights of the same
+            // shapes, a fine-tune of the same base, differ there)
+            int64_t data = 8 + hlen, span = size - data;
+            for (int b = 0; span > 0 && b < REGEN_ID_BLOCKS; b++) {
+                int64_t at = data + span / REGEN_ID_BLOCKS * b;
+                size_t len = (size_t)(size - at < REGEN_ID_BLOCK ? size - at : REGEN_ID_BLOCK);
+                if (pread(fd, block, len, at) == (ssize_t)len) c = crc32c_update(c, block, len);
+            }
+        }
+        close(fd);
+    }
+    free(header);
+    for (int k = 0; k < n; k++) free(names[k]);
+    free(names);
+    return c;
+}
+
+// The key=value fields of a settings text that differ from another's, as "KEY X there, Y here"
+// (the first few, in one line).
+static void settings_diff(const char *there, const char *here, char *out, size_t n) {
+    out[0] = '\0';
+    size_t at = 0;
+    int shown = 0;
+    for (const char *p = here; *p && shown < 4;) {
+        const char *end = strchr(p, ' '), *eq = strchr(p, '=');
+        if (!end) end = p + strlen(p);
+        if (eq && eq < end) {
+            size_t klen = (size_t)(eq - p) + 1; // "key="
+            const char *q = there, *found = NULL;
+            while (q && *q) {
+                if (strncmp(q, p, klen) == 0) { found = q; break; }
+                q = strchr(q, ' ');
+                if (q) q++;
+            }
+            const char *fend = found ? strchr(found, ' ') : NULL;
+            if (found && !fend) fend = found + strlen(found);
+            if (!found || (size_t)(fend - found) != (size_t)(end - p) || strncmp(found, p, (size_t)(end - p)) != 0) {
+                int w = snprintf(out + at, n - at, "%s%.*s %.*s there, %.*s here", shown ? "; " : "", (int)(klen - 1), p,
+                                 found ? (int)(fend - found - (long)klen) : 13, found ? found + klen : "none recorded",
+                                 (int)(end - eq - 1), eq + 1);
+                if (w < 0 || (size_t)w >= n - at) break;
+                at += (size_t)w;
+                shown++;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    if (!shown) snprintf(out, n, "settings \"%s\" there, \"%s\" here", there, here);
+}
+
+// a * b, or -1 when the product passes INT64_MAX.
+static int64_t mul_i64(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
+// The reply tokens prompt i can need: max_new_tokens, or fewer when its cache fills first.
+static int64_t reply_need(const regen *g, int64_t i) {
+    int64_t room = (int64_t)g->max_len - g->pi.len[i] + 1;
+    return room < g->max_new ? room : g->max_new;
+}
+
+// The longest sample a set can hold: a prompt and its reply, at most max_len + 1 tokens.
+static int64_t sample_cap(const regen *g) {
+    int64_t a = g->pi.longest + g->max_new, b = (int64_t)g->max_len + 1;
+    return a < b ? a : b;
+}
+
+// regenerate.out can be written (0): not a directory (checked before anything is loaded).
+static int regen_out_usable(const char *out) {
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return error_set("regenerate.out %s is a directory; name the training-set file to write", out);
+    return 0;
+}
+
+// regenerate.out as found at the start: absent (0), a set made with these settings (1: nothing to
+// do), or refused (-1): not a regular file, the prompts file itself, or a file regenerate did not make
+// with these settings (run.overwrite lets a later start replace such a file).
+static int regen_check_out(regen *g) {
+    const config *cfg = g->cfg;
+    struct stat st;
+    if (stat(cfg->regen_out, &st) != 0) return 0;
+    if (!S_ISREG(st.st_mode)) // (a directory was refused by regen_out_usable)
+        return error_set("regenerate.out %s exists and is not a regular file", cfg->regen_out);
+    struct stat sp;
+    if (stat(cfg->regen_prompts, &sp) == 0 && sp.st_dev == st.st_dev && sp.st_ino == st.st_ino) // never, overwrite or not
+        return error_set("regenerate.out %s is the prompts file regenerate.prompts %s", cfg->regen_out, cfg->regen_prompts);
+    trainset ts;
+    char have[4096] = "";
+    int rc = trainset_open(&ts, cfg->regen_out, 0) < 0 ? -1 : trainset_attr_str(&ts, "settings", have, sizeof have);
+    if (rc >= 0) trainset_close(&ts);
+    if (rc == 1 && strcmp(have, g->settings) == 0) return 1;
+    if (cfg->overwrite) return 0;
+    if (rc == 1) {
+        char diff[1024];
+        settings_diff(have, g->settings, diff, sizeof diff);
+        return error_set("regenerate.out %s exists, made with other settings (%s); set run.overwrite=true to replace it",
+                         cfg->regen_out, diff);
+    }
+    return error_set("regenerate.out %s exists and is not a set regenerate made (%s); set run.overwrite=true to replace it",
+                     cfg->regen_out, rc < 0 ? error_msg() : "no settings attribute");
+}
+
 static int regen_setup(regen *g, const world *w) {
     const config *cfg = g->cfg;
     g->G = w->group_size > 1 ? w->group_size : 1;
     if (!cfg->target_path[0]) return error_set("regenerate needs target.path (the target model directory)");
     if (!cfg->regen_prompts[0]) return error_set("regenerate needs regenerate.prompts (JSONL, {\"input_ids\": [...]} per line)");
     if (!cfg->regen_out[0]) return error_set("regenerate needs regenerate.out (the training set to write)");
-    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m) ||
-        target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
-        return -1;
+    if (regen_out_usable(cfg->regen_out) < 0) return -1;
+    // the weights are loaded last, once the inputs and the output are known to be usable
+    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m)) return -1;
     const target_config *c = &g->m.cfg;
     if (stops_load(g) < 0) return -1;
     if (prompts_index(&g->pi, cfg->regen_prompts, c->vocab) < 0) return -1;
+    if (cfg->regen_max_len > c->max_positions)
+        return error_set("regenerate.max_len %lld is past the target's max_position_embeddings %lld (%s/config.json)",
+                         (long long)cfg->regen_max_len, (long long)c->max_positions, cfg->target_path);
     g->max_new = (int)cfg->regen_max_new_tokens;
     int64_t L = cfg->regen_max_len > 0 ? cfg->regen_max_len : g->pi.longest + g->max_new - 1;
     if (cfg->regen_max_len == 0 && L > c->max_positions) L = c->max_positions;
@@ -227,20 +403,66 @@ static int regen_setup(regen *g, const world *w) {
                              cfg->regen_prompts, (long long)g->pi.line_no[i], g->pi.len[i], g->max_len,
                              cfg->regen_max_len > 0 ? "regenerate.max_len" : "the longest prompt + max_new_tokens - 1",
                              (long long)c->max_positions);
-    g->per = cfg->regen_shard_prompts;
+    // the held-out rule must leave samples to train on
+    double h = cfg->regen_heldout;
+    int64_t held = h >= 1 ? (h < (double)g->pi.n ? (int64_t)h : g->pi.n) : h > 0 ? (int64_t)floor(h * (double)g->pi.n) : 0;
+    if (h > 0 && held < 1) held = 1;
+    if (held >= g->pi.n)
+        return error_set("regenerate.heldout %g holds out all %lld prompts of %s, leaving none to train on: set "
+                         "regenerate.heldout below %lld (a count) or below 1 (a fraction), or 0 for none",
+                         h, (long long)g->pi.n, cfg->regen_prompts, (long long)g->pi.n);
+    g->per = cfg->regen_shard_prompts < g->pi.n ? cfg->regen_shard_prompts : g->pi.n;
     g->n_shards = (g->pi.n + g->per - 1) / g->per;
+    // a shard's reply buffer: the most reply tokens any shard can need (each prompt at most
+    // max_new_tokens, fewer when its cache fills first), every sum and product checked, refused
+    // past this machine's memory before anything is allocated
+    g->reply_cap = 0;
+    for (int64_t s = 0; s < g->n_shards; s++) {
+        int64_t need = 0, end = (s + 1) * g->per < g->pi.n ? (s + 1) * g->per : g->pi.n;
+        for (int64_t i = s * g->per; i < end; i++) need += reply_need(g, i); // <= n * 2^30: no overflow
+        if (need > g->reply_cap) g->reply_cap = need;
+    }
+    int64_t bytes = mul_i64(g->reply_cap, (int64_t)sizeof(int32_t)), phys = (int64_t)sysconf(_SC_PHYS_PAGES);
+    int64_t mem = phys > 0 ? mul_i64(phys, (int64_t)sysconf(_SC_PAGESIZE)) : -1;
+    if (bytes < 0 || (mem > 0 && bytes > mem / 2))
+        return error_set("regenerate.shard_prompts %lld x regenerate.max_new_tokens %d: a shard's replies need up to %lld "
+                         "tokens (%.3g GB), past half of this machine's memory (%.3g GB): lower regenerate.shard_prompts "
+                         "or regenerate.max_new_tokens", (long long)cfg->regen_shard_prompts, g->max_new,
+                         (long long)g->reply_cap, (double)g->reply_cap * 4 / 1e9, (double)mem / 1e9);
     g->smp = (decode_sampling){.temperature = (float)cfg->regen_temperature, .top_p = (float)cfg->regen_top_p,
                                .top_k = (int)cfg->regen_top_k};
     if (regen_slots(g) < 0) return -1;
+    // the inputs by content: what the parts and the set record and a resume compares
+    char cpath[CONFIG_STR + 16];
+    snprintf(cpath, sizeof cpath, "%s/config.json", cfg->target_path);
+    g->weights_crc = target_weights_crc(cfg->target_path);
+    if (crc32c_file(cpath, &g->config_crc) < 0) return -1;
     snprintf(g->parts, sizeof g->parts, "%s.parts", cfg->regen_out);
     int n = snprintf(g->settings, sizeof g->settings,
-                     "target=%s prompts=%s n=%lld max_new_tokens=%d max_len=%d temperature=%.17g top_p=%.17g top_k=%lld "
-                     "seed=%llu shard_prompts=%lld stop_ids=[", cfg->target_path, cfg->regen_prompts,
-                     (long long)g->pi.n, g->max_new, g->max_len, cfg->regen_temperature, cfg->regen_top_p,
-                     (long long)cfg->regen_top_k, (unsigned long long)cfg->regen_seed, (long long)g->per);
+                     "target_weights=%08x target_config=%08x vocab=%lld prompts=%lld prompts_bytes=%lld "
+                     "prompts_crc32c=%08x max_new_tokens=%d max_len=%d temperature=%.17g top_p=%.17g top_k=%lld "
+                     "seed=%llu shard_prompts=%lld stop_ids=[", g->weights_crc, g->config_crc, (long long)c->vocab,
+                     (long long)g->pi.n, (long long)g->pi.bytes, g->pi.crc, g->max_new, g->max_len,
+                     cfg->regen_temperature, cfg->regen_top_p, (long long)cfg->regen_top_k,
+                     (unsigned long long)cfg->regen_seed, (long long)g->per);
     for (int i = 0; i < g->n_stop && n < (int)sizeof g->settings - 24; i++)
         n += snprintf(g->settings + n, sizeof g->settings - (size_t)n, "%s%lld", i ? "," : "", (long long)g->stop[i]);
     snprintf(g->settings + n, sizeof g->settings - (size_t)n, "]");
+    // the tokenizer attribute: the target's tokenizer.json by content (else the target's real path),
+    // so that one model named two ways gives one tokenizer
+    char tpath[CONFIG_STR + 32], real[PATH_MAX];
+    uint32_t tcrc;
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", cfg->target_path);
+    if (access(tpath, F_OK) == 0 && crc32c_file(tpath, &tcrc) == 0)
+        snprintf(g->tokenizer, sizeof g->tokenizer, "regenerate(tokenizer.json crc32c %08x)", tcrc);
+    else
+        snprintf(g->tokenizer, sizeof g->tokenizer, "regenerate(%s)", realpath(cfg->target_path, real) ? real : cfg->target_path);
+    int out = regen_check_out(g);
+    if (out < 0) return -1;
+    g->done_already = out;
+    if (out) return 0;
+    if (target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
+        return -1;
     if (target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp)) return -1;
     regen_link_init(&g->link, w, &g->dec, g->links);
     return 0;
@@ -248,10 +470,12 @@ static int regen_setup(regen *g, const world *w) {
 
 // ----------------------------------------------------------------------------- one shard
 
-// A shard's replies: prompt j of the shard (0 .. cnt-1) holds reply[j * max_new ..], rlen[j] tokens.
+// A shard's replies: prompt j of the shard (0 .. cnt-1) holds reply[at[j] ..], rlen[j] tokens (at
+// most at[j + 1] - at[j]: what it can need, reply_need).
 typedef struct {
     int64_t first, cnt;
-    int32_t *reply;
+    int64_t *at;       // [per + 1]
+    int32_t *reply;    // [reply_cap]
     int32_t *rlen;
     uint8_t *finish;
     rng *r;            // [cnt] each prompt's sampling stream
@@ -265,7 +489,7 @@ typedef struct {
 // Record token t for shard prompt j (in slot s); 1 when its reply has ended.
 static int regen_emit(regen *g, shard_state *st, int64_t j, int32_t t) {
     int32_t n = st->rlen[j];
-    st->reply[j * g->max_new + n] = t;
+    st->reply[st->at[j] + n] = t;
     st->rlen[j] = ++n;
     st->tokens++;
     int P = g->pi.len[st->first + j];
@@ -344,25 +568,26 @@ static int part_done(const regen *g, int64_t s, int64_t cnt) {
     int64_t n = ts.n_raw;
     trainset_close(&ts);
     if (rc < 0) return -1;
-    if (rc == 0 || strcmp(have, g->settings) != 0 || n != cnt)
-        return error_set("%s was made with other settings (%s); this run has %s. Remove %s to start over", path,
-                         rc ? have : "none recorded", g->settings, g->parts);
-    return 1;
+    if (rc == 1 && strcmp(have, g->settings) == 0 && n == cnt) return 1;
+    char diff[1024];
+    if (rc == 1 && strcmp(have, g->settings) == 0) snprintf(diff, sizeof diff, "%lld samples there, %lld here", (long long)n, (long long)cnt);
+    else settings_diff(rc == 1 ? have : "", g->settings, diff, sizeof diff);
+    return error_set("%s was made with other settings (%s). Remove %s to start over", path, diff, g->parts);
 }
 
 static int part_write(regen *g, shard_state *st, int64_t s) {
     char path[CONFIG_STR + 64];
     part_path(path, sizeof path, g, s);
     trainset_writer w;
-    if (trainset_writer_open(&w, path, g->m.cfg.vocab, "") < 0) return -1;
-    int32_t *ids = xmalloc(((size_t)g->pi.longest + (size_t)g->max_new) * sizeof(int32_t));
-    uint8_t *mask = xmalloc((size_t)g->pi.longest + (size_t)g->max_new);
+    if (trainset_writer_open(&w, path, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
+    int32_t *ids = xmalloc((size_t)sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)sample_cap(g));
     int rc = 0;
     for (int64_t j = 0; rc == 0 && j < st->cnt; j++) {
         if ((rc = prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts)) < 0) break;
         int64_t P = g->pi.s.n, R = st->rlen[j];
         memcpy(ids, g->pi.s.ids, (size_t)P * sizeof(int32_t));
-        memcpy(ids + P, st->reply + j * g->max_new, (size_t)R * sizeof(int32_t));
+        memcpy(ids + P, st->reply + st->at[j], (size_t)R * sizeof(int32_t));
         memset(mask, 0, (size_t)P);
         memset(mask + P, 1, (size_t)R);
         rc = trainset_writer_append(&w, ids, mask, P + R);
@@ -376,20 +601,32 @@ static int part_write(regen *g, shard_state *st, int64_t s) {
     return -1;
 }
 
-static void regen_progress_line(const regen *g, int64_t done, int64_t mine, int64_t tokens, double secs) {
-    double tps = secs > 0 ? (double)tokens / secs : 0, rate = secs > 0 ? (double)done / secs : 0;
-    double eta = rate > 0 ? (double)(mine - done) / rate : 0;
-    (void)g;
-    log_info("regenerate: %lld/%lld prompts of this rank, %lld tokens generated, %.1f tokens/s, ETA %.0f s",
-             (long long)done, (long long)mine, (long long)tokens, tps, eta);
+static void regen_progress_line(int64_t done, int64_t shards, int64_t tokens, double secs) {
+    double tps = secs > 0 ? (double)tokens / secs : 0;
+    log_info("regenerate: %lld prompts in %lld shard(s) by this rank, %lld tokens generated, %.1f tokens/s",
+             (long long)done, (long long)shards, (long long)tokens, tps);
 }
 
-// This rank's shards.
+// Claim shard s for this teacher: 1 when it is ours (its claim file made here), 0 when another
+// teacher has it, -1 on an error. Claims are files made with O_EXCL in this job's claims
+// directory, so each shard is decoded once, by the first teacher free to take it.
+static int regen_claim(const regen *g, int64_t s) {
+    char path[CONFIG_STR + 96];
+    snprintf(path, sizeof path, "%s/%05lld", g->claims, (long long)s);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return close(fd), 1;
+    if (errno == EEXIST) return 0;
+    return error_set("regenerate: cannot claim shard %lld (%s): %s", (long long)s, path, strerror(errno));
+}
+
+// This teacher's shards: each shard not claimed yet, claimed in order (a teacher that finishes
+// takes the next one: the work balances itself). A shard's part depends only on its prompts and
+// the settings, so who decodes it does not change the set.
 static int regen_run_shards(regen *g, const world *w) {
-    int64_t per = g->per, mine = 0, done = 0;
-    for (int64_t s = w->group; s < g->n_shards; s += w->groups) mine += s + 1 < g->n_shards ? per : g->pi.n - s * per;
+    int64_t per = g->per, done = 0, shards = 0;
     shard_state st = {0};
-    st.reply = xmalloc((size_t)per * (size_t)g->max_new * sizeof(int32_t));
+    st.at = xmalloc(((size_t)per + 1) * sizeof(int64_t));
+    st.reply = xmalloc((size_t)g->reply_cap * sizeof(int32_t)); // checked at setup
     st.rlen = xmalloc((size_t)per * sizeof(int32_t));
     st.finish = xmalloc((size_t)per);
     st.r = xmalloc((size_t)per * sizeof(rng));
@@ -398,11 +635,16 @@ static int regen_run_shards(regen *g, const world *w) {
     st.next = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.u = xmalloc((size_t)g->max_seqs * sizeof(double));
     progress pg;
-    progress_start(&pg, "regenerate (prompts)", mine);
+    progress_start(&pg, "regenerate (prompts of the job, this rank's)", g->pi.n);
     double t0 = time_now(), t_line = t0;
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
-    for (int64_t s = w->group; rc == 0 && s < g->n_shards; s += w->groups) {
+    for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
+        int mine = regen_claim(g, s);
+        if (mine <= 0) {
+            rc = mine;
+            continue;
+        }
         st.first = s * per;
         st.cnt = st.first + per < g->pi.n ? per : g->pi.n - st.first;
         int have = part_done(g, s, st.cnt);
@@ -417,21 +659,29 @@ static int regen_run_shards(regen *g, const world *w) {
             progress_update(&pg, done);
             continue;
         }
+        st.at[0] = 0;
+        for (int64_t j = 0; j < st.cnt; j++) st.at[j + 1] = st.at[j] + reply_need(g, st.first + j);
         memset(st.rlen, 0, (size_t)st.cnt * sizeof(int32_t));
         rc = regen_decode_shard(g, &st, &pg, &done);
         if (rc == 0) rc = part_write(g, &st, s);
+        if (rc == 0) shards++;
+        if (rc == 0 && g->cfg->test_slow_teacher == w->rank && g->cfg->test_slow_ms > 0) { // testing: a slow teacher
+            struct timespec ts = {(time_t)(g->cfg->test_slow_ms / 1000), (long)(g->cfg->test_slow_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         double now = time_now();
         if (rc == 0 && now - t_line >= REGEN_PROGRESS_S) {
-            regen_progress_line(g, done, mine, st.tokens - tokens0, now - t0);
+            regen_progress_line(done, shards, st.tokens - tokens0, now - t0);
             t_line = now;
             said = done;
         }
     }
     if (rc == 0) {
         progress_end(&pg);
-        if (said != done) regen_progress_line(g, done, mine, st.tokens - tokens0, time_now() - t0); // (not twice)
+        if (said != done) regen_progress_line(done, shards, st.tokens - tokens0, time_now() - t0); // (not twice)
         if (skipped) log_info("regenerate: %lld shard(s) of this rank were done by an earlier run", (long long)skipped);
     }
+    free(st.at);
     free(st.reply);
     free(st.rlen);
     free(st.finish);
@@ -443,29 +693,70 @@ static int regen_run_shards(regen *g, const world *w) {
     return rc;
 }
 
+// This job's claims directory, made by rank 0 (the claims of earlier, interrupted jobs removed:
+// a shard they claimed but did not finish has no part and is claimed again), its name given to
+// every rank. Collective.
+static int regen_claims_setup(regen *g, const world *w) {
+    char nonce[32] = "";
+    int rc = 0;
+    if (w->rank == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(nonce, sizeof nonce, "%llx-%x", (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec,
+                 (unsigned)getpid());
+        DIR *d = opendir(g->parts);
+        struct dirent *e;
+        char old[CONFIG_STR + 300];
+        while (d && (e = readdir(d)))
+            if (strncmp(e->d_name, "claims-", 7) == 0) {
+                snprintf(old, sizeof old, "%s/%s", g->parts, e->d_name);
+                if (fs_remove_tree(old) != 0) log_warn("regenerate: could not remove %s", old);
+            }
+        if (d) closedir(d);
+        snprintf(g->claims, sizeof g->claims, "%s/claims-%s", g->parts, nonce);
+        if (fs_mkdirs(g->claims) < 0) {
+            rc = -1;
+            nonce[0] = '\0';
+        }
+    }
+    mpi_check(MPI_Bcast(nonce, sizeof nonce, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (!nonce[0]) return rc < 0 ? -1 : error_set("regenerate: rank 0 could not make the claims directory in %s", g->parts);
+    snprintf(g->claims, sizeof g->claims, "%s/claims-%s", g->parts, nonce);
+    return 0;
+}
+
 // ----------------------------------------------------------------------------- merge (rank 0)
 
 static int regen_merge(regen *g) {
     const config *cfg = g->cfg;
-    char tok[CONFIG_STR + 32];
-    snprintf(tok, sizeof tok, "regenerate(%s)", cfg->target_path);
     trainset_writer w;
-    if (trainset_writer_open(&w, cfg->regen_out, g->m.cfg.vocab, tok) < 0) return -1;
+    if (trainset_writer_open(&w, cfg->regen_out, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
     uint8_t *finish = xmalloc((size_t)g->pi.n);
-    int32_t *ids = xmalloc(((size_t)g->pi.longest + (size_t)g->max_new) * sizeof(int32_t));
-    uint8_t *mask = xmalloc((size_t)g->pi.longest + (size_t)g->max_new);
+    int32_t *ids = xmalloc((size_t)sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)sample_cap(g));
     int64_t at = 0, n_stop = 0;
     int rc = 0;
     for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
         char path[CONFIG_STR + 64];
         part_path(path, sizeof path, g, s);
+        // each part read is this run's (its settings and count checked again: another job's part
+        // would not fit the buffers sized for these settings), each sample bounded before it is read
+        int64_t cnt = (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+        int have = part_done(g, s, cnt);
+        if (have <= 0) {
+            rc = have < 0 ? -1 : error_set("%s: missing (every shard's part should be there)", path);
+            break;
+        }
         trainset ts;
         if ((rc = trainset_open(&ts, path, 0)) < 0) break;
         if (ts.n != ts.n_raw || at + ts.n_raw > g->pi.n) rc = error_set("%s: %lld samples, not what its shard holds", path, (long long)ts.n_raw);
         if (rc == 0) rc = trainset_read_u8(&ts, "/finish_reason", finish + at);
         for (int64_t i = 0; rc == 0 && i < ts.n; i++) {
             int64_t len = trainset_len(&ts, i);
-            if ((rc = trainset_read(&ts, i, ids, mask)) == 0) rc = trainset_writer_append(&w, ids, mask, len);
+            if (len > sample_cap(g))
+                rc = error_set("%s: sample %lld has %lld tokens, more than a prompt and its reply can (%lld)", path,
+                               (long long)i, (long long)len, (long long)sample_cap(g));
+            else if ((rc = trainset_read(&ts, i, ids, mask)) == 0) rc = trainset_writer_append(&w, ids, mask, len);
             n_stop += finish[at + i] == FINISH_STOP;
         }
         at += ts.n_raw;
@@ -486,6 +777,10 @@ static int regen_merge(regen *g) {
     double f;
     if (rc == 0) rc = trainset_writer_attr(&w, "target", cfg->target_path, NULL, 0, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "prompts", cfg->regen_prompts, NULL, 0, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "target_weights_crc32c", NULL, (i64 = g->weights_crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "target_config_crc32c", NULL, (i64 = g->config_crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_crc32c", NULL, (i64 = g->pi.crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_bytes", NULL, (i64 = g->pi.bytes, &i64), -1, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "stop_ids", NULL, g->stop, g->n_stop, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "max_new_tokens", NULL, (i64 = g->max_new, &i64), -1, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "max_len", NULL, (i64 = g->max_len, &i64), -1, NULL);
@@ -515,23 +810,30 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_link
     g->m.be = be;
     g->links = links;
     int rc = regen_setup(g, w);
-    if (rc == 0 && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
-    if (rc == 0 && w->rank == 0)
+    if (rc == 0 && !g->done_already && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
+    if (rc == 0 && w->rank == 0 && !g->done_already)
         log_info("regenerate: %lld prompts (longest %lld tokens) in %lld shard(s) over %d teacher(s) of %d rank(s); %d "
                  "slots of %d positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->pi.n,
                  (long long)g->pi.longest, (long long)g->n_shards, w->groups, g->G, g->max_seqs, g->max_len, g->max_new, g->n_stop,
                  g->smp.temperature > 0 ? "sampling" : "greedy");
-    if (rc == 0 && w->rank == 0 && g->G > 1)
+    if (rc == 0 && w->rank == 0 && g->G > 1 && !g->done_already)
         log_info("regenerate: the stages pass their rows %s", g->link.links ? "over NCCL, GPU to GPU" : "over MPI from host memory");
     // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
     int set_up = rc == 0, all_set_up = 0;
     mpi_check(MPI_Allreduce(&set_up, &all_set_up, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (!all_set_up) {
+    int done_already = g->done_already; // rank 0's finding holds for all
+    if (all_set_up) mpi_check(MPI_Bcast(&done_already, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (all_set_up && done_already) {
+        if (w->rank == 0) log_info("regenerate: %s is already made with these settings: nothing to do", cfg->regen_out);
+    } else if (all_set_up && regen_claims_setup(g, w) < 0) {
+        rc = -1;
+    }
+    if (!all_set_up || done_already || rc) {
         // the ranks that failed report below; the others have nothing to run
-    } else if (rc == 0 && g->link.first) { // a group's first stage drives its decoder; the others follow its calls
+    } else if (g->link.first) { // a group's first stage drives its decoder; the others follow its calls
         rc = regen_run_shards(g, w);
         regen_link_stop(&g->link);
-    } else if (rc == 0 && regen_link_follow(&g->link) < 0) {
+    } else if (regen_link_follow(&g->link) < 0) {
         fatal("%s", error_msg()); // an internal failure on a later stage: the first stage waits for it
     }
     // The first failing rank says why; every rank then agrees to stop.
@@ -540,7 +842,7 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_link
     if (first < w->size) {
         if (w->rank == first) log_error("%s", error_msg());
         rc = -1;
-    } else if (w->rank == 0) {
+    } else if (w->rank == 0 && !done_already) {
         rc = regen_merge(g);
         if (rc) log_error("%s", error_msg());
     }

@@ -26,6 +26,11 @@
 #                a missing one, "../x", an absolute path, /dev/zero, a FIFO or a directory inside the
 #                model directory; weight_map of the wrong type, keys given twice, bytes after it;
 #                `teacher-dump`: accepted only with the unmutated features (issue 27 items 5, 7, 8)
+#   regenerate   the prompts JSONL (characters replaced, ranges removed, cut short, odd ids, input_ids
+#                of other types, keys given twice, no prompt, prompts past the target's positions) and
+#                generation_config.json (eos_token_id odd, given twice, cut short, not an object):
+#                `dflash_rank --mode regenerate`; refused with no file left, or accepted with a set
+#                that `dflash_tool inspect` reads (issue 38)
 # Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
 # a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -350,6 +355,90 @@ for i in range(N_IDX):
         failures.append("%s: accepted with other features (a silent acceptance)\n  %s" % (what, text[:300]))
     shutil.rmtree(d)
 print("fuzz: %d config.json mutants and %d index.json mutants: %d runs" % (N_CFG, N_IDX, counts["ran"] - n_cfg_before))
+
+# ---- regenerate's inputs (issue 38): the prompts JSONL and the target's generation_config.json
+# Every mutant is refused in one line (and no set, part or temporary file is left) or accepted with
+# a set `dflash_tool inspect` reads, never a crash or a half-written file.
+REGEN = [rank, "--mode", "regenerate", "--device", "cpu", "--target.path=" + os.path.join(tmp, "rg_tgt"),
+         "--regenerate.max_new_tokens=3", "--regenerate.shard_prompts=2", "--regenerate.heldout=1"]
+shutil.copytree(os.path.join(tmp, "tgt"), os.path.join(tmp, "rg_tgt"))
+base_prompts = [[rng.randrange(100) for _ in range(rng.randint(2, 8))] for _ in range(6)]
+base_text = "".join(json.dumps({"input_ids": p}) + "\n" for p in base_prompts)
+CHARS = list('{}[],:" \n\t-.e0123456789') + ["\x00", "\xff", "\\", "x"]
+
+
+def regen_run(what, prompts_text, gen_config):
+    d = os.path.join(tmp, "m", "rg")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    pp, out = os.path.join(d, "p.jsonl"), os.path.join(d, "out.h5")
+    with open(pp, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(prompts_text)
+    gc = os.path.join(tmp, "rg_tgt", "generation_config.json")
+    if gen_config is None:
+        if os.path.exists(gc): os.remove(gc)
+    else:
+        with open(gc, "w") as f: f.write(gen_config)
+    before = counts["accepted"]
+    run(what, REGEN + ["--regenerate.prompts=" + pp, "--regenerate.out=" + out], leaks=False)
+    left = [n for n in os.listdir(d) if ".tmp." in n] + [n for n in os.listdir(d) if n.endswith(".parts") and counts["accepted"] > before]
+    if left:
+        failures.append("%s: left behind: %s" % (what, left))
+    if counts["accepted"] > before:
+        p = subprocess.run(["timeout", "20", tool, "inspect", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if p.returncode != 0:
+            failures.append("%s: accepted, but the set is unreadable: %s" % (what, p.stderr.decode(errors="replace")[-300:]))
+    elif os.path.exists(out):
+        failures.append("%s: refused, but %s exists" % (what, out))
+
+
+def mutate_prompts():
+    t = base_text
+    k = rng.randrange(10)
+    if k == 0:  # a character replaced
+        i = rng.randrange(len(t)); t = t[:i] + rng.choice(CHARS) + t[i + 1:]
+    elif k == 1:  # a range removed
+        i = rng.randrange(len(t)); t = t[:i] + t[i + rng.randint(1, 12):]
+    elif k == 2:  # cut short
+        t = t[:rng.randrange(len(t))]
+    elif k == 3:  # an odd id
+        v = rng.choice([-1, 99, 100, 2**31, 2**53, 1e20, 1.5, "3", None, [], {}, True])
+        p = [list(x) for x in base_prompts]; p[rng.randrange(6)][0] = v
+        t = "".join(json.dumps({"input_ids": x}) + "\n" for x in p)
+    elif k == 4:  # input_ids of another type, or absent
+        v = rng.choice([[], 3, "ids", None, {}, [[1, 2]]])
+        t = json.dumps({"input_ids": v}) + "\n" + t if v is not None else '{"ids": [1]}\n' + t
+    elif k == 5:  # a key given twice, other keys
+        t = '{"input_ids": [1, 2], "input_ids": [3, 4, 5], "x": 1}\n' + t
+    elif k == 6:  # blank lines only, or nothing
+        t = rng.choice(["", "\n\n", "   \n"])
+    elif k == 7:  # a prompt past the target's 64 positions
+        t = json.dumps({"input_ids": [1] * rng.choice([61, 64, 65, 1000])}) + "\n" + t
+    elif k == 8:  # not an object per line
+        t = rng.choice(["[1, 2, 3]\n", "null\n", "1\n", '"s"\n']) + t
+    else:  # many lines duplicated
+        t = t * rng.randint(2, 5)
+    return t
+
+
+def mutate_gen_config():
+    v = rng.choice([-1, 0, 99, 100, 1.5, 1e20, -1e20, "3", None, [], [1, 2], [1, "x"], [1.5], {}, True, [[1]], 2**63])
+    k = rng.randrange(5)
+    if k == 0: return json.dumps({"eos_token_id": v})
+    if k == 1: return '{"eos_token_id": %s, "eos_token_id": %s}' % (json.dumps(v), json.dumps(rng.choice([1, 2, 500, "x"])))
+    if k == 2: return json.dumps({"eos_token_id": v})[:rng.randrange(1, 20)]
+    if k == 3: return rng.choice(["", "[]", "null", '{"eos_token_id": 1} x', "\x00"])
+    return json.dumps({"eos_token_id": v, "bos_token_id": v})
+
+
+N_RP, N_RG = 30, 20
+rg_accepted = counts["accepted"]
+for i in range(N_RP):
+    regen_run("regenerate prompts mutant %d" % i, mutate_prompts(), None)
+for i in range(N_RG):
+    regen_run("regenerate generation_config mutant %d" % i, base_text, mutate_gen_config())
+print("fuzz: %d regenerate prompts mutants and %d generation_config.json mutants: %d accepted" %
+      (N_RP, N_RG, counts["accepted"] - rg_accepted))
 
 # ---- checkpoints and features: flipped bits
 TRAIN = [rank, "--mode", "train", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"), "--target.layer_ids=0,1",

@@ -65,13 +65,16 @@ static herr_t feat_attr_str(hid_t obj, const char *name, const char *s) {
     return rc;
 }
 
-static void feat_close_datasets(featfile_writer *w) {
+// 0, or -1 when a close failed (its data could not be written).
+static int feat_close_datasets(featfile_writer *w) {
     int64_t *d[5] = {&w->d_features, &w->d_topk_idx, &w->d_topk_val, &w->d_lse, &w->d_crc};
+    int rc = 0;
     for (int i = 0; i < 5; i++)
         if (*d[i] >= 0) {
-            H5Dclose((hid_t)*d[i]);
+            if (H5Dclose((hid_t)*d[i]) < 0) rc = -1;
             *d[i] = -1;
         }
+    return rc;
 }
 
 uint32_t *featfile_sample_crc(const int32_t *tokens, const uint8_t *mask, int64_t n, const uint16_t *features, int64_t D,
@@ -135,13 +138,27 @@ int featfile_writer_append(featfile_writer *w, const int32_t *tokens, const uint
     return 0;
 }
 
+// The teacher datasets' chunks are flushed first, checked (a full disk fails here, and the file is
+// abandoned with its blocks freed before anything is closed), then closed, then the training-set
+// part closes (its own checks, fsync, rename).
 int featfile_writer_close(featfile_writer *w) {
-    feat_close_datasets(w);
+    char e[256];
+    h5safe_quiet q = h5safe_quiet_begin();
+    int rc = H5Fflush((hid_t)w->ts.file, H5F_SCOPE_LOCAL) < 0 || feat_close_datasets(w) < 0 ? -1 : 0;
+    if (rc < 0) error_set("feature file %s: writing the teacher datasets: %s", w->ts.path, h5safe_error(e));
+    h5safe_quiet_end(q);
+    if (rc < 0) {
+        featfile_writer_abort(w);
+        return -1;
+    }
     return trainset_writer_close(&w->ts);
 }
 
 void featfile_writer_abort(featfile_writer *w) {
+    h5safe_quiet q = h5safe_quiet_begin();
+    trainset_writer_discard(&w->ts);
     feat_close_datasets(w);
+    h5safe_quiet_end(q);
     trainset_writer_abort(&w->ts);
 }
 

@@ -28,8 +28,19 @@ h5safe_quiet h5safe_quiet_begin(void) {
 
 void h5safe_quiet_end(h5safe_quiet s) { H5Eset_auto2(H5E_DEFAULT, s.func, s.data); }
 
+// One line: an I/O failure's description ("file write failed: time = ..., errno = 28, error message
+// = '...', ...", over two lines) becomes "file write failed: No space left on device"; any other
+// description is cut at its first line break.
 static herr_t error_walk(unsigned n, const H5E_error2_t *err, void *data) {
-    if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);
+    if (n != 0 || !err->desc) return 0;
+    char *buf = data;
+    const char *en = strstr(err->desc, "errno = "), *colon = strchr(err->desc, ':');
+    if (en && colon && colon < en) {
+        snprintf(buf, 256, "%.*s: %s", (int)(colon - err->desc), err->desc, strerror(atoi(en + 8)));
+    } else {
+        snprintf(buf, 256, "%s", err->desc);
+        buf[strcspn(buf, "\r\n")] = '\0';
+    }
     return 0;
 }
 

@@ -11,8 +11,11 @@
 // h5safe_attr_str (a corrupt legacy variable-length string is an error, not a crash).
 //
 // Writer: three extensible chunked datasets in "<path>.tmp.<pid>", appends buffered in memory and
-// flushed in fixed-size pieces (memory does not grow with the number of samples), attributes
-// written and the file fsynced and renamed over path at close; any failure removes the temporary.
+// flushed in fixed-size pieces (memory does not grow with the number of samples; no chunk cache, so
+// each piece reaches the file in its own write), attributes written, the file's blocks allocated,
+// flushed, every close checked, fsynced and renamed over path at close; any failure frees the
+// temporary's blocks, closes every handle and removes it.
+#define _GNU_SOURCE // fallocate, on_exit
 #include "common/data/trainset.h"
 
 #include <errno.h>
@@ -480,30 +483,61 @@ void trainset_close(trainset *ts) {
 
 // ---------------------------------------------------------------- writer
 
+// Set once a write failed: HDF5's failed writes leave memory it can no longer free (its error paths
+// leak), and its clean-up at exit would then print "HDF5: infinite loop closing library" after the
+// one error line, unless its error printing is off, which it stays from then on.
+static int tw_hdf5_leaked;
+
+// After a close that failed, HDF5 holds a file it cannot close (a failed flush leaves its metadata
+// cache half-flushed): its clean-up at exit would retry and crash (SIGSEGV in H5F__close_cb). The
+// process then leaves without that clean-up: a handler registered now runs before HDF5's (they run
+// in reverse order) and ends the process with its exit status, standard streams flushed.
+static void tw_exit_skipping_hdf5(int status, void *arg) {
+    (void)arg;
+    fflush(NULL);
+    _exit(status);
+}
+
+static void tw_hdf5_cannot_close(void) {
+    static int registered;
+    if (!registered && on_exit(tw_exit_skipping_hdf5, NULL) == 0) registered = 1;
+}
+
+static void tw_quiet_end(h5safe_quiet q) {
+    h5safe_quiet_end(q);
+    if (tw_hdf5_leaked) H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
 // An empty, extensible, chunked rank-1 dataset.
 static hid_t tw_create_dataset(hid_t file, const char *name, hid_t type) {
     hsize_t dim = 0, maxdim = H5S_UNLIMITED, chunk = TS_H5_CHUNK;
     hid_t space = H5Screate_simple(1, &dim, &maxdim);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dapl = H5Pcreate(H5P_DATASET_ACCESS);
     hid_t d = -1;
-    // no modification times in the object headers: the same samples give the same bytes
-    if (space >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0)
-        d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    // no modification times in the object headers: the same samples give the same bytes; no chunk
+    // cache: every write reaches the file in its H5Dwrite (the appends are whole chunks but the
+    // last), so a full disk fails that call, not a close, and no chunk is left waiting in memory
+    if (space >= 0 && dcpl >= 0 && dapl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0 &&
+        H5Pset_chunk_cache(dapl, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT) >= 0)
+        d = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, dapl);
+    if (dapl >= 0) H5Pclose(dapl);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
     return d;
 }
 
-// Append count elements of buf (mem_type) at the end of d, which holds `have` elements now.
-static herr_t tw_append_dataset(hid_t d, hid_t mem_type, int64_t have, int64_t count, const void *buf) {
+// Append count elements of buf (mem_type) at the end of d, which holds `have` elements now. On a
+// failure, HDF5's reason in e (taken before the clean-up calls, which clear HDF5's error stack).
+static herr_t tw_append_dataset(hid_t d, hid_t mem_type, int64_t have, int64_t count, const void *buf, char e[256]) {
     if (count == 0) return 0;
     hsize_t size = (hsize_t)(have + count), start = (hsize_t)have, c = (hsize_t)count;
-    if (H5Dset_extent(d, &size) < 0) return -1;
+    if (H5Dset_extent(d, &size) < 0) return h5safe_error(e), -1;
     hid_t fspace = H5Dget_space(d);
-    if (fspace < 0) return -1;
+    if (fspace < 0) return h5safe_error(e), -1;
     hid_t mspace = H5Screate_simple(1, &c, NULL);
     herr_t rc = mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &c, NULL);
     if (rc >= 0) rc = H5Dwrite(d, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    if (rc < 0) h5safe_error(e);
     if (mspace >= 0) H5Sclose(mspace);
     H5Sclose(fspace);
     return rc;
@@ -513,9 +547,9 @@ static herr_t tw_append_dataset(hid_t d, hid_t mem_type, int64_t have, int64_t c
 static int tw_flush_tokens(trainset_writer *w) {
     char e[256];
     int64_t have = w->n_tokens - w->buf_n;
-    if (tw_append_dataset((hid_t)w->d_tokens, H5T_NATIVE_INT32, have, w->buf_n, w->buf_tokens) < 0 ||
-        tw_append_dataset((hid_t)w->d_mask, H5T_NATIVE_UINT8, have, w->buf_n, w->buf_mask) < 0)
-        return error_set("%s: writing tokens: %s", w->tmp_path, h5safe_error(e));
+    if (tw_append_dataset((hid_t)w->d_tokens, H5T_NATIVE_INT32, have, w->buf_n, w->buf_tokens, e) < 0 ||
+        tw_append_dataset((hid_t)w->d_mask, H5T_NATIVE_UINT8, have, w->buf_n, w->buf_mask, e) < 0)
+        return error_set("%s: writing tokens: %s", w->tmp_path, e);
     w->buf_n = 0;
     return 0;
 }
@@ -524,8 +558,8 @@ static int tw_flush_tokens(trainset_writer *w) {
 static int tw_flush_offsets(trainset_writer *w) {
     char e[256];
     int64_t have = w->n_samples + 1 - w->buf_noff;
-    if (tw_append_dataset((hid_t)w->d_offsets, H5T_NATIVE_INT64, have, w->buf_noff, w->buf_offsets) < 0)
-        return error_set("%s: writing offsets: %s", w->tmp_path, h5safe_error(e));
+    if (tw_append_dataset((hid_t)w->d_offsets, H5T_NATIVE_INT64, have, w->buf_noff, w->buf_offsets, e) < 0)
+        return error_set("%s: writing offsets: %s", w->tmp_path, e);
     w->buf_noff = 0;
     return 0;
 }
@@ -587,7 +621,7 @@ int trainset_writer_attr(trainset_writer *w, const char *name, const char *str, 
     if (root >= 0) H5Gclose(root);
     int out = rc < 0 ? error_set("%s: writing attribute %s: %s", w->tmp_path, name, h5safe_error(e)) : 0;
     if (out < 0) tw_cleanup(w, 1);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
     return out;
 }
 
@@ -596,20 +630,54 @@ int trainset_writer_dataset(trainset_writer *w, const char *name, int is_u8, con
     if (w->file <= 0) return error_set("trainset writer: dataset after close or a failed call");
     h5safe_quiet q = h5safe_quiet_begin();
     hid_t d = tw_create_dataset((hid_t)w->file, name, is_u8 ? H5T_STD_U8LE : H5T_STD_I64LE);
-    herr_t rc = d < 0 ? -1 : tw_append_dataset(d, is_u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT64, 0, n, v);
-    if (d >= 0) H5Dclose(d);
-    int out = rc < 0 ? error_set("%s: writing dataset %s: %s", w->tmp_path, name, h5safe_error(e)) : 0;
+    if (d < 0) h5safe_error(e);
+    herr_t rc = d < 0 ? -1 : tw_append_dataset(d, is_u8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_INT64, 0, n, v, e);
+    if (d >= 0 && H5Dclose(d) < 0 && rc >= 0) rc = -1, h5safe_error(e);
+    int out = rc < 0 ? error_set("%s: writing dataset %s: %s", w->tmp_path, name, e) : 0;
     if (out < 0) tw_cleanup(w, 1);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
     return out;
 }
 
+// Close every handle still open: 0, or -1 when a close failed (that handle stays open, its id kept).
+static int tw_close_handles(trainset_writer *w) {
+    int64_t *d[] = {&w->d_tokens, &w->d_mask, &w->d_offsets};
+    int rc = 0;
+    for (int i = 0; i < 3; i++)
+        if (*d[i] > 0) {
+            if (H5Dclose((hid_t)*d[i]) < 0) rc = -1;
+            else *d[i] = -1;
+        }
+    if (rc == 0 && w->file > 0) {
+        if (H5Fclose((hid_t)w->file) < 0) rc = -1;
+        else w->file = -1;
+    }
+    return rc;
+}
+
 // Close every handle, remove the temporary file, free the buffers. Safe to call twice.
+// When the file is abandoned its blocks are freed first (truncated to 0: the contents no longer
+// matter), so that HDF5's closes, which flush what it still holds, find space on a full disk: a
+// close that fails leaves the dataset or the file half-open inside HDF5, whose clean-up at exit
+// then crashes retrying the flush.
+void trainset_writer_discard(trainset_writer *w) {
+    if (!w->tmp_path || w->file <= 0) return;
+    int fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (ftruncate(fd, 0) != 0) { /* nothing to free then */ }
+        close(fd);
+    }
+}
+
 static void tw_cleanup(trainset_writer *w, int remove_tmp) {
-    h5_close_dataset(&w->d_tokens);
-    h5_close_dataset(&w->d_mask);
-    h5_close_dataset(&w->d_offsets);
-    h5_close_file(&w->file);
+    if (remove_tmp) trainset_writer_discard(w);
+    if (remove_tmp) tw_hdf5_leaked = 1;
+    if (tw_close_handles(w) < 0) {
+        char e[256];
+        log_warn("%s: HDF5 cannot close it after the failed write (%s): the process ends without HDF5's clean-up",
+                 w->tmp_path ? w->tmp_path : w->path, h5safe_error(e));
+        tw_hdf5_cannot_close();
+    }
     if (remove_tmp && w->tmp_path) unlink(w->tmp_path);
     free(w->path);
     free(w->tmp_path);
@@ -634,7 +702,13 @@ int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_siz
 
     h5safe_quiet q = h5safe_quiet_begin();
     int rc = 0;
-    hid_t f = H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    // H5F_CLOSE_SEMI: H5Fclose fails while a dataset is open (the default, weak, would return
+    // success and leave the file unwritten behind a dataset whose close failed)
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t f = fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_SEMI) >= 0
+                  ? H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)
+                  : -1;
+    if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
         rc = error_set("%s: cannot create: %s", w->tmp_path, h5safe_error(e));
         free(w->tmp_path); // nothing was created: do not unlink a file of that name
@@ -647,7 +721,7 @@ int trainset_writer_open(trainset_writer *w, const char *path, int64_t vocab_siz
         if (w->d_offsets < 0) rc = error_set("%s: creating datasets: %s", w->tmp_path, h5safe_error(e));
     }
     if (rc < 0) tw_cleanup(w, 1);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
     if (rc < 0) return -1;
     w->buf_cap = TS_WRITE_BUF;
     w->buf_cap_off = TS_WRITE_BUF_OFF;
@@ -696,8 +770,22 @@ int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint
     h5safe_quiet q = h5safe_quiet_begin();
     int rc = tw_append(w, tokens, mask, n);
     if (rc < 0) tw_cleanup(w, 1);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
     return rc;
+}
+
+// The file's blocks up to its current end, allocated before the final flush writes the metadata
+// there, so that a full disk shows here (ENOSPC, nothing half-flushed) rather than inside HDF5's
+// flush, which leaves the file impossible to close. Best effort where fallocate is unsupported.
+static int tw_reserve(trainset_writer *w) {
+    hsize_t size = 0;
+    if (H5Fget_filesize((hid_t)w->file, &size) < 0 || size == 0) return 0;
+    int fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return error_set("%s: cannot open: %s", w->tmp_path, strerror(errno));
+    int rc = fallocate(fd, 0, 0, (off_t)size) == 0 || errno == EOPNOTSUPP || errno == ENOSYS ? 0 : -1;
+    int err = errno;
+    close(fd);
+    return rc < 0 ? error_set("%s: writing: %s", w->tmp_path, strerror(err)) : 0;
 }
 
 static int tw_close(trainset_writer *w) {
@@ -711,21 +799,20 @@ static int tw_close(trainset_writer *w) {
                     tw_write_str_attr(root, "tokenizer", w->tokenizer) < 0))
         rc = -1;
     if (rc < 0) error_set("%s: writing attributes: %s", w->tmp_path, h5safe_error(e));
-    if (root >= 0) H5Gclose(root);
+    if (root >= 0 && H5Gclose(root) < 0 && rc == 0) rc = error_set("%s: writing attributes: %s", w->tmp_path, h5safe_error(e));
     if (rc < 0) return -1;
-    h5_close_dataset(&w->d_tokens);
-    h5_close_dataset(&w->d_mask);
-    h5_close_dataset(&w->d_offsets);
-    herr_t closed = H5Fclose((hid_t)w->file);
-    w->file = -1;
-    if (closed < 0) return error_set("%s: closing: %s", w->tmp_path, h5safe_error(e));
-    int fd = open(w->tmp_path, O_RDONLY);
+    // Every dataset's chunks and every object header reach the file here, each status checked: a
+    // failed flush (a full disk) fails the close, and nothing is renamed.
+    if (tw_reserve(w) < 0) return -1;
+    if (H5Fflush((hid_t)w->file, H5F_SCOPE_LOCAL) < 0) return error_set("%s: writing: %s", w->tmp_path, h5safe_error(e));
+    if (tw_close_handles(w) < 0) return error_set("%s: closing: %s", w->tmp_path, h5safe_error(e));
+    int fd = open(w->tmp_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
         int err = errno;
         if (fd >= 0) close(fd);
         return error_set("%s: fsync: %s", w->tmp_path, strerror(err));
     }
-    close(fd);
+    if (close(fd) != 0) return error_set("%s: close: %s", w->tmp_path, strerror(errno));
     if (rename(w->tmp_path, w->path) != 0)
         return error_set("%s: cannot rename to %s: %s", w->tmp_path, w->path, strerror(errno));
     // make the rename durable too (best effort: not every file system can fsync a directory)
@@ -747,7 +834,7 @@ int trainset_writer_close(trainset_writer *w) {
     int rc = tw_close(w);
     int64_t n_samples = w->n_samples, n_tokens = w->n_tokens, vocab = w->vocab_size;
     tw_cleanup(w, rc < 0);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
     if (rc == 0) { // the summary stays readable
         w->n_samples = n_samples;
         w->n_tokens = n_tokens;
@@ -759,5 +846,5 @@ int trainset_writer_close(trainset_writer *w) {
 void trainset_writer_abort(trainset_writer *w) {
     h5safe_quiet q = h5safe_quiet_begin();
     tw_cleanup(w, 1);
-    h5safe_quiet_end(q);
+    tw_quiet_end(q);
 }

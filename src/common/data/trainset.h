@@ -77,8 +77,10 @@ void trainset_close(trainset *ts);
 
 // Writer: streams samples to "<path>.tmp.<pid>" (no modification times: the same samples give a
 // byte-identical file) (extensible chunked datasets, bounded memory),
-// renamed over path by trainset_writer_close. trainset_writer_abort (or any failed call) removes
-// the temporary file, so a half-written training set never appears under path.
+// renamed over path by trainset_writer_close. Every HDF5 call's status is checked, the closes and
+// the final flush included (a full disk fails the close, naming the OS reason); only a complete,
+// fsynced file is renamed. trainset_writer_abort (or any failed call) closes every handle and
+// removes the temporary file, so a half-written training set never appears under path.
 typedef struct {
     char *path, *tmp_path;
     int64_t file, d_tokens, d_mask, d_offsets; // hid_t
@@ -104,6 +106,11 @@ int trainset_writer_append(trainset_writer *w, const int32_t *tokens, const uint
 // final value) stay readable for a summary.
 int trainset_writer_close(trainset_writer *w);
 void trainset_writer_abort(trainset_writer *w);
+// trainset_writer_discard: the temporary file truncated to 0 (its blocks freed), for a caller that
+// writes datasets of its own into w->file (featfile.h) and abandons it: called before it closes
+// them, so that their closes, which flush what HDF5 still holds, find space on a full disk (a
+// failed close leaves HDF5 half-closed, and its clean-up at exit crashes). The abort follows.
+void trainset_writer_discard(trainset_writer *w);
 // trainset_writer_attr: a root attribute: a string (str), else one double (f64), else n_ints int64
 // values (a list; n_ints 0 = an empty one, -1 = the scalar ints[0]). trainset_writer_dataset: a rank-1 dataset of n values,
 // uint8 (is_u8) or int64, written at once (e.g. /finish_reason, /heldout). Any failure aborts the writer.
