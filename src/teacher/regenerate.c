@@ -506,6 +506,8 @@ static void regen_draw(regen *g, shard_state *st, int64_t j, double *u) {
 }
 
 // Decode the shard's prompts with continuous batching: a free slot takes the next waiting prompt.
+// done counts this rank's prompts; the progress line counts the job's: the shards claim in order,
+// so every prompt before this shard's is claimed by some rank, and its rate and ETA are the job's.
 static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *done) {
     target_decoder *d = &g->dec;
     int sampling = g->smp.temperature > 0.0f;
@@ -525,7 +527,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
                 regen_link_remove(&g->link, s); // s is the last slot: nothing moves
                 finished++;
                 (*done)++;
-                progress_update(pg, *done);
+                progress_update(pg, st->first + finished);
             }
         }
         if (d->n_seq == 0) continue;
@@ -547,7 +549,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
             }
             finished++;
             (*done)++;
-            progress_update(pg, *done);
+            progress_update(pg, st->first + finished);
         }
     }
     return 0;
@@ -635,7 +637,7 @@ static int regen_run_shards(regen *g, const world *w) {
     st.next = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.u = xmalloc((size_t)g->max_seqs * sizeof(double));
     progress pg;
-    progress_start(&pg, "regenerate (prompts of the job, this rank's)", g->pi.n);
+    progress_start(&pg, "regenerate (the job's prompts, in the order claimed)", g->pi.n);
     double t0 = time_now(), t_line = t0;
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
@@ -656,7 +658,7 @@ static int regen_run_shards(regen *g, const world *w) {
             skipped++;
             done += st.cnt;
             tokens0 = st.tokens;
-            progress_update(&pg, done);
+            progress_update(&pg, st.first + st.cnt);
             continue;
         }
         st.at[0] = 0;
@@ -677,6 +679,7 @@ static int regen_run_shards(regen *g, const world *w) {
         }
     }
     if (rc == 0) {
+        pg.done = g->pi.n; // every shard is claimed (some may still be decoding on other ranks)
         progress_end(&pg);
         if (said != done) regen_progress_line(done, shards, st.tokens - tokens0, time_now() - t0); // (not twice)
         if (skipped) log_info("regenerate: %lld shard(s) of this rank were done by an earlier run", (long long)skipped);
