@@ -9,8 +9,10 @@
 
 #include "common/comm/world.h"
 #include "common/core/config.h"
+#include "modes/mode.h"
 
-// preflight_run: called on every rank after world_init (roles are assigned here, so a world that
-// does not fit the roles is a FAIL row, not an exit). Opens and closes its own backend. Returns the
+// preflight_run: called on every rank after world_init (roles are assigned here, as the run
+// assigns them: the mode's rule, so a world that does not fit the roles is a FAIL row, not an
+// exit); the rows are what the mode's table entry asks (mode_def.preflight). Opens and closes its own backend. Returns the
 // process exit status, the same on every rank: 0 when no row FAILed, 1 otherwise.
-int preflight_run(world *w, const config *cfg);
+int preflight_run(world *w, const config *cfg, const mode_def *mode);

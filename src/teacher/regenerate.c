@@ -22,6 +22,7 @@
 #include "common/kernels/ops.h"
 #include "teacher/decode_sample.h"
 #include "teacher/regen_link.h"
+#include "teacher/regen_output.h"
 #include "teacher/target.h"
 #include "teacher/target_decode.h"
 #include "teacher/teacher_group.h"
@@ -515,6 +516,7 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_link
     g->m.be = be;
     g->links = links;
     int rc = regen_setup(g, w);
+    if (rc == 0 && w->rank == 0) rc = regen_output_same(cfg, g->settings); // an earlier regenerate.out: same settings? (regen_output.h)
     if (rc == 0 && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
     if (rc == 0 && w->rank == 0)
         log_info("regenerate: %lld prompts (longest %lld tokens) in %lld shard(s) over %d teacher(s) of %d rank(s); %d "
