@@ -52,8 +52,19 @@ static int claim_hold(int fd, const char *path, int remove) {
 }
 
 int mode_claim_lock_file(const char *key, const char *out, int dry) {
-    char path[CONFIG_STR + 16];
+    char path[CONFIG_STR + 16], parent[CONFIG_STR];
     snprintf(path, sizeof path, "%s.lock", out);
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    struct stat st;
+    if (slash && slash != parent) { // its directory: made as the job would make it (nobody holds a lock there yet)
+        *slash = '\0';
+        if (stat(parent, &st) != 0) {
+            if (dry) return 0;
+            if (fs_mkdirs(parent)) return error_prefix("%s", key);
+        }
+    }
+    if (dry && access(path, F_OK) != 0) return 0; // no lock file: nobody holds it (and none is left behind)
     int fd;
     if (fs_lock_file(path, key, out, &fd)) return -1;
     if (dry) {
@@ -70,6 +81,7 @@ int mode_claim_lock_dir(const char *key, const char *dir, int dry) {
     if (!dry && fs_mkdirs(dir)) return error_prefix("%s", key);
     char path[CONFIG_STR + 16];
     snprintf(path, sizeof path, "%s/.lock", dir);
+    if (dry && access(path, F_OK) != 0) return 0; // no lock file: nobody holds it (and none is left behind)
     int fd;
     if (fs_lock_file(path, key, dir, &fd)) return -1;
     if (dry) {

@@ -14,6 +14,6 @@ const mode_def mode_eval = {
     .needs = mode_train_needs,
     .check_inputs = mode_train_check_inputs,
     .plan = mode_train_plan,
-    .report = mode_train_report,
+    // (no report: an evaluation has no checkpoints to name)
     .run = mode_train_run,
 };

@@ -43,8 +43,7 @@ int mode_train_plan(const config *cfg, const world_want *want, int world_size, i
     return plan_world(cfg, want, world_size, ranks_on_host, print);
 }
 
-void mode_train_report(const config *cfg, char *buf, size_t n) {
-    if (strcmp(cfg->mode, "train") != 0) return; // eval: no checkpoints to name
+static void train_report(const config *cfg, char *buf, size_t n) {
     int found = 0;
     int64_t step = checkpoint_latest(cfg->run_dir, &found);
     if (found)
@@ -110,6 +109,6 @@ const mode_def mode_train = {
     .needs = mode_train_needs,
     .check_inputs = mode_train_check_inputs,
     .plan = mode_train_plan,
-    .report = mode_train_report,
+    .report = train_report,
     .run = mode_train_run,
 };

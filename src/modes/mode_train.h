@@ -8,5 +8,4 @@ void mode_train_outputs(const config *cfg, mode_paths *out);
 int mode_train_needs(const config *cfg);
 int mode_train_check_inputs(const world *w, const config *cfg);
 int mode_train_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);
-void mode_train_report(const config *cfg, char *buf, size_t n);
 int mode_train_run(mode_job *j);

@@ -14,8 +14,9 @@
 #      file unchanged (checksums); a training set is replaced with --run.overwrite=true, never the
 #      prompts (not a file this project wrote); an earlier regenerate output of other settings is
 #      refused, and replaced with --run.overwrite=true.
-#   4. dump-features: features.dir holding a file dump-features did not write is refused, and a
-#      second dump into a features.dir in use ends naming the holder.
+#   4. dump-features: features.dir holding a file dump-features did not write is refused (by the
+#      run and by --preflight's row), a second dump into a features.dir in use ends naming the
+#      holder, and training whose run.dir is its data.features is refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -135,6 +136,8 @@ mkdir -p "$TMP/mixed" && echo keep >"$TMP/mixed/notes.txt"
 expect_fail "features.dir with a foreign file" "features.dir $TMP/mixed holds notes.txt, which dump-features did not write" \
   "$R" "${dump[@]}" --features.dir="$TMP/mixed"
 [ "$(cat "$TMP/mixed/notes.txt")" = keep ] && ok || bad "features.dir: the foreign file changed"
+"$R" "${dump[@]}" --features.dir="$TMP/mixed" --preflight >"$TMP/out" 2>"$TMP/err" && bad "preflight of a mixed features.dir: exit 0" ||
+  { grep -qE "^run.dir +0 +FAIL +features.dir .* holds notes.txt" "$TMP/out" && ok || { bad "preflight of a mixed features.dir:"; cat "$TMP/out" >&2; }; }
 expect_fail "run.dir = the offline features" "run.dir $TMP/feat is data.features $TMP/feat, an input" \
   "$R" --mode train "${job[@]}" --data.features="$TMP/feat" --run.dir="$TMP/feat" --train.steps=1
 /usr/bin/python3 - "$TMP/feat/.lock" <<'PYEOF' &
