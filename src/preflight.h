@@ -2,7 +2,8 @@
 //
 // Every rank checks what concerns it — its role in the world, its backend and GPU, its memory plan
 // against the device's free memory, peer access between teacher and student GPUs on one host,
-// /dev/shm, NCCL, the target, the training set, the run directory and its free space — and rank 0
+// /dev/shm, NCCL, and what its mode reads and writes (the mode's table entry: the target, the
+// training set or the prompts, the run directory or the output, their claim and free space) — and rank 0
 // prints one table (check, rank, result, detail) and "preflight: ok" or "preflight: N problem(s)".
 // Results: ok; WARN (the run works, but slower or at risk); FAIL (the run would fail); skipped.
 #pragma once

@@ -3,8 +3,9 @@
 //
 // One process plans the whole world: no MPI, no device opened, no weight read, no training set
 // read (the plans depend on data.max_tokens_per_batch, train.max_anchors, teacher.topk and the
-// shapes, not on the data). The roles come from world.teachers / world.students (data.features:
-// every rank a student); the device from run.device: cpu plans fp32 on the host, cuda plans bf16
+// shapes, not on the data). The roles are the mode's (its world_want: world.teachers /
+// world.students, data.features every rank a student), assigned as the job assigns them; the
+// device from run.device: cpu plans fp32 on the host, cuda plans bf16
 // weights and activations with the cuBLAS workspace and, unless transport.payload = mpi, the NCCL
 // receive ring (the job's own rule: every rank on its own GPU), whether or not a GPU is here; auto
 // plans for cuda when a GPU is visible, else for the CPU. Under mpirun every rank plans the same
