@@ -6,11 +6,12 @@
 // what it cannot start without, how it claims its outputs, and how it runs. The frame
 // (dflash_rank.c) and preflight.c read the table and nothing else: none of them decides a role or
 // names a mode. The frame applies the same lifecycle to every mode: the keys checked before MPI
-// starts (prepare), the roles assigned (world_assign), the outputs claimed on rank 0 before
-// anything is written (mode_claim.h: none is an input; the mode's claim locks them and refuses
-// what it did not write), the inputs opened on rank 0 (check_inputs), every rank agreeing, then run.
+// starts (prepare, needs), the roles assigned (world_assign), then on rank 0, before anything is
+// written: no output may be an input (mode_claim.h), the inputs opened (check_inputs), the outputs
+// claimed (claim: locked, what the mode did not write refused); every rank agreeing; then run.
 //
-// A new mode: one file mode_NAME.c defining `const mode_def mode_NAME`, and one line in modes.c.
+// A new mode: one file mode_NAME.c defining `const mode_def mode_NAME`, one X(mode_NAME) in
+// modes.c's MODE_LIST, and its name among run.mode's choices (config.c; test_modes.sh compares).
 #pragma once
 
 #include <stddef.h>
@@ -77,7 +78,7 @@ typedef struct {
     // removed). -1 with error_set naming the output (and the holder of a lock). NULL: the mode
     // claims its outputs itself (train and eval: run.dir, run_dir_claim in student_train).
     int (*claim)(const config *cfg, int dry);
-    // Rank 0, after the claim: the inputs opened once, so that every rank's error is one line.
+    // Rank 0, before the claim: the inputs opened once, so that every rank's error is one line.
     // -1 with error_set. NULL: nothing.
     int (*check_inputs)(const world *w, const config *cfg);
     // --plan (one process, no MPI, no device): world_size and ranks_on_host from the launcher (-1

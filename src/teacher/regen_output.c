@@ -14,7 +14,9 @@
 
 #define REGEN_SETTINGS_MAX 4096
 
-// A part of OUT.parts (part-SSSSS-of-NNNNN.h5, or one being written).
+// The files regenerate writes in OUT.parts: a part (part-SSSSS-of-NNNNN.h5, or one being written).
+// Anything else there is refused as not regenerate's: a new kind of file regenerate writes there
+// is named here too.
 static int regen_part_name(const char *name) { return fs_h5_name(name, "part-"); }
 
 // The parts directory: only regenerate's parts in it; with overwrite (not dry) they go.
