@@ -54,6 +54,8 @@ static int dump_check_inputs(const world *w, const config *cfg) {
 }
 
 static int dump_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
+    if (!cfg->target_path[0])
+        return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
     world w;
     backend be;
     if (mode_plan_roles(cfg, want, world_size, ranks_on_host, print, &w, &be)) return -1;

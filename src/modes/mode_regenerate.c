@@ -46,11 +46,11 @@ static int regen_check_inputs(const world *w, const config *cfg) {
 // --plan: the roles and the target's weights; the decode's caches depend on the prompts' lengths
 // (regenerate.max_len, or the longest prompt + regenerate.max_new_tokens): --preflight plans them.
 static int regen_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
+    if (!cfg->target_path[0])
+        return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
     world w;
     backend be;
     if (mode_plan_roles(cfg, want, world_size, ranks_on_host, print, &w, &be)) return -1;
-    if (!cfg->target_path[0])
-        return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
     target_config tc;
     if (target_config_load(&tc, cfg->target_path)) return -1;
     if (print) {
