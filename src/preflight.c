@@ -25,17 +25,22 @@
 #include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/version.h"
 #include "common/data/batchplan.h"
 #include "common/data/dataset.h"
 #include "common/data/featreader.h"
+#include "common/data/jsonl_sample.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
+#include "modes/mode.h"
+#include "modes/mode_claim.h"
 #include "student/model/drafter.h"
 #include "student/model/plan.h"
 #include "student/train/train_setup.h"
 #include "teacher/target.h"
 #include "teacher/target_config.h"
+#include "teacher/target_decode.h"
 #include "teacher/teacher_loop.h"
 
 #define PF_SHM_MIN ((size_t)1 << 30) // /dev/shm below this: WARN
@@ -45,9 +50,10 @@ typedef enum { PF_OK = 0, PF_WARN, PF_FAIL, PF_SKIP } pf_result;
 static const char *const pf_result_names[] = {"ok", "WARN", "FAIL", "skipped"};
 
 // The checks, in the table's order.
-typedef enum { PF_WORLD = 0, PF_BACKEND, PF_MEMORY, PF_PEER, PF_SHM, PF_NCCL, PF_TARGET, PF_DATA, PF_DIR, PF_CHECKS } pf_check;
-static const char *const pf_check_names[PF_CHECKS] = {"world", "backend", "memory", "peer access", "/dev/shm",
-                                                      "nccl",  "target",  "data",   "run.dir"};
+typedef enum { PF_WORLD = 0, PF_BACKEND, PF_MEMORY, PF_PEER, PF_SHM, PF_NCCL, PF_TARGET, PF_DATA, PF_PROMPTS, PF_DIR,
+               PF_OUTPUT, PF_CHECKS } pf_check;
+static const char *const pf_check_names[PF_CHECKS] = {"world", "backend", "memory", "peer access", "/dev/shm", "nccl",
+                                                      "target", "data", "prompts", "run.dir", "output"};
 
 #define PF_MAX_ROWS 16
 #define PF_DETAIL 480
@@ -74,7 +80,11 @@ typedef struct {
 typedef struct {
     world *w;
     const config *cfg;
+    const mode_def *mode;      // the mode's table entry: its roles, what to check (mode.h)
     int dump, offline;         // mode dump-features (every rank a teacher); train from data.features
+    int regen;                 // the teachers decode (regenerate): their memory is the decode's
+    int64_t prompts, longest;  // regenerate.prompts: prompts and the longest's tokens (-1: unreadable)
+    char prompts_err[PF_DETAIL];
     backend be;
     int have_be;
     target_config tc;          // the target's config.json
@@ -107,9 +117,9 @@ static const char *pf_bytes(size_t b, char *buf) { return bytes_format(b, buf, 3
 static void pf_world(pf_ctx *x) {
     world *w = x->w;
     const config *cfg = x->cfg;
-    long long want_t = x->dump ? w->size : x->offline ? 0 : cfg->teachers;
-    long long want_s = x->dump ? 0 : x->offline ? w->size : cfg->students;
-    if (world_roles(w, w->rank, w->size, want_t, want_s)) {
+    world_want want; // the roles exactly as the run assigns them (the mode's rule, world.h)
+    world_want_make(x->mode->roles, cfg, &want);
+    if (world_assign_roles(w, w->rank, w->size, &want)) {
         char msg[PF_DETAIL];
         snprintf(msg, sizeof msg, "%s", error_msg());
         world_roles(w, w->rank, w->size, -1, 1); // to go on with the other checks
@@ -119,7 +129,7 @@ static void pf_world(pf_ctx *x) {
     }
     // teacher groups (world.teacher_group_size): the teacher ranks a multiple of G, as the run forms them
     char groups[96] = "";
-    if (!x->offline && strcmp(cfg->mode, "transport-test") != 0 && world_set_groups(w, cfg->teacher_group_size)) {
+    if (world_set_groups(w, want.group_size)) {
         char msg[PF_DETAIL];
         snprintf(msg, sizeof msg, "%s", error_msg());
         world_set_groups(w, 1); // to go on with the other checks
@@ -129,11 +139,8 @@ static void pf_world(pf_ctx *x) {
     if (w->group_size > 1)
         snprintf(groups, sizeof groups, " in %d group(s) of %d stage rank(s)", w->groups, w->group_size);
     if (w->rank != 0) return;
-    if (strcmp(cfg->mode, "train") == 0 && !x->offline && w->teachers == 0)
-        pf_add(x, PF_WORLD, -1, PF_FAIL, "no teacher rank and no data.features: nothing would produce batches");
-    else if (strcmp(cfg->mode, "train") == 0 && w->students > 0 && cfg->batches_per_step % w->students)
-        pf_add(x, PF_WORLD, -1, PF_FAIL, "train.batches_per_step = %lld is not a multiple of the %d student(s)",
-               (long long)cfg->batches_per_step, w->students);
+    if (x->mode->roles == WORLD_RULE_JOB && train_check_roles(w, cfg)) // the run's own check of a training job's roles
+        pf_add(x, PF_WORLD, -1, PF_FAIL, "%s", error_msg());
     else
         pf_add(x, PF_WORLD, -1, PF_OK, "%d rank(s): %d teacher(s)%s + %d student(s), mode %s%s", w->size, w->teachers,
                groups, w->students, cfg->mode, x->offline ? " (offline features)" : "");
@@ -167,6 +174,10 @@ static void pf_target_shape(pf_ctx *x) {
         return;
     }
     x->have_tc = target_config_load(&x->tc, cfg->target_path) == 0;
+    if (x->have_tc && x->regen) { // regenerate decodes: no feature layers, no drafter
+        x->have_ct = 1;
+        return;
+    }
     if (x->have_tc) x->have_ct = teacher_contract_make(cfg, x->tc.n_layers, &x->ct) == 0;
     if (!x->have_tc || !x->have_ct) {
         snprintf(x->target_err, sizeof x->target_err, "%s", error_msg());
@@ -237,6 +248,59 @@ static int64_t pf_teacher_need(pf_ctx *x, char *detail, size_t n, pf_result *res
         snprintf(detail, n, "teacher: weights %s + forward work %s (%d tokens) = %s", pf_bytes(me.weights, a),
                  pf_bytes(me.work, b), tokens, pf_bytes(me.weights + me.work, c));
     return (int64_t)(G > 1 ? me.total : me.weights + me.work);
+}
+
+// regenerate's teacher: its stage's weights + the decoder's arena (the KV caches of its slots) as
+// regenerate sizes them: regenerate.max_seqs slots (0: 8, or with teacher.mem_budget at least one)
+// of regenerate.max_len positions (0: the longest prompt + regenerate.max_new_tokens - 1, at most
+// the target's positions).
+static int64_t pf_regen_need(pf_ctx *x, char *detail, size_t n, pf_result *res) {
+    const config *cfg = x->cfg;
+    const world *w = x->w;
+    if (x->longest < 0) {
+        *res = PF_SKIP;
+        snprintf(detail, n, "teacher: no decode plan without the prompts (see the prompts row)");
+        return -1;
+    }
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = x->tc;
+    m.be = &x->be;
+    int G = w->group_size > 1 ? w->group_size : 1;
+    char who[96] = "teacher";
+    if (G > 1) {
+        int64_t *bounds = xmalloc(((size_t)G + 1) * sizeof *bounds);
+        int rc = target_stage_split(&x->tc, ops_act_dtype(&x->be), G, bounds);
+        m.layer_begin = bounds[w->stage], m.layer_end = bounds[w->stage + 1];
+        free(bounds);
+        if (rc) {
+            *res = PF_FAIL;
+            snprintf(detail, n, "teacher: %s", error_msg());
+            return -1;
+        }
+        snprintf(who, sizeof who, "teacher stage %d/%d, layers %lld-%lld", w->stage, G, (long long)m.layer_begin,
+                 (long long)m.layer_end - 1);
+    }
+    int64_t L = cfg->regen_max_len > 0 ? cfg->regen_max_len : x->longest + cfg->regen_max_new_tokens - 1;
+    if (cfg->regen_max_len == 0 && L > x->tc.max_positions) L = x->tc.max_positions;
+    if (L > INT32_MAX / 2) L = INT32_MAX / 2;
+    int64_t seqs = cfg->regen_max_seqs > 0 ? cfg->regen_max_seqs : cfg->teacher_mem_budget > 0 ? 1 : 8;
+    if (seqs > cfg->regen_shard_prompts) seqs = cfg->regen_shard_prompts;
+    decode_sampling smp = {.temperature = (float)cfg->regen_temperature, .top_p = (float)cfg->regen_top_p,
+                           .top_k = (int)cfg->regen_top_k};
+    size_t weights = target_model_weight_bytes(&m);
+    size_t cache = target_decoder_bytes(&m, (int)seqs, (int)L, (int)cfg->teacher_vocab_tile, &smp);
+    char a[32], b[32], c[32];
+    if (cfg->teacher_mem_budget > 0 && weights + cache > (size_t)cfg->teacher_mem_budget) {
+        *res = PF_FAIL;
+        snprintf(detail, n, "%s: teacher.mem_budget %s does not hold the weights (%s) and %lld sequence(s) of %lld cached "
+                            "positions (%s)", who, pf_bytes((size_t)cfg->teacher_mem_budget, a), pf_bytes(weights, b),
+                 (long long)seqs, (long long)L, pf_bytes(cache, c));
+        return -1;
+    }
+    snprintf(detail, n, "%s: weights %s + decode %s (%lld slot(s) of %lld positions) = %s", who, pf_bytes(weights, a),
+             pf_bytes(cache, b), (long long)seqs, (long long)L, pf_bytes(weights + cache, c));
+    return (int64_t)(weights + cache);
 }
 
 // The student's memory: plan_make exactly as student_train calls it.
@@ -418,11 +482,106 @@ static void pf_shm(pf_ctx *x, const char *host) {
 
 // ----------------------------------------------------------------------------- files
 
+// regenerate.prompts read as regenerate reads it: every non-blank line a prompt whose ids lie in
+// the target's vocabulary; the count and the longest into x (longest -1 and prompts_err on an error).
+static void pf_prompts_scan(pf_ctx *x) {
+    const config *cfg = x->cfg;
+    x->longest = -1;
+    if (!cfg->regen_prompts[0]) {
+        snprintf(x->prompts_err, sizeof x->prompts_err, "regenerate.prompts is not set");
+        return;
+    }
+    FILE *f = fs_fopen_regular(cfg->regen_prompts, "regenerate.prompts");
+    if (!f) {
+        snprintf(x->prompts_err, sizeof x->prompts_err, "%s", error_msg());
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int64_t line_no = 0, n = 0, longest = 0;
+    jsonl_sample smp;
+    memset(&smp, 0, sizeof smp);
+    int bad = 0;
+    while (!bad && (got = getline(&line, &cap, f)) != -1) {
+        line_no++;
+        if (jsonl_line_blank(line, (size_t)got)) continue;
+        if (jsonl_sample_parse(line, (size_t)got, x->have_tc ? x->tc.vocab : 0, &smp) < 0) {
+            snprintf(x->prompts_err, sizeof x->prompts_err, "regenerate.prompts %s line %lld: %s", cfg->regen_prompts,
+                     (long long)line_no, error_msg());
+            bad = 1;
+            break;
+        }
+        n++;
+        if (smp.n > longest) longest = smp.n;
+    }
+    if (!bad && ferror(f))
+        bad = 1, snprintf(x->prompts_err, sizeof x->prompts_err, "regenerate.prompts %s: read error", cfg->regen_prompts);
+    if (!bad && n == 0)
+        bad = 1, snprintf(x->prompts_err, sizeof x->prompts_err, "regenerate.prompts %s: no prompt (the file has no "
+                                                                 "non-blank line)", cfg->regen_prompts);
+    free(line);
+    jsonl_sample_free(&smp);
+    fclose(f);
+    if (bad) return;
+    x->prompts = n, x->longest = longest;
+}
+
+static void pf_prompts(pf_ctx *x, const char *host) {
+    if (x->longest < 0) {
+        pf_add(x, PF_PROMPTS, x->w->rank, PF_FAIL, "%s: %s", host, x->prompts_err);
+        return;
+    }
+    pf_add(x, PF_PROMPTS, x->w->rank, PF_OK, "%s: %s: %lld prompt(s), the longest %lld tokens", host,
+           x->cfg->regen_prompts, (long long)x->prompts, (long long)x->longest);
+}
+
+// A file output (regenerate.out): not an input, claimable (no other job holds it, nothing there
+// the mode did not write: the mode's own claim, dry), its directory writable or creatable.
+static void pf_output(pf_ctx *x) {
+    const config *cfg = x->cfg;
+    mode_paths out = {0};
+    x->mode->outputs(cfg, &out);
+    for (int i = 0; i < out.n; i++) {
+        const mode_path *o = &out.v[i];
+        if (mode_claim_distinct(x->mode, cfg) || (x->mode->claim && x->mode->claim(cfg, 1))) {
+            pf_add(x, PF_OUTPUT, x->w->rank, PF_FAIL, "%s", error_msg());
+            continue;
+        }
+        char dir[CONFIG_STR + 8];
+        snprintf(dir, sizeof dir, "%s", o->path);
+        char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else if (slash == dir) dir[1] = '\0';
+        else *slash = '\0';
+        struct stat st; // the nearest existing directory above it must be writable
+        char probe[CONFIG_STR + 8];
+        snprintf(probe, sizeof probe, "%s", dir);
+        while (stat(probe, &st) != 0) {
+            char *s2 = strrchr(probe, '/');
+            if (!s2) { snprintf(probe, sizeof probe, "."); break; }
+            if (s2 == probe) s2[1] = '\0';
+            else *s2 = '\0';
+        }
+        const char *up = probe;
+        if (access(up, W_OK) != 0) {
+            pf_add(x, PF_OUTPUT, x->w->rank, PF_FAIL, "%s %s: cannot write in %s: %s", o->key, o->path, up, strerror(errno));
+            continue;
+        }
+        struct statvfs vs;
+        char f[32];
+        size_t avail = statvfs(up, &vs) == 0 ? (size_t)vs.f_bavail * vs.f_frsize : 0;
+        pf_add(x, PF_OUTPUT, x->w->rank, PF_OK, "%s %s: %s, free to write; %s free", o->key, o->path,
+               stat(o->path, &st) == 0 ? "replaces an earlier output of this mode (if its settings are the same)" : "new",
+               pf_bytes(avail, f));
+    }
+}
+
 static void pf_target(pf_ctx *x, const char *host) {
     int rank = x->w->rank;
     const config *cfg = x->cfg;
     if (!cfg->target_path[0]) {
-        pf_add(x, PF_TARGET, rank, strcmp(cfg->mode, "train") == 0 || x->dump ? PF_FAIL : PF_SKIP, "target.path is not set");
+        pf_add(x, PF_TARGET, rank, x->mode->needs ? PF_FAIL : PF_SKIP, "target.path is not set");
         return;
     }
     if (!x->have_tc || !x->have_ct) {
@@ -447,10 +606,9 @@ static void pf_target(pf_ctx *x, const char *host) {
     if (missing)
         pf_add(x, PF_TARGET, rank, PF_FAIL, "%s: %s: no tensor %s", host, cfg->target_path, missing);
     else
-        pf_add(x, PF_TARGET, rank, PF_OK, "%s: %s, %lld layers, hidden %lld, vocab %lld; %d tensors, %s in %d file(s); "
-                                          "feature layers %s",
+        pf_add(x, PF_TARGET, rank, PF_OK, "%s: %s, %lld layers, hidden %lld, vocab %lld; %d tensors, %s in %d file(s)%s%s",
                host, x->tc.arch_name, (long long)x->tc.n_layers, (long long)x->tc.hidden, (long long)x->tc.vocab, d.n,
-               pf_bytes(bytes, b), d.n_files, ids);
+               pf_bytes(bytes, b), d.n_files, x->regen ? "" : "; feature layers ", x->regen ? "" : ids);
     safetensors_dir_close(&d);
 }
 
@@ -498,7 +656,7 @@ static void pf_data(pf_ctx *x, const char *host) {
         return;
     }
     if (config_data_count(cfg) <= 0) {
-        pf_add(x, PF_DATA, rank, strcmp(cfg->mode, "train") == 0 || x->dump ? PF_FAIL : PF_SKIP,
+        pf_add(x, PF_DATA, rank, x->mode->needs ? PF_FAIL : PF_SKIP,
                "%s", config_data_count(cfg) < 0 ? error_msg() : "neither data.path nor data.sets is set");
         return;
     }
@@ -558,6 +716,10 @@ static void pf_dir(pf_ctx *x) {
     const char *key = x->dump ? "features.dir" : "run.dir", *dir = x->dump ? cfg->features_dir : cfg->run_dir;
     if (!dir[0]) {
         pf_add(x, PF_DIR, rank, x->dump ? PF_FAIL : PF_SKIP, "%s is not set", key);
+        return;
+    }
+    if (mode_claim_distinct(x->mode, cfg) || (x->mode->claim && x->mode->claim(cfg, 1))) { // the run's claim, dry
+        pf_add(x, PF_DIR, rank, PF_FAIL, "%s", error_msg());
         return;
     }
     struct stat st;
@@ -651,12 +813,16 @@ static int pf_print(const pf_rows *all, int size) {
     return fails;
 }
 
-int preflight_run(world *w, const config *cfg) {
+int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     pf_ctx *x = xcalloc(1, sizeof *x);
     x->w = w;
     x->cfg = cfg;
-    x->dump = strcmp(cfg->mode, "dump-features") == 0;
-    x->offline = strcmp(cfg->mode, "train") == 0 && cfg->data_features[0];
+    x->mode = mode;
+    world_want want;
+    world_want_make(mode->roles, cfg, &want);
+    x->dump = (mode->preflight & MODE_PF_DUMP) != 0;
+    x->regen = (mode->preflight & MODE_PF_DECODE) != 0;
+    x->offline = want.offline;
     char host[MPI_MAX_PROCESSOR_NAME] = "";
     int len = 0;
     mpi_check(MPI_Get_processor_name(host, &len));
@@ -665,6 +831,7 @@ int preflight_run(world *w, const config *cfg) {
     pf_world(x);
     pf_backend(x, host);
     pf_target_shape(x);
+    if (mode->preflight & MODE_PF_PROMPTS) pf_prompts_scan(x);
     pf_info *me = xcalloc(1, sizeof *me);
     snprintf(me->host, sizeof me->host, "%s", host);
     me->role = w->role;
@@ -681,6 +848,7 @@ int preflight_run(world *w, const config *cfg) {
         backend_mem_info(&x->be, &fr, &tot);
         me->free_b = (int64_t)fr, me->total_b = (int64_t)tot;
         if (!x->have_ct) snprintf(plan_detail, sizeof plan_detail, "no memory plan without the target's shape (see the target row)");
+        else if (w->role == ROLE_TEACHER && x->regen) me->need = pf_regen_need(x, plan_detail, sizeof plan_detail, &plan_res);
         else if (w->role == ROLE_TEACHER) me->need = pf_teacher_need(x, plan_detail, sizeof plan_detail, &plan_res);
         else if (!x->have_dc) plan_res = PF_FAIL, snprintf(plan_detail, sizeof plan_detail, "%s", x->drafter_err);
         else me->need = pf_student_need(x, plan_detail, sizeof plan_detail, &plan_res);
@@ -695,11 +863,15 @@ int preflight_run(world *w, const config *cfg) {
     pf_nccl(x, all);
     if (w->local_rank == 0) { // once per host: what every rank of the host reads the same way
         pf_shm(x, host);
-        pf_target(x, host);
-        pf_data(x, host);
+        if (mode->preflight & MODE_PF_TARGET) pf_target(x, host);
+        if (mode->preflight & (MODE_PF_DATA | MODE_PF_DUMP)) pf_data(x, host);
+        if (mode->preflight & MODE_PF_PROMPTS) pf_prompts(x, host);
     }
-    int writer = x->dump ? 0 : w->teachers < w->size ? w->teachers : 0; // the first student writes run.dir
-    if (w->rank == writer) pf_dir(x);
+    if (mode->preflight & MODE_PF_OUTPUT) { // the rank that writes the outputs
+        int writer = x->dump || x->regen ? 0 : w->teachers < w->size ? w->teachers : 0; // train: the first student
+        if (w->rank == writer && x->regen) pf_output(x);
+        else if (w->rank == writer) pf_dir(x);
+    }
 
     pf_rows *gathered = w->rank == 0 ? xmalloc((size_t)w->size * sizeof *gathered) : NULL;
     mpi_check(MPI_Igather(&x->rows, (int)sizeof x->rows, MPI_BYTE, gathered, (int)sizeof x->rows, MPI_BYTE, 0,

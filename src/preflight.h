@@ -2,15 +2,18 @@
 //
 // Every rank checks what concerns it — its role in the world, its backend and GPU, its memory plan
 // against the device's free memory, peer access between teacher and student GPUs on one host,
-// /dev/shm, NCCL, the target, the training set, the run directory and its free space — and rank 0
+// /dev/shm, NCCL, and what its mode reads and writes (the mode's table entry: the target, the
+// training set or the prompts, the run directory or the output, their claim and free space) — and rank 0
 // prints one table (check, rank, result, detail) and "preflight: ok" or "preflight: N problem(s)".
 // Results: ok; WARN (the run works, but slower or at risk); FAIL (the run would fail); skipped.
 #pragma once
 
 #include "common/comm/world.h"
 #include "common/core/config.h"
+#include "modes/mode.h"
 
-// preflight_run: called on every rank after world_init (roles are assigned here, so a world that
-// does not fit the roles is a FAIL row, not an exit). Opens and closes its own backend. Returns the
+// preflight_run: called on every rank after world_init (roles are assigned here, as the run
+// assigns them: the mode's rule, so a world that does not fit the roles is a FAIL row, not an
+// exit); the rows are what the mode's table entry asks (mode_def.preflight). Opens and closes its own backend. Returns the
 // process exit status, the same on every rank: 0 when no row FAILed, 1 otherwise.
-int preflight_run(world *w, const config *cfg);
+int preflight_run(world *w, const config *cfg, const mode_def *mode);

@@ -31,6 +31,10 @@
 #                generation_config.json (eos_token_id odd, given twice, cut short, not an object):
 #                `dflash_rank --mode regenerate`; refused with no file left, or accepted with a set
 #                that `dflash_tool inspect` reads (issue 38)
+#   regenerate   also two `--mode regenerate` jobs on one regenerate.out, the second started 0-400 ms
+#                after the first: one completes with a lone job's file, the other is refused (the
+#                output in use) or completes after it; a mutated training set given as
+#                regenerate.out is refused and left unchanged
 # Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
 # a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -85,7 +89,7 @@ ASAN_OPTIONS="$no_leaks" "$R" --mode train --device cpu --target.path="$TMP/tgt"
 mkdir -p "$TMP/m"
 SECONDS=0
 $PY - "$TMP" "$T" "$R" <<'PYEOF'
-import json, os, random, shutil, struct, subprocess, sys
+import json, os, random, shutil, struct, subprocess, sys, time
 
 tmp, tool, rank = sys.argv[1:4]
 rng = random.Random(1414)
@@ -535,6 +539,62 @@ for i, (attr, value) in enumerate(ATTRS):
     shutil.rmtree(d)
     shutil.rmtree(rd, ignore_errors=True)
 
+# ---- regenerate.out: jobs racing for one output, and training-set mutants given as the output
+prompts = os.path.join(tmp, "m", "prompts.jsonl")
+with open(prompts, "w") as f:
+    for i in range(16):
+        f.write(json.dumps({"input_ids": [rng.randrange(100) for _ in range(rng.randint(2, 12))]}) + "\n")
+REGEN = [rank, "--mode", "regenerate", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"),
+         "--regenerate.prompts=" + prompts, "--regenerate.max_new_tokens=24", "--regenerate.shard_prompts=2",
+         "--regenerate.max_seqs=2"]
+lone = os.path.join(tmp, "m", "lone.h5")
+run("regenerate alone", REGEN + ["--regenerate.out=" + lone])
+N_RACE = 6
+for i in range(N_RACE):  # two jobs on one output, the second started 0-400 ms after the first
+    out = os.path.join(tmp, "m", "race_%02d.h5" % i)
+    env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+    procs = []
+    for k in range(2):
+        procs.append(subprocess.Popen(["timeout", "60"] + REGEN + ["--regenerate.out=" + out], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, env=env))
+        if k == 0:
+            time.sleep(rng.random() * 0.4)
+    results = [(p.wait(), p.stderr.read().decode(errors="replace")) for p in procs]
+    for p in procs:
+        p.stdout.close(); p.stderr.close()
+    counts["ran"] += 2
+    what = "race %d" % i
+    for rc, err in results:
+        n_err = sum(1 for line in err.splitlines() if "error:" in line)
+        if rc >= 124 or rc < 0 or any(w in err for w in BAD_WORDS) or (rc != 0 and n_err != 1):
+            failures.append("%s: exit %d with %d error lines\n%s" % (what, rc, n_err, "\n".join(err.splitlines()[-8:])))
+        elif rc != 0 and "is in use by another job" not in err:
+            failures.append("%s: refused for another reason: %s" % (what, err.splitlines()[-1]))
+    if not any(rc == 0 for rc, _ in results):
+        failures.append("%s: neither job completed" % what)
+    elif open(out, "rb").read() != open(lone, "rb").read():
+        failures.append("%s: the output differs from a lone job's" % what)
+    for leftover in (out + ".lock", out + ".parts"):
+        if os.path.exists(leftover):
+            failures.append("%s: %s left behind" % (what, leftover))
+N_AS_OUT = 12
+for i in range(N_AS_OUT):  # a mutant of a training set as regenerate.out: refused, the file unchanged
+    d = os.path.join(tmp, "m", "as_out_%02d.h5" % i)
+    data = bytearray(open(os.path.join(tmp, "set.h5"), "rb").read())
+    for _ in range(rng.randint(1, 8)):
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    open(d, "wb").write(bytes(data))
+    what = "training-set mutant %d as regenerate.out" % i
+    before = counts["accepted"]
+    run(what, REGEN + ["--regenerate.out=" + d], leaks=False)
+    if counts["accepted"] > before:
+        failures.append("%s: accepted (a file regenerate did not make was replaced)" % what)
+    elif open(d, "rb").read() != bytes(data):
+        failures.append("%s: the refused output changed" % what)
+    os.remove(d)
+
+print("fuzz: %d regenerate races on one output (each: one job completed, the other refused or done after it) and %d "
+      "training-set mutants as regenerate.out (every one refused, unchanged)" % (N_RACE, N_AS_OUT))
 print("fuzz: %d checkpoint mutants (every one refused) and %d feature mutants (%d accepted with the unmutated run's "
       "losses: bytes HDF5 does not read, or a sample the 2 steps do not draw)" % (N_CK, N_FT, ft_same))
 print("fuzz: %d runs of %d safetensors mutants and %d training-set mutants: %d accepted, %d refused "

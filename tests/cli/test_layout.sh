@@ -5,6 +5,8 @@
 #     backend and core, decode uses kernels too; nothing in src/common includes the teacher or the student;
 #   - the student's folders stack: loss uses no other student folder, model uses loss, train uses
 #     model and loss (the drafter never includes its training loop);
+#   - src/modes (the modes' table) is at the top: nothing under src/common, src/teacher or
+#     src/student includes it;
 #   - no include circle between files anywhere under src: in the graph of quoted includes (resolved
 #     against src/, then the including file's folder), with foo.c, foo.h and foo.cu one node (the
 #     module foo), no module reaches itself; a circle is reported with its path. A module's device
@@ -58,6 +60,14 @@ while IFS= read -r file; do
   done < <(grep -E '^#include "' "$file")
 done < <(find src/student -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
 ok
+
+# the modes' table is at the top, beside dflash_rank.c: no floor below includes it
+while IFS= read -r file; do
+  grep -qE '^#include "modes/' "$file" && bad "$file includes a file of src/modes: the modes sit above every floor"
+done < <(find src/common src/teacher src/student -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
+[ -d src/modes ] && ok || bad "src/modes is missing (the modes' table)"
+top=$(find src/modes -mindepth 1 -type d | sort)
+[ -z "$top" ] && ok || bad "folders under src/modes: $(echo $top) (one file per mode, no folders)"
 
 # no include circle between modules (foo.c + foo.h + foo.cu = foo) anywhere under src
 circles=$(/usr/bin/python3 - <<'PYEOF'

@@ -3,8 +3,8 @@
 # configuration and a target directory holding only config.json: no mpirun, no weights, no training
 # set, no GPU; for the CPU (fp32) and for CUDA (bf16, the cuBLAS workspace, the NCCL ring) alike;
 # under mpirun it prints the same once. The plan is the allocation: the one-process student plan
-# equals the one a real job prints. A budget too small, roles that do not fit the world, a mode that
-# trains nothing or no target are one error line and a non-zero exit; training from the config-only
+# equals the one a real job prints. A budget too small, roles that do not fit the world or no
+# target are one error line and a non-zero exit; a mode that trains nothing plans its roles; training from the config-only
 # directory is still refused with the loader's message. Teacher groups (world.teacher_group_size):
 # one row per stage whose weights are the safetensors' bytes of its layers, a teacher too big for
 # its budget names the group size that fits, a stage too big names itself, and the teachers must be
@@ -67,8 +67,12 @@ has tiny-student-budget "does not fit \(the error below\)"
 expect_fail tiny-both-budgets "the target.s weights alone take .*, more than teacher.mem_budget 20.0 KiB.*; and train.mem_budget: .*needs at least" \
   "$R" "${tiny[@]}" --device cpu --train.mem_budget=64KiB --teacher.mem_budget=20KiB --plan
 has tiny-both-budgets "budget \(teacher.mem_budget\) .*\(too small\)"
-expect_fail plan-mode "--plan plans a training job (run.mode train or eval), not run.mode check" \
-  "$R" "${tiny[@]}" --mode check --plan
+# every mode plans (the modes' table): check allocates no model, so its plan is its roles
+expect_ok plan-check "$R" "${tiny[@]}" --mode check --plan
+has plan-check "^plan: 1 teacher\(s\) \+ 1 student\(s\), mode check"
+has plan-check "no memory to plan"
+expect_fail plan-transport "transport-test needs at least one teacher and one student rank" \
+  "$R" "${tiny[@]}" --mode transport-test --world.teachers=0 --plan
 expect_fail plan-no-target "--plan needs target.path" "$R" --device cpu --plan
 expect_fail plan-no-config "$TMP/none/config.json: No such file or directory" "$R" --device cpu --target.path="$TMP/none" --plan
 # training from the config-only directory: the loader's refusal, as before

@@ -150,9 +150,9 @@ grep -q "already made with these settings: nothing to do" "$TMP/err" && ok || ba
 expect_fail "other settings" "regenerate.out $TMP/s.h5 exists, made with other settings .max_new_tokens 16 there, 8 here" \
   "$R" "${one[@]}" --regenerate.out="$TMP/s.h5" --regenerate.max_new_tokens=8
 cp "$TMP/big.jsonl" "$TMP/notaset.h5"
-expect_fail "a foreign file" "regenerate.out $TMP/notaset.h5 exists and is not a set regenerate made" \
+expect_fail "a foreign file" "regenerate.out $TMP/notaset.h5 exists and is not a training set" \
   "$R" "${one[@]}" --regenerate.out="$TMP/notaset.h5"
-expect_fail "the prompts file" "regenerate.out $TMP/p16.jsonl is the prompts file" \
+expect_fail "the prompts file" "regenerate.out $TMP/p16.jsonl is regenerate.prompts" \
   "$R" "${one[@]}" --regenerate.out="$TMP/p16.jsonl" --run.overwrite=true
 cmp -s "$TMP/s.h5" "$TMP/s.copy" && cmp -s "$TMP/big.jsonl" "$TMP/notaset.h5" && cmp -s "$TMP/p16.jsonl" "$TMP/p16.orig" && ok ||
   bad "an existing file was changed"

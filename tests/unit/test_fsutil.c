@@ -2,7 +2,9 @@
 // byte for byte; a path it cannot write gives the OS's reason and leaves nothing behind),
 // fs_remove_tree (names with quotes, spaces, $(), newlines; a symbolic link is removed, not
 // followed) and fs_lock_dir (a second holder is refused naming the first; released on close and
-// when the holder dies).
+// when the holder dies); fs_lock_file (an output's lock: a second holder refused naming the output
+// key and the holder, the file removed at unlock and taken afresh), fs_same_path (one file under
+// two spellings, a link, a path that does not exist yet) and fs_in_dir; fs_h5_name.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +88,55 @@ static void check_lock(void) {
     CHECK_ERR(fs_lock_dir(missing, &fd), "cannot open its lock file");
 }
 
+static void check_output_lock(void) {
+    char out[1024], lock[1100];
+    snprintf(out, sizeof out, "%s/set.h5", test_tmpdir());
+    snprintf(lock, sizeof lock, "%s.lock", out);
+    int fd = -1;
+    CHECK(fs_lock_file(lock, "regenerate.out", out, &fd) == 0 && fd >= 0);
+    pid_t child = fork();
+    if (child == 0) {
+        int fd2 = -1;
+        int rc = fs_lock_file(lock, "regenerate.out", out, &fd2);
+        const char *m = error_msg();
+        char pid[32];
+        snprintf(pid, sizeof pid, "pid %lld", (long long)getppid());
+        _exit(rc != 0 && strstr(m, "regenerate.out") && strstr(m, out) && strstr(m, "is in use by another job") &&
+                      strstr(m, pid) && strstr(m, "choose another regenerate.out")
+                  ? 0
+                  : 1);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a second process took the output's lock, or its message lacks the holder");
+    fs_unlock_file(lock, fd);
+    CHECK_MSG(!exists(lock), "the lock file %s stayed after the unlock", lock);
+    CHECK(fs_lock_file(lock, "regenerate.out", out, &fd) == 0);
+    fs_unlock_file(lock, fd);
+
+    // one file, several spellings; a link to it; a path not there yet
+    char a[1100], b[1200], link[1100], none1[1100], none2[1200];
+    snprintf(a, sizeof a, "%s/prompts.jsonl", test_tmpdir());
+    CHECK(test_write_file(a, "{}", 2) == 0);
+    snprintf(b, sizeof b, "%s/./a/../prompts.jsonl", test_tmpdir());
+    snprintf(link, sizeof link, "%s/link.jsonl", test_tmpdir());
+    CHECK(symlink(a, link) == 0);
+    CHECK(fs_same_path(a, b) == 1);
+    CHECK(fs_same_path(a, link) == 1);
+    CHECK(fs_same_path(a, out) == 0);
+    snprintf(none1, sizeof none1, "%s/new.h5", test_tmpdir());
+    snprintf(none2, sizeof none2, "%s/a/../new.h5", test_tmpdir());
+    CHECK(fs_same_path(none1, none2) == 1);
+    CHECK(fs_same_path(none1, a) == 0);
+    CHECK(fs_in_dir(a, test_tmpdir()) == 1);
+    CHECK(fs_in_dir(b, test_tmpdir()) == 1);
+    CHECK(fs_in_dir(none1, test_tmpdir()) == 0); // not there: no file of the directory
+    CHECK(fs_h5_name("part-00001-of-00004.h5", "part-") == 1);
+    CHECK(fs_h5_name("part-00001-of-00004.h5.tmp.123", "part-") == 1);
+    CHECK(fs_h5_name("part-00001-of-00004.h5.tmp.x", "part-") == 0);
+    CHECK(fs_h5_name("notes.h5", "part-") == 0);
+}
+
 int main(void) {
     char nested[1024];
     snprintf(nested, sizeof nested, "%s/a/b/c", test_tmpdir());
@@ -123,5 +174,6 @@ int main(void) {
     CHECK(access(tmp, F_OK) != 0);
     check_remove_tree();
     check_lock();
+    check_output_lock();
     return test_finish("test_fsutil");
 }

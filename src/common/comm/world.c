@@ -41,6 +41,36 @@ int world_set_groups(world *w, long long G) {
     return 0;
 }
 
+void world_want_make(world_rule rule, const config *cfg, world_want *want) {
+    memset(want, 0, sizeof *want);
+    want->offline = rule == WORLD_RULE_JOB && cfg->data_features[0] != '\0';
+    if (want->offline) {
+        want->teachers = 0, want->students = -1, want->group_size = 1;
+    } else if (rule == WORLD_RULE_TEACHERS) {
+        want->teachers = -1, want->students = 0, want->group_size = cfg->teacher_group_size;
+    } else {
+        want->teachers = cfg->teachers, want->students = cfg->students;
+        want->group_size = rule == WORLD_RULE_PAIRS ? 1 : cfg->teacher_group_size;
+    }
+}
+
+int world_assign_roles(world *w, int rank, int size, const world_want *want) {
+    long long t = want->students < 0 ? 0 : want->teachers, s = want->students < 0 ? size : want->students;
+    return world_roles(w, rank, size, t, s);
+}
+
+int world_assign(world *w, int rank, int size, const world_want *want) {
+    if (world_assign_roles(w, rank, size, want)) return -1;
+    return world_set_groups(w, want->group_size);
+}
+
+int world_want_size(const world_want *want, const config *cfg, int *known) {
+    long long s = want->students < 0 ? cfg->students : want->students, t = want->students < 0 ? 0 : want->teachers;
+    *known = t >= 0;
+    if (t < 0) t = want->group_size > 1 ? want->group_size : 1;
+    return (int)(t + s);
+}
+
 void world_init(world *w, int *argc, char ***argv) {
     int provided = 0;
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,11 +140,10 @@ int fs_remove_tree(const char *path) {
     return rc;
 }
 
-int fs_lock_dir(const char *dir, int *fd_out) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.lock", dir);
+// The lock on the file path for "<key> <target>" (see fs_lock_dir); noun: what there is one job per.
+static int lock_at(const char *path, const char *key, const char *target, const char *noun, int *fd_out) {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return error_set("run.dir %s: cannot open its lock file %s: %s", dir, path, strerror(errno));
+    if (fd < 0) return error_set("%s %s: cannot open its lock file %s: %s", key, target, path, strerror(errno));
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
     if (fcntl(fd, F_SETLK, &fl) != 0) {
         int err = errno;
@@ -154,10 +154,10 @@ int fs_lock_dir(const char *dir, int *fd_out) {
         struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
         long long pid = fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (long long)who.l_pid : -1;
         close(fd);
-        if (err != EACCES && err != EAGAIN) return error_set("run.dir %s: cannot lock %s: %s", dir, path, strerror(err));
-        return error_set("run.dir %s is in use by another job (%s%s; pid %lld as this host sees it): one job per run "
-                         "directory; wait for it to end or choose another run.dir",
-                         dir, holder[0] ? "holder: " : "holder unknown", holder, pid);
+        if (err != EACCES && err != EAGAIN) return error_set("%s %s: cannot lock %s: %s", key, target, path, strerror(err));
+        return error_set("%s %s is in use by another job (%s%s; pid %lld as this host sees it): one job per %s; "
+                         "wait for it to end or choose another %s",
+                         key, target, holder[0] ? "holder: " : "holder unknown", holder, pid, noun, key);
     }
     char host[128] = "?", when[64] = "?", text[320];
     gethostname(host, sizeof host - 1);
@@ -171,6 +171,79 @@ int fs_lock_dir(const char *dir, int *fd_out) {
     return 0;
 }
 
+int fs_lock_dir(const char *dir, int *fd_out) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    return lock_at(path, "run.dir", dir, "run directory", fd_out);
+}
+
+int fs_lock_file(const char *lock_path, const char *key, const char *target, int *fd_out) {
+    for (int tries = 0; tries < 100; tries++) {
+        int fd;
+        if (lock_at(lock_path, key, target, "output", &fd)) return -1;
+        struct stat a, b; // still the file of that name (its holder may have removed it meanwhile)?
+        if (fstat(fd, &a) == 0 && stat(lock_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            *fd_out = fd;
+            return 0;
+        }
+        close(fd);
+    }
+    return error_set("%s %s: its lock file %s keeps being replaced", key, target, lock_path);
+}
+
+void fs_unlock_file(const char *lock_path, int fd) {
+    if (fd < 0) return;
+    unlink(lock_path); // while still held: a job waiting on this file then finds it gone and retries
+    close(fd);
+}
+
+// The absolute path of p with its existing part resolved: realpath(p), or realpath of its parent
+// + "/" + its last name when p does not exist. -1 when even the parent cannot be resolved.
+static int path_resolve(const char *p, char *out, size_t n) {
+    char buf[PATH_MAX];
+    if (realpath(p, buf)) return snprintf(out, n, "%s", buf) < (int)n ? 0 : -1;
+    char copy[PATH_MAX];
+    if (snprintf(copy, sizeof copy, "%s", p) >= (int)sizeof copy) return -1;
+    size_t len = strlen(copy);
+    while (len > 1 && copy[len - 1] == '/') copy[--len] = '\0';
+    char *slash = strrchr(copy, '/');
+    const char *name = slash ? slash + 1 : copy, *parent = slash ? (slash == copy ? "/" : copy) : ".";
+    if (slash && slash != copy) *slash = '\0';
+    if (!realpath(parent, buf)) return -1;
+    return snprintf(out, n, "%s/%s", strcmp(buf, "/") == 0 ? "" : buf, name) < (int)n ? 0 : -1;
+}
+
+int fs_same_path(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (path_resolve(a, ra, sizeof ra) || path_resolve(b, rb, sizeof rb)) return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0;
+}
+
+int fs_in_dir(const char *path, const char *dir) {
+    char r[PATH_MAX];
+    struct stat sp, sd, sq;
+    if (stat(path, &sp) != 0 || stat(dir, &sd) != 0 || !S_ISDIR(sd.st_mode) || path_resolve(path, r, sizeof r)) return 0;
+    char *slash = strrchr(r, '/');
+    if (!slash) return 0;
+    if (slash == r) slash[1] = '\0';
+    else *slash = '\0';
+    return stat(r, &sq) == 0 && sq.st_dev == sd.st_dev && sq.st_ino == sd.st_ino;
+}
+
 void fs_unlock_dir(int fd) {
     if (fd >= 0) close(fd);
+}
+
+int fs_h5_name(const char *name, const char *prefix) {
+    size_t p = strlen(prefix);
+    if (strncmp(name, prefix, p) != 0) return 0;
+    const char *h5 = strstr(name + p, ".h5");
+    if (!h5) return 0;
+    if (h5[3] == '\0') return 1;
+    if (strncmp(h5 + 3, ".tmp.", 5) != 0 || !h5[8]) return 0;
+    for (const char *c = h5 + 8; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
 }

@@ -30,5 +30,21 @@ int fs_remove_tree(const char *path);
 // holding "host pid start-time" of the holder. 0 and *fd_out (keep it open), or -1 with error_set
 // naming the directory and the holder when another process has it.
 int fs_lock_dir(const char *dir, int *fd_out);
+// fs_lock_file: the same lock on the file lock_path (created; e.g. "OUT.lock" beside a file
+// output), the refusal naming "<key> <target>" and the holder. The lock is on the file lock_path
+// names when it returns (a lock file removed and made again meanwhile by another job is noticed and
+// taken afresh), so fs_unlock_file may remove it.
+int fs_lock_file(const char *lock_path, const char *key, const char *target, int *fd_out);
+// fs_unlock_file: remove lock_path, then release the lock (the next job makes the file again).
+void fs_unlock_file(const char *lock_path, int fd);
+// fs_same_path: 1 when a and b name one file or directory: the same device and inode when both
+// exist; otherwise the same absolute path once the existing part is resolved (links, "..", ".").
+int fs_same_path(const char *a, const char *b);
+// fs_in_dir: 1 when path exists and is an entry of the directory dir (its parent is dir, by
+// device and inode).
+int fs_in_dir(const char *path, const char *dir);
+// fs_h5_name: 1 when name is PREFIX*.h5 or one of its temporaries (PREFIX*.h5.tmp.PID): the
+// names this project's HDF5 writers give (trainset_writer) to the files they write under prefix.
+int fs_h5_name(const char *name, const char *prefix);
 // fs_unlock_dir: release it (closing the descriptor; the lock file stays).
 void fs_unlock_dir(int fd);

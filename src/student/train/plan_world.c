@@ -18,7 +18,7 @@
 
 // The backend a rank of the job would open, described but not opened: the kind decides the
 // dtypes and the library workspace the planners count; threads the CPU work buffers.
-static void plan_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
+void plan_world_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
     memset(be, 0, sizeof *be);
     int gpus = strcmp(cfg->device, "auto") == 0 ? backend_cuda_devices() : 0;
     int cuda = strcmp(cfg->device, "cuda") == 0 || gpus > 0;
@@ -74,33 +74,29 @@ static void plan_header(const config *cfg, const world *w, int t_known, const ch
            plan_ids(dc->target_layer_ids, dc->n_feat, ids, sizeof ids));
 }
 
-int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) {
-    int eval = strcmp(cfg->mode, "eval") == 0, offline = cfg->data_features[0] != '\0';
-    if (strcmp(cfg->mode, "train") != 0 && !eval)
-        return error_set("--plan plans a training job (run.mode train or eval), not run.mode %s", cfg->mode);
+int plan_world_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known) {
+    memset(w, 0, sizeof *w);
+    *known = 1;
+    if (world_size > 0) return world_assign(w, 0, world_size, want); // the launcher's world, as the job checks it
+    int size = world_want_size(want, cfg, known);                     // else the configured counts
+    return world_assign(w, 0, size, want);
+}
+
+int plan_world(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
+    int eval = strcmp(cfg->mode, "eval") == 0, offline = want->offline;
     if (!cfg->target_path[0])
         return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
 
-    // The roles: the launcher's world when there is one (checked as the job checks it), else the
-    // configured counts.
+    // The roles and teacher groups, as the job assigns them (the mode's rule: world.h).
     world w;
-    memset(&w, 0, sizeof w);
     int t_known = 1;
-    if (world_size > 0) {
-        if (world_roles(&w, 0, world_size, offline ? 0 : cfg->teachers, offline ? world_size : cfg->students)) return -1;
-    } else {
-        long long T = offline ? 0 : cfg->teachers;
-        if (T < 0) t_known = 0, T = cfg->teacher_group_size > 1 ? cfg->teacher_group_size : 1; // one teacher
-        if (world_roles(&w, 0, (int)(T + cfg->students), T, cfg->students)) return -1;
-    }
-    // teacher groups of world.teacher_group_size ranks (the stages of one teacher), as the job forms them
-    if (world_set_groups(&w, offline ? 1 : cfg->teacher_group_size)) return -1;
+    if (plan_world_roles(cfg, want, world_size, &w, &t_known)) return -1;
     if (train_check_roles(&w, cfg)) return -1;
     int T = w.teachers, S = w.students;
 
     backend be;
     char how[160];
-    plan_backend(cfg, ranks_on_host > 0 ? ranks_on_host : T + S, &be, how, sizeof how);
+    plan_world_backend(cfg, ranks_on_host > 0 ? ranks_on_host : T + S, &be, how, sizeof how);
     target_config tc;
     teacher_contract ct;
     drafter_config dc;

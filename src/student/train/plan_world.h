@@ -3,18 +3,31 @@
 //
 // One process plans the whole world: no MPI, no device opened, no weight read, no training set
 // read (the plans depend on data.max_tokens_per_batch, train.max_anchors, teacher.topk and the
-// shapes, not on the data). The roles come from world.teachers / world.students (data.features:
-// every rank a student); the device from run.device: cpu plans fp32 on the host, cuda plans bf16
+// shapes, not on the data). The roles are the mode's (its world_want: world.teachers /
+// world.students, data.features every rank a student), assigned as the job assigns them; the
+// device from run.device: cpu plans fp32 on the host, cuda plans bf16
 // weights and activations with the cuBLAS workspace and, unless transport.payload = mpi, the NCCL
 // receive ring (the job's own rule: every rank on its own GPU), whether or not a GPU is here; auto
 // plans for cuda when a GPU is visible, else for the CPU. Under mpirun every rank plans the same
 // and the first prints, so the output is the one-process output, printed once.
 #pragma once
+#include <stddef.h>
+
+#include "common/backend/backend.h"
+#include "common/comm/world.h"
 #include "common/core/config.h"
 
-// plan_world: print the plan on stdout (print 0: plan, print nothing). world_size: the launcher's rank count
+// plan_world: a training job's plan (run.mode train or eval: the mode table calls it for them) on
+// stdout (print 0: plan, print nothing). want: the roles the mode's rule asks (world.h). world_size: the launcher's rank count
 // (-1 when there is no launcher: the configured counts are the world); ranks_on_host: the
 // launcher's ranks on this host (-1: unknown), for the CPU threads per rank. 0 when every role
 // fits its budget; -1 with error_set (one line; the plans were printed as far as they go) when
 // the roles do not fit the world, an input is missing or malformed, or a budget is too small.
-int plan_world(const config *cfg, int world_size, int ranks_on_host, int print);
+int plan_world(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);
+// plan_world_roles: the roles of the world planned into *w, assigned as the job assigns them:
+// world_size ranks (the launcher's), or without a launcher (world_size <= 0) the configured counts
+// (world_want_size; *known = 0 when the teacher count was left to the world size). -1 with error_set.
+int plan_world_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known);
+// plan_world_backend: the backend a rank of the job would open, described but not opened, with
+// ranks_here ranks on the host; how[n]: one line saying what was planned for and why.
+void plan_world_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n);

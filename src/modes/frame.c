@@ -1,0 +1,82 @@
+// frame.c: what the modes' runs share: their paths, the agreed exit, the payload links and the
+// teacher groups' split (see mode.h).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/comm/nccl_reduce.h"
+#include "common/comm/watchdog.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/core/log.h"
+#include "modes/mode.h"
+#include "student/train/plan_world.h"
+#include "teacher/target.h"
+
+void mode_paths_add(mode_paths *p, const char *key, const char *path, int dir) {
+    if (!path || !path[0] || p->n == MODE_MAX_PATHS) return;
+    p->v[p->n++] = (mode_path){.key = key, .path = path, .dir = dir};
+}
+
+void mode_paths_data(mode_paths *p, const config *cfg) {
+    if (cfg->data_features[0]) {
+        mode_paths_add(p, "data.features", cfg->data_features, 1);
+        return;
+    }
+    mode_paths_add(p, "data.path", cfg->data_path, 0);
+    for (int64_t i = 0; i < cfg->data_sets.n; i++) mode_paths_add(p, "data.sets", cfg->data_sets.v[i].path, 0);
+}
+
+int mode_exit(const world *w, int status) {
+    watchdog_finalize();
+    return status && w->rank == 0 ? 1 : 0;
+}
+
+// NCCL's asynchronous errors, polled by the watchdog thread: the payload links (NULL: none) and the
+// students' gradient communicators (nccl_reduce.h keeps the open ones).
+static int links_check(void *links, char *msg, size_t n) {
+    return nccl_links_check((nccl_links *)links, msg, n) || nccl_reduce_check(NULL, msg, n);
+}
+
+int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links) {
+    char why[256] = "";
+    if (nccl_links_open(links, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+        fatal("%s", error_msg());
+    if (!*links && strcmp(cfg->payload, "nccl") == 0) {
+        if (w->rank == 0) fprintf(stderr, "error: transport.payload = nccl, but NCCL cannot carry the payloads: %s\n", why);
+        return -1;
+    }
+    if (w->rank == 0) {
+        if (*links) log_info("payloads: features over NCCL, GPU to GPU; tokens, top-k and LSE over MPI");
+        else log_info("payloads: over MPI from host memory (NCCL not used: %s)", why);
+    }
+    if (*links) watchdog_add_check(links_check, *links);
+    return 0;
+}
+
+void mode_watch_gradients(void) { watchdog_add_check(links_check, NULL); }
+
+int mode_groups_check(const world *w, const config *cfg) {
+    if (w->group_size <= 1) return 0;
+    target_config tc;
+    if (target_config_load(&tc, cfg->target_path)) return -1;
+    int64_t *bounds = xmalloc(((size_t)w->group_size + 1) * sizeof(int64_t));
+    int rc = target_stage_split(&tc, DT_BF16, w->group_size, bounds);
+    free(bounds);
+    return rc;
+}
+
+int mode_plan_roles(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print, world *w,
+                    backend *be) {
+    int known = 1;
+    if (plan_world_roles(cfg, want, world_size, w, &known)) return -1;
+    char how[160];
+    plan_world_backend(cfg, ranks_on_host > 0 ? ranks_on_host : w->size, be, how, sizeof how);
+    if (!print) return 0;
+    char groups[96] = "";
+    if (w->group_size > 1) snprintf(groups, sizeof groups, " in %d group(s) of %d", w->groups, w->group_size);
+    printf("plan: %d teacher(s)%s + %d student(s), mode %s; %s\n", w->teachers, groups, w->students, cfg->mode, how);
+    if (!known) printf("  no launcher: planned for %d rank(s); under mpirun -np N the job has N\n", w->size);
+    fflush(stdout);
+    return 0;
+}

@@ -1,0 +1,117 @@
+// mode.h: the modes of dflash_rank in one table: one file per mode (src/modes/mode_*.c) fills a
+// mode_def, and modes.c lists them (docs/distributed.md, "Modes").
+//
+// A mode says which role each rank takes (a world_rule: common/comm/world.h), which paths of the
+// configuration it reads and which it writes, what --preflight checks and --plan plans for it,
+// what it cannot start without, how it claims its outputs, and how it runs. The frame
+// (dflash_rank.c) and preflight.c read the table and nothing else: none of them decides a role or
+// names a mode. The frame applies the same lifecycle to every mode: the keys checked before MPI
+// starts (prepare, needs), the roles assigned (world_assign), then on rank 0, before anything is
+// written: no output may be an input (mode_claim.h), the inputs opened (check_inputs), the outputs
+// claimed (claim: locked, what the mode did not write refused); every rank agreeing; then run.
+//
+// A new mode: one file mode_NAME.c defining `const mode_def mode_NAME`, one X(mode_NAME) in
+// modes.c's MODE_LIST, and its name among run.mode's choices (config.c; test_modes.sh compares).
+#pragma once
+
+#include <stddef.h>
+
+#include "common/backend/backend.h"
+#include "common/comm/nccl_link.h"
+#include "common/comm/world.h"
+#include "common/core/config.h"
+
+// A path of the configuration that a mode reads or writes.
+typedef struct {
+    const char *key;  // the configuration key ("regenerate.out", "data.sets")
+    const char *path; // its value (points into the configuration)
+    int dir;          // a directory: every file in it belongs to it (target.path, features.dir)
+} mode_path;
+
+#define MODE_MAX_PATHS (CONFIG_MAX_SETS + 8)
+typedef struct {
+    int n;
+    mode_path v[MODE_MAX_PATHS];
+} mode_paths;
+
+// mode_paths_add: one more path (an empty value is left out: the key is not set).
+void mode_paths_add(mode_paths *p, const char *key, const char *path, int dir);
+// mode_paths_data: data.path or each path of data.sets, or data.features (a directory).
+void mode_paths_data(mode_paths *p, const config *cfg);
+
+// What --preflight checks for a mode, besides the world, the backends, the memory plans, peer
+// access, /dev/shm and NCCL (docs/preflight.md: one row each).
+enum {
+    MODE_PF_TARGET = 1 << 0,  // target.path: config.json, the tensors
+    MODE_PF_DATA = 1 << 1,    // data.path / data.sets / data.features as a training job reads them
+    MODE_PF_DUMP = 1 << 2,    // the training sets as dump-features reads them (teacher.max_tokens)
+    MODE_PF_PROMPTS = 1 << 3, // regenerate.prompts: every line a prompt within the target's vocabulary
+    MODE_PF_OUTPUT = 1 << 4,  // each output: not an input, claimable, writable, its free space
+    MODE_PF_DECODE = 1 << 5,  // the teacher's memory is the decode's (weights + KV caches), not a forward's
+};
+
+// What a mode's run gets: every rank calls run with its world (roles assigned), the configuration
+// and its open backend.
+typedef struct {
+    world *w;
+    config *cfg;
+    backend *be;
+} mode_job;
+
+typedef struct {
+    const char *name; // run.mode
+    const char *what; // one line: what the job does
+    world_rule roles; // the role each rank takes
+    unsigned preflight; // MODE_PF_* flags
+    // The paths it reads and the paths it writes (filled into *in / *out; NULL: none).
+    void (*inputs)(const config *cfg, mode_paths *in);
+    void (*outputs)(const config *cfg, mode_paths *out);
+    // Before MPI starts, on every rank (the run, --plan and --preflight): the configuration
+    // completed (eval: the drafter's shape). -1 with error_set (one line). NULL: nothing.
+    int (*prepare)(config *cfg);
+    // Before MPI starts, a run only (not --plan or --preflight, which report it their own way): the
+    // keys the job cannot start without. -1 with error_set (one line). NULL: nothing.
+    int (*needs)(const config *cfg);
+    // Rank 0, before the mode writes anything: lock each output for the process's life and refuse
+    // one this mode did not write (unless run.overwrite, and then only what this project wrote is
+    // removed or replaced). dry (--preflight): check only (a lock tried and let go, nothing
+    // removed). -1 with error_set naming the output (and the holder of a lock). NULL: the mode
+    // claims its outputs itself (train and eval: run.dir, run_dir_claim in student_train).
+    int (*claim)(const config *cfg, int dry);
+    // Rank 0, before the claim: the inputs opened once, so that every rank's error is one line.
+    // -1 with error_set. NULL: nothing.
+    int (*check_inputs)(const world *w, const config *cfg);
+    // --plan (one process, no MPI, no device): world_size and ranks_on_host from the launcher (-1
+    // without one); prints when print. 0, or -1 with error_set.
+    int (*plan)(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);
+    // For the watchdog's message when a peer dies or hangs: where the run can be resumed from
+    // (buf left empty: nothing to say). NULL: nothing.
+    void (*report)(const config *cfg, char *buf, size_t n);
+    // The job, on every rank; returns this process's exit status.
+    int (*run)(mode_job *j);
+} mode_def;
+
+// mode_find: the mode of that name, or NULL with error_set listing the modes.
+const mode_def *mode_find(const char *name);
+// mode_count, mode_at: the registry in its order.
+int mode_count(void);
+const mode_def *mode_at(int i);
+
+// The frame's helpers the modes' runs share (frame.c).
+// mode_exit: end the watchdog and MPI and give this rank's exit status after a result every rank
+// agreed on (rank 0 printed the error line, if any): status on rank 0, 0 on the others (mpirun ends
+// the job at the first non-zero exit; were it another rank's, rank 0's line could be lost).
+int mode_exit(const world *w, int status);
+// mode_payload_links: the payload path of a job (transport.payload auto or nccl): NCCL links when
+// every rank has a GPU of its own, else MPI (*links NULL); rank 0 says which and why. -1 (rank 0
+// printed the error) when nccl was asked for and cannot be had. Collective.
+int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links);
+// mode_watch_gradients: the watchdog polls the students' gradient communicators for NCCL's errors.
+void mode_watch_gradients(void);
+// mode_plan_roles: --plan's first lines for a mode: the roles of the world the launcher gives
+// (world_size; -1: the configured counts) as the job assigns them, and the backend planned for
+// (not opened) into *w and *be; prints "plan: T teacher(s) + S student(s), mode M; ..." when print.
+int mode_plan_roles(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print, world *w,
+                    backend *be);
+// mode_groups_check: the target's layers split into the teacher groups' stages (rank 0).
+int mode_groups_check(const world *w, const config *cfg);

@@ -1,0 +1,114 @@
+// mode_train.c: `--mode train`: teachers serve batches, students train the drafter (with
+// data.features: every rank a student, reading the offline features). run.dir is claimed by
+// student_train (its lock and run_dir_claim: docs/faults.md).
+#include "modes/mode_train.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/comm/watchdog.h"
+#include "common/core/check.h"
+#include "common/core/error.h"
+#include "common/data/dataset.h"
+#include "student/train/checkpoint.h"
+#include "student/train/plan_world.h"
+#include "student/train/train.h"
+#include "teacher/teacher_loop.h"
+
+void mode_train_inputs(const config *cfg, mode_paths *in) {
+    mode_paths_add(in, "target.path", cfg->target_path, 1);
+    mode_paths_data(in, cfg);
+    mode_paths_add(in, "eval.drafter", cfg->eval_drafter, 1); // (set in eval only)
+}
+
+void mode_train_outputs(const config *cfg, mode_paths *out) { mode_paths_add(out, "run.dir", cfg->run_dir, 1); }
+
+int mode_train_needs(const config *cfg) {
+    if (!cfg->target_path[0] || (!config_data_count(cfg) && !cfg->data_features[0]))
+        return error_set("%s needs target.path (the target model directory) and data.path (a training set), "
+                         "data.sets (several) or data.features (an offline feature directory)", cfg->mode);
+    return 0;
+}
+
+int mode_train_check_inputs(const world *w, const config *cfg) {
+    int offline = cfg->data_features[0] != '\0';
+    if (!offline && dataset_preflight(cfg)) return -1; // the training sets exist (cheap, one line)
+    if (train_check_inputs(w, cfg)) return -1;
+    return offline ? 0 : mode_groups_check(w, cfg);
+}
+
+int mode_train_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
+    return plan_world(cfg, want, world_size, ranks_on_host, print);
+}
+
+static void train_report(const config *cfg, char *buf, size_t n) {
+    int found = 0;
+    int64_t step = checkpoint_latest(cfg->run_dir, &found);
+    if (found)
+        snprintf(buf, n, "last checkpoint: step %lld in %s/checkpoints (resume with the same command and --run.resume=true)",
+                 (long long)step, cfg->run_dir);
+    else if (cfg->ckpt_every > 0)
+        snprintf(buf, n, "no checkpoint yet in %s/checkpoints", cfg->run_dir);
+    else
+        snprintf(buf, n, "no checkpoints (checkpoint.every = 0)");
+}
+
+// Who watches whom in a training job: a student every rank, a teacher the students and the other
+// stages of its group.
+static int run_teachers, run_group_size = 1;
+static int train_watches(int watcher, int peer) {
+    return watcher >= run_teachers || peer >= run_teachers || watcher / run_group_size == peer / run_group_size;
+}
+
+int mode_train_run(mode_job *j) {
+    world *w = j->w;
+    const config *cfg = j->cfg;
+    int offline = cfg->data_features[0] != '\0';
+    train_install_signals();
+    if (w->size > 1) {
+        run_teachers = w->teachers, run_group_size = w->group_size;
+        watchdog_set_watchers(train_watches);
+        mode_watch_gradients(); // the students' gradient communicators (links: below)
+    }
+    nccl_links *links = NULL;
+    if (!offline && strcmp(cfg->payload, "mpi") != 0 && mode_payload_links(w, cfg, j->be, &links)) {
+        watchdog_finalize();
+        return 1;
+    }
+    MPI_Comm role_comm; // the students' all-reduce runs among students only
+    watchdog_wait_begin(0, w->size - 1, 5, "the other ranks to split the roles");
+    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, w->role, w->rank, &role_comm));
+    watchdog_wait_end();
+    int rc = w->role == ROLE_TEACHER ? teacher_serve(w, cfg, j->be, links) : student_train(w, cfg, j->be, role_comm, links);
+    if (rc == WORLD_REPORTED_ELSEWHERE) { // another rank of the role prints the reason and ends the job
+        for (int i = 0; i < 600; i++) {
+            struct timespec pause = {0, 100 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        fatal("the rank that stopped the job did not end it within 60 s");
+    }
+    if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
+    for (int r = 0; r < w->size; r++) watchdog_watch(r, 0); // the peers finish now: their exit is no news
+    watchdog_add_check(NULL, NULL);                        // before the links it polls are closed
+    nccl_links_close(links);
+    mpi_check(MPI_Comm_free(&role_comm));
+    backend_close(j->be);
+    watchdog_finalize();
+    return 0;
+}
+
+const mode_def mode_train = {
+    .name = "train",
+    .what = "teachers serve batches, students train the drafter (data.features: every rank a student)",
+    .roles = WORLD_RULE_JOB,
+    .preflight = MODE_PF_TARGET | MODE_PF_DATA | MODE_PF_OUTPUT,
+    .inputs = mode_train_inputs,
+    .outputs = mode_train_outputs,
+    .needs = mode_train_needs,
+    .check_inputs = mode_train_check_inputs,
+    .plan = mode_train_plan,
+    .report = train_report,
+    .run = mode_train_run,
+};
