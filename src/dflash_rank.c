@@ -393,7 +393,7 @@ int main(int argc, char **argv) {
 
     if (strcmp(cfg.mode, "transport-test") == 0) {
         if (w.teachers < 1 || w.students < 1) fatal("transport-test needs at least one teacher and one student rank");
-        long long wrong = transport_test_run(&w, &be, 5, 64ll << 20);
+        long long wrong = transport_test_run(&w, &be, 5, cfg.transport_test_bytes);
         if (wrong < 0) fatal("%s", error_msg());
         backend_close(&be);
         watchdog_finalize();
