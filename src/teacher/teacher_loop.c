@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "common/backend/arena.h"
+#include "common/backend/gpu_reserve.h"
 #include "common/comm/msg.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/watchdog.h"
@@ -91,6 +92,13 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
         teacher_stage_select(w, &m) || teacher_stage_budget(cfg, &m, &o, tc.max_tokens, w->students, links != NULL))
         return w->group == 0 ? -1 : WORLD_REPORTED_ELSEWHERE;
+    // on a GPU: its context, cuBLAS and NCCL communicators exist now; what is free must hold the plan
+    char who[64];
+    snprintf(who, sizeof who, "teacher rank %d", w->rank);
+    if (gpu_reserve_check(be, target_model_weight_bytes(&m) + target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile) +
+                                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, links != NULL),
+                          0, who, "teacher.mem_budget"))
+        return -1;
     if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
     teacher_requests q = {.stops = 0};
     if (first) {
