@@ -432,9 +432,11 @@ part_bench() {
   else # the CPU and the emulator: toy sizes, PyTorch on the CPU (it checks the script, not a benchmark)
     args=(--tiny --repeat 2)
   fi
+  local student="bench/gpu_student.py"
   if emu_mode && ! python3 -c 'import torch' 2>/dev/null; then
     echo "bench/gpu_student.py not run: python3 has no PyTorch here (the GPU machine has it)"
     num gpu_student "not run: no PyTorch"
+    student="not bench/gpu_student.py (no PyTorch here)"
   else
     echo "python3 bench/gpu_student.py ${args[*]}"
     PYTHONUNBUFFERED=1 python3 "$ROOT/bench/gpu_student.py" "${args[@]}" --dflash-tool "$BUILD/dflash_tool" \
@@ -449,7 +451,7 @@ part_bench() {
     bl=$("$BUILD/bench/bench_loss" --method rows --n 480 --vocab 32000 --hidden 256 --repeat 2) && echo "bench_loss (CPU, it has no --device): $bl" &&
       num bench_loss_cpu "$bl" || { echo "FAIL: bench_loss"; bad=1; }
   fi
-  note "bench_attn + bench/gpu_student.py + bench_loss (CPU only)"
+  note "bench_attn + $student + bench_loss (CPU only)"
   [ "$bad" -eq 0 ]
 }
 
@@ -515,7 +517,13 @@ trap 'echo "check: interrupted"; [ -n "$PART_PID" ] && kill -TERM "$PART_PID" 2>
 meta check "dflash_rank GPU check (issue 7): tests/gpu/check.sh"
 meta mode "$DEV$([ "$EMU" = 1 ] && echo " (CUDA emulator, 1 emulated GPU: a dry run)")"
 meta date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-meta commit "${DFLASH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')}"
+# (a copy of the tree without .git, as the device machine's: "unknown" unless DFLASH_COMMIT says it)
+if head=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null); then
+  git -C "$ROOT" diff --quiet HEAD 2>/dev/null || head="$head (with local changes)"
+else
+  head=unknown
+fi
+meta commit "${DFLASH_COMMIT:-$head}"
 meta host "$(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2); $(nproc) cores"
 if [ "$EMU" = 1 ]; then
   meta gpu "CUDA emulator (tests/emu): 1 emulated device on the CPU"
