@@ -140,7 +140,13 @@ int plan_world(const config *cfg, int world_size, int ranks_on_host, int print) 
     plan_breakdown bd;
     char student_err[1024] = "", title[256];
     snprintf(title, sizeof title, "student memory plan (each of %d student rank(s), %s)", S, be.name);
-    if (plan_make(&dc, &be, &pr, &plan, &bd)) snprintf(student_err, sizeof student_err, "train.mem_budget: %s", error_msg());
+    if (plan_make(&dc, &be, &pr, &plan, &bd)) {
+        char a[32], b[32];
+        if (sr.total && cfg->train_mem_budget > 0)
+            snprintf(student_err, sizeof student_err, "train.mem_budget %s less its GPU reserve %s: %s",
+                     bytes_format((size_t)cfg->train_mem_budget, a, sizeof a), bytes_format(sr.total, b, sizeof b), error_msg());
+        else snprintf(student_err, sizeof student_err, "train.mem_budget: %s", error_msg());
+    }
     if (print) {
         if (!student_err[0]) plan_print_titled(stdout, title, &bd, &plan, pr.budget);
         else printf("%s\n  does not fit (the error below)\n", title);

@@ -10,6 +10,7 @@
 
 #include "common/backend/arena.h"
 #include "common/backend/gpu_reserve.h"
+#include "common/core/bytes.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
@@ -182,7 +183,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     int grad_nccl = be->kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
     gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(links != NULL, w->groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &gr);
-    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1; // (--plan prints it without a job: plan_world.c)
+    if (plan_make(&dc, be, &pr, &plan, &bd)) { // (--plan prints it without a job: plan_world.c)
+        char a[32], b[32];
+        if (gr.total && cfg->train_mem_budget > 0)
+            return error_prefix("train.mem_budget %s less its GPU reserve %s (gpu_reserve.h)",
+                                bytes_format((size_t)cfg->train_mem_budget, a, sizeof a), bytes_format(gr.total, b, sizeof b));
+        return -1;
+    }
     if (s == 0) plan_print(stderr, &bd, &plan, pr.budget);
     char who[64];
     snprintf(who, sizeof who, "student rank %d", w->rank);
