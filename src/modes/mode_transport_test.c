@@ -21,7 +21,7 @@ static int transport_plan(const config *cfg, const world_want *want, int world_s
 static int transport_run(mode_job *j) {
     world *w = j->w;
     if (w->teachers < 1 || w->students < 1) fatal("transport-test needs at least one teacher and one student rank");
-    long long wrong = transport_test_run(w, j->be, 5, 64ll << 20);
+    long long wrong = transport_test_run(w, j->be, 5, j->cfg->transport_test_bytes);
     if (wrong < 0) fatal("%s", error_msg());
     backend_close(j->be);
     watchdog_finalize();

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/comm/msg.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
@@ -69,7 +70,7 @@ static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t
         backend_copy_to_host(l->d->m->be, p, l->d->w.x, (size_t)R * l->x_bytes);
         p += (size_t)R * l->x_bytes;
     }
-    mpi_check(MPI_Send(l->buf, (int)(p - l->buf), MPI_BYTE, l->next, TAG_REGEN, MPI_COMM_WORLD));
+    msg_send(l->buf, (size_t)(p - l->buf), l->next, TAG_REGEN, MPI_COMM_WORLD);
     if (rows && l->links) link_rows(l, l->next, R, 1);
 }
 
@@ -116,7 +117,9 @@ int regen_link_follow(regen_link *l) {
     int rc = 0;
     for (;;) {
         MPI_Status st;
-        mpi_check(MPI_Recv(l->buf, (int)l->cap, MPI_BYTE, l->prev, TAG_REGEN, MPI_COMM_WORLD, &st));
+        MPI_Request r;
+        msg_irecv(l->buf, l->cap, l->prev, TAG_REGEN, MPI_COMM_WORLD, &r);
+        mpi_check(MPI_Wait(&r, &st));
         const int64_t *h = (const int64_t *)l->buf;
         int64_t op = h[0], n = h[2];
         int R = (int)h[1], n_u = (int)h[3];

@@ -1,10 +1,10 @@
 // teacher_group.c: the stage-to-stage link of a teacher group (see teacher_group.h).
 #include "teacher/teacher_group.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/comm/msg.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
@@ -43,8 +43,8 @@ static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 // Bytes of a message of S tokens and n_seq sequences (x and features in it unless on_link).
 static size_t stage_msg_bytes(const stage_link *l, int64_t S, int64_t n_seq, int on_link) {
     size_t s = (size_t)S;
-    size_t b = STAGE_HEADER * 8 + pad8(s * 4) + pad8(((size_t)n_seq + 1) * 4) + pad8(s);
-    return b + (on_link ? 0 : pad8(s * (size_t)(l->H + l->D) * l->e));
+    size_t b = STAGE_HEADER * 8 + pad8(size_mul(S, 4)) + pad8(size_mul(n_seq + 1, 4)) + pad8(s);
+    return b + (on_link ? 0 : pad8(size_mul(size_mul(S, l->H + l->D), l->e)));
 }
 
 // The sections of a message in buf.
@@ -68,13 +68,7 @@ int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *link
     l->next = w->stage < w->group_size - 1 ? w->rank + 1 : -1;
     l->H = H, l->D = D, l->e = dtype_size(ops_act_dtype(be)), l->max_tokens = max_tokens;
     l->max_bytes = stage_msg_bytes(l, max_tokens, max_tokens, 0);
-    if (!links && l->max_bytes > (size_t)INT_MAX) { // an MPI count is an int
-        char b1[32];
-        return error_set("teacher stage messages of %d tokens take %s, more than one MPI message carries (2 GiB): "
-                         "lower the batch's tokens, or give every rank its own GPU so that NCCL carries the activations",
-                         max_tokens, bytes_format(l->max_bytes, b1, sizeof b1));
-    }
-    size_t act_bytes = (size_t)max_tokens * (size_t)(H + D) * l->e;
+    size_t act_bytes = size_mul(size_mul(max_tokens, H + D), l->e);
     if (l->next >= 0) {
         l->n_buf = n_buf;
         l->bufs = xmalloc((size_t)n_buf * sizeof(char *));
@@ -120,7 +114,7 @@ int stage_send(stage_link *l, const stage_header *h, const int32_t *tokens, cons
     memcpy(t, tokens, (size_t)h->S * sizeof(int32_t));
     memcpy(c, cu, ((size_t)h->n_seq + 1) * sizeof(int32_t));
     memcpy(m, mask, (size_t)h->S);
-    size_t xb = (size_t)h->S * (size_t)l->H * l->e, fb = (size_t)h->S * (size_t)l->D * l->e;
+    size_t xb = size_mul(size_mul(h->S, l->H), l->e), fb = size_mul(size_mul(h->S, l->D), l->e);
     if (on_link) { // into this slot's device buffer, GPU to GPU after the header
         ops_copy_2d(l->be, l->dev[slot], (int64_t)h->S * l->H, tw->x, (int64_t)h->S * l->H, 1, (int64_t)h->S * l->H);
         ops_copy_2d(l->be, (char *)l->dev[slot] + xb, (int64_t)h->S * l->D, tw->features, (int64_t)h->S * l->D, 1,
@@ -130,8 +124,7 @@ int stage_send(stage_link *l, const stage_header *h, const int32_t *tokens, cons
         backend_copy_to_host(l->be, act, tw->x, xb);
         backend_copy_to_host(l->be, act + xb, tw->features, fb);
     }
-    mpi_check(MPI_Isend(buf, (int)stage_msg_bytes(l, h->S, h->n_seq, on_link), MPI_BYTE, l->next, TAG_STAGE,
-                        MPI_COMM_WORLD, &l->sends[slot]));
+    msg_isend(buf, stage_msg_bytes(l, h->S, h->n_seq, on_link), l->next, TAG_STAGE, MPI_COMM_WORLD, &l->sends[slot]);
     if (on_link && nccl_link_send(l->links, l->next, l->dev[slot], xb + fb, NULL, &l->tickets[slot]))
         return error_prefix("teacher stage %d -> %d", l->w->stage, l->w->stage + 1);
     return 0;
@@ -147,20 +140,19 @@ int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uin
     MPI_Status st;
     watchdog_wait_begin(l->prev, l->prev, patience, "a batch from the previous stage of its group");
     MPI_Request r;
-    mpi_check(MPI_Irecv(l->in, (int)l->max_bytes, MPI_BYTE, l->prev, TAG_STAGE, MPI_COMM_WORLD, &r));
+    msg_irecv(l->in, l->max_bytes, l->prev, TAG_STAGE, MPI_COMM_WORLD, &r);
     world_wait(&r, &st);
     watchdog_wait_end();
-    int bytes = 0;
-    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    size_t bytes = msg_bytes(&st);
     int64_t hdr[STAGE_HEADER];
-    if (bytes < (int)sizeof hdr) return error_set("stage message of %d bytes from rank %d is shorter than its header", bytes, l->prev);
+    if (bytes < sizeof hdr) return error_set("stage message of %zu bytes from rank %d is shorter than its header", bytes, l->prev);
     memcpy(hdr, l->in, sizeof hdr);
     *h = (stage_header){.kind = hdr[0], .index = hdr[1], .S = hdr[2], .n_seq = hdr[3], .reply = hdr[4], .peak = hdr[5]};
     if (h->kind == WIRE_STOP) return 0;
     int on_link = (int)hdr[6];
     if (h->S < 1 || h->S > l->max_tokens || h->n_seq < 1 || h->n_seq > h->S || on_link != (l->links != NULL) ||
-        stage_msg_bytes(l, h->S, h->n_seq, on_link) != (size_t)bytes)
-        return error_set("malformed stage message from rank %d: %lld tokens, %lld sequences in %d bytes", l->prev,
+        stage_msg_bytes(l, h->S, h->n_seq, on_link) != bytes)
+        return error_set("malformed stage message from rank %d: %lld tokens, %lld sequences in %zu bytes", l->prev,
                          (long long)h->S, (long long)h->n_seq, bytes);
     int32_t *t, *c;
     uint8_t *m;
@@ -169,7 +161,7 @@ int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uin
     memcpy(tokens, t, (size_t)h->S * sizeof(int32_t));
     memcpy(cu, c, ((size_t)h->n_seq + 1) * sizeof(int32_t));
     memcpy(mask, m, (size_t)h->S);
-    size_t xb = (size_t)h->S * (size_t)l->H * l->e, fb = (size_t)h->S * (size_t)l->D * l->e;
+    size_t xb = size_mul(size_mul(h->S, l->H), l->e), fb = size_mul(size_mul(h->S, l->D), l->e);
     if (on_link) { // the activations follow GPU to GPU, in the order of the headers
         watchdog_wait_begin(l->prev, l->prev, 1, "the activations from the previous stage of its group");
         int rc = nccl_link_recv(l->links, l->prev, l->in_dev, xb + fb, &l->in_ticket) || nccl_ticket_wait(&l->in_ticket);

@@ -7,6 +7,8 @@
 #include <time.h>
 
 #include "common/backend/arena.h"
+#include "common/backend/gpu_reserve.h"
+#include "common/comm/msg.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
@@ -90,6 +92,13 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
         teacher_stage_select(w, &m) || teacher_stage_budget(cfg, &m, &o, tc.max_tokens, w->students, links != NULL))
         return w->group == 0 ? -1 : WORLD_REPORTED_ELSEWHERE;
+    // on a GPU: its context, cuBLAS and NCCL communicators exist now; what is free must hold the plan
+    char who[64];
+    snprintf(who, sizeof who, "teacher rank %d", w->rank);
+    if (gpu_reserve_check(be, target_model_weight_bytes(&m) + target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile) +
+                                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, links != NULL),
+                          0, who, "teacher.mem_budget"))
+        return -1;
     if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
     teacher_requests q = {.stops = 0};
     if (first) {
@@ -118,10 +127,10 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)T);
     dtype act = ops_act_dtype(be);
-    void *feat_raw = last ? xmalloc((size_t)T * (size_t)D * dtype_size(act)) : NULL;
+    void *feat_raw = last ? xmalloc(size_mul(T, D) * dtype_size(act)) : NULL;
     // With NCCL links the features go GPU to GPU from a ring of device buffers (bf16, the compute
     // dtype of a CUDA backend); the rest of the payload stays on MPI.
-    size_t feat_bytes = (size_t)T * (size_t)D * 2;
+    size_t feat_bytes = size_mul(T, D) * 2;
     void **feat_dev = links ? xcalloc((size_t)n_pay + 1, sizeof(void *)) : NULL;
     nccl_ticket *tickets = links ? xcalloc((size_t)n_pay + 1, sizeof(nccl_ticket)) : NULL;
     for (int i = 0; links && i < n_pay; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
@@ -163,25 +172,26 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
         memcpy(wb.mask, mask, (size_t)S);
         if (links) { // GPU to GPU: into this slot's device buffer, sent below
-            backend_copy_to_device(be, feat_dev[slot], tw.features, (size_t)S * (size_t)D * 2);
+            backend_copy_to_device(be, feat_dev[slot], tw.features, size_mul(S, D) * 2);
         } else if (act == DT_BF16) {
-            backend_copy_to_host(be, wb.features, tw.features, (size_t)S * (size_t)D * 2);
+            backend_copy_to_host(be, wb.features, tw.features, size_mul(S, D) * 2);
         } else { // fp32 on the CPU: bf16 on the wire
-            backend_copy_to_host(be, feat_raw, tw.features, (size_t)S * (size_t)D * sizeof(float));
+            backend_copy_to_host(be, feat_raw, tw.features, size_mul(S, D) * sizeof(float));
             convert_from_f32(wb.features, DT_BF16, feat_raw, (int64_t)S * D);
         }
-        backend_copy_to_host(be, wb.topk_idx, tw.topk_idx, (size_t)S * (size_t)k * sizeof(int32_t));
-        backend_copy_to_host(be, wb.topk_val, tw.topk_val, (size_t)S * (size_t)k * sizeof(float));
+        backend_copy_to_host(be, wb.topk_idx, tw.topk_idx, size_mul(S, k) * sizeof(int32_t));
+        backend_copy_to_host(be, wb.topk_val, tw.topk_val, size_mul(S, k) * sizeof(float));
         backend_copy_to_host(be, wb.lse, tw.lse, (size_t)S * sizeof(float));
         if (cfg->test_slow_teacher == w->rank && cfg->test_slow_ms > 0) { // test-only: a slow teacher
             struct timespec ts_sleep = {cfg->test_slow_ms / 1000, (cfg->test_slow_ms % 1000) * 1000000L};
             nanosleep(&ts_sleep, NULL);
         }
         int reply = (int)h.reply;
-        mpi_check(MPI_Isend(bufs[slot], (int)wire_bytes(S, n_seq, k, links ? 0 : D), MPI_BYTE, reply, TAG_DATA,
-                            MPI_COMM_WORLD, &sends[slot]));
+        size_t bytes = wire_bytes(S, n_seq, k, links ? 0 : D);
+        if (cfg->check_payloads) wire_seal(bufs[slot], bytes); // checked by the student on arrival
+        msg_isend(bufs[slot], bytes, reply, TAG_DATA, MPI_COMM_WORLD, &sends[slot]);
         // the features after their header: the student posts its receive once the header is in
-        if (links && nccl_link_send(links, reply, feat_dev[slot], (size_t)S * (size_t)D * 2, NULL, &tickets[slot]))
+        if (links && nccl_link_send(links, reply, feat_dev[slot], size_mul(S, D) * 2, NULL, &tickets[slot]))
             fatal("teacher: %s", error_msg());
         busy += time_now() - t0;
     }

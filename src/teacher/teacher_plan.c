@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/gpu_reserve.h"
+
 #include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -55,6 +57,12 @@ size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, cons
     return bytes;
 }
 
+size_t teacher_stage_reserve_bytes(const backend *be, int G, int s, int students, int nccl) {
+    gpu_reserve r;
+    gpu_reserve_make(&r, be->kind == BACKEND_CUDA, gpu_reserve_teacher_comms(nccl, G, s, students), 1);
+    return r.total;
+}
+
 // The memory of layers [l0, l1) as stage s of G (m: the target's config and backend, no weights).
 static void stage_mem(const config *cfg, const target_model *m, const target_outputs *o, int T, int G, int s,
                       int students, int nccl, teacher_stage_mem *out) {
@@ -66,7 +74,8 @@ static void stage_mem(const config *cfg, const target_model *m, const target_out
     out->weights = target_model_weight_bytes(m);
     out->work = target_work_bytes(m, o, T, T, o->vocab_tile);
     out->ring = teacher_stage_ring_bytes(cfg, &m->cfg, &ct, G, s, students, nccl);
-    out->total = out->weights + out->work + out->ring;
+    out->reserve = teacher_stage_reserve_bytes(m->be, G, s, students, nccl);
+    out->total = out->weights + out->work + out->ring + out->reserve;
 }
 
 int teacher_group_mem(const config *cfg, const target_config *tc, backend *be, const target_outputs *o, int T, int G,
@@ -146,33 +155,35 @@ static int stage_budget(const config *cfg, const target_model *m, target_outputs
     int ring_stage = s >= 0 ? s : target_stage_is_last(m) ? G - 1 : 1;
     teacher_contract ct = {.n_feat = o->n_feat, .max_tokens = T};
     size_t ring = teacher_stage_ring_bytes(cfg, &m->cfg, &ct, G, ring_stage, students, nccl);
-    int fit = target_plan_tokens(m, o, budget > ring ? budget - ring : 0, T, &o->vocab_tile);
+    size_t reserve = teacher_stage_reserve_bytes(m->be, G, ring_stage, students, nccl), rr = ring + reserve;
+    int fit = target_plan_tokens(m, o, budget > rr ? budget - rr : 0, T, &o->vocab_tile);
     if (fit >= T) return 0;
-    char b1[32], b2[32], b3[32], b4[32], b5[32], advice[256], ring_txt[64] = "";
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], advice[256], ring_txt[64] = "", res_txt[64] = "";
+    if (reserve) snprintf(res_txt, sizeof res_txt, " (the budget also holds the GPU reserve, %s)", bytes_format(reserve, b6, sizeof b6));
     size_t weights = target_model_weight_bytes(m);
     min_group_advice(cfg, m, o, T, students, advice_nccl, G, advice, sizeof advice);
     if (whole) {
         if (ring) snprintf(ring_txt, sizeof ring_txt, ", its NCCL buffers %s", bytes_format(ring, b3, sizeof b3));
-        if (weights >= budget) // every expert and layer resident on one teacher rank
+        if (weights + reserve >= budget) // every expert and layer resident on one teacher rank
             return error_set("the target's weights alone take %s, more than teacher.mem_budget %s: %s does not fit one "
-                             "device%s", bytes_format(weights, b2, sizeof b2), bytes_format(budget, b1, sizeof b1),
-                             m->cfg.arch_name, advice);
+                             "device%s%s", bytes_format(weights, b2, sizeof b2), bytes_format(budget, b1, sizeof b1),
+                             m->cfg.arch_name, advice, res_txt);
         return error_set("teacher.mem_budget %s holds teacher batches of %d tokens, less than the students' "
-                         "data.max_tokens_per_batch = %d (weights alone take %s%s)%s",
+                         "data.max_tokens_per_batch = %d (weights alone take %s%s)%s%s",
                          bytes_format(budget, b1, sizeof b1), fit, T, bytes_format(weights, b2, sizeof b2), ring_txt,
-                         advice);
+                         advice, res_txt);
     }
     size_t work = target_work_bytes(m, o, T, T, o->vocab_tile);
     char which[64], holds[96] = "";
     if (s >= 0) snprintf(which, sizeof which, "teacher stage %d of %d", s, G);
     else snprintf(which, sizeof which, "a teacher stage");
     if (fit > 0) snprintf(holds, sizeof holds, " (it holds batches of %d tokens, not %d)", fit, T);
-    return error_set("%s (layers %lld-%lld) takes weights %s + forward work %s (%d tokens) + NCCL buffers %s = %s, more "
-                     "than teacher.mem_budget %s%s%s",
+    return error_set("%s (layers %lld-%lld) takes weights %s + forward work %s (%d tokens) + NCCL buffers %s + GPU reserve "
+                     "%s = %s, more than teacher.mem_budget %s%s%s",
                      which, (long long)l0, (long long)l1 - 1, bytes_format(weights, b1, sizeof b1),
                      bytes_format(work, b2, sizeof b2), T, bytes_format(ring, b3, sizeof b3),
-                     bytes_format(weights + work + ring, b4, sizeof b4), bytes_format(budget, b5, sizeof b5), holds,
-                     advice);
+                     bytes_format(reserve, b6, sizeof b6), bytes_format(weights + work + rr, b4, sizeof b4),
+                     bytes_format(budget, b5, sizeof b5), holds, advice);
 }
 
 // The index of m's stage in the split of G (-1 when m's range is not one of its stages).
@@ -238,15 +249,16 @@ static int plan_print_group(const world *w, const config *cfg, backend *be, cons
                      w->teachers);
         else snprintf(ranks, sizeof ranks, "each teacher group of %d stage rank(s)", G);
         printf("teacher memory plan (%s, %s)\n", ranks, be->name);
-        printf("  %-5s %-12s %12s %14s %14s %12s  (%d tokens per batch)\n", "stage", "layers", "weights",
-               "forward work", "NCCL buffers", "total", T);
+        printf("  %-5s %-12s %12s %14s %14s %12s %12s  (%d tokens per batch)\n", "stage", "layers", "weights",
+               "forward work", "NCCL buffers", "GPU reserve", "total", T);
         int big = 0, small = 0;
         for (int s = 0; s < G; s++) {
             char layers[48];
             snprintf(layers, sizeof layers, "[%lld, %lld)", (long long)st[s].l0, (long long)st[s].l1);
-            printf("  %-5d %-12s %12s %14s %14s %12s  %s\n", s, layers, bytes_format(st[s].weights, a, sizeof a),
+            char r[32];
+            printf("  %-5d %-12s %12s %14s %14s %12s %12s  %s\n", s, layers, bytes_format(st[s].weights, a, sizeof a),
                    bytes_format(st[s].work, b, sizeof b), bytes_format(st[s].ring, c, sizeof c),
-                   bytes_format(st[s].total, d, sizeof d),
+                   bytes_format(st[s].reserve, r, sizeof r), bytes_format(st[s].total, d, sizeof d),
                    budget == 0 ? "(no budget)" : st[s].total <= budget ? "fits" : "too small");
             if (st[s].weights > st[big].weights) big = s;
             if (st[s].weights < st[small].weights) small = s;
@@ -264,8 +276,8 @@ static int plan_print_group(const world *w, const config *cfg, backend *be, cons
                    "ring; transport.payload %s, every rank on its own GPU; --transport.payload=mpi plans without them)\n",
                    cfg->payload);
         for (int s = 0; s < G; s++)
-            printf("teacher_stage_bytes %d %lld %lld %zu %zu %zu %zu\n", s, (long long)st[s].l0, (long long)st[s].l1,
-                   st[s].weights, st[s].work, st[s].ring, st[s].total);
+            printf("teacher_stage_bytes %d %lld %lld %zu %zu %zu %zu %zu\n", s, (long long)st[s].l0, (long long)st[s].l1,
+                   st[s].weights, st[s].work, st[s].ring, st[s].reserve, st[s].total);
         fflush(stdout);
     }
     free(st);
@@ -287,12 +299,18 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     int budget_rc = stage_budget(cfg, &m, &o, tc.max_tokens, 1, 0, w->students, 0, nccl);
     size_t weights = target_weight_bytes(&m.cfg, ops_act_dtype(be));
     size_t work = target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile);
+    gpu_reserve gr;
+    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_teacher_comms(nccl, 1, 0, w->students), 1);
+    size_t ring = teacher_stage_ring_bytes(cfg, &m.cfg, &tc, 1, 0, w->students, nccl);
     if (w->rank == 0) {
-        char a[32], b[32], c[32], ranks[48] = "each teacher rank";
+        char a[32], b[32], c[32], d[32], e[32], desc[160], ranks[48] = "each teacher rank";
         if (w->teachers > 0) snprintf(ranks, sizeof ranks, "each of %d teacher rank(s)", w->teachers);
         printf("teacher memory plan (%s, %s)\n  %-26s %12s\n  %-26s %12s  (%d tokens per batch)\n"
-               "  %-26s %12s\n", ranks, be->name, "target weights", bytes_format(weights, a, sizeof a),
-               "forward work", bytes_format(work, b, sizeof b), tc.max_tokens, "total", bytes_format(weights + work, c, sizeof c));
+               "  %-26s %12s\n  %-26s %12s  (%s)\n  %-26s %12s\nteacher_total_bytes %zu\n", ranks, be->name,
+               "target weights", bytes_format(weights, a, sizeof a), "forward work", bytes_format(work, b, sizeof b),
+               tc.max_tokens, "NCCL buffers", bytes_format(ring, e, sizeof e), "GPU reserve", bytes_format(gr.total, d, sizeof d),
+               gpu_reserve_describe(&gr, desc, sizeof desc), "total", bytes_format(weights + work + ring + gr.total, c, sizeof c),
+               weights + work + ring + gr.total);
         if (cfg->teacher_mem_budget > 0)
             printf("  %-26s %12s  (%s)\n", "budget (teacher.mem_budget)", bytes_format((size_t)cfg->teacher_mem_budget, a, sizeof a),
                    budget_rc ? "too small" : "fits");

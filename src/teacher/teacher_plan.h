@@ -31,7 +31,8 @@ typedef struct {
     size_t weights;  // target_stage_weight_bytes(l0, l1) in the backend's compute dtype
     size_t work;     // target_work_bytes of the range at `tokens`
     size_t ring;     // teacher_stage_ring_bytes
-    size_t total;    // weights + work + ring
+    size_t reserve;  // teacher_stage_reserve_bytes: the CUDA context, cuBLAS, its NCCL communicators
+    size_t total;    // weights + work + ring + reserve
 } teacher_stage_mem;
 
 // teacher_contract_make: layer ids (configured or SPEC §2 default for the target's depth), top-k
@@ -64,6 +65,10 @@ size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, cons
 // naming world.teacher_group_size when G is not in [1, n_layers].
 int teacher_group_mem(const config *cfg, const target_config *tc, backend *be, const target_outputs *o, int T, int G,
                       int students, int nccl, teacher_stage_mem *stages);
+
+// teacher_stage_reserve_bytes: what stage s of G takes on its GPU besides its plan (gpu_reserve.h;
+// 0 on the CPU): a teacher budget holds its weights, work, NCCL buffers and this.
+size_t teacher_stage_reserve_bytes(const backend *be, int G, int s, int students, int nccl);
 
 // teacher_plan_min_group: the smallest G in [1, n_layers] whose every stage (weights + work + ring)
 // fits budget; *largest gets that G's largest stage total. 0 when no G fits: *largest then gets the

@@ -83,7 +83,7 @@ expect_fail_mpi train-config-only "target: .*no model.safetensors or model.safet
 mkdir -p "$TMP/q36"
 cp "$SRC/examples/qwen3.6-27b/config.json" "$TMP/q36/"
 q=(--config "$SRC/examples/qwen3.6-27b/train.json" --target.path="$TMP/q36" --run.dir="$TMP/q36-run")
-for budget in 96GiB 141GiB; do
+for budget in 95GiB 140GiB; do
   expect_ok "q36-cuda-$budget" "$R" "${q[@]}" --teacher.mem_budget=$budget --train.mem_budget=$budget --plan
   has q36-cuda "^plan: 6 teacher\(s\) \+ 2 student\(s\), mode train; planned for cuda \(run.device cuda; no device opened\)"
   has q36-cuda "Qwen3_5ForConditionalGeneration, 64 layers \(48 Gated DeltaNet \+ 16 gated attention\), hidden 5120, vocab 248320"
@@ -100,8 +100,8 @@ has q36-cpu "weights \(compute copy\) +0 B"
 expect_fail q36-teacher-budget "the target's weights alone take .* GiB, more than teacher.mem_budget 1.00 GiB: Qwen3_5ForConditionalGeneration does not fit one device" \
   "$R" "${q[@]}" --teacher.mem_budget=1GiB --plan
 # weights that fit, the batch's work not: the smaller batch the budget holds is named
-expect_fail q36-work-budget "teacher.mem_budget 51.0 GiB holds teacher batches of [0-9]* tokens, less than the students' data.max_tokens_per_batch = 8192" \
-  "$R" "${q[@]}" --teacher.mem_budget=51GiB --plan
+expect_fail q36-work-budget "teacher.mem_budget 53.0 GiB holds teacher batches of [0-9]* tokens, less than the students' data.max_tokens_per_batch = 8192" \
+  "$R" "${q[@]}" --teacher.mem_budget=53GiB --plan
 
 # ---------------------------------------------------------------- examples/qwen3-coder-30b-a3b (MoE, config.json alone)
 mkdir -p "$TMP/coder"
@@ -149,12 +149,16 @@ def stage_bytes(l0, l1):
         else: keep = l1 == L                     # model.norm.weight, lm_head.weight
         b += n + ALIGN if keep else 0
     return b
-rows = [tuple(map(int, r)) for r in re.findall(r"^teacher_stage_bytes (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)]
+rows = [tuple(map(int, r)) for r in re.findall(r"^teacher_stage_bytes (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$", out, re.M)]
 assert [r[0] for r in rows] == list(range(G)) and rows[0][1] == 0 and rows[-1][2] == L, rows
-for s, l0, l1, weights, work, ring, total in rows:
+for s, l0, l1, weights, work, ring, reserve, total in rows:
     assert l1 > l0 and (s == 0 or l0 == rows[s - 1][2]), rows
     assert weights == stage_bytes(l0, l1), (s, l0, l1, weights, stage_bytes(l0, l1))
-    assert total == weights + work + ring, rows
+    assert total == weights + work + ring + reserve, rows
+    # the GPU reserve (cuda): 1 GiB context + 32 MiB cuBLAS + 688 MiB per NCCL communicator: the one
+    # over all ranks, each neighbour stage, and on the last stage one per student (1 here)
+    comms = 1 + (s > 0) + (s < G - 1) + (s == G - 1)
+    assert reserve == (1 << 30) + (32 << 20) + comms * (688 << 20), (s, reserve, comms)
 whole = stage_bytes(0, L)
 embed = sum(n + ALIGN for name, n in tensors if name == "model.embed_tokens.weight")
 extra = (G - 1) * inv + (embed if tied else 0)
@@ -167,7 +171,7 @@ done
 # over MPI (no NCCL buffers): the smallest budget of the two stages, in bytes
 expect_ok groups-mpi "$R" "${g[@]}" --world.teachers=2 --world.teacher_group_size=2 --transport.payload=mpi --plan
 has groups-mpi "^  (0|1) +\[[0-9]+, [0-9]+\) .* 0 B .*\(no budget\)$"
-fit2=$(awk '/^teacher_stage_bytes /{ if ($8 > m) m = $8 } END { print m }' "$TMP/out")
+fit2=$(awk '/^teacher_stage_bytes /{ if ($9 > m) m = $9 } END { print m }' "$TMP/out")
 gm=("${g[@]}" --world.teachers=2 --transport.payload=mpi)
 expect_ok groups-fit "$R" "${gm[@]}" --world.teacher_group_size=2 --teacher.mem_budget="$fit2" --plan
 [ "$(count '^  [01] +\[.* fits$')" = 2 ] && ok || { bad "groups-fit: wanted 2 rows that fit"; cat "$TMP/out" >&2; }
@@ -176,7 +180,7 @@ has groups-fit "budget \(teacher.mem_budget\) .*\(fits\)"
 expect_fail groups-advice "holds teacher batches of [0-9]* tokens, less than the students' data.max_tokens_per_batch = 1024 (weights alone take .*); set world.teacher_group_size to 2 (its largest stage then takes .* of .*)" \
   "$R" "${gm[@]}" --teacher.mem_budget="$fit2" --plan
 # a stage that does not fit: the stage, its layers and bytes, and the group size that does fit
-expect_fail groups-stage-budget "teacher stage [01] of 2 (layers [0-9]*-[0-9]*) takes weights .* + forward work .* (1024 tokens) + NCCL buffers 0 B = .*, more than teacher.mem_budget .*; set world.teacher_group_size to [3-6] " \
+expect_fail groups-stage-budget "teacher stage [01] of 2 (layers [0-9]*-[0-9]*) takes weights .* + forward work .* (1024 tokens) + NCCL buffers 0 B + GPU reserve .* = .*, more than teacher.mem_budget .*; set world.teacher_group_size to [3-6] " \
   "$R" "${gm[@]}" --world.teacher_group_size=2 --teacher.mem_budget=$((fit2 - 1)) --plan
 has groups-stage-budget "^  [01] +\[.* too small$"
 expect_fail groups-none "no teacher group fits it either" "$R" "${gm[@]}" --teacher.mem_budget=64KiB --plan
@@ -187,6 +191,35 @@ expect_fail_mpi groups-divide-mpirun "world.teacher_group_size = 2 does not divi
   mpirun -np 4 "$R" "${g[@]}" --world.teacher_group_size=2 --plan
 expect_fail groups-too-many "world.teacher_group_size = 7: a teacher group splits the target's 6 layers" \
   "$R" "${g[@]}" --world.teachers=7 --world.teacher_group_size=7 --plan
+
+# ---------------------------------------------------------------- every example's budgets fit its card
+# Each example README names its card ("card: NAME, N MiB ..."): every budget of its train.json is at
+# most that capacity, and the plans (each role's allocations + its GPU reserve) fit it.
+for ex in qwen3.6-27b qwen3-coder-30b-a3b qwen3.5-122b-a10b; do
+  mib=$(sed -n 's/.*card: [^,]*, \([0-9,]*\) MiB.*/\1/p' "$SRC/examples/$ex/README.md" | head -1 | tr -d ,)
+  [ -n "$mib" ] && ok || { bad "$ex: its README names no card capacity ('card: NAME, N MiB')"; continue; }
+  cap=$((mib * 1048576))
+  mkdir -p "$TMP/card-$ex"
+  cp "$SRC/examples/$ex/config.json" "$TMP/card-$ex/"
+  expect_ok "card-$ex" "$R" --config "$SRC/examples/$ex/train.json" --target.path="$TMP/card-$ex" --run.dir="$TMP/card-$ex-run" --plan
+  /usr/bin/python3 - "$SRC/examples/$ex/train.json" "$TMP/out" "$cap" <<'PYEOF' && ok || bad "$ex: a budget or a plan is larger than its card (above)"
+import json, re, sys
+cfg, out, cap = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), int(sys.argv[3])
+units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+def size(v):
+    if isinstance(v, (int, float)): return int(v)
+    m = re.fullmatch(r"([0-9.]+)\s*(KiB|MiB|GiB|TiB)?", v.strip())
+    return int(float(m.group(1)) * units.get(m.group(2), 1))
+budgets = {k: size(cfg[sec]["mem_budget"]) for k, sec in (("teacher", "teacher"), ("student", "train"))}
+teacher = [int(x) for x in re.findall(r"^teacher_total_bytes (\d+)$", out, re.M)]
+teacher += [int(r[-1]) for r in re.findall(r"^teacher_stage_bytes((?: \d+){8})$", out, re.M) for r in [r.split()]]
+student = int(re.search(r"^plan_total_bytes (\d+)$", out, re.M).group(1)) + int(re.search(r"^student_reserve_bytes (\d+)$", out, re.M).group(1))
+assert teacher, "no teacher plan"
+print("%s: card %d bytes; budgets %s; teacher plans + reserve %s; student plan + reserve %d" % (sys.argv[1], cap, budgets, teacher, student))
+assert all(b <= cap for b in budgets.values()), budgets
+assert max(teacher) <= budgets["teacher"] <= cap and student <= budgets["student"] <= cap
+PYEOF
+done
 
 # ---------------------------------------------------------------- examples/qwen3.5-122b-a10b (groups of 2, config.json alone)
 mkdir -p "$TMP/q122"

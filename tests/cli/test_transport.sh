@@ -5,7 +5,8 @@
 # all-reduce table (an fp32 sum over all 3 ranks): 9 sizes, 1 KiB to 64 MiB by 4, each with 0 wrong
 # elements and busbw = algbw * 2(n-1)/n; on the CPU its NCCL table declines, saying why. And the
 # students' gradient path: auto on the CPU sums over MPI in place (the log says so), nccl is one
-# error line naming transport.grad_allreduce and the reason.
+# error line naming transport.grad_allreduce and the reason. transport.test_bytes sets the largest
+# size (the tables end at it).
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 R=$BUILD/dflash_rank
@@ -26,6 +27,11 @@ for cfg in "3 --world.students=1" "3 --world.students=2"; do
        END {exit bad}' "$TMP/sums" && ok || bad "np $np $*: MPI all-reduce rows wrong"
 done
 grep -q "^NCCL all-reduce: not used (" "$TMP/out" && ok || bad "transport-test does not say why the NCCL all-reduce is not used"
+# transport.test_bytes: the tables end at that size (here 5000 bytes: 1 KiB, 4 KiB, then 5000)
+expect_ok "transport test_bytes" mpirun -np 2 "$R" --mode transport-test --device cpu --transport.test_bytes=5000
+grep -q "all payloads intact (0 wrong elements)" "$TMP/out" && ok || bad "transport-test test_bytes=5000: $(tail -1 "$TMP/out")"
+[ "$(awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}' "$TMP/out")" = "1024 4096 5000 1024 4096 5000 " ] && ok ||
+  bad "transport.test_bytes=5000: rows $(awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}' "$TMP/out"), want 1024 4096 5000 in each table"
 # On the CPU the NCCL path declines (every rank must have a GPU of its own), saying why; a job that
 # insists on it stops with one line.
 grep -q "NCCL path: not used (" "$TMP/out" && ok || bad "transport-test does not say why NCCL is not used"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/comm/msg.h"
 #include "common/comm/nccl_link.h"
 #include "common/comm/nccl_reduce.h"
 #include "common/core/check.h"
@@ -16,6 +17,16 @@
 #endif
 
 #define TAG_TT 201
+
+// The sizes of a table, in elements of 4 bytes: 256 (1 KiB) by factors of 4 up to max_bytes, then
+// max_bytes itself when it is not one of them (rounded down to whole elements); 0 after the last.
+static uint64_t tt_next(uint64_t n, long long max_bytes) {
+    uint64_t last = (uint64_t)max_bytes / 4;
+    return n >= last ? 0 : n * 4 <= last ? n * 4 : last;
+}
+
+// The iterations of a size: a size above 256 MiB once (its bandwidth is steady; the time is not).
+static int tt_iters(uint64_t n, int iterations) { return n * 4 > ((uint64_t)256 << 20) ? 1 : iterations; }
 
 // One size over one path: every teacher sends n elements to every student `iterations` times.
 // Host path: buf is host memory, filled and checked on the CPU. NCCL path (links != NULL): buf is
@@ -31,7 +42,7 @@ static long long tt_round(const world *w, nccl_links *links, uint32_t *buf, uint
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_value(w->rank, it, i);
             for (int s = 0; s < w->students; s++) {
                 if (!links) {
-                    mpi_check(MPI_Send(buf, (int)n, MPI_UINT32_T, w->teachers + s, TAG_TT, MPI_COMM_WORLD));
+                    msg_send(buf, size_mul(n, 4), w->teachers + s, TAG_TT, MPI_COMM_WORLD);
                     continue;
                 }
                 nccl_ticket tk = {0};
@@ -42,7 +53,10 @@ static long long tt_round(const world *w, nccl_links *links, uint32_t *buf, uint
         } else {
             for (int t = 0; t < w->teachers; t++) {
                 if (!links) {
-                    mpi_check(MPI_Recv(buf, (int)n, MPI_UINT32_T, t, TAG_TT, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+                    MPI_Status st;
+                    msg_recv(buf, size_mul(n, 4), t, TAG_TT, MPI_COMM_WORLD, &st);
+                    if (msg_bytes(&st) != n * 4) fatal("transport-test: %zu bytes from rank %d, want %llu", msg_bytes(&st), t,
+                                                       (unsigned long long)n * 4);
                     for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_value(t, it, i);
                     continue;
                 }
@@ -66,17 +80,18 @@ static long long tt_path(const world *w, nccl_links *links, uint32_t *buf, int i
     if (reporter)
         printf("%s\n%12s %8s %12s %10s %10s\n", links ? "NCCL, GPU memory to GPU memory" : "MPI, host memory", "bytes",
                "iters", "time_ms", "GB/s", "#wrong");
-    for (uint64_t n = 256; n <= (uint64_t)max_bytes / 4; n *= 4) {
+    for (uint64_t n = 256; n > 0; n = tt_next(n, max_bytes)) {
         mpi_check(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = time_now();
-        long long wrong = tt_round(w, links, buf, n, iterations);
+        int its = tt_iters(n, iterations);
+        long long wrong = tt_round(w, links, buf, n, its);
         double el = time_now() - t0;
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
         wrong_total += wrong;
         // bytes moved into this student: every teacher's payload each iteration (checking included)
-        double bytes = (double)n * 4 * w->teachers * iterations;
+        double bytes = (double)n * 4 * w->teachers * its;
         if (reporter)
-            printf("%12llu %8d %12.2f %10.3f %10lld\n", (unsigned long long)n * 4, iterations, 1e3 * el,
+            printf("%12llu %8d %12.2f %10.3f %10lld\n", (unsigned long long)n * 4, its, 1e3 * el,
                    el > 0 ? bytes / el / 1e9 : 0, wrong);
     }
     return wrong_total;
@@ -94,10 +109,11 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
         printf("%s all-reduce, fp32 sum over all %d ranks, %s (GB/s: algbw = bytes/time, busbw = algbw*2(n-1)/n)\n"
                "%12s %8s %12s %10s %10s %10s\n", r ? "NCCL" : "MPI", w->size, r ? "GPU memory" : "host memory", "bytes",
                "iters", "time_us", "algbw", "busbw", "#wrong");
-    for (uint64_t n = 256; n <= (uint64_t)max_bytes / 4; n *= 4) {
+    for (uint64_t n = 256; n > 0; n = tt_next(n, max_bytes)) {
         long long wrong = 0;
         double el = 0;
-        for (int it = 0; it < iterations; it++) {
+        int its = tt_iters(n, iterations);
+        for (int it = 0; it < its; it++) {
 #ifdef DFLASH_HAVE_CUDA
             if (r) tt_sum_fill_cuda(buf, n, w->rank, it);
 #endif
@@ -106,7 +122,7 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
             mpi_check(MPI_Barrier(MPI_COMM_WORLD));
             double t0 = time_now();
             if (r && (nccl_reduce_sum_f32(r, buf, n) || nccl_reduce_sync(r))) fatal("transport-test: %s", error_msg());
-            if (!r) mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+            if (!r) msg_allreduce(buf, (int64_t)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             el += time_now() - t0;
 #ifdef DFLASH_HAVE_CUDA
             if (r) wrong += tt_sum_check_cuda(buf, n, w->size, it);
@@ -117,9 +133,9 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); // the slowest rank's
         wrong_total += wrong;
-        double t = el / iterations, algbw = t > 0 ? (double)n * 4 / t / 1e9 : 0;
+        double t = el / its, algbw = t > 0 ? (double)n * 4 / t / 1e9 : 0;
         if (reporter)
-            printf("%12llu %8d %12.1f %10.3f %10.3f %10lld\n", (unsigned long long)n * 4, iterations, 1e6 * t, algbw,
+            printf("%12llu %8d %12.1f %10.3f %10.3f %10lld\n", (unsigned long long)n * 4, its, 1e6 * t, algbw,
                    algbw * 2.0 * (w->size - 1) / w->size, wrong);
     }
     return wrong_total;

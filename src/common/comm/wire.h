@@ -1,7 +1,8 @@
 // wire.h: the payload a teacher sends a student for one packed batch (SPEC §8), and the requests.
 //
 // One contiguous buffer, so one MPI message carries a batch:
-//   header   int64[WIRE_HEADER]: kind, index, S, n_seq, k, D, teacher peak bytes, features_on_link
+//   header   int64[WIRE_HEADER]: kind, index, S, n_seq, k, D, teacher peak bytes, features_on_link,
+//            seal (transport.check_payloads: 2^32 + the CRC-32C of every byte after the header; 0: none)
 //   tokens   int32[S]
 //   cu       int32[n_seq + 1]
 //   mask     uint8[S]            (padded to 8 bytes)
@@ -15,12 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_HEADER 8
+#define WIRE_HEADER 9
 enum { WIRE_TRAIN = 1, WIRE_HELDOUT = 2, WIRE_STOP = 3 };
 
 typedef struct {
     int64_t kind, index, S, n_seq, k, D, peak_bytes;
     int64_t features_on_link;    // 1: the features travel separately (NCCL); features = NULL
+    int64_t seal;                // 0, or 2^32 + the CRC-32C of the payload after its header (wire_seal)
     int32_t *tokens, *cu;
     uint8_t *mask;
     uint16_t *features;
@@ -37,6 +39,11 @@ void wire_write_header(void *buf, const wire_batch *w);
 // -1 with error_set on a malformed payload.
 int wire_read(void *buf, size_t bytes, wire_batch *w);
 void wire_layout(void *buf, wire_batch *w);
+// wire_seal: write the seal of the payload in buf (bytes long, its header written) into its header.
+void wire_seal(void *buf, size_t bytes);
+// wire_check_seal: 0 when the payload in buf has no seal or its seal matches its bytes; -1 with
+// error_set (both CRCs) when it does not.
+int wire_check_seal(const void *buf, size_t bytes);
 
 // A request from a student to a teacher: int64[3] = kind, index, requesting student's world rank.
 #define WIRE_REQUEST 3

@@ -55,6 +55,13 @@ void dflash_mpi_check(int rc, const char *call, const char *file, int line) {
     dflash_fatal(file, line, "a peer rank may have died; check its log", "%s failed: %s", call, text);
 }
 
+size_t dflash_size_mul(long long a, long long b, const char *file, int line) {
+    size_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow((unsigned long long)a, (unsigned long long)b, &r))
+        dflash_fatal(file, line, NULL, "size %lld x %lld is negative or does not fit in 64 bits", a, b);
+    return r;
+}
+
 // Walk the HDF5 error stack and keep the innermost description (the most specific one).
 static herr_t hdf5_error_walk(unsigned n, const H5E_error2_t *err, void *data) {
     if (n == 0 && err->desc) snprintf((char *)data, 256, "%s", err->desc);

@@ -43,6 +43,11 @@ void dflash_mpi_check(int rc, const char *call, const char *file, int line);
 #define hdf5_check(call) dflash_hdf5_check((long long)(call), #call, __FILE__, __LINE__)
 long long dflash_hdf5_check(long long rc, const char *call, const char *file, int line);
 
+// size_mul(a, b): a * b as a size_t, both int64_t-or-narrower counts; a negative factor or a
+// product past SIZE_MAX is fatal, naming both factors (a size computed from a count never wraps).
+#define size_mul(a, b) dflash_size_mul((long long)(a), (long long)(b), __FILE__, __LINE__)
+size_t dflash_size_mul(long long a, long long b, const char *file, int line);
+
 // xmalloc/xcalloc/xrealloc: libc allocation that never returns NULL (fatal with the size instead).
 void *xmalloc(size_t bytes);
 void *xcalloc(size_t count, size_t bytes);

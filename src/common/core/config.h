@@ -92,6 +92,8 @@ typedef struct {
     int64_t slots;                  // in-flight batches per teacher and student
     char payload[16];               // auto | mpi | nccl: how the features travel teacher -> student
     char grad_allreduce[16];        // auto | mpi | nccl: how the students sum their gradients
+    int64_t transport_test_bytes;   // --mode transport-test: the largest size of its tables
+    int check_payloads;             // transport.check_payloads: CRC-32C of every payload, checked on arrival
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
     int resume;

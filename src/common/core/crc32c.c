@@ -1,5 +1,7 @@
 // crc32c.c: see crc32c.h. A byte-wise table (1 KiB), built once; about 400 MB/s per core, which a
-// checkpoint or a feature shard read from disk does not notice.
+// checkpoint or a feature shard read from disk does not notice. On x86-64 with SSE4.2 (the CPU
+// says so at run time) the CRC32 instruction instead, 8 bytes at a time (several GB/s): the same
+// polynomial, the same values, for the payload seals of transport.check_payloads (gigabytes each).
 #include "common/core/crc32c.h"
 
 #include <errno.h>
@@ -23,7 +25,28 @@ static void crc32c_init(void) {
     crc32c_ready = 1;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define CRC32C_HW 1
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n) {
+    uint64_t c = ~crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+    }
+    uint32_t c32 = (uint32_t)c;
+    for (; n > 0; n--, p++) c32 = _mm_crc32_u8(c32, *p);
+    return ~c32;
+}
+#endif
+
 uint32_t crc32c_update(uint32_t crc, const void *data, size_t n) {
+#ifdef CRC32C_HW
+    static int hw = -1; // (idempotent: two threads racing write the same answer)
+    if (hw < 0) hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    if (hw) return crc32c_hw(crc, data, n);
+#endif
     if (!crc32c_ready) crc32c_init(); // (idempotent: two threads racing write the same table)
     const unsigned char *p = data;
     crc = ~crc;

@@ -264,19 +264,22 @@ void cpu_topk_lse_update(const float *logits, int ld, int v0, int R, int Vc, int
         }
         m[r] = nm;
         s[r] = (float)sum;
-        // top-k: insertion into the sorted list (k is small; the tile is scanned once)
+        // top-k: insertion into the sorted list (the tile is scanned once): its place by binary
+        // search (the list is in topk_before order, unfilled slots last), the tail moved by one
         for (int j = 0; j < Vc; j++) {
             float xv = x[j];
             int32_t id = v0 + j;
             if (!topk_before(xv, id, tv[k - 1], ti[k - 1])) continue;
-            int p = k - 1;
-            while (p > 0 && topk_before(xv, id, tv[p - 1], ti[p - 1])) {
-                tv[p] = tv[p - 1];
-                ti[p] = ti[p - 1];
-                p--;
+            int lo = 0, hi = k - 1; // the first slot it goes before is in [lo, hi]
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (topk_before(xv, id, tv[mid], ti[mid])) hi = mid;
+                else lo = mid + 1;
             }
-            tv[p] = xv;
-            ti[p] = id;
+            memmove(tv + lo + 1, tv + lo, (size_t)(k - 1 - lo) * sizeof(float));
+            memmove(ti + lo + 1, ti + lo, (size_t)(k - 1 - lo) * sizeof(int32_t));
+            tv[lo] = xv;
+            ti[lo] = id;
         }
     }
 }

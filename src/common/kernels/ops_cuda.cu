@@ -343,13 +343,26 @@ extern "C" void cuda_to_f32(backend *be, float *dst, const void *src, int64_t n)
     cuda_check_launch();
 }
 
-// A strided copy of bf16 rows: cudaMemcpy2DAsync takes pitches and the row width in bytes.
+// A strided copy of bf16 rows: cudaMemcpy2DAsync takes pitches and the row width in bytes, each
+// at most cudaDevAttrMaxPitch (2^31 - 1 bytes on every GPU so far). Contiguous rows (one row, or
+// pitches equal to the width: a stage's activations [S, H]) go as one 1-D copy, which has no such
+// limit; rows whose pitch passes it go one 1-D copy per row.
 extern "C" void cuda_copy_2d(backend *be, void *dst, int64_t dst_ld, const void *src, int64_t src_ld, int64_t rows,
                              int64_t cols) {
     if (rows <= 0 || cols <= 0) return;
-    size_t e = sizeof(bf16);
-    cuda_check(cudaMemcpy2DAsync(dst, (size_t)dst_ld * e, src, (size_t)src_ld * e, (size_t)cols * e, (size_t)rows,
-                                 cudaMemcpyDeviceToDevice, stream_of(be)));
+    size_t e = sizeof(bf16), dp = (size_t)dst_ld * e, sp = (size_t)src_ld * e, w = (size_t)cols * e;
+    if (rows == 1 || (dp == w && sp == w)) {
+        cuda_check(cudaMemcpyAsync(dst, src, w * (size_t)rows, cudaMemcpyDeviceToDevice, stream_of(be)));
+        return;
+    }
+    const size_t pitch_max = 2147483647u;
+    if (dp <= pitch_max && sp <= pitch_max) {
+        cuda_check(cudaMemcpy2DAsync(dst, dp, src, sp, w, (size_t)rows, cudaMemcpyDeviceToDevice, stream_of(be)));
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        cuda_check(cudaMemcpyAsync((char *)dst + (size_t)r * dp, (const char *)src + (size_t)r * sp, w,
+                                   cudaMemcpyDeviceToDevice, stream_of(be)));
 }
 
 // ---------------------------------------------------------------------------- top-k and LSE

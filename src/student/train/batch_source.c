@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/comm/msg.h"
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -91,7 +92,7 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     s->recv = xmalloc((size_t)n_buf * sizeof(MPI_Request));
     s->landed = xcalloc((size_t)n_buf, sizeof(int));
     s->arrived = xcalloc((size_t)n_buf, sizeof(int));
-    s->bytes_of = xcalloc((size_t)n_buf, sizeof(int));
+    s->bytes_of = xcalloc((size_t)n_buf, sizeof(size_t));
     s->posted = xcalloc((size_t)n_buf, sizeof(int));
     s->blocked = xcalloc((size_t)T, sizeof(int));
     if (links) {
@@ -144,7 +145,7 @@ static int source_progress(batch_source *s) {
             MPI_Status st;
             mpi_check(MPI_Test(&s->recv[n % s->n_buf], &done, &st));
             if (done) {
-                MPI_Get_count(&st, MPI_BYTE, &s->bytes_of[n % s->n_buf]);
+                s->bytes_of[n % s->n_buf] = msg_bytes(&st);
                 s->landed[n % s->n_buf] = 1;
                 s->outstanding[t]--;
                 if (!s->links) s->arrived[n % s->n_buf] = 1;
@@ -157,12 +158,12 @@ static int source_progress(batch_source *s) {
                 continue;
             }
             wire_batch wb;
-            if (wire_read(s->bufs[b], (size_t)s->bytes_of[n % s->n_buf], &wb)) return error_prefix("batch from teacher %d", t);
+            if (wire_read(s->bufs[b], s->bytes_of[n % s->n_buf], &wb)) return error_prefix("batch from teacher %d", t);
             if (!wb.features_on_link) return error_set("teacher %d sent its features over MPI; NCCL links expected", t);
-            if ((size_t)wb.S * (size_t)wb.D * 2 > s->feat_bytes)
+            if (size_mul(wb.S, wb.D) * 2 > s->feat_bytes)
                 return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
                                  (long long)wb.D);
-            if (nccl_link_recv(s->links, source_data_rank(s, t), s->feat_dev[b], (size_t)wb.S * (size_t)wb.D * 2, &s->tickets[b])) return -1;
+            if (nccl_link_recv(s->links, source_data_rank(s, t), s->feat_dev[b], size_mul(wb.S, wb.D) * 2, &s->tickets[b])) return -1;
             s->posted[n % s->n_buf] = 1;
         }
         int done = nccl_ticket_done(&s->tickets[b]);
@@ -190,8 +191,7 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
         int64_t r = n % s->n_buf;
         s->buf_of[r] = b, s->teacher_of[r] = best;
         s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
-        mpi_check(MPI_Irecv(s->bufs[b], (int)s->max_bytes, MPI_BYTE, source_data_rank(s, best), TAG_DATA, MPI_COMM_WORLD,
-                            &s->recv[n % s->n_buf]));
+        msg_irecv(s->bufs[b], s->max_bytes, source_data_rank(s, best), TAG_DATA, MPI_COMM_WORLD, &s->recv[n % s->n_buf]);
         batch_item it = batch_schedule_item(sc, n);
         int64_t req[WIRE_REQUEST] = {it.kind, it.index, s->my_rank};
         mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, best), TAG_REQUEST, MPI_COMM_WORLD));
@@ -220,8 +220,15 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
         s->wait_s += time_now() - t0;
         int t = s->teacher_of[n % s->n_buf];
         s->served[t]++;
-        if (wire_read(s->bufs[s->buf_of[n % s->n_buf]], (size_t)s->bytes_of[n % s->n_buf], wb)) return error_prefix("batch from teacher %d", t);
+        if (wire_read(s->bufs[s->buf_of[n % s->n_buf]], s->bytes_of[n % s->n_buf], wb)) return error_prefix("batch from teacher %d", t);
         batch_item it = batch_schedule_item(sc, n);
+        if (wire_check_seal(s->bufs[s->buf_of[n % s->n_buf]], s->bytes_of[n % s->n_buf]))
+            return error_prefix("transport.check_payloads: %s batch %lld from teacher %d", it.kind == WIRE_TRAIN ? "training" : "held-out",
+                                (long long)it.index, t);
+        if (wb->seal) {
+            s->sealed++;
+            if (s->bytes_of[n % s->n_buf] > s->sealed_max) s->sealed_max = s->bytes_of[n % s->n_buf];
+        }
         if (wb->kind != it.kind || wb->index != it.index)
             return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
                              (long long)wb->index, (long long)it.kind, (long long)it.index);
@@ -280,6 +287,9 @@ void batch_source_stop_teachers(batch_source *s) {
 }
 
 void batch_source_free(batch_source *s) {
+    if (s->sealed)
+        log_info("transport.check_payloads: %lld payloads matched their teachers' CRC-32C (the largest %zu bytes)",
+                 (long long)s->sealed, s->sealed_max);
     if (s->live) {
         for (int i = 0; i < s->n_buf; i++) free(s->bufs[i]);
         free(s->bufs); free(s->buf_free); free(s->buf_of); free(s->teacher_of); free(s->recv);

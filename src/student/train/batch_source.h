@@ -70,9 +70,11 @@ typedef struct {
     MPI_Request *recv;           // its receive
     int *landed;                 // its MPI payload is here (its teacher's credit is back)
     int *arrived;                // ready to be consumed (with NCCL: its features are here too)
-    int *bytes_of;               // payload bytes
+    size_t *bytes_of;            // payload bytes
     int64_t next_request, next_consume;
     double wait_s;               // time spent waiting for data
+    int64_t sealed;              // payloads checked against their seals (transport.check_payloads)
+    size_t sealed_max;           // the largest of them, bytes
     int64_t last_peak[1024];     // teachers' reported peak bytes
     // NCCL links (NULL: every payload comes whole over MPI)
     nccl_links *links;

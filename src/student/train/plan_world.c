@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/gpu_reserve.h"
 #include "common/backend/threads.h"
 #include "common/comm/world.h"
 #include "common/core/bytes.h"
@@ -126,14 +127,31 @@ int plan_world(const config *cfg, const world_want *want, int world_size, int ra
     if (ring)
         pr.link_bytes = (size_t)batch_source_buffers(cfg, &w) * (size_t)cfg->max_tokens_per_batch *
                         (size_t)(ct.n_feat * tc.hidden) * 2;
+    // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
+    gpu_reserve sr;
+    int grad_nccl = be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    gpu_reserve_make(&sr, be.kind == BACKEND_CUDA, gpu_reserve_student_comms(ring, w.groups, grad_nccl), 0);
+    pr.budget = gpu_reserve_usable(pr.budget, &sr);
     student_plan plan;
     plan_breakdown bd;
     char student_err[1024] = "", title[256];
     snprintf(title, sizeof title, "student memory plan (each of %d student rank(s), %s)", S, be.name);
-    if (plan_make(&dc, &be, &pr, &plan, &bd)) snprintf(student_err, sizeof student_err, "train.mem_budget: %s", error_msg());
+    if (plan_make(&dc, &be, &pr, &plan, &bd)) {
+        char a[32], b[32];
+        if (sr.total && cfg->train_mem_budget > 0)
+            snprintf(student_err, sizeof student_err, "train.mem_budget %s less its GPU reserve %s: %s",
+                     bytes_format((size_t)cfg->train_mem_budget, a, sizeof a), bytes_format(sr.total, b, sizeof b), error_msg());
+        else snprintf(student_err, sizeof student_err, "train.mem_budget: %s", error_msg());
+    }
     if (print) {
-        if (!student_err[0]) plan_print_titled(stdout, title, &bd, &plan, (size_t)cfg->train_mem_budget);
+        if (!student_err[0]) plan_print_titled(stdout, title, &bd, &plan, pr.budget);
         else printf("%s\n  does not fit (the error below)\n", title);
+        char desc[160], a[32], b[32];
+        printf("  %-26s %12s  (%s)\nstudent_reserve_bytes %zu\n", "GPU reserve", bytes_format(sr.total, a, sizeof a),
+               gpu_reserve_describe(&sr, desc, sizeof desc), sr.total);
+        if (cfg->train_mem_budget > 0 && sr.total)
+            printf("  %-26s %12s  (the budget above is it less the GPU reserve)\n", "train.mem_budget",
+                   bytes_format((size_t)cfg->train_mem_budget, b, sizeof b));
         if (ring)
             printf("  (the NCCL receive ring: transport.payload %s, every rank on its own GPU; --transport.payload=mpi "
                    "plans without it)\n", cfg->payload);

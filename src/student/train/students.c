@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/backend/backend.h"
+#include "common/comm/msg.h"
 #include "common/comm/nccl_reduce.h"
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
@@ -17,11 +18,9 @@ static int students_first, students_last; // world ranks of the students
 
 void students_set_ranks(int first, int last) { students_first = first, students_last = last; }
 
-void students_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what) {
+void students_allreduce(void *buf, int64_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what) {
     watchdog_wait_begin(students_first, students_last, 1, what);
-    MPI_Request r;
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &r));
-    world_wait(&r, NULL);
+    msg_allreduce(buf, n, type, op, comm); // pieces below INT_MAX elements (msg.h)
     watchdog_wait_end();
 }
 
@@ -64,7 +63,7 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
         students_grads_close(g, 1);
         return -1;
     }
-    if (!g->nccl && !cpu) g->host = xmalloc((size_t)d->numel * sizeof(float));
+    if (!g->nccl && !cpu) g->host = xmalloc(size_mul(d->numel, sizeof(float)));
     if (log && g->nccl)
         log_info("gradients: summed over NCCL, GPU to GPU, in fp32, in %d buckets started as the last micro-batch's "
                  "backward finishes each", g->gb.n_buckets);
@@ -96,13 +95,13 @@ void students_grads_arm(students_grads *g, student_work *w, int on) {
 int students_grads_finish(students_grads *g) {
     drafter *d = g->d;
     if (!g->nccl && !g->host) { // the CPU backend: in place
-        students_allreduce(d->grad, (int)d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
+        students_allreduce(d->grad, d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
         return 0;
     }
     if (!g->nccl) {
-        backend_copy_to_host(d->be, g->host, d->grad, (size_t)d->numel * sizeof(float));
-        students_allreduce(g->host, (int)d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
-        backend_copy_to_device(d->be, d->grad, g->host, (size_t)d->numel * sizeof(float));
+        backend_copy_to_host(d->be, g->host, d->grad, size_mul(d->numel, sizeof(float)));
+        students_allreduce(g->host, d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
+        backend_copy_to_device(d->be, d->grad, g->host, size_mul(d->numel, sizeof(float)));
         return 0;
     }
     g->during += g->gb.next, g->total += g->gb.n_buckets;

@@ -9,8 +9,9 @@
 
 // students_set_ranks: the students are world ranks first..last (whom the watchdog names).
 void students_set_ranks(int first, int last);
-// students_allreduce: in place over comm (the students' communicator); `what` names the wait.
-void students_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what);
+// students_allreduce: in place over comm (the students' communicator), n elements of any count
+// (msg_allreduce: pieces below INT_MAX); `what` names the wait.
+void students_allreduce(void *buf, int64_t n, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char *what);
 // students_allgather_i64: every student's `mine`, in student order, into all[S].
 void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const char *what);
 // students_grads: how the students sum their un-normalised fp32 gradients before each update

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "common/backend/arena.h"
+#include "common/backend/gpu_reserve.h"
+#include "common/core/bytes.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
@@ -176,8 +178,25 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
     plan_breakdown bd;
-    if (plan_make(&dc, be, &pr, &plan, &bd)) return -1; // (--plan prints it without a job: plan_world.c)
-    if (s == 0) plan_print(stderr, &bd, &plan, (size_t)cfg->train_mem_budget);
+    // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
+    gpu_reserve gr;
+    int grad_nccl = be->kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(links != NULL, w->groups, grad_nccl), 0);
+    pr.budget = gpu_reserve_usable(pr.budget, &gr);
+    if (plan_make(&dc, be, &pr, &plan, &bd)) { // (--plan prints it without a job: plan_world.c)
+        char a[32], b[32];
+        if (gr.total && cfg->train_mem_budget > 0)
+            return error_prefix("train.mem_budget %s less its GPU reserve %s (gpu_reserve.h)",
+                                bytes_format((size_t)cfg->train_mem_budget, a, sizeof a), bytes_format(gr.total, b, sizeof b));
+        return -1;
+    }
+    if (s == 0) plan_print(stderr, &bd, &plan, pr.budget);
+    char who[64];
+    snprintf(who, sizeof who, "student rank %d", w->rank);
+    // on a GPU: what is free after the context, cuBLAS and the payload links must hold the plan and
+    // the gradient's communicator, opened below
+    // (the cuBLAS workspace, which the plan counts, is allocated already)
+    if (gpu_reserve_check(be, bd.total - bd.library, grad_nccl, who, "train.mem_budget")) return -1;
     drafter d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
     if (drafter_init(&d, &dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
