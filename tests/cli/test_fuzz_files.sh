@@ -546,7 +546,7 @@ with open(prompts, "w") as f:
         f.write(json.dumps({"input_ids": [rng.randrange(100) for _ in range(rng.randint(2, 12))]}) + "\n")
 REGEN = [rank, "--mode", "regenerate", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"),
          "--regenerate.prompts=" + prompts, "--regenerate.max_new_tokens=24", "--regenerate.shard_prompts=2",
-         "--regenerate.max_seqs=2"]
+         "--regenerate.max_seqs=2", "--regenerate.heldout=2"]
 lone = os.path.join(tmp, "m", "lone.h5")
 run("regenerate alone", REGEN + ["--regenerate.out=" + lone])
 N_RACE = 6
