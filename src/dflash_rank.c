@@ -35,6 +35,7 @@
 #include "common/core/config.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/core/stop.h"
 #include "common/core/version.h"
 #include "common/data/dataset.h"
 #include "common/data/safetensors.h"
@@ -326,6 +327,9 @@ int main(int argc, char **argv) {
                     "data.sets (several) or data.features (an offline feature directory)", cfg.mode);
         return early_status(2);
     }
+    // SIGTERM, SIGUSR1/2 and a first SIGINT: the modes that finish their unit and stop (stop.h),
+    // noted from before MPI starts (a signal during start-up stops the job at its first unit).
+    if (job || strcmp(cfg.mode, "dump-features") == 0 || strcmp(cfg.mode, "regenerate") == 0) stop_install();
     // The watchdog runs from before MPI starts to after it ends: a rank stopped at any moment ends
     // the job within run.rank_timeout (a job of several ranks; watchdog.h).
     if (launcher_size() > 1) watchdog_begin(cfg.rank_timeout);
@@ -400,7 +404,6 @@ int main(int argc, char **argv) {
         return wrong ? 1 : 0;
     }
     if (job) {
-        train_install_signals();
         if (w.size > 1) {
             run_teachers = w.teachers, run_group_size = w.group_size;
             watchdog_set_watchers(train_watches);
