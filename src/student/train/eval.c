@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/core/check.h"
@@ -30,6 +31,16 @@ int eval_load_drafter(drafter *d, const config *cfg) {
     st_file f;
     if (safetensors_open(&f, path)) return error_prefix("eval.drafter");
     int rc = drafter_load_weights(d, &f);
+    // a tensor the config's kind does not have (a DFlash2 export whose config.json names
+    // DFlashDraftModel: its selector and convolutions would be ignored): refused, naming both
+    for (int i = 0; rc == 0 && i < f.n; i++) {
+        int known = 0;
+        for (int j = 0; !known && j < d->n_params; j++) known = strcmp(f.entries[i].name, d->params[j].name) == 0;
+        if (!known)
+            rc = error_set("%s: tensor %s is not one of a %s drafter's (drafter.kind %s, from %s/config.json "
+                           "\"architectures\"): the config and the weights disagree (another kind's export?)",
+                           path, f.entries[i].name, d->cfg.kind->architecture, d->cfg.kind->name, cfg->eval_drafter);
+    }
     safetensors_close(&f);
     if (rc) return error_prefix("eval.drafter");
     if (!isfinite(optim_sum_squares(d->be, d->master, d->numel)))

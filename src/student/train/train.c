@@ -126,6 +126,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // a resumed run: the inputs its checkpoint recorded against this run's (identity.h)
     if (resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, start_step, &rid)) return -1;
     checkpoint_set_identity(&rid);
+    if (eval && bp.n_heldout == 0) { // (a recorded /heldout that is empty): a result over nothing would read as 0
+        batchplan_free(&bp);
+        if (fr) featreader_close(fr);
+        return s == 0 ? error_set("--mode eval: nothing to evaluate: the held-out split of %s is empty (its /heldout "
+                                  "holds no sample)", config_data_count(cfg) > 0 ? config_data_path(cfg, 0, NULL) : cfg->data_features)
+                      : TRAIN_REPORTED_ELSEWHERE;
+    }
     train_unverified = fr && !featreader_verified(fr) ? "the features (written before checksums)" : NULL;
     int rc = 0;
     for (int i = 0; i < bp.n_sets && s == 0; i++) {
