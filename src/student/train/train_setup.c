@@ -230,6 +230,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     if (rc == 0)
         rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
                              cfg->bucket_size, (uint64_t)cfg->seed);
+    if (rc == 0) identity_set_heldout(id, bp->heldout_storage, bp->n_heldout); // (compared on resume)
     free(lengths);
     if (ds.sets) dataset_close(&ds);
     if (rc && *fr) {
