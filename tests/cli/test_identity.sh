@@ -8,7 +8,8 @@
 #   - a resumed training run whose training set (same path) now holds other samples, or another
 #     /heldout (the same count, other samples: it would evaluate on samples it trained on);
 #   - a student-only run naming the dumped sets in another order (data.sets; the weights apply by
-#     position), or another set under a dumped set's position; a copy of a dumped set is accepted.
+#     position), or another set under a dumped set's position; a copy of a dumped set is accepted;
+#   - --mode eval of a checkpoint on its training set with another /heldout.
 # The same inputs unchanged still pass (so a refusal is the change's doing).
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -67,6 +68,13 @@ expect_fail_mpi held-resume "held-out split (indices' CRC32C)" mpirun -np 2 "$R"
 setheld "$TMP/held.h5" 0,1,2,3
 expect_ok held-same mpirun -np 2 "$R" "${train[@]}" --target.path="$TMP/target" --data.path="$TMP/held.h5" --target.layer_ids=0,1 \
   --train.steps=4 --checkpoint.every=2 --run.dir="$TMP/r-held" --run.resume=true
+# --mode eval of that checkpoint on the same set with another /heldout: refused; with its own: evaluated
+ev=(--mode eval --device cpu --target.path="$TMP/target" --data.max_tokens_per_batch=200 --teacher.topk=6 --data.path="$TMP/held.h5"
+    --eval.drafter="$TMP/r-held/checkpoints/step-00000004")
+setheld "$TMP/held.h5" 4,5,6,7
+expect_fail_mpi held-eval "this evaluation's /heldout holds 4" mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/e-held"
+setheld "$TMP/held.h5" 0,1,2,3
+expect_ok held-eval-same mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/e-held2"
 
 # --- data.sets against the sets the features were dumped from
 expect_ok dump-sets dump --data.sets="$TMP/data.h5:1,$TMP/other.h5:1" --features.dir="$TMP/feat-sets" --target.layer_ids=0

@@ -126,6 +126,9 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // a resumed run: the inputs its checkpoint recorded against this run's (identity.h)
     if (resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, start_step, &rid)) return -1;
     checkpoint_set_identity(&rid);
+    int recorded = 0; // a set's own /heldout: a checkpoint trained on the same set must have held out the same
+    for (int i = 0; i < bp.n_sets; i++) recorded |= bp.sets[i].recorded;
+    if (eval && recorded && s == 0 && eval_check_heldout(cfg, &rid)) return -1;
     if (eval && bp.n_heldout == 0) { // (a recorded /heldout that is empty): a result over nothing would read as 0
         batchplan_free(&bp);
         if (fr) featreader_close(fr);
