@@ -327,14 +327,6 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     int first_stage = target_stage_is_first(&m), stopped = 0;
     for (int64_t s = me; s < n_shards && rc == 0; s += n_teachers) {
         int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
-        // A stop (a signal): after the shard in hand, decided by a group's first stage, which tells
-        // the later stages (they stop at the start of the next shard).
-        if (first_stage && stop_requested()) {
-            stopped = 1;
-            if (c.link) stage_send_stop(c.link);
-            break;
-        }
-        c.first_of_shard = first;
         char path[CONFIG_STR + 64];
         shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
         uint32_t tokens_crc = 0; // the run's tokens of this shard, for a shard an earlier run left
@@ -355,6 +347,14 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
             if (writer) progress_update(&p, done_samples);
             continue;
         }
+        // A stop (a signal): before a shard that needs dumping (every stage skips the same done ones),
+        // decided by a group's first stage, which tells the later stages (they stop at this shard).
+        if (first_stage && stop_requested()) {
+            stopped = 1;
+            if (c.link) stage_send_stop(c.link);
+            break;
+        }
+        c.first_of_shard = first;
         c.fw = &(featfile_writer){0};
         if (writer && featfile_writer_open(c.fw, path, &info)) {
             rc = -1;
