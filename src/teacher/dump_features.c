@@ -200,6 +200,7 @@ typedef struct {
     run_identity id;
     int64_t n_shards, n_samples;
     int stopped, shards_done;             // stopped by a signal (stop.h) with shards_done of its shards complete
+    int writer;                           // this rank writes shards (a group's last stage)
     int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
     const int64_t *set_heldout[CONFIG_MAX_SETS]; // the set's recorded held-out split (usable indices)
     int64_t n_set_heldout[CONFIG_MAX_SETS];      // its length; -1 = the set records none
@@ -384,6 +385,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     }
     if (c.link) stage_link_free(c.link);
     res->stopped = stopped;
+    res->writer = writer;
     if (rc == 0 && writer && !stopped) progress_end(&p);
     if (rc == 0 && mine && writer && !stopped)
         log_info("dump-features: %lld shard(s) of %lld on this rank, %lld already done", (long long)mine,
@@ -431,7 +433,7 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_l
         for (int i = 0; i < CONFIG_MAX_SETS; i++) free((void *)res.set_heldout[i]);
         return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
     }
-    if (res.stopped || worst == 1) // each writer says what it left; the index waits for the last shard
+    if ((res.stopped || worst == 1) && res.writer) // each writer says what it left; the index waits for the last shard
         log_info("dump-features: stopped by %s with %d new shard(s) of this rank complete in %s (features.json is "
                  "written once every shard is); resume with the same command: the complete shards are kept",
                  stop_signal_name(stop_requested()), res.shards_done, cfg->features_dir);

@@ -106,6 +106,10 @@ stopped_job "dump, SIGUSR1 to mpirun" usr1 "$TMP/feat_a/features-*.h5" "$TMP/fea
 stopped_job "dump, SIGTERM to mpirun_stop.sh" term "$TMP/feat_b/features-*.h5" "$TMP/feat_b/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_b"
 "$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_b" >/dev/null && ok || bad "dump, SIGTERM: the resumed features differ"
 
+stopped_job "dump, a teacher group of 2, SIGUSR1" usr1 "$TMP/feat_g/features-*.h5" "$TMP/feat_g/features.json" "$R" "${dump[@]}" \
+  --world.teacher_group_size=2 --features.dir="$TMP/feat_g"
+"$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_g" >/dev/null && ok || bad "dump, teacher group: the resumed features differ"
+
 "$PY" - "$TMP/prompts.jsonl" <<'PYEOF'
 import json, random, sys
 r = random.Random(7)
