@@ -230,10 +230,11 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
         if (s->n_train > largest) largest = s->n_train;
         // the epoch's plan holds every draw (three arrays of n_epoch): bounded before it is allocated
         if (n_epoch > BATCHPLAN_MAX_DRAWS) {
+            int rc2 = error_set("data.sets: an epoch would draw %lld samples (set %d: weight %g x %lld training samples), "
+                                "more than %lld: lower the weights", (long long)n_epoch, i, s->weight,
+                                (long long)s->n_train, (long long)BATCHPLAN_MAX_DRAWS);
             free(info);
-            return error_set("data.sets: an epoch would draw %lld samples (set %d: weight %g x %lld training samples), "
-                             "more than %lld: lower the weights", (long long)n_epoch, i, s->weight,
-                             (long long)s->n_train, (long long)BATCHPLAN_MAX_DRAWS);
+            return rc2;
         }
     }
     p->seed = seed;
