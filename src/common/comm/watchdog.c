@@ -389,11 +389,13 @@ static void watchdog_await_peers(void) {
     if (!wd.started) return;
     proc_set_name(WATCHDOG_DONE_NAME);
     if (wd.timeout_s <= 0) return;
+    watchdog_wait_end(); // MPI has ended here: the thread no longer times it (nor touches stopped_since)
     double t0 = now_s();
     for (;;) {
         int pending = -1;
         char st = 0, comm[64] = "";
         double now = now_s();
+        pthread_mutex_lock(&wd.mu);
         for (int r = 0; r < wd.w.size && pending < 0; r++) {
             if (r == wd.w.rank || !wd.start_ns[r]) continue;
             unsigned long long start = proc_start(wd.peers[r].pid, &st, comm, sizeof comm);
@@ -404,9 +406,10 @@ static void watchdog_await_peers(void) {
             if (st != 'T') wd.stopped_since[r] = 0;
             else if (wd.stopped_since[r] == 0) wd.stopped_since[r] = now;
         }
+        double stopped = pending >= 0 && wd.stopped_since[pending] > 0 ? now - wd.stopped_since[pending] : 0;
+        pthread_mutex_unlock(&wd.mu);
         if (pending < 0) return;
         int r = pending;
-        double stopped = wd.stopped_since[r] > 0 ? now - wd.stopped_since[r] : 0;
         if (stopped >= wd.timeout_s || now - t0 >= 5 * wd.timeout_s) {
             char msg[512];
             snprintf(msg, sizeof msg, "%srank %d (pid %lld on %s) %s after the job's last barrier (run.rank_timeout %g s): "
