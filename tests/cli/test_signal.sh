@@ -5,7 +5,8 @@
 #      the step finishes, a checkpoint, exit 0; the resumed run continues from that checkpoint.
 #   2. training: SIGTERM to launch/mpirun_stop.sh (what kill, a terminal or a batch script sends):
 #      exit 0 with a checkpoint written; and SIGTERM to the ranks themselves (SLURM's scancel).
-#   3. checkpoint.every_minutes: a checkpoint by wall time before the last step.
+#   3. checkpoint.every_minutes: a checkpoint by wall time before the last step; --mode eval stopped
+#      by SIGUSR1 exits 0 without eval.json.
 #   4. dump-features and regenerate: SIGUSR1 to mpirun and SIGTERM to mpirun_stop.sh: exit 0, the
 #      "stopped by" line, no index / merged set yet; the resumed job completes an output equal to an
 #      uninterrupted run's.
@@ -77,6 +78,20 @@ expect_ok every_minutes mpirun -np 2 "$R" "${base[@]}" --train.steps=3000 --chec
 n=$(ls "$TMP/run4/checkpoints" 2>/dev/null | grep -c '^step-')
 [ "$n" -ge 2 ] && ok || bad "checkpoint.every_minutes: $n checkpoint(s), wanted one by wall time and the last"
 [ "$(newest_step "$TMP/run4")" = 3000 ] && ok || bad "checkpoint.every_minutes: no checkpoint at the last step"
+
+# ---- eval: SIGUSR1 mid-evaluation (the teacher slowed to 0.5 s a batch): exit 0, no eval.json
+ev=(--mode eval --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --data.max_tokens_per_batch=60
+    --teacher.topk=6 --eval.drafter="$TMP/run4/drafter" --test.slow_teacher=0 --test.slow_ms=500)
+mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev" >"$TMP/e.out" 2>"$TMP/e.err" &
+job=$!
+wait_for "eval: drafter" "$TMP/e.err" "$job" || bad "eval: the job never loaded its drafter"
+sleep 0.5
+kill -USR1 "$job"
+wait "$job"; rc=$?
+[ "$rc" -eq 0 ] && ok || { bad "eval, SIGUSR1: exit $rc"; tail -5 "$TMP/e.err" >&2; }
+grep -q "eval: stopped by SIGUSR1 before the evaluation was complete: nothing written" "$TMP/e.err" && ok ||
+  { bad "eval, SIGUSR1: no line saying it stopped"; tail -5 "$TMP/e.err" >&2; }
+[ ! -e "$TMP/ev/eval.json" ] && ok || bad "eval, SIGUSR1: eval.json written by a stopped evaluation"
 
 # ---- 4. dump-features and regenerate
 "$T" make-data "$TMP/data200.h5" --target "$TMP/target" --samples 200 --prompt-len 6 --gen-len 24 --seed 3 >/dev/null 2>&1 || bad "make-data 200"
