@@ -121,7 +121,7 @@ static void json_string(FILE *f, const char *s) {
 // with the run's identity (identity.h) that a student-only run compares with its own.
 static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples,
                       const int64_t *set_samples, const int64_t *const *set_heldout, const int64_t *n_set_heldout,
-                      const run_identity *id) {
+                      const uint32_t *set_lengths_crc, const run_identity *id) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
     snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -150,7 +150,8 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
         const char *p = config_data_path(cfg, i, &w);
         fprintf(f, "    {\"path\": ");
         json_string(f, p);
-        fprintf(f, ", \"samples\": %lld, \"weight\": %.17g", (long long)set_samples[i], w);
+        fprintf(f, ", \"samples\": %lld, \"lengths_crc32c\": %u, \"weight\": %.17g", (long long)set_samples[i],
+                (unsigned)set_lengths_crc[i], w);
         if (n_set_heldout[i] >= 0) {
             fprintf(f, ", \"heldout\": [");
             for (int64_t j = 0; j < n_set_heldout[i]; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)set_heldout[i][j]);
@@ -202,6 +203,7 @@ typedef struct {
     int stopped, shards_done;             // stopped by a signal (stop.h) with shards_done of its shards complete
     int writer;                           // this rank writes shards (a group's last stage)
     int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
+    uint32_t set_lengths_crc[CONFIG_MAX_SETS]; // the CRC32C of their lengths (int64 LE): the set's content identity
     const int64_t *set_heldout[CONFIG_MAX_SETS]; // the set's recorded held-out split (usable indices)
     int64_t n_set_heldout[CONFIG_MAX_SETS];      // its length; -1 = the set records none
 } dump_result;
@@ -399,6 +401,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     for (int i = 0; i < ts.n_sets; i++) {
         const trainset *t = &ts.sets[i];
         res->set_samples[i] = ts.first[i + 1] - ts.first[i];
+        uint32_t crc = 0;
+        for (int64_t k = ts.first[i]; k < ts.first[i + 1]; k++) {
+            unsigned char le[8];
+            for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)dataset_len(&ts, k) >> (8 * b));
+            crc = crc32c_update(crc, le, 8);
+        }
+        res->set_lengths_crc[i] = crc;
         res->n_set_heldout[i] = t->n_heldout >= 0 ? t->n_heldout_usable : -1;
         if (res->n_set_heldout[i] > 0) { // a copy: the set closes below, the index is written after
             int64_t *h = xmalloc((size_t)t->n_heldout_usable * sizeof *h);
@@ -439,7 +448,7 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_l
                  stop_signal_name(stop_requested()), res.shards_done, cfg->features_dir);
     if (w->rank == 0 && worst == 0) {
         rc = dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, res.set_heldout, res.n_set_heldout,
-                        &res.id);
+                        res.set_lengths_crc, &res.id);
         if (rc == 0)
             log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
                      (long long)res.n_shards, cfg->features_dir);

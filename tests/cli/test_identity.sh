@@ -78,6 +78,7 @@ expect_ok held-eval-same mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/e-held2"
 
 # --- data.sets against the sets the features were dumped from
 expect_ok dump-sets dump --data.sets="$TMP/data.h5:1,$TMP/other.h5:1" --features.dir="$TMP/feat-sets" --target.layer_ids=0
+grep -q '"lengths_crc32c"' "$TMP/feat-sets/features.json" && ok || bad "features.json records no set's content identity"
 expect_fail_mpi sets-order "data.sets: set 0 is .*other.h5, but data.features .* was dumped with it as set 1" mpirun -np 1 "$R" \
   "${train[@]}" --target.path="$TMP/target" --data.features="$TMP/feat-sets" --target.layer_ids=0 --train.steps=2 \
   --data.sets="$TMP/other.h5:3,$TMP/data.h5:1" --run.dir="$TMP/r-order"
