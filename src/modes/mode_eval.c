@@ -8,6 +8,7 @@ const mode_def mode_eval = {
     .what = "eval.drafter evaluated on every sample of the data (run.dir/eval.json); the roles of train",
     .roles = WORLD_RULE_JOB,
     .preflight = MODE_PF_TARGET | MODE_PF_DATA | MODE_PF_OUTPUT,
+    .stops = 1,
     .inputs = mode_train_inputs,
     .outputs = mode_train_outputs,
     .prepare = eval_config_prepare, // the drafter's shape, every sample held out

@@ -85,6 +85,7 @@ const mode_def mode_regenerate = {
     .what = "every rank a teacher: the target answers regenerate.prompts, written as the training set regenerate.out",
     .roles = WORLD_RULE_TEACHERS,
     .preflight = MODE_PF_TARGET | MODE_PF_PROMPTS | MODE_PF_OUTPUT | MODE_PF_DECODE,
+    .stops = 1,
     .inputs = regen_inputs,
     .outputs = regen_outputs,
     .needs = regen_needs,

@@ -66,7 +66,6 @@ int mode_train_run(mode_job *j) {
     world *w = j->w;
     const config *cfg = j->cfg;
     int offline = cfg->data_features[0] != '\0';
-    train_install_signals();
     if (w->size > 1) {
         run_teachers = w->teachers, run_group_size = w->group_size;
         watchdog_set_watchers(train_watches);
@@ -104,6 +103,7 @@ const mode_def mode_train = {
     .what = "teachers serve batches, students train the drafter (data.features: every rank a student)",
     .roles = WORLD_RULE_JOB,
     .preflight = MODE_PF_TARGET | MODE_PF_DATA | MODE_PF_OUTPUT,
+    .stops = 1,
     .inputs = mode_train_inputs,
     .outputs = mode_train_outputs,
     .needs = mode_train_needs,

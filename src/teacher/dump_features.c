@@ -16,6 +16,7 @@
 #include "common/core/fsutil.h"
 #include "common/core/half.h"
 #include "common/core/log.h"
+#include "common/core/stop.h"
 #include "common/data/dataset.h"
 #include "common/data/featfile.h"
 #include "common/data/identity.h"
@@ -46,7 +47,10 @@ typedef struct {
     float *topk_val;
     float *lse;
     stage_link *link; // a teacher group's stage-to-stage link (NULL: one rank holds the target)
+    int64_t first_of_shard; // the first sample of the shard being dumped
 } dump_ctx;
+
+#define DUMP_STOPPED 1 // dump_batch: the first stage of the group stopped before this shard (stop.h)
 
 // With a teacher group every stage walks the same shards and batches: the first reads the samples,
 // each passes its layers' result on, the last writes the shard (an error there ends the job: the
@@ -65,6 +69,7 @@ static int dump_batch(dump_ctx *c, int64_t shard, int64_t first, int64_t last) {
         stage_header h;
         int got = stage_recv(c->link, &h, c->tokens, c->cu, c->mask, c->w, 5);
         if (got < 0) return -1;
+        if (got == 0 && first == c->first_of_shard) return DUMP_STOPPED; // the first stage stopped (a signal)
         if (got == 0 || h.index != shard || h.n_seq != last - first)
             return error_set("dump-features: the previous stage sent shard %lld (%lld samples), expected shard %lld (%lld)",
                              (long long)h.index, (long long)h.n_seq, (long long)shard, (long long)(last - first));
@@ -116,7 +121,7 @@ static void json_string(FILE *f, const char *s) {
 // with the run's identity (identity.h) that a student-only run compares with its own.
 static int dump_index(const config *cfg, const featfile_info *info, int64_t n_shards, int64_t n_samples,
                       const int64_t *set_samples, const int64_t *const *set_heldout, const int64_t *n_set_heldout,
-                      const run_identity *id) {
+                      const uint32_t *set_lengths_crc, const run_identity *id) {
     char path[CONFIG_STR + 32], tmp[CONFIG_STR + 48];
     snprintf(path, sizeof path, "%s/features.json", cfg->features_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -145,7 +150,8 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
         const char *p = config_data_path(cfg, i, &w);
         fprintf(f, "    {\"path\": ");
         json_string(f, p);
-        fprintf(f, ", \"samples\": %lld, \"weight\": %.17g", (long long)set_samples[i], w);
+        fprintf(f, ", \"samples\": %lld, \"lengths_crc32c\": %u, \"weight\": %.17g", (long long)set_samples[i],
+                (unsigned)set_lengths_crc[i], w);
         if (n_set_heldout[i] >= 0) {
             fprintf(f, ", \"heldout\": [");
             for (int64_t j = 0; j < n_set_heldout[i]; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)set_heldout[i][j]);
@@ -194,7 +200,10 @@ typedef struct {
     featfile_info info;
     run_identity id;
     int64_t n_shards, n_samples;
+    int stopped, shards_done;             // stopped by a signal (stop.h) with shards_done of its shards complete
+    int writer;                           // this rank writes shards (a group's last stage)
     int64_t set_samples[CONFIG_MAX_SETS]; // usable samples per training set
+    uint32_t set_lengths_crc[CONFIG_MAX_SETS]; // the CRC32C of their lengths (int64 LE): the set's content identity
     const int64_t *set_heldout[CONFIG_MAX_SETS]; // the set's recorded held-out split (usable indices)
     int64_t n_set_heldout[CONFIG_MAX_SETS];      // its length; -1 = the set records none
 } dump_result;
@@ -318,6 +327,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     for (int64_t s = me; s < n_shards; s += n_teachers) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
     progress p;
     if (writer) progress_start(&p, "dump-features (samples)", my_samples);
+    int first_stage = target_stage_is_first(&m), stopped = 0;
     for (int64_t s = me; s < n_shards && rc == 0; s += n_teachers) {
         int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
         char path[CONFIG_STR + 64];
@@ -340,6 +350,14 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
             if (writer) progress_update(&p, done_samples);
             continue;
         }
+        // A stop (a signal): before a shard that needs dumping (every stage skips the same done ones),
+        // decided by a group's first stage, which tells the later stages (they stop at this shard).
+        if (first_stage && stop_requested()) {
+            stopped = 1;
+            if (c.link) stage_send_stop(c.link);
+            break;
+        }
+        c.first_of_shard = first;
         c.fw = &(featfile_writer){0};
         if (writer && featfile_writer_open(c.fw, path, &info)) {
             rc = -1;
@@ -350,19 +368,28 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
             int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
             while (j < last && T + dataset_len(&ts, j) <= max_tokens) T += dataset_len(&ts, j++);
             rc = dump_batch(&c, s, i, j);
+            if (rc == DUMP_STOPPED) break;
             if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
             done_samples += j - i;
             if (writer) progress_update(&p, done_samples);
             i = j;
         }
+        if (rc == DUMP_STOPPED) { // nothing of this shard came: nothing of it is written
+            if (writer) featfile_writer_abort(c.fw);
+            rc = 0, stopped = 1;
+            break;
+        }
         if (!writer) continue;
         if (rc == 0) rc = featfile_writer_close(c.fw);
         else featfile_writer_abort(c.fw);
+        if (rc == 0) res->shards_done++;
         if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
     }
     if (c.link) stage_link_free(c.link);
-    if (rc == 0 && writer) progress_end(&p);
-    if (rc == 0 && mine && writer)
+    res->stopped = stopped;
+    res->writer = writer;
+    if (rc == 0 && writer && !stopped) progress_end(&p);
+    if (rc == 0 && mine && writer && !stopped)
         log_info("dump-features: %lld shard(s) of %lld on this rank, %lld already done", (long long)mine,
                  (long long)n_shards, (long long)skipped);
 
@@ -374,6 +401,13 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     for (int i = 0; i < ts.n_sets; i++) {
         const trainset *t = &ts.sets[i];
         res->set_samples[i] = ts.first[i + 1] - ts.first[i];
+        uint32_t crc = 0;
+        for (int64_t k = ts.first[i]; k < ts.first[i + 1]; k++) {
+            unsigned char le[8];
+            for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)dataset_len(&ts, k) >> (8 * b));
+            crc = crc32c_update(crc, le, 8);
+        }
+        res->set_lengths_crc[i] = crc;
         res->n_set_heldout[i] = t->n_heldout >= 0 ? t->n_heldout_usable : -1;
         if (res->n_set_heldout[i] > 0) { // a copy: the set closes below, the index is written after
             int64_t *h = xmalloc((size_t)t->n_heldout_usable * sizeof *h);
@@ -402,12 +436,19 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_l
     for (int i = 0; i < CONFIG_MAX_SETS; i++) res.n_set_heldout[i] = -1;
     int rc = dump_run(w, cfg, be, links, &res);
     if (rc) log_error("%s", error_msg());
-    // Every rank finished or failed: rank 0 writes the index only when all of them succeeded.
-    int any_failed = watchdog_agree(rc ? 1 : 0, "the other ranks to finish their shards");
-    if (any_failed) return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
-    if (w->rank == 0) {
+    // Every rank finished, stopped or failed: rank 0 writes the index only when all of them finished.
+    int worst = watchdog_agree(rc ? 2 : res.stopped ? 1 : 0, "the other ranks to finish their shards");
+    if (worst == 2) {
+        for (int i = 0; i < CONFIG_MAX_SETS; i++) free((void *)res.set_heldout[i]);
+        return rc ? -1 : error_set("dump-features: another rank failed (see its message)");
+    }
+    if ((res.stopped || worst == 1) && res.writer) // each writer says what it left; the index waits for the last shard
+        log_info("dump-features: stopped by %s with %d new shard(s) of this rank complete in %s (features.json is "
+                 "written once every shard is); resume with the same command: the complete shards are kept",
+                 stop_signal_name(stop_requested()), res.shards_done, cfg->features_dir);
+    if (w->rank == 0 && worst == 0) {
         rc = dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, res.set_heldout, res.n_set_heldout,
-                        &res.id);
+                        res.set_lengths_crc, &res.id);
         if (rc == 0)
             log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
                      (long long)res.n_shards, cfg->features_dir);

@@ -22,6 +22,7 @@
 #include "common/core/fsutil.h"
 #include "common/core/json_util.h"
 #include "common/core/log.h"
+#include "common/core/stop.h"
 #include "common/core/rng.h"
 #include "common/data/jsonl_sample.h"
 #include "common/data/trainset.h"
@@ -642,6 +643,7 @@ static int regen_run_shards(regen *g, const world *w) {
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
     for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
+        if (stop_requested()) break; // a signal: the parts written are kept for the resume (stop.h)
         int mine = regen_claim(g, s);
         if (mine <= 0) {
             rc = mine;
@@ -842,9 +844,15 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_link
     // The first failing rank says why; every rank then agrees to stop.
     int me = rc ? w->rank : w->size, first = w->size;
     mpi_check(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    int stop = stop_requested() ? 1 : 0, stopped = 0; // a signal on any rank: no merge yet (stop.h)
+    mpi_check(MPI_Allreduce(&stop, &stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (first < w->size) {
         if (w->rank == first) log_error("%s", error_msg());
         rc = -1;
+    } else if (stopped && !done_already) {
+        if (w->rank == 0)
+            log_info("regenerate: stopped by %s: the complete parts are kept in %s, %s is written once every part is; "
+                     "resume with the same command", stop_signal_name(stop_requested()), g->parts, cfg->regen_out);
     } else if (w->rank == 0 && !done_already) {
         rc = regen_merge(g);
         if (rc) log_error("%s", error_msg());

@@ -99,4 +99,7 @@ expect_fail_mpi vocab "error: training sets .*a.h5 and .*c.h5 have different voc
   --features.dir="$TMP/feat2" --target.layer_ids=0,1 --teacher.topk=6 --drafter.block_size=6 --teacher.max_tokens=200
 expect_fail_mpi features-sets "error: .*was dumped from 2 training set(s), the configuration names 1 (data.path)" \
   mpirun -np 1 "$R" "${base[@]}" --run.dir="$TMP/err" --data.path="$TMP/a.h5" --data.features="$TMP/feat"
+# a weight whose epoch would not fit in memory: one line naming data.sets, before any allocation
+expect_fail_mpi huge-weight "error: data.sets: an epoch would draw" timeout 300 mpirun -np 2 "$R" "${base[@]}" \
+  --data.sets="$TMP/a.h5:1e9,$TMP/b.h5:1" --train.steps=5 --run.dir="$TMP/huge"
 finish

@@ -90,4 +90,17 @@ PYEOF
 expect_fail_mpi old-features "was dumped before the last layer's features were taken after the final norm" \
   mpirun -np 1 "$R" "${ev[@]}" --data.features="$TMP/feat-old" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/e-bad"
 [ ! -e "$TMP/e-bad/eval.json" ] && ok || bad "a refused evaluation wrote eval.json"
+# an empty /heldout: nothing to evaluate (not a loss of 0 over 0 samples)
+cp "$TMP/data.h5" "$TMP/empty-held.h5"
+$PY -c "import h5py, numpy as np, sys; f = h5py.File(sys.argv[1], 'a'); f.create_dataset('heldout', data=np.zeros(0, dtype=np.int64))" "$TMP/empty-held.h5"
+expect_fail_mpi empty-heldout "error: --mode eval: nothing to evaluate: the held-out split of .*empty-held.h5 is empty" \
+  mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/empty-held.h5" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/e-empty"
+[ ! -e "$TMP/e-empty/eval.json" ] && ok || bad "an empty held-out split wrote eval.json"
+# a DFlash2 export whose config.json names DFlashDraftModel: the selector and convolutions would be ignored
+expect_ok train-dflash2 mpirun -np 2 "$R" "${train[@]}" --train.steps=5 --checkpoint.every=0 --drafter.kind=dflash2 \
+  --target.path="$TMP/target" --data.path="$TMP/data.h5" --run.dir="$TMP/run-d2"
+$PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['architectures'] = ['DFlashDraftModel']; json.dump(c, open(p, 'w'))" \
+  "$TMP/run-d2/drafter/config.json"
+expect_fail_mpi kind-mismatch "is not one of a DFlashDraftModel drafter's (drafter.kind dflash" \
+  mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/data.h5" --eval.drafter="$TMP/run-d2/drafter" --run.dir="$TMP/e-d2"
 finish

@@ -64,6 +64,8 @@ hang() {
   el=$(( $(date +%s) - t0 ))
   [ "$rc" -ne 0 ] && ok || bad "$name: exit 0 with rank $victim stopped"
   grep -q "hung or unreachable" "$TMP/h.err" && ok || { bad "$name: no line naming a hung rank (after $el s):"; cat "$TMP/h.err" >&2; }
+  # the stopped rank is named (a stopped peer on the host is seen as such, in every phase: watchdog.c)
+  grep "hung or unreachable" "$TMP/h.err" | grep -q "rank $victim (" && ok || { bad "$name: the line does not name rank $victim:"; cat "$TMP/h.err" >&2; }
   kill -9 "$pid" 2>/dev/null
   true
 }
@@ -71,11 +73,6 @@ hang() {
 hang "train, a student stopped at start" 2 1 start "${train[@]}" --train.steps=50
 hang "train, a teacher stopped at start" 2 0 start "${train[@]}" --train.steps=50
 hang "dump-features, a rank stopped at start" 2 1 start "${dump[@]}"
-# A rank stopped in the middle of a dump: left out of CI for now. It passed in the session's own runs
-# but hung once (90 s) in a clean-clone run on 2 loaded cores: an open hang, not yet understood
-# (docs/faults.md, "Open"). DFLASH_TEST_DUMP_HANG=1 runs it.
-if [ "${DFLASH_TEST_DUMP_HANG:-0}" = 1 ]; then
-  hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}"
-fi
+hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}"
 hang "check, a rank stopped at start" 2 1 start --mode check "${common[@]}" --data.path="$TMP/data.h5"
 finish

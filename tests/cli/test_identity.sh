@@ -5,7 +5,11 @@
 #     from (the same number of columns), or with a target of another layer count;
 #   - a resumed dump-features whose existing shard holds another training set (same sample count
 #     and lengths, other tokens), or other sample lengths;
-#   - a resumed training run whose training set (same path) now holds other samples.
+#   - a resumed training run whose training set (same path) now holds other samples, or another
+#     /heldout (the same count, other samples: it would evaluate on samples it trained on);
+#   - a student-only run naming the dumped sets in another order (data.sets; the weights apply by
+#     position), or another set under a dumped set's position; a copy of a dumped set is accepted;
+#   - --mode eval of a checkpoint on its training set with another /heldout.
 # The same inputs unchanged still pass (so a refusal is the change's doing).
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
@@ -50,4 +54,38 @@ expect_fail_mpi resume-other-data "run.resume: the checkpoint .* was made with t
   "${live[@]}" --train.steps=10 --run.resume=true
 cp "$TMP/data.h5" "$TMP/live.h5"
 expect_ok resume-same "${live[@]}" --train.steps=10 --run.resume=true
+# --- the held-out split is part of a run's identity
+PY=/usr/bin/python3
+setheld() { $PY -c "import h5py, numpy as np, sys; f = h5py.File(sys.argv[1], 'a'); f.pop('heldout', None); f.create_dataset('heldout', data=np.array([int(x) for x in sys.argv[2].split(',')], dtype=np.int64))" "$@"; }
+cp "$TMP/data.h5" "$TMP/held.h5"
+setheld "$TMP/held.h5" 0,1,2,3
+expect_ok held-train mpirun -np 2 "$R" "${train[@]}" --target.path="$TMP/target" --data.path="$TMP/held.h5" --target.layer_ids=0,1 \
+  --train.steps=4 --checkpoint.every=2 --test.stop_at_step=2 --run.dir="$TMP/r-held"
+grep -q '"heldout_crc32c"' "$TMP/r-held/checkpoints/step-00000002/state.json" && ok || bad "the checkpoint records no held-out split"
+setheld "$TMP/held.h5" 4,5,6,7
+expect_fail_mpi held-resume "held-out split (indices' CRC32C)" mpirun -np 2 "$R" "${train[@]}" --target.path="$TMP/target" \
+  --data.path="$TMP/held.h5" --target.layer_ids=0,1 --train.steps=4 --checkpoint.every=2 --run.dir="$TMP/r-held" --run.resume=true
+setheld "$TMP/held.h5" 0,1,2,3
+expect_ok held-same mpirun -np 2 "$R" "${train[@]}" --target.path="$TMP/target" --data.path="$TMP/held.h5" --target.layer_ids=0,1 \
+  --train.steps=4 --checkpoint.every=2 --run.dir="$TMP/r-held" --run.resume=true
+# --mode eval of that checkpoint on the same set with another /heldout: refused; with its own: evaluated
+ev=(--mode eval --device cpu --target.path="$TMP/target" --data.max_tokens_per_batch=200 --teacher.topk=6 --data.path="$TMP/held.h5"
+    --eval.drafter="$TMP/r-held/checkpoints/step-00000004")
+setheld "$TMP/held.h5" 4,5,6,7
+expect_fail_mpi held-eval "this evaluation's /heldout holds 4" mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/e-held"
+setheld "$TMP/held.h5" 0,1,2,3
+expect_ok held-eval-same mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/e-held2"
+
+# --- data.sets against the sets the features were dumped from
+expect_ok dump-sets dump --data.sets="$TMP/data.h5:1,$TMP/other.h5:1" --features.dir="$TMP/feat-sets" --target.layer_ids=0
+grep -q '"lengths_crc32c"' "$TMP/feat-sets/features.json" && ok || bad "features.json records no set's content identity"
+expect_fail_mpi sets-order "data.sets: set 0 is .*other.h5, but data.features .* was dumped with it as set 1" mpirun -np 1 "$R" \
+  "${train[@]}" --target.path="$TMP/target" --data.features="$TMP/feat-sets" --target.layer_ids=0 --train.steps=2 \
+  --data.sets="$TMP/other.h5:3,$TMP/data.h5:1" --run.dir="$TMP/r-order"
+expect_fail_mpi sets-other "data.sets: set 1 is .*longer.h5 (.*), but data.features .* was dumped from .*other.h5" mpirun -np 1 "$R" \
+  "${train[@]}" --target.path="$TMP/target" --data.features="$TMP/feat-sets" --target.layer_ids=0 --train.steps=2 \
+  --data.sets="$TMP/data.h5:1,$TMP/longer.h5:1" --run.dir="$TMP/r-other"
+cp "$TMP/other.h5" "$TMP/other-copy.h5"
+expect_ok sets-copy mpirun -np 1 "$R" "${train[@]}" --target.path="$TMP/target" --data.features="$TMP/feat-sets" --target.layer_ids=0 \
+  --train.steps=2 --data.sets="$TMP/data.h5:1,$TMP/other-copy.h5:2" --run.dir="$TMP/r-copy"
 finish

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test_resume.sh: a run stopped after a checkpoint and resumed gives exactly the losses of the
 # uninterrupted run (CPU backend, same seed), its metrics' wall_s going on from the stopped job's; checkpoints are complete directories, the newest
-# checkpoint.keep of them are kept, and no temporary directory is left behind.
+# checkpoint.keep of them are kept, and no temporary directory is left behind. A run killed between
+# its final checkpoint and the end of its export (what it leaves: the checkpoint, no drafter/, no
+# summary line) resumes to the export, byte for byte the uninterrupted run's; an unparseable
+# state.json is one error naming the file and the line.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
@@ -43,4 +46,19 @@ done
 # resuming with no checkpoint starts from step 0
 expect_ok fresh-resume mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/fresh" --run.resume=true --train.steps=5 --checkpoint.every=0
 grep -q "no checkpoint" "$TMP/err" && ok || bad "resume without a checkpoint did not say so"
+# killed after the final checkpoint, before the export finished: the resume exports it
+cp -r "$TMP/full" "$TMP/noexp"
+rm -rf "$TMP/noexp/drafter" "$TMP/noexp/.lock"
+sed -i '/"summary"/d' "$TMP/noexp/metrics.jsonl"
+expect_ok export-resume mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/noexp" --run.resume=true
+grep -q "no drafter was exported after it" "$TMP/err" && ok || bad "the resume did not say it completes the export"
+cmp -s "$TMP/full/drafter/model.safetensors" "$TMP/noexp/drafter/model.safetensors" && ok || bad "the export on resume differs from the uninterrupted run's"
+cmp -s "$TMP/full/drafter/config.json" "$TMP/noexp/drafter/config.json" && ok || bad "the export's config.json on resume differs"
+expect_ok export-done mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/noexp" --run.resume=true
+grep -q "nothing to do" "$TMP/err" && ok || bad "a resume after the completed export did not say nothing to do"
+# an unparseable state.json: one line naming it and where
+cp -r "$TMP/full" "$TMP/badstate"
+rm -f "$TMP/badstate/.lock"
+printf '{"step": 30,\n  "optim_step": ' >"$TMP/badstate/checkpoints/step-00000030/state.json"
+expect_fail_mpi bad-state "step-00000030/state.json: not valid JSON (near line" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/badstate" --run.resume=true --train.steps=40
 finish

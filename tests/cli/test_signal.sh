@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# test_signal.sh: SIGUSR1 (SLURM's preemption warning; mpirun forwards it to every rank) makes the
-# job finish its current step, write a checkpoint and exit 0 with a line saying how to resume;
-# the resumed run continues from that checkpoint.
+# test_signal.sh: a signal stops every mode at the end of its unit, publishes what is complete and
+# exits 0 with a line saying how to resume (src/common/core/stop.h, docs/faults.md "Signals"):
+#   1. training: SIGUSR1 to mpirun (SLURM's preemption warning; mpirun forwards it to every rank):
+#      the step finishes, a checkpoint, exit 0; the resumed run continues from that checkpoint.
+#   2. training: SIGTERM to launch/mpirun_stop.sh (what kill, a terminal or a batch script sends):
+#      exit 0 with a checkpoint written; and SIGTERM to the ranks themselves (SLURM's scancel).
+#   3. checkpoint.every_minutes: a checkpoint by wall time before the last step; --mode eval stopped
+#      by SIGUSR1 exits 0 without eval.json.
+#   4. dump-features and regenerate: SIGUSR1 to mpirun and SIGTERM to mpirun_stop.sh: exit 0, the
+#      "stopped by" line, no index / merged set yet; the resumed job completes an output equal to an
+#      uninterrupted run's.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -21,7 +29,7 @@ kill -USR1 "$job"
 wait "$job"
 rc=$?
 [ "$rc" -eq 0 ] && ok || { bad "the signalled job exited $rc"; tail -5 "$TMP/sig.err" >&2; }
-grep -q "stopped by a signal after step" "$TMP/sig.err" && ok || bad "no line saying the job stopped on the signal"
+grep -q "stopped by SIGUSR1 after step" "$TMP/sig.err" && ok || bad "no line saying the job stopped on the signal"
 grep -q "resume with" "$TMP/sig.err" && ok || bad "no line saying how to resume"
 step=$(ls "$TMP/run/checkpoints" 2>/dev/null | sed -n 's/^step-0*//p' | tail -1)
 [ -n "$step" ] && ok || bad "no checkpoint after the signal"
@@ -31,4 +39,104 @@ if [ -n "$step" ]; then
   grep -q "resuming from .*step-0*$step" "$TMP/err" && ok || bad "the resumed job did not start from step $step"
   grep -q "\"step\": $((step + 10))," "$TMP/run/metrics.jsonl" && ok || bad "the resumed job did not reach step $((step + 10))"
 fi
+
+# wait_for PATTERN FILE JOB: until FILE has PATTERN (a hang bound: 120 s); 1 when the job ended first
+wait_for() {
+  for _ in $(seq 1 1200); do
+    grep -qs -- "$1" "$2" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# newest_step DIR: the newest checkpoint's step in DIR/checkpoints ("" when none)
+newest_step() { ls "$1/checkpoints" 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1; }
+
+# ---- 2. SIGTERM to launch/mpirun_stop.sh, and to the ranks themselves
+STOP=$SRC/launch/mpirun_stop.sh
+"$STOP" -np 2 "$R" "${base[@]}" --train.steps=100000000 --run.dir="$TMP/run2" >"$TMP/t.out" 2>"$TMP/t.err" &
+job=$!
+wait_for '"step": 10,' "$TMP/run2/metrics.jsonl" "$job" && ok || bad "mpirun_stop.sh: the job did not reach step 10"
+kill -TERM "$job"
+wait "$job"; rc=$?
+[ "$rc" -eq 0 ] && ok || { bad "SIGTERM to mpirun_stop.sh: exit $rc"; tail -5 "$TMP/t.err" >&2; }
+grep -q "stopped by SIGUSR1 after step" "$TMP/t.err" && ok || bad "SIGTERM to mpirun_stop.sh: no line saying the job stopped"
+[ -n "$(newest_step "$TMP/run2")" ] && ok || bad "SIGTERM to mpirun_stop.sh: no checkpoint"
+
+mpirun -np 2 "$R" "${base[@]}" --train.steps=100000000 --run.dir="$TMP/run3" >"$TMP/t.out" 2>"$TMP/t.err" &
+job=$!
+wait_for '"step": 10,' "$TMP/run3/metrics.jsonl" "$job" && ok || bad "ranks: the job did not reach step 10"
+for r in 0 1; do kill -TERM "$(rank_pid "$job" "$r")"; done
+wait "$job"; rc=$?
+[ "$rc" -eq 0 ] && ok || { bad "SIGTERM to the ranks: exit $rc"; tail -5 "$TMP/t.err" >&2; }
+grep -q "stopped by SIGTERM after step" "$TMP/t.err" && ok || bad "SIGTERM to the ranks: no line saying the job stopped"
+[ -n "$(newest_step "$TMP/run3")" ] && ok || bad "SIGTERM to the ranks: no checkpoint"
+
+# ---- 3. checkpoint.every_minutes (0.005: 0.3 s): a checkpoint by wall time before the last step
+expect_ok every_minutes mpirun -np 2 "$R" "${base[@]}" --train.steps=3000 --checkpoint.every_minutes=0.005 \
+  --checkpoint.keep=1000 --run.dir="$TMP/run4"
+n=$(ls "$TMP/run4/checkpoints" 2>/dev/null | grep -c '^step-')
+[ "$n" -ge 2 ] && ok || bad "checkpoint.every_minutes: $n checkpoint(s), wanted one by wall time and the last"
+[ "$(newest_step "$TMP/run4")" = 3000 ] && ok || bad "checkpoint.every_minutes: no checkpoint at the last step"
+
+# ---- eval: SIGUSR1 mid-evaluation (the teacher slowed to 0.5 s a batch): exit 0, no eval.json
+ev=(--mode eval --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --data.max_tokens_per_batch=60
+    --teacher.topk=6 --eval.drafter="$TMP/run4/drafter" --test.slow_teacher=0 --test.slow_ms=500)
+mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev" >"$TMP/e.out" 2>"$TMP/e.err" &
+job=$!
+wait_for "eval: drafter" "$TMP/e.err" "$job" || bad "eval: the job never loaded its drafter"
+sleep 0.5
+kill -USR1 "$job"
+wait "$job"; rc=$?
+[ "$rc" -eq 0 ] && ok || { bad "eval, SIGUSR1: exit $rc"; tail -5 "$TMP/e.err" >&2; }
+grep -q "eval: stopped by SIGUSR1 before the evaluation was complete: nothing written" "$TMP/e.err" && ok ||
+  { bad "eval, SIGUSR1: no line saying it stopped"; tail -5 "$TMP/e.err" >&2; }
+[ ! -e "$TMP/ev/eval.json" ] && ok || bad "eval, SIGUSR1: eval.json written by a stopped evaluation"
+
+# ---- 4. dump-features and regenerate
+"$T" make-data "$TMP/data200.h5" --target "$TMP/target" --samples 200 --prompt-len 6 --gen-len 24 --seed 3 >/dev/null 2>&1 || bad "make-data 200"
+dump=(--mode dump-features --device cpu --target.path="$TMP/target" --data.path="$TMP/data200.h5" --target.layer_ids=0,1
+      --teacher.topk=6 --drafter.block_size=6 --features.shard_samples=2 --data.max_tokens_per_batch=200)
+PY=/usr/bin/python3
+expect_ok "dump uninterrupted" mpirun -np 2 "$R" "${dump[@]}" --features.dir="$TMP/feat_full"
+# stopped_job NAME HOW DONE_GLOB OUT ARGS...: runs ARGS under mpirun (HOW usr1: SIGUSR1 to mpirun;
+# term: under mpirun_stop.sh, SIGTERM to it) and signals it once DONE_GLOB matches a file; the job
+# must exit 0 with a "stopped by" line and leave no OUT; then the same command completes it.
+stopped_job() {
+  local name=$1 how=$2 glob=$3 out=$4 job rc
+  shift 4
+  if [ "$how" = usr1 ]; then mpirun -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" &
+  else "$STOP" -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" & fi
+  job=$!
+  for _ in $(seq 1 1200); do compgen -G "$glob" >/dev/null && break; kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
+  if [ "$how" = usr1 ]; then kill -USR1 "$job"; else kill -TERM "$job"; fi
+  wait "$job"; rc=$?
+  [ "$rc" -eq 0 ] && ok || { bad "$name: exit $rc after the signal"; tail -5 "$TMP/s.err" >&2; }
+  grep -q "stopped by SIG.*resume with the same command" "$TMP/s.err" && ok || { bad "$name: no line saying it stopped"; tail -5 "$TMP/s.err" >&2; }
+  [ ! -e "$out" ] && ok || bad "$name: $out written although the job was stopped (make the job bigger?)"
+  expect_ok "$name: resumed" mpirun -np 2 "$@"
+}
+stopped_job "dump, SIGUSR1 to mpirun" usr1 "$TMP/feat_a/features-*.h5" "$TMP/feat_a/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_a"
+"$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_a" >/dev/null && ok || bad "dump, SIGUSR1: the resumed features differ"
+stopped_job "dump, SIGTERM to mpirun_stop.sh" term "$TMP/feat_b/features-*.h5" "$TMP/feat_b/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_b"
+"$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_b" >/dev/null && ok || bad "dump, SIGTERM: the resumed features differ"
+
+stopped_job "dump, a teacher group of 2, SIGUSR1" usr1 "$TMP/feat_g/features-*.h5" "$TMP/feat_g/features.json" "$R" "${dump[@]}" \
+  --world.teacher_group_size=2 --features.dir="$TMP/feat_g"
+"$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_g" >/dev/null && ok || bad "dump, teacher group: the resumed features differ"
+
+"$PY" - "$TMP/prompts.jsonl" <<'PYEOF'
+import json, random, sys
+r = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    for i in range(80):
+        f.write(json.dumps({"input_ids": [r.randrange(150) for _ in range(r.randint(2, 12))]}) + "\n")
+PYEOF
+regen=(--mode regenerate --device cpu --target.path="$TMP/target" --regenerate.prompts="$TMP/prompts.jsonl"
+       --regenerate.max_new_tokens=24 --regenerate.shard_prompts=2 --regenerate.max_seqs=2)
+expect_ok "regenerate uninterrupted" mpirun -np 2 "$R" "${regen[@]}" --regenerate.out="$TMP/full.h5"
+stopped_job "regenerate, SIGUSR1 to mpirun" usr1 "$TMP/ra.h5.parts/part-*.h5" "$TMP/ra.h5" "$R" "${regen[@]}" --regenerate.out="$TMP/ra.h5"
+cmp -s "$TMP/full.h5" "$TMP/ra.h5" && ok || bad "regenerate, SIGUSR1: the resumed set differs from the uninterrupted one"
+stopped_job "regenerate, SIGTERM to mpirun_stop.sh" term "$TMP/rb.h5.parts/part-*.h5" "$TMP/rb.h5" "$R" "${regen[@]}" --regenerate.out="$TMP/rb.h5"
+cmp -s "$TMP/full.h5" "$TMP/rb.h5" && ok || bad "regenerate, SIGTERM: the resumed set differs from the uninterrupted one"
 finish

@@ -387,7 +387,7 @@ preempt() { # preempt LAUNCHER
   restarts=$(job_field "$job" Restarts)
   [ "${restarts:-0}" -ge 1 ] && ok || bad "$launcher: job $job was not requeued (Restarts=$restarts)"
   grep -q "got SIGUSR1, passing it to the launcher" "$out" && ok || bad "$launcher: the batch shell did not pass USR1 on"
-  step=$(sed -n 's/.*stopped by a signal after step \([0-9]*\) .*/\1/p' "$out" | head -1)
+  step=$(sed -n 's/.*stopped by SIG[A-Z0-9]* after step \([0-9]*\) .*/\1/p' "$out" | head -1)
   [ -n "$step" ] && ok || bad "$launcher: no line saying the job stopped on the signal"
   if [ -n "$step" ]; then
     [ "$step" -lt "$steps" ] && ok || bad "$launcher: the signal came too late (step $step of $steps)"

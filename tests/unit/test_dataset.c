@@ -316,9 +316,14 @@ static void test_feature_sets(void) {
     // no sets in the configuration: the index's weights
     CHECK(dataset_feature_sets(&cfg, fr, sets) == 2 && sets[0].n == 6 && sets[0].weight == 2 && sets[1].n == 4 &&
           sets[1].weight == 0.5);
-    // the configuration's weights (other paths: a warning, not an error)
-    CHECK(config_set(&cfg, "data.sets=/d/a.h5:1,/elsewhere/b.h5:3") == 0);
+    // the configuration's weights, for the sets it was dumped from in their order
+    CHECK(config_set(&cfg, "data.sets=/d/a.h5:1,/d/b.h5:3") == 0);
     CHECK(dataset_feature_sets(&cfg, fr, sets) == 2 && sets[0].n == 6 && sets[0].weight == 1 && sets[1].weight == 3);
+    // another order (the weights apply by position), or another file that cannot be compared: refused
+    CHECK(config_set(&cfg, "data.sets=/d/b.h5:1,/d/a.h5:3") == 0);
+    CHECK_ERR(dataset_feature_sets(&cfg, fr, sets), "data.sets: set 0 is /d/b.h5, but data.features");
+    CHECK(config_set(&cfg, "data.sets=/d/a.h5:1,/elsewhere/b.h5:3") == 0);
+    CHECK_ERR(dataset_feature_sets(&cfg, fr, sets), "set 1 is /elsewhere/b.h5, but data.features");
     CHECK(config_set(&cfg, "data.sets=") == 0 && config_set(&cfg, "data.path=/d/one.h5") == 0);
     CHECK_ERR(dataset_feature_sets(&cfg, fr, sets), "was dumped from 2 training set(s), the configuration names 1 (data.path)");
     featreader_close(fr);

@@ -2,6 +2,7 @@
 // watchdog.h).
 #include "common/comm/watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
@@ -38,6 +39,7 @@ static struct {
     double wait_since;
     int *quiet;                   // [size] seen ending the job itself: its exit is no news
     double *deferred;             // [size] when this rank first saw the peer dead and left the report to a lower rank
+    double *stopped_since;        // [size] when this rank first saw the same-host peer stopped (state T); 0 = running
     double hang_deferred;         // the same for the wait that timed out (0: not deferred)
     int (*watches)(int watcher, int peer); // NULL: every rank watches every other
     int (*check)(void *ctx, char *msg, size_t n);
@@ -54,6 +56,17 @@ static double now_s(void) {
 
 // The name a rank takes when it ends the job itself (watchdog_mark_ending): at most 15 characters.
 #define WATCHDOG_ENDING_NAME "dflash-ending"
+// The name a rank takes once MPI has ended on it and it only exits (watchdog_finalize).
+#define WATCHDOG_DONE_NAME "dflash-done"
+
+static void proc_set_name(const char *name) {
+    int fd = open("/proc/self/comm", O_WRONLY); // the main thread's name whichever thread writes it
+    if (fd >= 0) {
+        ssize_t ignored = write(fd, name, strlen(name));
+        (void)ignored;
+        close(fd);
+    }
+}
 
 // Field 22 of /proc/PID/stat (start time in clock ticks), the state letter and the command name;
 // 0 when the process is gone. The name (field 2) is in parentheses and may hold spaces and ')':
@@ -114,6 +127,114 @@ static int watchdog_defer(int peer, double *since) {
     return 0;
 }
 
+static const char *rank_role_name(int r);
+
+// The job's ranks on this host before MPI has started (the peers are not known yet): the other
+// processes of this executable with this process's parent (mpirun, orted or slurmstepd started them
+// all), their rank read from their environment. Each is checked for being stopped (state T) below.
+#define WATCHDOG_SIBLINGS 64
+static struct {
+    long long pid;
+    int rank;
+    double stopped_since;
+} sib[WATCHDOG_SIBLINGS];
+static int n_sib;
+static double sib_scanned;
+
+static int proc_rank(long long pid) {
+    char path[64], buf[1 << 15];
+    snprintf(path, sizeof path, "/proc/%lld/environ", pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK=", "PMIX_RANK=", "PMI_RANK=", "SLURM_PROCID="};
+    for (char *e = buf; e < buf + n; e += strlen(e) + 1)
+        for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++)
+            if (strncmp(e, vars[v], strlen(vars[v])) == 0) return atoi(e + strlen(vars[v]));
+    return -1;
+}
+
+static void siblings_scan(void) {
+    char self_exe[512], exe[512], path[64];
+    ssize_t m = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    if (m <= 0) return;
+    self_exe[m] = 0;
+    long long parent = (long long)getppid(), me = (long long)getpid();
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) && n_sib < WATCHDOG_SIBLINGS) {
+        char *end;
+        long long pid = strtoll(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == me) continue;
+        int known = 0;
+        for (int i = 0; i < n_sib && !known; i++) known = sib[i].pid == pid;
+        if (known) continue;
+        snprintf(path, sizeof path, "/proc/%lld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char buf[512];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *p = strrchr(buf, ')');
+        long long ppid = -1;
+        if (!p || sscanf(p + 1, " %*c %lld", &ppid) != 1 || ppid != parent) continue;
+        snprintf(path, sizeof path, "/proc/%lld/exe", pid);
+        ssize_t k = readlink(path, exe, sizeof exe - 1);
+        if (k <= 0) continue;
+        exe[k] = 0;
+        if (strcmp(exe, self_exe) != 0) continue;
+        sib[n_sib].pid = pid, sib[n_sib].rank = proc_rank(pid), sib[n_sib].stopped_since = 0;
+        n_sib++;
+    }
+    closedir(d);
+}
+
+// A rank on this host stopped (SIGSTOP: state T) for the timeout while this rank waits: it is
+// hung, whatever the wait's patience (which allows for slow peers, not stopped ones). Before the
+// peers are known (MPI start-up), the ranks of this host are found as siblings (above). 1 with msg.
+static int peer_stopped(double now, const char *what, char *msg, size_t n) {
+    if (wd.started) {
+        for (int r = 0; r < wd.w.size; r++) {
+            if (r == wd.w.rank || !wd.start_ns[r]) continue;
+            char st = 0;
+            if (proc_start(wd.peers[r].pid, &st, NULL, 0) != wd.start_ns[r] || st != 'T') {
+                wd.stopped_since[r] = 0;
+                continue;
+            }
+            if (wd.stopped_since[r] == 0) wd.stopped_since[r] = now;
+            if (now - wd.stopped_since[r] < wd.timeout_s || watchdog_defer(r, &wd.deferred[r])) continue;
+            snprintf(msg, n, "%srank %d (pid %lld on %s) has been stopped (SIGSTOP) for %.0f s while this rank waited "
+                     "for %s (run.rank_timeout %g s): it is hung or unreachable", rank_role_name(r), r, wd.peers[r].pid,
+                     wd.peers[r].host, now - wd.stopped_since[r], what, wd.timeout_s);
+            return 1;
+        }
+        return 0;
+    }
+    if (now - sib_scanned >= 0.5) { // new siblings: the launcher starts them one by one
+        siblings_scan();
+        sib_scanned = now;
+    }
+    for (int i = 0; i < n_sib; i++) {
+        char st = 0;
+        if (proc_start(sib[i].pid, &st, NULL, 0) == 0 || st != 'T') {
+            sib[i].stopped_since = 0;
+            continue;
+        }
+        if (sib[i].stopped_since == 0) sib[i].stopped_since = now;
+        if (now - sib[i].stopped_since < wd.timeout_s) continue;
+        snprintf(msg, n, "rank %d (pid %lld, on this host) has been stopped (SIGSTOP) for %.0f s while this rank waited "
+                 "for %s (run.rank_timeout %g s): it is hung or unreachable", sib[i].rank, sib[i].pid,
+                 now - sib[i].stopped_since, what, wd.timeout_s);
+        return 1;
+    }
+    return 0;
+}
+
 static const char *rank_role_name(int r) { return !wd.roles ? "" : r < wd.w.teachers ? "teacher " : "student "; }
 
 // One line, then exit 1: mpirun ends the job when a rank exits without MPI_Finalize.
@@ -150,6 +271,10 @@ static void *watchdog_loop(void *arg) {
             if (watchdog_defer(r, &wd.deferred[r])) continue;
             snprintf(msg, sizeof msg, "%srank %d (pid %lld on %s) died%s%s", rank_role_name(r), r, wd.peers[r].pid,
                      wd.peers[r].host, waiting ? " while this rank waited for " : "", waiting ? what : "");
+            pthread_mutex_unlock(&wd.mu);
+            watchdog_fail(msg);
+        }
+        if (waiting && wd.timeout_s > 0 && peer_stopped(now_s(), what, msg, sizeof msg)) {
             pthread_mutex_unlock(&wd.mu);
             watchdog_fail(msg);
         }
@@ -212,6 +337,7 @@ void watchdog_start(const world *w, watchdog_report_fn report) {
     wd.watched = xcalloc((size_t)w->size, sizeof(int));
     wd.quiet = xcalloc((size_t)w->size, sizeof(int));
     wd.deferred = xcalloc((size_t)w->size, sizeof(double));
+    wd.stopped_since = xcalloc((size_t)w->size, sizeof(double));
     // Every rank is alive now (it took part in the all-gather): note the start time of each peer on
     // this host that this process can see (another pid namespace with the same host name: not).
     for (int r = 0; r < w->size; r++)
@@ -254,6 +380,48 @@ int watchdog_agree(int status, const char *what) {
     return out;
 }
 
+// After MPI_Finalize, before exiting: every same-host peer has left MPI as well (named
+// WATCHDOG_DONE_NAME) or exited. A peer stopped (SIGSTOP) after the last barrier would otherwise
+// be watched by no one once the others exited, and mpirun would wait on it forever: a peer stopped
+// for the timeout, or not done within 5 x the timeout, ends this rank with a line naming it (exit
+// 1: mpirun then ends the job, the stopped rank included).
+static void watchdog_await_peers(void) {
+    if (!wd.started) return;
+    proc_set_name(WATCHDOG_DONE_NAME);
+    if (wd.timeout_s <= 0) return;
+    watchdog_wait_end(); // MPI has ended here: the thread no longer times it (nor touches stopped_since)
+    double t0 = now_s();
+    for (;;) {
+        int pending = -1;
+        char st = 0, comm[64] = "";
+        double now = now_s();
+        pthread_mutex_lock(&wd.mu);
+        for (int r = 0; r < wd.w.size && pending < 0; r++) {
+            if (r == wd.w.rank || !wd.start_ns[r]) continue;
+            unsigned long long start = proc_start(wd.peers[r].pid, &st, comm, sizeof comm);
+            if (start != wd.start_ns[r] || st == 'Z' || st == 'X' || strcmp(comm, WATCHDOG_DONE_NAME) == 0 ||
+                strcmp(comm, WATCHDOG_ENDING_NAME) == 0)
+                continue;
+            pending = r;
+            if (st != 'T') wd.stopped_since[r] = 0;
+            else if (wd.stopped_since[r] == 0) wd.stopped_since[r] = now;
+        }
+        double stopped = pending >= 0 && wd.stopped_since[pending] > 0 ? now - wd.stopped_since[pending] : 0;
+        pthread_mutex_unlock(&wd.mu);
+        if (pending < 0) return;
+        int r = pending;
+        if (stopped >= wd.timeout_s || now - t0 >= 5 * wd.timeout_s) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%srank %d (pid %lld on %s) %s after the job's last barrier (run.rank_timeout %g s): "
+                     "it is hung or unreachable", rank_role_name(r), r, wd.peers[r].pid, wd.peers[r].host,
+                     stopped > 0 ? "has been stopped (SIGSTOP)" : "has not finished MPI", wd.timeout_s);
+            watchdog_fail(msg);
+        }
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 void watchdog_finalize(void) {
     if (wd.running) {
         pthread_mutex_lock(&wd.mu);
@@ -270,6 +438,7 @@ void watchdog_finalize(void) {
         watchdog_wait_begin(0, last, 1, "the other ranks to finish (MPI_Finalize)");
     }
     world_finalize();
+    watchdog_await_peers();
     watchdog_stop();
 }
 
@@ -307,13 +476,7 @@ void watchdog_mark_ending(void) {
     static volatile int marked = 0;
     if (!wd.started || marked) return;
     marked = 1;
-    // /proc/self/comm is the main thread's name whichever thread writes it
-    int fd = open("/proc/self/comm", O_WRONLY);
-    if (fd >= 0) {
-        ssize_t ignored = write(fd, WATCHDOG_ENDING_NAME, strlen(WATCHDOG_ENDING_NAME));
-        (void)ignored;
-        close(fd);
-    }
+    proc_set_name(WATCHDOG_ENDING_NAME);
     struct timespec pause = {0, 300 * 1000 * 1000}; // three of the peers' polls
     nanosleep(&pause, NULL);
 }
@@ -339,6 +502,8 @@ void watchdog_stop(void) {
     free(wd.watched);
     free(wd.quiet);
     free(wd.deferred);
+    free(wd.stopped_since);
+    wd.stopped_since = NULL;
     wd.peers = NULL, wd.start_ns = NULL, wd.watched = NULL, wd.quiet = NULL, wd.deferred = NULL;
     wd.started = 0;
     wd.roles = 0;

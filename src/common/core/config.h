@@ -96,6 +96,7 @@ typedef struct {
     int check_payloads;             // transport.check_payloads: CRC-32C of every payload, checked on arrival
     int64_t test_slow_teacher, test_slow_ms;
     int64_t ckpt_every, ckpt_keep;
+    double ckpt_every_minutes;      // a checkpoint when this many minutes passed since the last; 0 = none
     int resume;
     int overwrite; // run.overwrite
     double rank_timeout;            // seconds a rank waits on a peer before ending the job; 0 = forever

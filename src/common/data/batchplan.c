@@ -20,6 +20,7 @@
 #define PLAN_STREAM_SAMPLES 0xB0u // Philox stream id of the per-epoch sample shuffle
 #define PLAN_STREAM_BATCHES 0xB1u // Philox stream id of the per-epoch batch shuffle
 #define PLAN_STREAM_PICK 0xB20000u // | set: Philox stream id of a set's random part of an epoch
+#define BATCHPLAN_MAX_DRAWS (1ll << 28) // samples one epoch draws (data.sets weights x samples): its plan ~6 GiB
 
 // A sample and its length, for sorting a bucket by length.
 typedef struct {
@@ -227,6 +228,14 @@ int batchplan_build(batchplan *p, const int64_t *lengths, int64_t n_samples, con
         s->per_epoch = (int64_t)want;
         n_epoch += s->per_epoch;
         if (s->n_train > largest) largest = s->n_train;
+        // the epoch's plan holds every draw (three arrays of n_epoch): bounded before it is allocated
+        if (n_epoch > BATCHPLAN_MAX_DRAWS) {
+            int rc2 = error_set("data.sets: an epoch would draw %lld samples (set %d: weight %g x %lld training samples), "
+                                "more than %lld: lower the weights", (long long)n_epoch, i, s->weight,
+                                (long long)s->n_train, (long long)BATCHPLAN_MAX_DRAWS);
+            free(info);
+            return rc2;
+        }
     }
     p->seed = seed;
     p->max_tokens = max_tokens;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/core/check.h"
+#include "common/core/crc32c.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
 
@@ -119,6 +120,49 @@ void dataset_plan_sets(const dataset *d, batchplan_set *out) {
     }
 }
 
+// The CRC32C of n sample lengths as little-endian int64 (identity.h's data_lengths_crc).
+static uint32_t lengths_crc(uint32_t c, int64_t len) {
+    unsigned char le[8];
+    for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)len >> (8 * b));
+    return crc32c_update(c, le, 8);
+}
+
+// Set i named by the configuration (path p) against set i the features were dumped from (path
+// dumped, samples [first, first + n) of the features): the same file, or a file holding the same
+// usable samples (count and lengths: a copy or a move); another order of the dumped sets, or another
+// set, refused naming both.
+static int dataset_feature_set_check(const config *cfg, const featreader *fr, int i, const char *p, const char *dumped,
+                                     int64_t first, int64_t n) {
+    struct stat a, b;
+    if (!dumped[0] || strcmp(p, dumped) == 0) return 0;
+    if (stat(p, &a) == 0 && stat(dumped, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return 0;
+    for (int j = 0; j < featreader_n_sets(fr); j++) {
+        const char *other;
+        featreader_set(fr, j, NULL, &other);
+        if (j != i && strcmp(p, other) == 0)
+            return error_set("%s: set %d is %s, but data.features %s was dumped with it as set %d (set %d was %s): "
+                             "name the sets in the order they were dumped (the weights apply by position)",
+                             cfg->data_sets.n > 0 ? "data.sets" : "data.path", i, p, cfg->data_features, j, i, dumped);
+    }
+    trainset ts;
+    if (trainset_open(&ts, p, 2 * cfg->block_size))
+        return error_set("%s: set %d is %s, but data.features %s was dumped from %s (and %s cannot be read to compare): "
+                         "name the same sets in the same order, or none", cfg->data_sets.n > 0 ? "data.sets" : "data.path",
+                         i, p, cfg->data_features, dumped, p);
+    uint32_t mine = 0, theirs = 0;
+    for (int64_t k = 0; k < ts.n; k++) mine = lengths_crc(mine, trainset_len(&ts, k));
+    for (int64_t k = 0; k < n; k++) theirs = lengths_crc(theirs, featreader_len(fr, first + k));
+    int64_t have = ts.n;
+    trainset_close(&ts);
+    if (have != n || mine != theirs)
+        return error_set("%s: set %d is %s (%lld usable samples, lengths CRC32C %08x), but data.features %s was dumped from "
+                         "%s (%lld samples, %08x): name the sets the features were dumped from, in that order",
+                         cfg->data_sets.n > 0 ? "data.sets" : "data.path", i, p, (long long)have, mine,
+                         cfg->data_features, dumped, (long long)n, theirs);
+    log_info("data.features: set %d is %s, which holds the samples dumped from %s", i, p, dumped);
+    return 0;
+}
+
 int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set *out) {
     int n = featreader_n_sets(fr), named = config_data_count(cfg);
     if (named < 0) return -1;
@@ -127,6 +171,7 @@ int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set 
         return error_set("data.features %s was dumped from %d training set(s), the configuration names %d (%s); "
                          "name the same sets in the same order, or none to use the weights recorded at dump time",
                          cfg->data_features, n, named, cfg->data_sets.n > 0 ? "data.sets" : "data.path");
+    int64_t first = 0; // the set's first sample in the features
     for (int i = 0; i < n; i++) {
         const char *dumped;
         double w;
@@ -136,12 +181,9 @@ int dataset_feature_sets(const config *cfg, const featreader *fr, batchplan_set 
         out[i].heldout = nh >= 0 ? h : NULL;
         out[i].n_heldout = nh >= 0 ? nh : 0;
         out[i].weight = w;
-        if (named > 0) {
-            const char *p = config_data_path(cfg, i, &out[i].weight);
-            if (dumped[0] && strcmp(p, dumped) != 0)
-                log_warn("data.features: set %d is %s in the configuration, %s when the features were dumped; "
-                         "using the configuration's weight %g", i, p, dumped, out[i].weight);
-        }
+        if (named > 0 && dataset_feature_set_check(cfg, fr, i, config_data_path(cfg, i, &out[i].weight), dumped, first, out[i].n))
+            return -1;
+        first += out[i].n;
     }
     return n;
 }

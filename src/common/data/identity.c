@@ -16,6 +16,27 @@ void identity_init(run_identity *id) {
     id->target_hidden = id->target_layers = id->target_vocab = id->target_config_crc = -1;
     id->n_layer_ids = -1;
     id->data_samples = id->data_lengths_crc = id->data_tokens_crc = -1;
+    id->heldout_samples = id->heldout_crc = -1;
+}
+
+static int identity_cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void identity_set_heldout(run_identity *id, const int64_t *idx, int64_t n) {
+    int64_t *sorted = xmalloc(((size_t)n + 1) * sizeof *sorted);
+    if (n > 0) memcpy(sorted, idx, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, identity_cmp_i64);
+    uint32_t c = 0;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned char le[8];
+        for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)sorted[i] >> (8 * b));
+        c = crc32c_update(c, le, 8);
+    }
+    free(sorted);
+    id->heldout_samples = n;
+    id->heldout_crc = c;
 }
 
 void identity_set_target(run_identity *id, const char *arch, int64_t hidden, int64_t layers, int64_t vocab,
@@ -80,6 +101,9 @@ int identity_check(const run_identity *a, const char *what, const run_identity *
     if (!(a->data_samples >= 0 && b->data_samples >= 0 && a->data_samples != b->data_samples)) // (one line is enough)
         ID_INT("training-set lengths CRC32C", data_lengths_crc, "%08llx")
     ID_INT("training-set tokens CRC32C", data_tokens_crc, "%08llx")
+    ID_INT("held-out samples", heldout_samples, "%lld")
+    if (!(a->heldout_samples >= 0 && b->heldout_samples >= 0 && a->heldout_samples != b->heldout_samples))
+        ID_INT("held-out split (indices' CRC32C)", heldout_crc, "%08llx")
 #undef ID_INT
 #undef ID_DIFF
     if (!m) return 0;
@@ -101,6 +125,8 @@ char *identity_to_json(const run_identity *id) {
     if (id->data_samples >= 0) cJSON_AddNumberToObject(o, "data_samples", (double)id->data_samples);
     if (id->data_lengths_crc >= 0) cJSON_AddNumberToObject(o, "data_lengths_crc32c", (double)id->data_lengths_crc);
     if (id->data_tokens_crc >= 0) cJSON_AddNumberToObject(o, "data_tokens_crc32c", (double)id->data_tokens_crc);
+    if (id->heldout_samples >= 0) cJSON_AddNumberToObject(o, "heldout_samples", (double)id->heldout_samples);
+    if (id->heldout_crc >= 0) cJSON_AddNumberToObject(o, "heldout_crc32c", (double)id->heldout_crc);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *out = xstrdup(text);
@@ -139,7 +165,9 @@ int identity_from_json(const void *obj_, const char *where, run_identity *id) {
         identity_str(o, "feature_convention", where, id->feature_convention, sizeof id->feature_convention) ||
         identity_int(o, "data_samples", where, &id->data_samples) ||
         identity_int(o, "data_lengths_crc32c", where, &id->data_lengths_crc) ||
-        identity_int(o, "data_tokens_crc32c", where, &id->data_tokens_crc))
+        identity_int(o, "data_tokens_crc32c", where, &id->data_tokens_crc) ||
+        identity_int(o, "heldout_samples", where, &id->heldout_samples) ||
+        identity_int(o, "heldout_crc32c", where, &id->heldout_crc))
         return -1;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "target_layer_ids");
     if (a) {

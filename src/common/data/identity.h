@@ -4,7 +4,8 @@
 // A run_identity holds the target (architecture, hidden size, layers, vocabulary, and the CRC32C of
 // its config.json), the target layers the features come from, the feature convention, and the
 // training set (usable samples, and the CRC32C of their lengths as little-endian int64: the
-// offsets' fingerprint). Every field may be unknown (a file written before it was recorded, or a
+// offsets' fingerprint), and the held-out split (its sample indices' CRC32C: a resume on the same
+// set with another /heldout would evaluate on samples it trained on). Every field may be unknown (a file written before it was recorded, or a
 // run that does not have it): -1, n_layer_ids < 0, "". Written into features.json ("identity")
 // and every checkpoint's state.json ("identity"); compared with the run's in a student-only run
 // (data.features), a resumed dump-features (per shard) and a resumed training run.
@@ -25,6 +26,8 @@ typedef struct {
     int64_t data_lengths_crc;     // CRC32C of their lengths (-1: unknown)
     int64_t data_tokens_crc;      // CRC32C of their tokens (int32 LE, in order; -1: unknown; a
                                   // feature shard's, compared by a resumed dump-features)
+    int64_t heldout_samples;      // the held-out split: how many samples (-1: unknown)
+    int64_t heldout_crc;          // CRC32C of their indices, increasing, as int64 LE (-1: unknown)
 } run_identity;
 
 void identity_init(run_identity *id); // everything unknown
@@ -33,6 +36,8 @@ void identity_set_target(run_identity *id, const char *arch, int64_t hidden, int
                          const char *config_json_path);
 // identity_set_data: n samples of these lengths.
 void identity_set_data(run_identity *id, const int64_t *lengths, int64_t n);
+// identity_set_heldout: the held-out split, n sample indices in any order.
+void identity_set_heldout(run_identity *id, const int64_t *idx, int64_t n);
 // identity_check: every field known on both sides equal; else -1 with error_set: "<recorded_what>
 // was made with <field> X, this run has Y (<advice>)", naming every field that differs.
 int identity_check(const run_identity *recorded, const char *recorded_what, const run_identity *now, const char *advice);

@@ -83,7 +83,7 @@ static cJSON *checkpoint_state_parse(const char *dir, char *path, size_t n) {
     snprintf(path, n, "%s/state.json", dir);
     char *text = file_read_text(path, 1 << 20);
     if (!text) return NULL;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = json_parse_text(text, path); // an unparseable one names the file and the line
     free(text);
     return root;
 }
@@ -194,7 +194,7 @@ int checkpoint_verify(const char *dir, int *verified) {
     if (!text) return -1;
     uint32_t want = 0, got = 0;
     int seal = crc32c_check_seal(text, &want, &got);
-    cJSON *root = seal == 1 ? cJSON_Parse(text) : NULL;
+    cJSON *root = seal == 1 ? json_parse_text(text, path) : NULL;
     const cJSON *sums = root ? cJSON_GetObjectItemCaseSensitive(root, "checksums") : NULL;
     int rc = 0;
     if (seal < 0)
@@ -413,7 +413,7 @@ static int checkpoint_read_dir(const char *dir, int64_t step, drafter *d, optim 
     if (!*verified)
         log_warn("%s/state.json carries no checksums (a checkpoint of an older trainer): its files are read unverified", dir);
     cJSON *root = checkpoint_state_parse(dir, path, sizeof path);
-    if (!root && access(path, R_OK) != 0) return -1;
+    if (!root) return -1; // unreadable, or not JSON: the error names the file and the line
     int64_t st_step = -1, st_optim = -1;
     int have = root && json_int_field(root, "step", &st_step) && json_int_field(root, "optim_step", &st_optim);
     // the divergence check's running means (absent in older checkpoints: the check starts afresh)
@@ -470,7 +470,8 @@ int checkpoint_read(const char *run_dir, int64_t step, drafter *d, optim *o, int
 static const char *const resume_schedule_keys[] = {
     "train.steps", "train.lr", "train.warmup_frac", "train.weight_decay", "train.grad_clip", "train.divergence_factor",
     "train.mem_budget",
-    "train.log_interval", "train.eval_interval", "train.eval_batches", "checkpoint.every", "checkpoint.keep",
+    "train.log_interval", "train.eval_interval", "train.eval_batches", "checkpoint.every", "checkpoint.every_minutes",
+    "checkpoint.keep",
     "teacher.max_tokens", "teacher.mem_budget", "teacher.vocab_tile", "transport.slots", "transport.payload",
     "world.teachers", "world.students", "run.device", "run.log_level", "run.rank_timeout", "target.path",
     "features.dir", "features.shard_samples", NULL};
@@ -511,8 +512,9 @@ int checkpoint_check_resume(const char *run_dir, int64_t step, const config *cfg
     snprintf(path, sizeof path, "%s/state.json", dir);
     char *text = file_read_text(path, 64 << 20);
     if (!text) return error_prefix("run.resume");
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = json_parse_text(text, path);
     free(text);
+    if (!root) return error_prefix("run.resume");
     const cJSON *saved = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
     if (!cJSON_IsObject(saved)) {
         cJSON_Delete(root);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/core/config.h"
+#include "common/data/identity.h"
 #include "student/model/drafter.h"
 #include "student/loss/loss_config.h"
 #include "student/model/step.h"
@@ -14,6 +15,10 @@
 // directory); a checkpoint is verified against its checksums first (checkpoint_verify); non-finite
 // weights refused. -1 with error_set naming the file.
 int eval_load_drafter(drafter *d, const config *cfg);
+// eval_check_heldout: eval.drafter a checkpoint trained on this training set (its state.json's
+// identity: the same samples and lengths) with another held-out split than this evaluation's
+// recorded /heldout: -1 with error_set naming both (it would evaluate on samples it trained on).
+int eval_check_heldout(const config *cfg, const run_identity *now);
 // eval_write_result: run.dir/eval.json (written whole or not at all) with tau_decode and its steps
 // first, then tokens, samples, loss, ce, kl, cap, acc per slot, tau_chain, tau_tree, anchors; and
 // the terminal line. -1 with error_set.

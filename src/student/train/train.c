@@ -2,7 +2,6 @@
 #include "student/train/train.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/core/run_dir.h"
+#include "common/core/stop.h"
 #include "student/train/anchors.h"
 #include "student/train/batch_source.h"
 #include "student/train/checkpoint.h"
@@ -31,35 +31,6 @@
 #include "student/train/students.h"
 #include "student/train/train_log.h"
 #include "student/train/train_setup.h"
-
-// SIGTERM / SIGUSR1 (SLURM's preemption warning): finish the current step, checkpoint, exit 0.
-// SIGINT (Ctrl-C) the same the first time; a second SIGINT aborts at once, without a checkpoint.
-static volatile sig_atomic_t train_stop_requested = 0, train_interrupts = 0;
-static void train_on_signal(int sig) { train_stop_requested = sig; }
-static void train_on_interrupt(int sig) {
-    if (train_interrupts++ > 0) {
-        static const char m[] = "error: interrupted twice: aborted at once, without a checkpoint\n";
-        ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
-        (void)ignored;
-        _exit(130);
-    }
-    static const char m[] = "interrupt: finishing this step and writing a checkpoint (interrupt again to abort at once)\n";
-    ssize_t ignored = write(STDERR_FILENO, m, sizeof m - 1);
-    (void)ignored;
-    train_stop_requested = sig;
-}
-
-void train_install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = train_on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    sa.sa_handler = train_on_interrupt;
-    sigaction(SIGINT, &sa, NULL);
-    // a file-size limit (ulimit -f) makes write() fail with EFBIG, reported as such, rather than kill
-    signal(SIGXFSZ, SIG_IGN);
-}
 
 // Whether the run's inputs were verified against their checksums (a resumed checkpoint, feature
 // shards): advice to lower the learning rate is given only when they were.
@@ -118,11 +89,17 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     if (s == 0 && !cfg->resume && run_dir_claim(cfg->run_dir, cfg->overwrite, eval)) return -1;
     // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
     int64_t start_step = 0;
-    int resume_found = 0;
+    int resume_found = 0, export_only = 0; // export_only: finished, but the export after its last checkpoint is missing
     if (cfg->resume && !eval) {
         if (checkpoint_find_resume(cfg->run_dir, &start_step, &resume_found)) return -1;
         if (resume_found && s == 0 && checkpoint_check_resume(cfg->run_dir, start_step, cfg)) return -1;
-        if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
+        // finished, and its drafter exported (the summary follows the export): nothing to do
+        if (resume_found && start_step >= cfg->steps && !train_log_finished(cfg->run_dir, start_step)) {
+            export_only = 1; // killed between its final checkpoint and the end of the export: the export
+            if (s == 0)
+                log_info("run.resume: finished at step %lld, but no drafter was exported after it: exporting it from %s/checkpoints",
+                         (long long)start_step, cfg->run_dir);
+        } else if (resume_found && start_step >= cfg->steps) { // nothing to do, nothing rewritten
             if (s == 0)
                 log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
                          (long long)start_step, (long long)cfg->steps, cfg->run_dir);
@@ -151,6 +128,16 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // a resumed run: the inputs its checkpoint recorded against this run's (identity.h)
     if (resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, start_step, &rid)) return -1;
     checkpoint_set_identity(&rid);
+    int recorded = 0; // a set's own /heldout: a checkpoint trained on the same set must have held out the same
+    for (int i = 0; i < bp.n_sets; i++) recorded |= bp.sets[i].recorded;
+    if (eval && recorded && s == 0 && eval_check_heldout(cfg, &rid)) return -1;
+    if (eval && bp.n_heldout == 0) { // (a recorded /heldout that is empty): a result over nothing would read as 0
+        batchplan_free(&bp);
+        if (fr) featreader_close(fr);
+        return s == 0 ? error_set("--mode eval: nothing to evaluate: the held-out split of %s is empty (its /heldout "
+                                  "holds no sample)", config_data_count(cfg) > 0 ? config_data_path(cfg, 0, NULL) : cfg->data_features)
+                      : TRAIN_REPORTED_ELSEWHERE;
+    }
     train_unverified = fr && !featreader_verified(fr) ? "the features (written before checksums)" : NULL;
     int rc = 0;
     for (int i = 0; i < bp.n_sets && s == 0; i++) {
@@ -241,7 +228,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
 
     // Run directory and metrics (first student).
     train_log lg = {0};
-    if (s == 0 && !eval && train_log_open(&lg, cfg, start_step > 0)) return -1;
+    if (s == 0 && !eval && !export_only && train_log_open(&lg, cfg, start_step > 0)) return -1;
     int n_ranks = w->size;
     int64_t *peaks = xcalloc((size_t)n_ranks, sizeof(int64_t));
     int32_t *valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
@@ -253,21 +240,28 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     if (S > 1 && !eval && students_grads_open(&grads, &d, comm, cfg->grad_allreduce, s == 0))
         return s == 0 ? -1 : TRAIN_REPORTED_ELSEWHERE; // the same error on every student: the first says it
 
-    double t_run = time_now(), t_int = t_run, wait_int = 0, last_norm = 0;
+    double t_run = time_now(), t_int = t_run, t_ckpt = t_run, wait_int = 0, last_norm = 0;
     step_stats interval, cur, first_eval, last_eval;
     memset(&interval, 0, sizeof interval);
     memset(&first_eval, 0, sizeof first_eval);
     memset(&last_eval, 0, sizeof last_eval);
     int64_t step = start_step, evals = 0, total_block = 0, total_ctx = 0;
+    int eval_stopped = 0; // --mode eval stopped by a signal: no result
     // A resumed run skips the groups before its checkpoint (and asks no teacher for their batches).
     // (the evaluation after the checkpoint's step, when one is due, runs after the resume)
     int64_t first_group = start_step > 0 ? batch_schedule_group_of_step(&sc, start_step - 1) + 1 : 0;
+    if (export_only) first_group = sc.n_groups; // no step, no evaluation: the checkpoint's weights are exported
     if (first_group < sc.n_groups) batch_source_start_at(&src, batch_schedule_group(&sc, first_group).first);
     for (int64_t gi = first_group; gi < sc.n_groups; gi++) {
         const batch_group group = batch_schedule_group(&sc, gi), *g = &group;
         int64_t kind = g->kind;
         memset(&cur, 0, sizeof cur);
+        int cut_short = 0;
         for (int64_t n = g->first; n < g->first + g->count && rc == 0; n++) {
+            if (eval && stop_requested()) { // --mode eval: a signal ends it after this batch (below)
+                cut_short = 1;
+                break;
+            }
             wire_batch wb;
             if ((rc = batch_source_get(&src, &sc, n, &wb))) break;
             student_batch b = {.S = (int)wb.S, .n_seq = (int)wb.n_seq, .k = (int)wb.k, .tokens = wb.tokens,
@@ -297,6 +291,17 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         if (bad) {
             if (!rc) rc = TRAIN_REPORTED_ELSEWHERE; // the student that failed says why
             break;
+        }
+        if (eval) { // a signal on any student: no result (eval.json is a whole evaluation's)
+            int stop = cut_short || (stop_requested() && gi + 1 < sc.n_groups);
+            students_allreduce(&stop, 1, MPI_INT, MPI_MAX, comm, "the other students to finish the evaluation");
+            if (stop) {
+                if (s == 0)
+                    log_info("eval: stopped by %s before the evaluation was complete: nothing written (eval.json "
+                             "holds only a whole evaluation); run the same command again", stop_signal_name(stop_requested()));
+                eval_stopped = 1;
+                break;
+            }
         }
         train_stats_allreduce(&cur, comm);
         // NaN or inf: stop before it reaches the weights, a checkpoint or the export (every student
@@ -360,23 +365,25 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
                 break;
             }
         }
-        if (cfg->ckpt_every > 0 && (step % cfg->ckpt_every == 0 || step == cfg->steps) && s == 0 &&
-            checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
+        // A signal on any rank stops every student after this step, with a checkpoint (stop.h); a
+        // checkpoint by wall time is due when the first student's clock says so: the students agree
+        // on both, so they write and stop in step.
+        int flags[2] = {stop_requested() ? 1 : 0,
+                        s == 0 && cfg->ckpt_every_minutes > 0 && time_now() - t_ckpt >= cfg->ckpt_every_minutes * 60.0};
+        students_allreduce(flags, 2, MPI_INT, MPI_MAX, comm, "the other students after the step");
+        int stop = flags[0] && step < cfg->steps;
+        int ckpt_on = cfg->ckpt_every > 0 || cfg->ckpt_every_minutes > 0;
+        int due = stop || flags[1] || (cfg->ckpt_every > 0 && step % cfg->ckpt_every == 0) || (ckpt_on && step == cfg->steps);
+        if (due && s == 0 && checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
             rc = -1; // the previous checkpoints are intact; the job stops with the reason
             break;
         }
-        // A signal on any rank stops every student after this step, with a checkpoint.
-        int stop = train_stop_requested ? 1 : 0;
-        students_allreduce(&stop, 1, MPI_INT, MPI_MAX, comm, "the other students after the step");
-        if (stop && step < cfg->steps) {
-            if (s == 0) {
-                if (checkpoint_write(cfg->run_dir, step, &d, &opt, cfg, (int)cfg->ckpt_keep)) {
-                    rc = -1;
-                    break;
-                }
-                log_info("stopped by a signal after step %lld with a checkpoint in %s/checkpoints; resume with the same "
-                         "command and --run.resume=true", (long long)step, cfg->run_dir);
-            }
+        if (due) t_ckpt = time_now();
+        if (stop) {
+            if (s == 0)
+                log_info("stopped by %s after step %lld with a checkpoint in %s/checkpoints; resume with the same "
+                         "command and --run.resume=true", stop_signal_name(stop_requested()),
+                         (long long)step, cfg->run_dir);
             break;
         }
         if (cfg->test_stop_at_step > 0 && step == cfg->test_stop_at_step) {
@@ -397,13 +404,16 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     }
     double wall = time_now() - t_run;
     // the samples evaluated: every one, or a set's /heldout
-    if (rc == 0 && s == 0 && eval) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_heldout);
-    else if (rc == 0 && s == 0) {
+    if (rc == 0 && s == 0 && eval && !eval_stopped) rc = eval_write_result(cfg, &last_eval, &lc, (int)dc.block_size, (int64_t)bp.n_heldout);
+    else if (rc == 0 && s == 0 && !eval) {
         char dir[CONFIG_STR + 16];
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
         if (drafter_export(&d, dir, 0)) rc = -1;
         double per_s = wall > 0 ? (double)S / wall : 0;
-        if (rc == 0) // the summary names the exported drafter: only after a successful export
+        if (rc == 0 && export_only) {
+            rc = train_log_exported(cfg->run_dir, step);
+            if (rc == 0) log_info("run.resume: the drafter of step %lld exported to %s", (long long)step, dir);
+        } else if (rc == 0) // the summary names the exported drafter: only after a successful export
             train_log_summary(&lg, step >= cfg->steps, step, wall, (double)total_block * per_s, (double)total_ctx * per_s, peaks,
                           n_ranks, T, &first_eval, &last_eval, dir);
     }

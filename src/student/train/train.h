@@ -18,10 +18,6 @@
 #include "teacher/target_config.h"
 #include "teacher/teacher_loop.h"
 
-// train_install_signals: SIGTERM, SIGUSR1 and a first SIGINT make the students finish the current
-// step, write a checkpoint and return normally (teachers keep serving until the students stop
-// them); a second SIGINT exits at once (status 130). SIGXFSZ is ignored (write() reports EFBIG).
-void train_install_signals(void);
 // train_drafter_config: the drafter's shape: from drafter.config (checked against the target:
 // hidden size, vocabulary, target layers) when set, else the target's shape and the drafter.*
 // keys. -1 with error_set.

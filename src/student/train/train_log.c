@@ -175,6 +175,33 @@ void train_log_summary(train_log *lg, int finished, int64_t steps, double wall, 
         log_info("  peak memory rank %d (%s): %s", r, r < T ? "teacher" : "student", bytes_format((size_t)peaks[r], pb, sizeof pb));
 }
 
+int train_log_finished(const char *run_dir, int64_t steps) {
+    char path[CONFIG_STR + 32], want[64], line[8192];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    snprintf(want, sizeof want, "\"steps\": %lld", (long long)steps);
+    FILE *f = fopen(path, "r");
+    int found = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, want);
+        size_t n = strlen(want);
+        if (strstr(line, "\"summary\": true") && strstr(line, "\"finished\": true") && at &&
+            (at[n] == ',' || at[n] == '}'))
+            found = 1;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+int train_log_exported(const char *run_dir, int64_t steps) {
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "a");
+    int ok = f && fprintf(f, "{\"summary\": true, \"finished\": true, \"steps\": %lld, \"exported_on_resume\": true}\n",
+                          (long long)steps) > 0;
+    if (f && fclose(f) != 0) ok = 0;
+    return ok ? 0 : error_set("%s: a write failed (is the disk full?)", path);
+}
+
 void train_log_close(train_log *lg) {
     if (lg->jsonl) fclose(lg->jsonl);
     lg->jsonl = NULL;

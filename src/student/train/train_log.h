@@ -47,4 +47,11 @@ int train_log_failed(const train_log *lg);
 void train_log_summary(train_log *lg, int finished, int64_t steps, double wall, double block_per_s, double ctx_per_s,
                        const int64_t *peaks, int n_ranks, int T, const step_stats *first_eval,
                        const step_stats *last_eval, const char *drafter_dir);
+// train_log_finished: run_dir/metrics.jsonl holds the summary of a run finished at `steps`, which
+// is written only after its drafter was exported (1), or not (0: the export is missing).
+int train_log_finished(const char *run_dir, int64_t steps);
+// train_log_exported: appends the summary line of a run whose export a resume completed (the
+// statistics stay with the earlier lines): {"summary": true, "finished": true, "steps": N,
+// "exported_on_resume": true}. -1 with error_set when the write fails.
+int train_log_exported(const char *run_dir, int64_t steps);
 void train_log_close(train_log *lg);

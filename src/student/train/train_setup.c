@@ -230,6 +230,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     if (rc == 0)
         rc = batchplan_build(bp, lengths, n_samples, sets, n_sets, cfg->heldout_samples, cfg->max_tokens_per_batch,
                              cfg->bucket_size, (uint64_t)cfg->seed);
+    if (rc == 0) identity_set_heldout(id, bp->heldout_storage, bp->n_heldout); // (compared on resume)
     free(lengths);
     if (ds.sets) dataset_close(&ds);
     if (rc && *fr) {
@@ -291,9 +292,10 @@ int eval_config_prepare(config *cfg) {
         if (!text)
             return error_set("eval.drafter %s: neither config.json (an exported drafter) nor state.json (a checkpoint)",
                              cfg->eval_drafter);
-        cJSON *root = cJSON_Parse(text);
+        cJSON *root = json_parse_text(text, path); // unparseable: the file and the line
         free(text);
-        const cJSON *saved = root ? cJSON_GetObjectItemCaseSensitive(root, "config") : NULL;
+        if (!root) return error_prefix("eval.drafter");
+        const cJSON *saved = cJSON_GetObjectItemCaseSensitive(root, "config");
         char *json = cJSON_IsObject(saved) ? cJSON_PrintUnformatted(saved) : NULL;
         cJSON_Delete(root);
         if (!json) return error_set("eval.drafter: %s holds no configuration (a checkpoint of an older version)", path);
