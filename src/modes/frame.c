@@ -56,6 +56,22 @@ int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_link
 
 void mode_watch_gradients(void) { watchdog_add_check(links_check, NULL); }
 
+int mode_run_teachers(mode_job *j, mode_teacher_work work) {
+    world *w = j->w;
+    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
+    nccl_links *links = NULL; // a teacher group's stages: their rows GPU to GPU when they can
+    if (w->group_size > 1 && strcmp(j->cfg->payload, "mpi") != 0 && mode_payload_links(w, j->cfg, j->be, &links)) {
+        watchdog_finalize();
+        return 1;
+    }
+    int status = work(w, j->cfg, j->be, links) ? 1 : 0;
+    if (links) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
+    nccl_links_close(links);
+    backend_close(j->be);
+    watchdog_finalize();
+    return status;
+}
+
 int mode_groups_check(const world *w, const config *cfg) {
     if (w->group_size <= 1) return 0;
     target_config tc;

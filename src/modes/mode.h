@@ -112,6 +112,12 @@ int mode_exit(const world *w, int status);
 int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links);
 // mode_watch_gradients: the watchdog polls the students' gradient communicators for NCCL's errors.
 void mode_watch_gradients(void);
+// mode_run_teachers: the run of a mode whose every rank is a teacher (dump-features, regenerate):
+// every peer watched, a teacher group's payload links opened (NCCL when they can), work run, then
+// the links, the backend and the watchdog closed. work returns 0 or -1 (its error printed by
+// itself); the rank's exit status.
+typedef int (*mode_teacher_work)(const world *w, const config *cfg, backend *be, nccl_links *links);
+int mode_run_teachers(mode_job *j, mode_teacher_work work);
 // mode_plan_roles: --plan's first lines for a mode: the roles of the world the launcher gives
 // (world_size; -1: the configured counts) as the job assigns them, and the backend planned for
 // (not opened) into *w and *be; prints "plan: T teacher(s) + S student(s), mode M; ..." when print.

@@ -69,21 +69,7 @@ static int dump_plan(const config *cfg, const world_want *want, int world_size, 
     return rc;
 }
 
-static int dump_run(mode_job *j) {
-    world *w = j->w;
-    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
-    nccl_links *links = NULL; // a teacher group's stages: activations GPU to GPU when they can
-    if (w->group_size > 1 && strcmp(j->cfg->payload, "mpi") != 0 && mode_payload_links(w, j->cfg, j->be, &links)) {
-        watchdog_finalize();
-        return 1;
-    }
-    int status = teacher_dump_features(w, j->cfg, j->be, links) ? 1 : 0;
-    if (links) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
-    nccl_links_close(links);
-    backend_close(j->be);
-    watchdog_finalize();
-    return status;
-}
+static int dump_run(mode_job *j) { return mode_run_teachers(j, teacher_dump_features); }
 
 const mode_def mode_dump_features = {
     .name = "dump-features",

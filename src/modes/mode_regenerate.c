@@ -64,21 +64,7 @@ static int regen_plan(const config *cfg, const world_want *want, int world_size,
     return 0;
 }
 
-static int regen_run(mode_job *j) {
-    world *w = j->w;
-    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
-    nccl_links *links = NULL; // a teacher group's stages: rows GPU to GPU when they can
-    if (w->group_size > 1 && strcmp(j->cfg->payload, "mpi") != 0 && mode_payload_links(w, j->cfg, j->be, &links)) {
-        watchdog_finalize();
-        return 1;
-    }
-    int status = teacher_regenerate(w, j->cfg, j->be, links) ? 1 : 0;
-    if (links) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
-    nccl_links_close(links);
-    backend_close(j->be);
-    watchdog_finalize();
-    return status;
-}
+static int regen_run(mode_job *j) { return mode_run_teachers(j, teacher_regenerate); }
 
 const mode_def mode_regenerate = {
     .name = "regenerate",
