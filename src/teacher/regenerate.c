@@ -341,26 +341,14 @@ static int64_t sample_cap(const regen *g) {
     return a < b ? a : b;
 }
 
-// regenerate.out can be written (0): not a directory (checked before anything is loaded).
-static int regen_out_usable(const char *out) {
-    struct stat st;
-    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
-        return error_set("regenerate.out %s is a directory; name the training-set file to write", out);
-    return 0;
-}
-
 // regenerate.out as found at the start: absent (0), a set made with these settings (1: nothing to
-// do), or refused (-1): not a regular file, the prompts file itself, or a file regenerate did not make
-// with these settings (run.overwrite lets a later start replace such a file).
+// do), or one made with other settings (-1 naming the fields that differ, unless run.overwrite: 0,
+// replaced at the end). What is not a set regenerate made (a directory, a prompts file, another
+// file, a set with no settings record) the mode's claim refused before the job started
+// (teacher/regen_output.h, src/modes/mode_regenerate.c).
 static int regen_check_out(regen *g) {
     const config *cfg = g->cfg;
-    struct stat st;
-    if (stat(cfg->regen_out, &st) != 0) return 0;
-    if (!S_ISREG(st.st_mode)) // (a directory was refused by regen_out_usable)
-        return error_set("regenerate.out %s exists and is not a regular file", cfg->regen_out);
-    struct stat sp;
-    if (stat(cfg->regen_prompts, &sp) == 0 && sp.st_dev == st.st_dev && sp.st_ino == st.st_ino) // never, overwrite or not
-        return error_set("regenerate.out %s is the prompts file regenerate.prompts %s", cfg->regen_out, cfg->regen_prompts);
+    if (access(cfg->regen_out, F_OK) != 0) return 0;
     trainset ts;
     char have[4096] = "";
     int rc = trainset_open(&ts, cfg->regen_out, 0) < 0 ? -1 : trainset_attr_str(&ts, "settings", have, sizeof have);
@@ -380,11 +368,8 @@ static int regen_check_out(regen *g) {
 static int regen_setup(regen *g, const world *w) {
     const config *cfg = g->cfg;
     g->G = w->group_size > 1 ? w->group_size : 1;
-    if (!cfg->target_path[0]) return error_set("regenerate needs target.path (the target model directory)");
-    if (!cfg->regen_prompts[0]) return error_set("regenerate needs regenerate.prompts (JSONL, {\"input_ids\": [...]} per line)");
-    if (!cfg->regen_out[0]) return error_set("regenerate needs regenerate.out (the training set to write)");
-    if (regen_out_usable(cfg->regen_out) < 0) return -1;
-    // the weights are loaded last, once the inputs and the output are known to be usable
+    // (target.path, regenerate.prompts and regenerate.out are set and claimed: the mode's needs and
+    // claim, src/modes/mode_regenerate.c) the weights are loaded last, once the inputs and the output are known to be usable
     if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m)) return -1;
     const target_config *c = &g->m.cfg;
     if (stops_load(g) < 0) return -1;
