@@ -654,10 +654,7 @@ static int regen_run_shards(regen *g, const world *w) {
         rc = regen_decode_shard(g, &st, &pg, &done);
         if (rc == 0) rc = part_write(g, &st, s);
         if (rc == 0) shards++;
-        if (rc == 0 && g->cfg->test_slow_teacher == w->rank && g->cfg->test_slow_ms > 0) { // testing: a slow teacher
-            struct timespec ts = {(time_t)(g->cfg->test_slow_ms / 1000), (long)(g->cfg->test_slow_ms % 1000) * 1000000L};
-            nanosleep(&ts, NULL);
-        }
+        if (rc == 0) config_test_slow(g->cfg, w->rank); // testing: a slow teacher
         double now = time_now();
         if (rc == 0 && now - t_line >= REGEN_PROGRESS_S) {
             regen_progress_line(done, shards, st.tokens - tokens0, now - t0);

@@ -182,10 +182,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         backend_copy_to_host(be, wb.topk_idx, tw.topk_idx, size_mul(S, k) * sizeof(int32_t));
         backend_copy_to_host(be, wb.topk_val, tw.topk_val, size_mul(S, k) * sizeof(float));
         backend_copy_to_host(be, wb.lse, tw.lse, (size_t)S * sizeof(float));
-        if (cfg->test_slow_teacher == w->rank && cfg->test_slow_ms > 0) { // test-only: a slow teacher
-            struct timespec ts_sleep = {cfg->test_slow_ms / 1000, (cfg->test_slow_ms % 1000) * 1000000L};
-            nanosleep(&ts_sleep, NULL);
-        }
+        config_test_slow(cfg, w->rank); // testing: a slow teacher
         int reply = (int)h.reply;
         size_t bytes = wire_bytes(S, n_seq, k, links ? 0 : D);
         if (cfg->check_payloads) wire_seal(bufs[slot], bytes); // checked by the student on arrival

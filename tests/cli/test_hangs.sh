@@ -73,6 +73,7 @@ hang() {
 hang "train, a student stopped at start" 2 1 start "${train[@]}" --train.steps=50
 hang "train, a teacher stopped at start" 2 0 start "${train[@]}" --train.steps=50
 hang "dump-features, a rank stopped at start" 2 1 start "${dump[@]}"
-hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}"
+# (every batch slowed by 50 ms: the dump must still be running when the rank is stopped, on any machine)
+hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}" --test.slow_teacher=-2 --test.slow_ms=50
 hang "check, a rank stopped at start" 2 1 start --mode check "${common[@]}" --data.path="$TMP/data.h5"
 finish

@@ -80,7 +80,8 @@ $PY -c 'import json, random; r = random.Random(7); [print(json.dumps({"input_ids
 big=(--mode regenerate --device cpu --target.path="$TMP/big" --regenerate.prompts="$TMP/big.jsonl"
      --regenerate.max_new_tokens=48 --regenerate.shard_prompts=2 --regenerate.max_seqs=2)
 expect_ok "unraced" "$R" "${big[@]}" --regenerate.out="$TMP/alone.h5"
-OMP_NUM_THREADS=1 "$R" "${big[@]}" --regenerate.out="$TMP/raced.h5" >"$TMP/first.log" 2>&1 &
+# (each shard slowed by 100 ms: the job is still running when it is held, on any machine)
+OMP_NUM_THREADS=1 "$R" "${big[@]}" --regenerate.out="$TMP/raced.h5" --test.slow_teacher=-2 --test.slow_ms=100 >"$TMP/first.log" 2>&1 &
 first=$!
 for _ in $(seq 1 600); do # until the first job holds the output and has begun (hang bound: 60 s)
   compgen -G "$TMP/raced.h5.parts/part-*.h5" >/dev/null && break

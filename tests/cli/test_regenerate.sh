@@ -89,7 +89,8 @@ PYEOF
 big=(--mode regenerate --device cpu --target.path="$TMP/big" --regenerate.prompts="$TMP/big.jsonl"
      --regenerate.max_new_tokens=48 --regenerate.shard_prompts=2 --regenerate.max_seqs=2 --regenerate.stop_ids=5,6,7)
 expect_ok "uninterrupted" "$R" "${big[@]}" --regenerate.out="$TMP/full.h5"
-OMP_NUM_THREADS=1 "$R" "${big[@]}" --regenerate.out="$TMP/killed.h5" >"$TMP/k.log" 2>&1 &
+# (each shard slowed by 100 ms: the job is still running at the kill on any machine)
+OMP_NUM_THREADS=1 "$R" "${big[@]}" --regenerate.out="$TMP/killed.h5" --test.slow_teacher=-2 --test.slow_ms=100 >"$TMP/k.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do # until its first shard is done (hang bound: 60 s)
   compgen -G "$TMP/killed.h5.parts/part-*.h5" >/dev/null && break

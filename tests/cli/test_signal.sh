@@ -73,8 +73,9 @@ grep -q "stopped by SIGTERM after step" "$TMP/t.err" && ok || bad "SIGTERM to th
 [ -n "$(newest_step "$TMP/run3")" ] && ok || bad "SIGTERM to the ranks: no checkpoint"
 
 # ---- 3. checkpoint.every_minutes (0.005: 0.3 s): a checkpoint by wall time before the last step
+# (every teacher batch slowed by 1 ms, so that 3000 steps take at least 3 s on any machine)
 expect_ok every_minutes mpirun -np 2 "$R" "${base[@]}" --train.steps=3000 --checkpoint.every_minutes=0.005 \
-  --checkpoint.keep=1000 --run.dir="$TMP/run4"
+  --checkpoint.keep=1000 --run.dir="$TMP/run4" --test.slow_teacher=-2 --test.slow_ms=1
 n=$(ls "$TMP/run4/checkpoints" 2>/dev/null | grep -c '^step-')
 [ "$n" -ge 2 ] && ok || bad "checkpoint.every_minutes: $n checkpoint(s), wanted one by wall time and the last"
 [ "$(newest_step "$TMP/run4")" = 3000 ] && ok || bad "checkpoint.every_minutes: no checkpoint at the last step"
@@ -102,9 +103,12 @@ expect_ok "dump uninterrupted" mpirun -np 2 "$R" "${dump[@]}" --features.dir="$T
 # stopped_job NAME HOW DONE_GLOB OUT ARGS...: runs ARGS under mpirun (HOW usr1: SIGUSR1 to mpirun;
 # term: under mpirun_stop.sh, SIGTERM to it) and signals it once DONE_GLOB matches a file; the job
 # must exit 0 with a "stopped by" line and leave no OUT; then the same command completes it.
+# Every rank is slowed (test.slow_teacher=-2: 40 ms a batch or a shard), so that the signal lands
+# before the last unit on any machine: a fast one finished an unslowed regenerate before it arrived.
 stopped_job() {
   local name=$1 how=$2 glob=$3 out=$4 job rc
   shift 4
+  set -- "$@" --test.slow_teacher=-2 --test.slow_ms=40
   if [ "$how" = usr1 ]; then mpirun -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" &
   else "$STOP" -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" & fi
   job=$!

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/core/bytes.h"
 #include "common/core/check.h"
@@ -93,7 +94,7 @@ const config_key config_keys[] = {
     {"run.overwrite", CFG_BOOL, F(overwrite), "false", "start a new run in a run.dir that holds an earlier one (its metrics.jsonl, config.json, checkpoints, drafter, eval.json): those files are removed first (only those: nothing else in run.dir is touched); without it such a start is refused. Likewise for the other modes' outputs (docs/faults.md, Modes): dump-features starts over in a features.dir (its own files removed), regenerate replaces a regenerate.out that is a training set (made with other settings, or by another tool) and removes its OUT.parts; a file this project did not write is never removed or replaced", NULL, NOLIM},
     {"run.rank_timeout", CFG_FLOAT, F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
     {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, STEPS_MAX},
-    {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch (--mode regenerate: per shard); -1 = none", NULL, -1, 1e6},
+    {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch (--mode regenerate: per shard); -1 = none, -2 = every rank", NULL, -2, 1e6},
     {"test.slow_ms", CFG_INT, F(test_slow_ms), "0", "testing: the slow teacher's delay per batch (ms)", NULL, 0, 1e7},
     {"data.path", CFG_STRING, F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, NOLIM},
     {"data.sets", CFG_DATA_SETS, F(data_sets), "", "several training sets mixed by weight, instead of data.path: [{\"path\": \"a.h5\", \"weight\": 2}, ...] in a file, a.h5:2,b.h5:0.5 on the command line (weight 1 when left out; > 0); each epoch draws round(weight x its training samples) samples of each set", NULL, NOLIM},
@@ -573,4 +574,10 @@ uint64_t config_hash(const config *c) {
     for (const char *p = s; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
     cJSON_free(s);
     return h;
+}
+
+void config_test_slow(const config *c, int rank) {
+    if (c->test_slow_ms <= 0 || (c->test_slow_teacher != rank && c->test_slow_teacher != -2)) return;
+    struct timespec ts = {(time_t)(c->test_slow_ms / 1000), (long)(c->test_slow_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
 }

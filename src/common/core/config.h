@@ -151,3 +151,7 @@ int config_data_count(const config *c);
 const char *config_data_path(const config *c, int i, double *weight);
 // config_hash: FNV-1a of the effective JSON, for checkpoints.
 uint64_t config_hash(const config *c);
+
+// config_test_slow: testing only: sleeps test.slow_ms when this rank is test.slow_teacher (-2: every rank);
+// called once per unit of work (a teacher's batch, a regenerate shard)
+void config_test_slow(const config *c, int rank);
