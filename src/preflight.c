@@ -661,7 +661,7 @@ static void pf_data(pf_ctx *x, const char *host) {
         return;
     }
     dataset ds;
-    if (dataset_open(&ds, cfg, 2 * cfg->block_size)) {
+    if (dataset_open(&ds, cfg, cfg->min_loss_tokens)) {
         pf_add(x, PF_DATA, rank, PF_FAIL, "%s: %s", host, error_msg());
         return;
     }
@@ -684,9 +684,9 @@ static void pf_data(pf_ctx *x, const char *host) {
     batchplan bp;
     int64_t max_tokens = x->dump ? cfg->teacher_max_tokens : cfg->max_tokens_per_batch;
     if (ds.n == 0)
-        pf_add(x, PF_DATA, rank, PF_FAIL, "%s: no sample with %lld loss tokens (2 x drafter.block_size) and valid ids "
-                                          "(rejected: %lld bad offsets, %lld bad ids, %lld short)",
-               what, (long long)(2 * cfg->block_size), (long long)rej_off, (long long)rej_ids, (long long)rej_short);
+        pf_add(x, PF_DATA, rank, PF_FAIL, "%s: no sample with a valid anchor, %lld loss tokens (data.min_loss_tokens) and "
+                                          "valid ids (rejected: %lld bad offsets, %lld bad ids, %lld short)",
+               what, (long long)cfg->min_loss_tokens, (long long)rej_off, (long long)rej_ids, (long long)rej_short);
     else if (x->have_tc && ds.vocab_size > x->tc.vocab)
         pf_add(x, PF_DATA, rank, PF_FAIL, "%s, larger than the target's %lld", what, (long long)x->tc.vocab);
     else if (x->dump && longest > max_tokens)

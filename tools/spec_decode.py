@@ -211,7 +211,8 @@ def main():
         short = 0
         for i in idx:
             s, e = int(offsets[i]), int(offsets[i + 1])
-            if int(mask[s:e].sum()) < 2 * draft.block_size:  # the trainer's rule (SPEC §7): not a usable sample
+            m = mask[s:e]
+            if not ((m[:-1] == 1) & (m[1:] == 1)).any():  # the trainer's rule (SPEC §7, data.min_loss_tokens 2): no anchor
                 short += 1
                 continue
             reg = first_region(mask[s:e])
@@ -222,7 +223,7 @@ def main():
             m = r1 - r0 if args.max_new_tokens is None else min(args.max_new_tokens, r1 - r0)
             jobs.append((f"sample {i}", tokens[s:s + r0], m, tokens[s + r0:s + r0 + m]))
         if short:
-            print(f"{short} of the {k} picked samples have fewer than 2 x block_size = {2 * draft.block_size} loss tokens: "
+            print(f"{short} of the {k} picked samples have no valid anchor (two consecutive loss tokens): "
                   f"skipped, as the trainer rejects them (its tau_decode walks the same samples)")
         print(f"prompts: {len(jobs)} samples of {args.data} ({pick} {k} of {n}), the prompt = the tokens before "
               f"the first loss_mask=1, decoded for the turn's length" +

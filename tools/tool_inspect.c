@@ -29,8 +29,8 @@ static void inspect_usage(FILE *f) {
             "HDF5: datasets (type, shape) and attributes; for a training set also the samples\n"
             "(usable and rejected, by reason), tokens, loss tokens and sample lengths.\n"
             "\n"
-            "  --min-loss-tokens N   reject samples with fewer than N loss tokens, as the trainer\n"
-            "                        does with 2*block_size (default 0)\n");
+            "  --min-loss-tokens N   reject samples with no valid anchor or fewer than N loss tokens,\n"
+            "                        as the trainer does with data.min_loss_tokens (default 0: none)\n");
 }
 
 // ---------------------------------------------------------------- HDF5
@@ -203,7 +203,7 @@ static void print_trainset(const trainset *ts, int64_t min_loss_tokens) {
     fprintf(out, "  samples: %" PRId64 "\n", ts->n_raw);
     fprintf(out, "  usable samples: %" PRId64 "\n", ts->n);
     fprintf(out, "  rejected samples: %" PRId64 " (offsets not increasing %" PRId64 ", ids out of range %" PRId64
-           ", fewer than %" PRId64 " loss tokens %" PRId64 ")\n",
+           ", no valid anchor or fewer than %" PRId64 " loss tokens %" PRId64 ")\n",
            rejected, ts->rejected_offsets, ts->rejected_ids, min_loss_tokens, ts->rejected_short);
     fprintf(out, "  tokens: %" PRId64 "\n", ts->n_tokens);
     fprintf(out, "  usable tokens: %" PRId64 "\n", usable_tokens);

@@ -40,7 +40,7 @@ static int check_line(const world *w, const config *cfg, backend *be, char *line
     }
     if (w->role == ROLE_STUDENT && config_data_count(cfg) != 0) { // each training set: its samples and tokens
         dataset ds;
-        if (dataset_open(&ds, cfg, 2 * cfg->block_size)) {
+        if (dataset_open(&ds, cfg, cfg->min_loss_tokens)) {
             snprintf(line + used, n - (size_t)used, "  data: %s", error_msg());
             return 1;
         }

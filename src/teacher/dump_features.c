@@ -230,7 +230,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     }
     if (rc == 0) rc = target_outputs_check(&m, &o);
     dataset ts;
-    if (rc == 0 && dataset_open(&ts, cfg, 2 * cfg->block_size)) rc = -1;
+    if (rc == 0 && dataset_open(&ts, cfg, cfg->min_loss_tokens)) rc = -1;
     if (rc) {
         target_free(&m);
         return -1;

@@ -102,7 +102,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
     teacher_requests q = {.stops = 0};
     if (first) {
-        if (dataset_open(&q.ts, cfg, 2 * cfg->block_size)) return -1;
+        if (dataset_open(&q.ts, cfg, cfg->min_loss_tokens)) return -1;
         // (its vocabulary against the target's: train_check_inputs, on rank 0 before the roles start)
         if (teacher_plan(cfg, &q.ts, &q.bp)) return -1;
     }

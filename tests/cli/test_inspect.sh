@@ -62,7 +62,7 @@ has "lengths" "  sample length: min 1, mean 3.25, max 6"
 
 expect_ok "inspect with --min-loss-tokens 2" $T inspect --min-loss-tokens 2 "$TMP/ts.h5"
 has "usable (min 2)" "  usable samples: 2"
-has "rejected (min 2)" "  rejected samples: 2 (offsets not increasing 0, ids out of range 0, fewer than 2 loss tokens 2)"
+has "rejected (min 2)" "  rejected samples: 2 (offsets not increasing 0, ids out of range 0, no valid anchor or fewer than 2 loss tokens 2)"
 has "usable tokens (min 2)" "  usable tokens: 10"
 has "loss tokens (min 2)" "  loss tokens: 7"
 has "lengths (min 2)" "  sample length: min 4, mean 5.00, max 6"
@@ -78,7 +78,7 @@ with h5py.File(sys.argv[1], "w") as f:
     f.attrs["format_version"] = 1
 PYEOF
 expect_ok "inspect a set with rejected samples" $T inspect "$TMP/rej.h5"
-has "rejected counts" "  rejected samples: 2 (offsets not increasing 1, ids out of range 1, fewer than 0 loss tokens 0)"
+has "rejected counts" "  rejected samples: 2 (offsets not increasing 1, ids out of range 1, no valid anchor or fewer than 0 loss tokens 0)"
 has "contiguous dataset" "  /tokens  int32  [7]"
 if grep -q "warning: .*2 of 4 samples rejected" "$TMP/err"; then ok; else bad "no rejection warning: $(cat "$TMP/err")"; fi
 

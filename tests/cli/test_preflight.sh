@@ -51,6 +51,20 @@ row memory ok "teacher: weights" && ok || bad "no teacher memory row"
 row memory ok "student: drafter state" && ok || bad "no student memory row"
 row target ok "LlamaForCausalLM, 2 layers" && ok || bad "no target row"
 row data ok "24 usable sample" && ok || bad "no data row"
+# Short replies are used (SPEC §7: a sample with one valid anchor is usable; data.min_loss_tokens
+# brings back a minimum): 6 samples with 3-token replies (under 2 x block_size = 12) and 6 with 20
+/usr/bin/python3 - "$TMP/short.jsonl" <<'PYEOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        n = 3 if i % 2 else 20
+        f.write(json.dumps({"input_ids": [(7 * i + k) % 150 for k in range(4 + n)], "loss_mask": [0] * 4 + [1] * n}) + "\n")
+PYEOF
+"$T" convert-jsonl "$TMP/short.jsonl" "$TMP/short.h5" --vocab-size 150 >/dev/null 2>&1 || bad "convert short replies"
+expect_ok "short replies" mpirun -np 2 "$R" "${base[@]}" --data.path="$TMP/short.h5"
+row data ok "12 usable sample" && ok || bad "short replies: not every sample is usable: $(grep '^data' "$TMP/out")"
+expect_ok "short replies, data.min_loss_tokens 12" mpirun -np 2 "$R" "${base[@]}" --data.path="$TMP/short.h5" --data.min_loss_tokens=12
+row data ok "6 usable sample" && ok || bad "data.min_loss_tokens 12: wanted 6 usable samples: $(grep '^data' "$TMP/out")"
 row run.dir ok "writable .*4 checkpoint" && ok || bad "no run.dir row with the checkpoint space"
 row nccl skipped && ok || bad "nccl not skipped on the CPU"
 row "peer access" skipped && ok || bad "peer access not skipped on the CPU"

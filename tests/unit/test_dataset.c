@@ -248,7 +248,7 @@ static void test_dataset_mix(void) {
     CHECK_ERR(dataset_open_sets(&d, 2, paths, bad_w, 4), "weight 0");
     CHECK_ERR(dataset_open_sets(&d, 2, paths, NULL, 45), "has no usable samples"); // min_loss_tokens above every sample
     // one set alone without usable samples: named, with the counts and reasons (not a batch plan message)
-    CHECK_ERR(dataset_open_sets(&d, 1, paths, NULL, 45), "has no usable samples (12 samples, 12 rejected: 12 with fewer than 45 loss tokens)");
+    CHECK_ERR(dataset_open_sets(&d, 1, paths, NULL, 45), "has no usable samples (12 samples, 12 rejected: 12 with no valid anchor or fewer than 45 loss tokens)");
     CHECK(strstr(error_msg(), a) != NULL);
     write_set(c, 0, 100, 1000, "tok"); // no sample at all
     CHECK_ERR(dataset_open_sets(&d, 1, pc + 1, NULL, 4), "c.h5 has no usable samples (0 samples, 0 rejected)");

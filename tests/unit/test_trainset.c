@@ -74,7 +74,7 @@ static void test_round_trip(void) {
     CHECK(w.n_samples == NS && w.n_tokens == total && w.vocab_size == V);
 
     trainset ts;
-    CHECK(trainset_open(&ts, path, 1) == 0);
+    CHECK(trainset_open(&ts, path, 0) == 0);
     CHECK(ts.n_raw == NS && ts.n == NS && ts.n_tokens == total);
     CHECK(ts.vocab_size == V && ts.format_version == TRAINSET_FORMAT_VERSION);
     CHECK(strcmp(ts.tokenizer, "test-tokenizer/v1") == 0);
@@ -132,27 +132,34 @@ static void test_many_samples(void) {
     trainset_close(&ts);
 }
 
-// Samples with fewer than min_loss_tokens loss tokens are rejected and counted.
+// The training data's rule (SPEC §4, §7): with min_loss_tokens > 0 a sample is used when it has a
+// valid anchor (two consecutive loss tokens inside the sample: a pair across a sample boundary
+// counts for neither) and at least min_loss_tokens loss tokens; the others are rejected and counted.
+// With 0 every well-formed sample is kept.
 static void test_min_loss_tokens(void) {
     const char *path = test_path("short.h5");
     trainset_writer w;
     CHECK(trainset_writer_open(&w, path, 10, "t") == 0);
     int32_t t[4] = {1, 2, 3, 4};
-    uint8_t m0[4] = {0, 0, 0, 0}, m1[4] = {0, 1, 0, 0}, m2[4] = {1, 0, 0, 1}, m3[4] = {1, 1, 1, 0};
-    CHECK(trainset_writer_append(&w, t, m0, 4) == 0);
-    CHECK(trainset_writer_append(&w, t, m2, 4) == 0);
-    CHECK(trainset_writer_append(&w, t, m1, 4) == 0);
-    CHECK(trainset_writer_append(&w, t, m3, 3) == 0);
+    uint8_t m0[4] = {0, 0, 0, 0}, m1[4] = {1, 0, 0, 1}, m2[1] = {1}, m3[4] = {1, 1, 1, 0}, m4[4] = {0, 1, 1, 0};
+    CHECK(trainset_writer_append(&w, t, m0, 4) == 0); // no loss token
+    CHECK(trainset_writer_append(&w, t, m1, 4) == 0); // 2 loss tokens, no anchor; its last 1 ...
+    CHECK(trainset_writer_append(&w, t, m2, 1) == 0); // ... and this sample's only 1 are no anchor either
+    CHECK(trainset_writer_append(&w, t, m3, 3) == 0); // 3 loss tokens, 2 anchors
+    CHECK(trainset_writer_append(&w, t, m4, 4) == 0); // 2 loss tokens, 1 anchor
     CHECK(trainset_writer_close(&w) == 0);
     trainset ts;
     CHECK(trainset_open(&ts, path, 2) == 0);
-    CHECK(ts.n_raw == 4 && ts.n == 2 && ts.rejected_short == 2 && ts.rejected_ids == 0);
-    CHECK(ts.index[0] == 1 && ts.index[1] == 3);
+    CHECK(ts.n_raw == 5 && ts.n == 2 && ts.rejected_short == 3 && ts.rejected_ids == 0);
+    CHECK(ts.index[0] == 3 && ts.index[1] == 4);
     CHECK(ts.loss_tokens == 5);
-    CHECK(trainset_len(&ts, 1) == 3);
+    CHECK(trainset_len(&ts, 0) == 3);
+    trainset_close(&ts);
+    CHECK(trainset_open(&ts, path, 3) == 0); // a minimum above the anchor rule's 2
+    CHECK(ts.n == 1 && ts.index[0] == 3 && ts.rejected_short == 4 && ts.loss_tokens == 3);
     trainset_close(&ts);
     CHECK(trainset_open(&ts, path, 0) == 0);
-    CHECK(ts.n == 4 && ts.rejected_short == 0 && ts.loss_tokens == 6);
+    CHECK(ts.n == 5 && ts.rejected_short == 0 && ts.loss_tokens == 8);
     trainset_close(&ts);
 }
 

@@ -100,6 +100,7 @@ const config_key config_keys[] = {
     {"data.sets", CFG_DATA_SETS, F(data_sets), "", "several training sets mixed by weight, instead of data.path: [{\"path\": \"a.h5\", \"weight\": 2}, ...] in a file, a.h5:2,b.h5:0.5 on the command line (weight 1 when left out; > 0); each epoch draws round(weight x its training samples) samples of each set", NULL, NOLIM},
     {"data.features", CFG_STRING, F(data_features), "", "offline feature directory (dump-features); set: students train from it with no teacher ranks", NULL, NOLIM},
     {"data.max_tokens_per_batch", CFG_INT, F(max_tokens_per_batch), "2048", "tokens per packed batch", NULL, 1, 1073741824},
+    {"data.min_loss_tokens", CFG_INT, F(min_loss_tokens), "2", "a sample is used when it has a valid anchor (two consecutive loss tokens) and at least this many loss tokens (2: every reply with an anchor; before 2026-12 the rule was 2 x drafter.block_size)", NULL, 2, 1e12},
     {"data.heldout_samples", CFG_INT, F(heldout_samples), "16", "samples held out for evaluation (the last usable ones) from the sets that record no split of their own (/heldout: then exactly those)", NULL, 0, 1e12},
     {"data.bucket_size", CFG_INT, F(bucket_size), "256", "samples per length bucket when packing", NULL, 1, 1e12},
 };

@@ -106,7 +106,7 @@ typedef struct {
     char data_path[CONFIG_STR];
     config_data_sets data_sets;       // several training sets with weights (exclusive with data_path)
     char data_features[CONFIG_STR];   // offline feature directory: student-only training
-    int64_t max_tokens_per_batch, heldout_samples, bucket_size;
+    int64_t max_tokens_per_batch, heldout_samples, bucket_size, min_loss_tokens;
 } config;
 
 typedef enum { CFG_INT, CFG_FLOAT, CFG_STRING, CFG_BOOL, CFG_INT_LIST, CFG_BYTES, CFG_DATA_SETS } config_type;

@@ -145,7 +145,7 @@ static int dataset_feature_set_check(const config *cfg, const featreader *fr, in
                              cfg->data_sets.n > 0 ? "data.sets" : "data.path", i, p, cfg->data_features, j, i, dumped);
     }
     trainset ts;
-    if (trainset_open(&ts, p, 2 * cfg->block_size))
+    if (trainset_open(&ts, p, cfg->min_loss_tokens))
         return error_set("%s: set %d is %s, but data.features %s was dumped from %s (and %s cannot be read to compare): "
                          "name the same sets in the same order, or none", cfg->data_sets.n > 0 ? "data.sets" : "data.path",
                          i, p, cfg->data_features, dumped, p);

@@ -168,7 +168,7 @@ static int64_t sorted_find(const int64_t *pos, int64_t n, int64_t v) {
     return lo;
 }
 
-// "A whose offsets do not increase, B with ids outside [0, V), C with fewer than M loss tokens",
+// "A whose offsets do not increase, B with ids outside [0, V), C with no valid anchor or fewer than M loss tokens",
 // naming only the reasons that occur.
 const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n) {
     int m = 0;
@@ -184,8 +184,8 @@ const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, c
         sep = ", ";
     }
     if (ts->rejected_short > 0 && m < (int)n)
-        snprintf(buf + m, n - (size_t)m, "%s%lld with fewer than %lld loss tokens", sep, (long long)ts->rejected_short,
-                 (long long)min_loss_tokens);
+        snprintf(buf + m, n - (size_t)m, "%s%lld with no valid anchor or fewer than %lld loss tokens", sep,
+                 (long long)ts->rejected_short, (long long)min_loss_tokens);
     return buf;
 }
 
@@ -207,10 +207,14 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     int64_t *pos = malloc((size_t)np * sizeof *pos);
     int64_t *cum_bad = malloc((size_t)np * sizeof *cum_bad);
     int64_t *cum_loss = malloc((size_t)np * sizeof *cum_loss);
+    // anchors (SPEC §4: p with loss_mask[p] = loss_mask[p+1] = 1) counted at p+1; cross[j]: the pair
+    // ending at pos[j] straddles the sample boundary there (it belongs to no sample)
+    int64_t *cum_pair = malloc((size_t)np * sizeof *cum_pair);
+    uint8_t *cross = malloc((size_t)np);
     int32_t *tok = malloc((size_t)TS_READ_CHUNK * sizeof *tok);
     uint8_t *msk = malloc((size_t)TS_READ_CHUNK);
     int rc = 0;
-    if (!pos || !cum_bad || !cum_loss || !tok || !msk) {
+    if (!pos || !cum_bad || !cum_loss || !cum_pair || !cross || !tok || !msk) {
         rc = error_set("%s: out of memory validating %lld samples", ts->path, (long long)ts->n_raw);
         goto done;
     }
@@ -218,7 +222,8 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     qsort(pos, (size_t)np, sizeof *pos, cmp_i64);
 
     // running counts of bad ids and loss tokens before position k, recorded at each pos[j] == k
-    int64_t bad = 0, loss = 0, j = 0, vocab = ts->vocab_size;
+    int64_t bad = 0, loss = 0, pairs = 0, j = 0, vocab = ts->vocab_size;
+    int prev = 0; // loss_mask at the position before k
     for (int64_t c0 = 0; c0 < ts->n_tokens; c0 += TS_READ_CHUNK) {
         int64_t len = ts->n_tokens - c0 < TS_READ_CHUNK ? ts->n_tokens - c0 : TS_READ_CHUNK;
         if (h5_read_range((hid_t)ts->d_tokens, H5T_NATIVE_INT32, c0, len, tok) < 0) {
@@ -232,13 +237,18 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
             goto done;
         }
         for (int64_t k = 0; k < len; k++) {
+            int pair = prev && msk[k] != 0;
             while (j < np && pos[j] == c0 + k) {
                 cum_bad[j] = bad;
                 cum_loss[j] = loss;
+                cum_pair[j] = pairs;
+                cross[j] = (uint8_t)pair;
                 j++;
             }
             bad += tok[k] < 0 || tok[k] >= vocab;
             loss += msk[k] != 0;
+            pairs += pair;
+            prev = msk[k] != 0;
         }
         for (int64_t k = 0; k < len; k++)
             if (msk[k] > 1) {
@@ -250,6 +260,8 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
     for (; j < np; j++) { // offsets equal to N
         cum_bad[j] = bad;
         cum_loss[j] = loss;
+        cum_pair[j] = pairs;
+        cross[j] = 0;
     }
 
     ts->index = malloc((size_t)(ts->n_raw > 0 ? ts->n_raw : 1) * sizeof *ts->index);
@@ -269,7 +281,8 @@ static int ts_validate(trainset *ts, int64_t min_loss_tokens) {
             continue;
         }
         int64_t l = cum_loss[jb] - cum_loss[ja];
-        if (l < min_loss_tokens) {
+        int64_t anchors = cum_pair[jb] - cum_pair[ja] - cross[ja]; // pairs ending in (a, b)
+        if (min_loss_tokens > 0 && (l < min_loss_tokens || anchors < 1)) {
             ts->rejected_short++;
             continue;
         }
@@ -286,6 +299,8 @@ done:
     free(pos);
     free(cum_bad);
     free(cum_loss);
+    free(cum_pair);
+    free(cross);
     free(tok);
     free(msk);
     return rc;

@@ -9,7 +9,10 @@
 // Datasets are chunked (readable by h5py and by partial reads). Opening reads the offsets, then
 // streams through tokens and mask once to validate every sample; a sample is rejected (counted,
 // one warning line with the counts, printed by rank 0 only: once per run) when its offsets do not increase, an id is outside
-// [0, vocab_size), or it has fewer than min_loss_tokens tokens with loss_mask = 1. A file that is
+// [0, vocab_size), or (min_loss_tokens > 0: the training data's rule, data.min_loss_tokens) it has no
+// valid anchor (SPEC §4: two consecutive tokens with loss_mask = 1) or fewer than min_loss_tokens
+// tokens with loss_mask = 1; min_loss_tokens 0 keeps every well-formed sample (readers of the
+// files this project wrote: feature shards, regenerate's parts). A file that is
 // not HDF5, lacks a dataset, has a dataset of the wrong type or rank, a virtual dataset or one with
 // external storage (its data would come from other files), offsets that run outside /tokens, a
 // first offset other than 0 or a last one other than the length of /tokens (tokens no sample
@@ -67,7 +70,7 @@ int64_t trainset_usable_of_raw(const trainset *ts, int64_t raw);
 #define TRAINSET_HELDOUT_RNG 0x484fu // "HO"
 int64_t trainset_heldout_draw(int64_t n, double spec, uint64_t seed, int64_t *idx, char *rule, size_t rule_n);
 // trainset_rejected_str: the reasons samples were rejected, "3 whose offsets do not increase, 2 with
-// ids outside [0, V), 1 with fewer than M loss tokens" (those that occur; "" for none), into buf.
+// ids outside [0, V), 1 with no valid anchor or fewer than M loss tokens" (those that occur; "" for none), into buf.
 const char *trainset_rejected_str(const trainset *ts, int64_t min_loss_tokens, char *buf, size_t n);
 // trainset_len: length of usable sample i (0 <= i < ts->n).
 int64_t trainset_len(const trainset *ts, int64_t i);

@@ -165,7 +165,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
     *fr = NULL;
     dataset ds = {0}; // open until the plan is built: a set's recorded held-out split lives in it
     if (!cfg->data_features[0]) {
-        if (dataset_open(&ds, cfg, 2 * cfg->block_size)) return -1;
+        if (dataset_open(&ds, cfg, cfg->min_loss_tokens)) return -1;
         if (ds.vocab_size > tc->vocab) {
             int64_t v = ds.vocab_size;
             dataset_close(&ds);
