@@ -355,6 +355,107 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------- cuBLAS: grouped GEMM
+//
+// What ops_moe_cuda.cu's expert GEMMs use: cublasGemmGroupedBatchedEx, and the pinned host memory
+// the expert counts are downloaded into. The grouped GEMM is, as cuBLAS documents it, a cublasGemmEx
+// per problem (groups in order, group_size[i] problems of group i's sizes, scalars and transposes,
+// the matrices from the pointer arrays); its argument checks are cuBLAS's (CUBLAS_STATUS_INVALID_VALUE),
+// its types those it lists for bf16 and fp32 (A = B = C type, fp32 compute and scale; others,
+// fp16 among them, CUBLAS_STATUS_NOT_SUPPORTED here). Beyond cuBLAS it stops the program when a
+// pointer array, or a matrix of a problem (its whole lda x columns extent), is not inside one
+// cudaMalloc'd allocation: a host array there is what a GPU reads as an illegal address.
+
+static std::mutex pinned_mu;
+static std::map<void *, size_t> pinned_allocs;
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return fail(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> g(pinned_mu);
+    pinned_allocs[*p] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    std::lock_guard<std::mutex> g(pinned_mu);
+    auto it = pinned_allocs.find(p);
+    if (it == pinned_allocs.end()) {
+        fprintf(stderr, "cuda emulator: cudaFreeHost of %p, which cudaHostAlloc did not return\n", p);
+        abort();
+    }
+    pinned_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+// the bytes [p, p + bytes) inside one live cudaMalloc'd allocation
+static bool emu_device_range(const void *p, size_t bytes) {
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = live_allocs.upper_bound((void *)p);
+    if (it == live_allocs.begin()) return false;
+    --it;
+    const char *base = (const char *)it->first, *q = (const char *)p;
+    return q >= base && (size_t)(q - base) <= it->second && bytes <= it->second - (size_t)(q - base);
+}
+
+static void emu_need_device(const void *p, size_t bytes, const char *what, long idx) {
+    if (emu_device_range(p, bytes)) return;
+    fprintf(stderr, "cuda emulator: cublasGemmGroupedBatchedEx: %s", what);
+    if (idx >= 0) fprintf(stderr, "[%ld]", idx);
+    fprintf(stderr, " (%p, %zu bytes) is not inside device memory\n", p, bytes);
+    abort();
+}
+
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa[],
+                                          const cublasOperation_t transb[], const int m[], const int n[],
+                                          const int k[], const void *alpha, const void *const A[], cudaDataType_t at,
+                                          const int lda[], const void *const B[], cudaDataType_t bt, const int ldb[],
+                                          const void *beta, void *const C[], cudaDataType_t ct, const int ldc[],
+                                          int group_count, const int group_size[], cublasComputeType_t compute) {
+    if (!transa || !transb || !m || !n || !k || !alpha || !lda || !ldb || !beta || !ldc || !group_size ||
+        group_count < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    long problems = 0;
+    for (int i = 0; i < group_count; i++) {
+        auto op_ok = [](cublasOperation_t o) { return o == CUBLAS_OP_N || o == CUBLAS_OP_T || o == CUBLAS_OP_C; };
+        if (m[i] < 0 || n[i] < 0 || k[i] < 0 || group_size[i] < 0 || !op_ok(transa[i]) || !op_ok(transb[i]))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (lda[i] < std::max(1, transa[i] == CUBLAS_OP_N ? m[i] : k[i]) ||
+            ldb[i] < std::max(1, transb[i] == CUBLAS_OP_N ? k[i] : n[i]) || ldc[i] < std::max(1, m[i]))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        problems += group_size[i];
+    }
+    int bf16 = at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_16BF;
+    int f32 = at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F;
+    if (!(bf16 || f32) || compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (problems == 0) return CUBLAS_STATUS_SUCCESS;
+    size_t es = f32 ? 4 : 2, parr = (size_t)problems * sizeof(void *);
+    emu_need_device(A, parr, "Aarray", -1);
+    emu_need_device(B, parr, "Barray", -1);
+    emu_need_device(C, parr, "Carray", -1);
+    long idx = 0;
+    for (int i = 0; i < group_count; i++) {
+        // column-major extents: A lda x (k or m) columns, B ldb x (n or k), C ldc x n
+        size_t acols = transa[i] == CUBLAS_OP_N ? k[i] : m[i], bcols = transb[i] == CUBLAS_OP_N ? n[i] : k[i];
+        for (int j = 0; j < group_size[i]; j++, idx++) {
+            if (m[i] && n[i] && k[i]) {
+                emu_need_device(A[idx], (size_t)lda[i] * (acols - 1) * es + (transa[i] == CUBLAS_OP_N ? m[i] : k[i]) * es,
+                                "Aarray", idx);
+                emu_need_device(B[idx], (size_t)ldb[i] * (bcols - 1) * es + (transb[i] == CUBLAS_OP_N ? k[i] : n[i]) * es,
+                                "Barray", idx);
+            }
+            if (m[i] && n[i]) emu_need_device(C[idx], ((size_t)ldc[i] * (n[i] - 1) + m[i]) * es, "Carray", idx);
+            cublasStatus_t s = cublasGemmEx(h, transa[i], transb[i], m[i], n[i], k[i], (const float *)alpha + i, A[idx],
+                                            at, lda[i], B[idx], bt, ldb[i], (const float *)beta + i, C[idx], ct,
+                                            ldc[i], compute, CUBLAS_GEMM_DEFAULT);
+            if (s != CUBLAS_STATUS_SUCCESS) return s;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---------------------------------------------------------------------------- NCCL over files
 //
 // The processes of a communicator meet in a folder named after the unique id, under

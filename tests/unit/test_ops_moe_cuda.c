@@ -16,10 +16,13 @@
 //   sigmoid_gate_add (bf16 outputs)          bf16 products, fp32 sums in another order, ~1e-6) and
 //                                          rounds to bf16 once (<= 2^-8 ~ 3.9e-3 relative to the
 //                                          element); a wrong row, expert, tile or weight errs by O(1)
-// Shapes: E = 6, 13, 64, 128, 300 (more experts than a warp scans at once); k = 1, 2, 3, 8; T = 37
-// and larger (rows of one expert over several 64-row tiles, more than 256 rows in the scatter); K
-// both a multiple of 8 (16-byte staging) and not; N not a multiple of 64; experts with no token;
-// every token on one expert; max_rows exact and R.
+// Shapes: E = 5, 6, 7, 13, 64, 128, 300 (more experts than a warp scans at once); k = 1, 2, 3, 8;
+// T = 37, 41, 53 and larger (more than 256 rows in the scatter); K and N odd, even, multiples of 8
+// (16-byte aligned rows for cuBLAS) and odd multiples of 8; experts with no token (the first, the
+// last); every token on one expert; max_rows exact and R (the GEMM does not use it on CUDA). The
+// expert GEMM also on offsets the host uploaded (no route: the GEMM downloads the counts itself)
+// and on a route's offsets buffer rewritten after the block's combine (the route's download no
+// longer stands).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -192,6 +195,59 @@ static void test_route_empty(void) {
     backend_free(&gpu, d_off);
 }
 
+// The expert GEMM on offsets no route wrote (uploaded by the host: the GEMM downloads the counts
+// itself), and on a route's offsets buffer rewritten after the block's combine (the counts the route
+// downloaded no longer stand): each against the CPU on the same offsets. E = 7 with the first and the
+// last expert empty, a row count per expert that is no multiple of anything, K odd and a multiple of
+// 8 (an odd multiple: 56), N odd.
+static void gemm_offsets_case(int reuse_route_buffer) {
+    enum { E = 7 };
+    const int counts[E] = {0, 13, 1, 0, 29, 6, 0}, K = reuse_route_buffer ? 56 : 33, N = reuse_route_buffer ? 45 : 19;
+    int32_t off[E + 1] = {0};
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + counts[e];
+    int R = off[E];
+    char shape[96];
+    snprintf(shape, sizeof shape, "E=%d R=%d N=%d K=%d %s", E, R, N, K,
+             reuse_route_buffer ? "offsets rewritten after a combine" : "offsets uploaded");
+    int32_t *d_off = dev_alloc(&gpu, sizeof off);
+    if (reuse_route_buffer) { // a whole block on d_off first: the same R = 49 rows, 7 on every expert
+        int T = 7, k = 7, H = 8;
+        float *logits = make_logits(T, E, LOG_GRID), *hx = rand_bf16((size_t)T * H, 1.0f),
+              *hW = rand_bf16((size_t)E * H * H, 0.3f);
+        void *dl = dev_up_raw(&gpu, logits, (size_t)T * E * 4), *dx = dev_up_bf16(&gpu, hx, (size_t)T * H),
+             *dW = dev_up_bf16(&gpu, hW, (size_t)E * H * H);
+        int32_t *di = dev_alloc(&gpu, (size_t)T * k * 4), *dp = dev_alloc(&gpu, (size_t)T * k * 4),
+                *ds = dev_alloc(&gpu, (size_t)T * k * 4);
+        float *dw = dev_alloc(&gpu, (size_t)T * k * 4);
+        void *dxs = dev_alloc(&gpu, (size_t)T * k * H * 2), *dys = dev_alloc(&gpu, (size_t)T * k * H * 2),
+             *dy = dev_alloc(&gpu, (size_t)T * H * 2);
+        ops_moe_route(&gpu, dl, T, E, k, 1, di, dw, d_off, dp, ds, NULL);
+        ops_moe_gather(&gpu, dxs, dx, dp, T * k, H);
+        ops_moe_gemm(&gpu, dys, dxs, dW, d_off, E, T * k, H, H, T * k);
+        ops_moe_combine(&gpu, dy, dys, ds, di, dw, T, k, H);
+        void *dev[] = {dl, dx, dW, di, dp, ds, dw, dxs, dys, dy};
+        for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) backend_free(&gpu, dev[i]);
+        free(logits);
+        free(hx);
+        free(hW);
+    }
+    backend_copy_to_device(&gpu, d_off, off, sizeof off);
+    float *x = rand_bf16((size_t)R * K, 1.0f), *W = rand_bf16((size_t)E * N * K, 1.0f / sqrtf((float)K));
+    float *ref = xmalloc((size_t)R * N * 4);
+    void *d_x = dev_up_bf16(&gpu, x, (size_t)R * K), *d_W = dev_up_bf16(&gpu, W, (size_t)E * N * K),
+         *d_y = dev_alloc(&gpu, (size_t)R * N * 2);
+    ops_moe_gemm(&gpu, d_y, d_x, d_W, d_off, E, R, N, K, R);
+    ops_moe_gemm(&cpu, ref, x, W, off, E, R, N, K, R);
+    report_bf16("moe_gemm", shape, d_y, ref, (size_t)R * N, TOL_BF16);
+    backend_free(&gpu, d_off);
+    backend_free(&gpu, d_x);
+    backend_free(&gpu, d_W);
+    backend_free(&gpu, d_y);
+    free(x);
+    free(W);
+    free(ref);
+}
+
 int main(void) {
     int open_rc = test_open_devices(&cpu, &gpu);
     if (open_rc) return open_rc;
@@ -203,7 +259,11 @@ int main(void) {
     moe_case(37, 13, 2, 48, 24, 1, LOG_EMPTY, 1);  // 6 of 13 experts without a token
     moe_case(150, 6, 1, 40, 24, 0, LOG_ONE, 1);    // 150 rows on expert 3: three 64-row tiles
     moe_case(150, 6, 1, 40, 24, 0, LOG_ONE, 0);
-    moe_case(90, 300, 3, 24, 16, 1, LOG_GRID, 1);  // E > 256: the scan and the tile search loop
+    moe_case(90, 300, 3, 24, 16, 1, LOG_GRID, 1);  // E > 256: the scan and the pointer arrays loop
+    moe_case(41, 5, 3, 56, 40, 1, LOG_GRID, 1);    // E 5, k 3, T prime; H 56 and I 40: odd multiples of 8
+    moe_case(53, 7, 3, 35, 19, 0, LOG_EMPTY, 1);   // E 7 (3 without a token), k 3; H, I odd
+    gemm_offsets_case(0);
+    gemm_offsets_case(1);
     moe_case(TEST_EMU_SIZE(300, 60), 64, 8, TEST_EMU_SIZE(256, 64), TEST_EMU_SIZE(160, 40), 1, LOG_GRID, 1);
     // Qwen3-30B-A3B's MoE layer (E 128, k 8, H 2048, I 768) on a GPU; its routing shape in the emulator
     moe_case(TEST_EMU_SIZE(1024, 40), 128, 8, TEST_EMU_SIZE(2048, 32), TEST_EMU_SIZE(768, 24), 1, LOG_GRID, 1);

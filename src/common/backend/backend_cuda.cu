@@ -21,11 +21,21 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *cublas_workspace;
+    void *op_state[CUDA_OP_STATES]; // the op modules' own state (cuda_op_state)
+    void (*op_state_free[CUDA_OP_STATES])(backend *be, void *state);
 } cuda_state;
 
 static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
 
 extern "C" void *cuda_stream(backend *be) { return cuda_state_of(be)->stream; }
+extern "C" void *cuda_cublas(backend *be) { return cuda_state_of(be)->cublas; }
+
+extern "C" void *cuda_op_state(backend *be, int slot) { return cuda_state_of(be)->op_state[slot]; }
+extern "C" void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(backend *be, void *state)) {
+    cuda_state *st = cuda_state_of(be);
+    st->op_state[slot] = state;
+    st->op_state_free[slot] = free_state;
+}
 
 extern "C" int cuda_device_count(const char **why) {
     int n = 0;
@@ -86,6 +96,8 @@ extern "C" void cuda_close(backend *be) {
     if (!st) return;
     cuda_check(cudaSetDevice(be->device_id));
     cuda_check(cudaStreamSynchronize(st->stream));
+    for (int i = 0; i < CUDA_OP_STATES; i++)
+        if (st->op_state[i] && st->op_state_free[i]) st->op_state_free[i](be, st->op_state[i]);
     cublas_check(cublasDestroy(st->cublas));
     cuda_check(cudaFree(st->cublas_workspace));
     cuda_check(cudaStreamDestroy(st->stream));

@@ -32,6 +32,15 @@ void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float
                int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt);
 // cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
 void *cuda_stream(backend *be);
+// cuda_cublas: the backend's cuBLAS handle (a cublasHandle_t: on the backend's stream, with its
+// workspace), for the ops that call cuBLAS themselves (ops_moe_cuda.cu's grouped GEMM).
+void *cuda_cublas(backend *be);
+// cuda_op_state: an op module's own per-backend state (pinned buffers, events, small device arrays)
+// in slot `slot`: NULL until cuda_op_state_set stores it; cuda_close frees a stored state with the
+// function given there (first, while the stream and the handle still exist).
+enum { CUDA_OP_STATE_MOE, CUDA_OP_STATES };
+void *cuda_op_state(backend *be, int slot);
+void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(backend *be, void *state));
 
 #ifdef __cplusplus
 }

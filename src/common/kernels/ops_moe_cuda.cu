@@ -1,11 +1,10 @@
 // ops_moe_cuda.cu: the CUDA kernels of the mixture-of-experts ops (see ops_moe.h and ops_moe_cuda.h).
 //
 // Written C-style, as ops_hybrid_cuda.cu: bf16 activations and weights, fp32 routing and every sum;
-// all work on the backend's stream, nothing waits for it and nothing is read back to the host (the
-// expert counts stay on the device: the grouped GEMM reads offsets there). int64 indices where a
-// product of two sizes can pass 2^31; grid-stride loops.
+// all work on the backend's stream. int64 indices where a product of two sizes can pass 2^31;
+// grid-stride loops.
 //
-// Routing, four steps on the stream:
+// Routing, four steps on the stream, then the counts' download:
 //   memset    offsets = 0
 //   topk      a warp per token: max, exp, sum, divide (the CPU's softmax), then k rounds of a warp
 //             argmax over (p descending, id ascending), the winner marked taken; the counts by
@@ -14,35 +13,29 @@
 //   scatter   a block per expert: the R (token, choice) rows in order, a block-wide prefix count of
 //             the rows that chose it, so its rows are placed in token order (the stable sort by
 //             (expert, token) of the CPU's counting sort)
-// The grouped GEMM: a block per (64-row tile of one expert, 64-column tile), bf16 tensor cores
-// (wmma 16x16x16, fp32 accumulation) over 32-wide slices of K staged in shared memory. The grid's x
-// dimension enumerates the non-empty row tiles of all experts in expert order; it is sized from
-// bounds (E * ceil(max_rows / 64) and ceil(R / 64) + E tiles, whichever is smaller), and each block
-// finds its (expert, tile) from offsets on the device; blocks past the last tile exit at once.
+//   download  offsets to pinned host memory, asynchronously (the backend's MoE state, below)
+// The expert GEMMs: cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, cuBLAS 12.5 and later), one
+// group per expert with rows, each its exact rows: its pointer arrays written on the device from
+// offsets by one small kernel, its sizes (host arrays, as the API takes them) from the downloaded
+// counts. So the host waits once per MoE block for the routing (at the first expert GEMM), never
+// per expert, and nothing else is read back.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/kernels/ops_moe_cuda.h"
 
 typedef __nv_bfloat16 bf16;
-using namespace nvcuda;
 
 #include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
 
 #define MOE_THREADS 256
 // (stream_of, grid_for, ceil_div, GRID_STRIDE, bf: common/kernels/cuda_launch.cuh)
-
-static __device__ __forceinline__ int warp_min_int(int v) {
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(FULL_MASK, v, o));
-    return v;
-}
 
 // inclusive prefix sum over the warp's lanes
 static __device__ __forceinline__ int warp_scan_int(int v) {
@@ -53,6 +46,28 @@ static __device__ __forceinline__ int warp_scan_int(int v) {
     }
     return v;
 }
+
+// ---------------------------------------------------------------------------- the backend's MoE state
+//
+// cuBLAS's grouped GEMM takes each group's sizes from host memory, so the expert counts come to the
+// host once per MoE block: ops_moe_route downloads offsets into a pinned buffer behind its kernels
+// (asynchronously, an event after it); the first expert GEMM waits for that event (by then the
+// gather queued after the route is running), the second finds the counts there. The download
+// stands for that offsets buffer from the route to ops_moe_combine, which ends the block; a GEMM on
+// any other offsets (or after the combine) downloads them itself, and waits at once.
+#define MOE_HOST_ARRAYS 10 // m, n, k, lda (= ldb), ldc, group_size, transa, transb, alpha, beta
+
+typedef struct {
+    int cap;                 // experts the buffers hold
+    int32_t *h_off;          // pinned [cap + 1]: the downloaded offsets
+    const int32_t *src;      // the device offsets h_off holds (NULL: none)
+    int src_E, pending;      // their expert count; 1 while the download is not waited for
+    cudaEvent_t ready;       // recorded after the download
+    void **d_ptrs;           // device [3 cap]: the grouped GEMM's A, B and C pointer arrays
+    int *h_arrays;           // host [MOE_HOST_ARRAYS cap]: its per-group sizes and scalars
+} moe_state;
+static_assert(sizeof(cublasOperation_t) == sizeof(int) && sizeof(float) == sizeof(int),
+              "the grouped GEMM's host arrays share one int block");
 
 // ---------------------------------------------------------------------------- routing
 
@@ -149,11 +164,8 @@ extern "C" size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int
     return 0; // the counts are accumulated in offsets itself
 }
 
-extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
-                               float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
-    cudaStream_t st = stream_of(be);
-    cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
-    if (T <= 0) return;
+static void route_kernels(cudaStream_t st, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
+                          float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot) {
     int warps = 8;
     while (warps > 1 && (size_t)warps * E * sizeof(float) > 32 * 1024) warps /= 2;
     size_t smem = (size_t)warps * E * sizeof(float);
@@ -169,6 +181,17 @@ extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, i
     cuda_check_launch();
 }
 
+static moe_state *moe_state_get(backend *be, int E);
+static void moe_counts_download(backend *be, moe_state *st, const int32_t *offsets, int E);
+
+extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
+                               float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
+    cudaStream_t st = stream_of(be);
+    cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
+    if (T > 0) route_kernels(st, logits, T, E, k, renorm, topk_idx, topk_w, offsets, perm, slot);
+    moe_counts_download(be, moe_state_get(be, E), offsets, E); // for the expert GEMMs
+}
+
 static __global__ void gather_kernel(bf16 *xs, const bf16 *x, const int32_t *perm, int R, int H) {
     GRID_STRIDE(i, (int64_t)R * H) xs[i] = x[(int64_t)perm[i / H] * H + i % H];
 }
@@ -182,113 +205,121 @@ extern "C" void cuda_moe_gather(backend *be, void *xs, const void *x, const int3
 
 // ---------------------------------------------------------------------------- grouped GEMM
 //
-// A block of 4 warps computes a 64 x 64 tile of y (warp (wm, wn) the 32 x 32 quarter at rows 32 wm,
-// columns 32 wn: 2 x 2 fragments). Per 32-wide slice of K the block stages the x rows of its tile
-// (As [row][k]) and the W rows of its columns (Bs [col][k], which is W^T column-major for wmma) in
-// shared memory, zero past the expert's rows, past N and past K; then the accumulators go through
-// shared memory (Cs) to the rows of the tile that exist. K % 8 == 0 stages 8 bf16 (16 bytes) a load.
-#define MG_BM 64
-#define MG_BN 64
-#define MG_BK 32
-#define MG_LDS (MG_BK + 8)  // bf16; 80 bytes a row: a multiple of 16 (wmma), rows off the same banks
-#define MG_LDC (MG_BN + 4)  // floats
-#define MG_THREADS 128
+// One cublasGemmGroupedBatchedEx per call: a group per expert with rows, in ascending expert id.
+// Row-major y_e [n_e, N] = x_e [n_e, K] W_e^T is, read column-major, C [N, n_e] = op(A) B with
+// A = W_e ([K, N] column-major, lda K, transposed), B = x_e ([K, n_e], ldb K), C = y_e (ldc N):
+// m = N, n = n_e, k = K. bf16 A, B and C, fp32 compute and scale (a combination the grouped API
+// supports). Its sizes are host arrays; its A, B, C pointer arrays device arrays, written here by
+// moe_ptrs_kernel from offsets on the device. Pointers: 16-byte aligned when K % 8 == 0 (the bases
+// are cudaMalloc'd or arena rows of 256-byte multiples), 4-byte when K is even: the API's rule.
 
-template <int VEC>
-static __device__ __forceinline__ void mg_stage(bf16 (*S)[MG_LDS], const bf16 *src, int rows, int K, int k0) {
-    if (VEC) {
-        for (int u = threadIdx.x; u < MG_BM * MG_BK / 8; u += MG_THREADS) {
-            int r = u / (MG_BK / 8), c = u % (MG_BK / 8) * 8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (r < rows && k0 + c < K) v = *(const uint4 *)(src + (int64_t)r * K + k0 + c);
-            *(uint4 *)(S[r] + c) = v;
+static __global__ void moe_ptrs_kernel(const int32_t *offsets, int E, const bf16 *W, const bf16 *x, bf16 *y, int N,
+                                       int K, const void **A, const void **B, void **C) {
+    int lane = threadIdx.x, carry = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+        int e = e0 + lane;
+        int rows = e < E ? offsets[e + 1] - offsets[e] : 0;
+        int f = rows > 0, incl = warp_scan_int(f);
+        if (f) {
+            int g = carry + incl - 1; // the group: experts with rows, in ascending id
+            A[g] = W + (int64_t)e * N * K;
+            B[g] = x + (int64_t)offsets[e] * K;
+            C[g] = y + (int64_t)offsets[e] * N;
         }
-    } else {
-        for (int u = threadIdx.x; u < MG_BM * MG_BK; u += MG_THREADS) {
-            int r = u / MG_BK, c = u % MG_BK;
-            S[r][c] = r < rows && k0 + c < K ? src[(int64_t)r * K + k0 + c] : __float2bfloat16(0.0f);
-        }
+        carry += __shfl_sync(FULL_MASK, incl, 31);
     }
 }
 
-template <int VEC>
-static __global__ void __launch_bounds__(MG_THREADS)
-    moe_gemm_kernel(bf16 *y, const bf16 *x, const bf16 *W, const int32_t *offsets, int E, int N, int K) {
-    __shared__ __align__(128) bf16 As[MG_BM][MG_LDS];
-    __shared__ __align__(128) bf16 Bs[MG_BN][MG_LDS];
-    __shared__ __align__(128) float Cs[MG_BM][MG_LDC];
-    __shared__ int s_e, s_tile;
-    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    // this block's row tile: the blockIdx.x-th non-empty tile counting expert by expert (warp 0)
-    if (warp == 0) {
-        int target = blockIdx.x, base = 0, fe = -1, ft = 0;
-        for (int e0 = 0; e0 < E && fe < 0; e0 += 32) {
-            int e = e0 + lane;
-            int n = e < E ? offsets[e + 1] - offsets[e] : 0;
-            int tiles = (n + MG_BM - 1) / MG_BM;
-            int incl = warp_scan_int(tiles);
-            int first = base + incl - tiles;
-            int hit = warp_min_int(target >= first && target < base + incl ? lane : 32);
-            int hit_first = __shfl_sync(FULL_MASK, first, hit < 32 ? hit : 0);
-            if (hit < 32) {
-                fe = e0 + hit;
-                ft = target - hit_first;
-            }
-            base += __shfl_sync(FULL_MASK, incl, 31);
-        }
-        if (lane == 0) {
-            s_e = fe;
-            s_tile = ft;
-        }
+// moe_state_free: cuda_close's call (cuda_op_state_set); every use of the buffers is on the stream,
+// which cuda_close has synchronised.
+static void moe_state_free(backend *be, void *p) {
+    moe_state *st = (moe_state *)p;
+    cuda_check(cudaEventDestroy(st->ready));
+    cuda_check(cudaFreeHost(st->h_off));
+    cuda_check(cudaFree(st->d_ptrs));
+    free(st->h_arrays);
+    free(st);
+}
+
+// moe_state_get: the backend's state with room for E experts (grown, after the stream has drained:
+// a pending download or GEMM may still use the old buffers; once per model at most).
+static moe_state *moe_state_get(backend *be, int E) {
+    moe_state *st = (moe_state *)cuda_op_state(be, CUDA_OP_STATE_MOE);
+    if (st && st->cap >= E) return st;
+    if (!st) {
+        st = (moe_state *)xcalloc(1, sizeof *st);
+        cuda_check(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
+        cuda_op_state_set(be, CUDA_OP_STATE_MOE, st, moe_state_free);
+    } else {
+        cuda_check(cudaStreamSynchronize(stream_of(be)));
     }
-    __syncthreads();
-    int e = s_e;
-    if (e < 0) return; // past the last tile (the grid is an upper bound)
-    int r0 = offsets[e] + s_tile * MG_BM, rows = min(MG_BM, offsets[e + 1] - r0);
-    int n0 = blockIdx.y * MG_BN, cols = min(MG_BN, N - n0);
-    const bf16 *A = x + (int64_t)r0 * K, *B = W + ((int64_t)e * N + n0) * K;
-    int wm = warp / 2, wn = warp % 2;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(c[i][j], 0.0f);
-    for (int k0 = 0; k0 < K; k0 += MG_BK) {
-        mg_stage<VEC>(As, A, rows, K, k0);
-        mg_stage<VEC>(Bs, B, cols, K, k0);
-        __syncthreads();
-        for (int kk = 0; kk < MG_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &As[wm * 32 + 16 * i][kk], MG_LDS);
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Bs[wn * 32 + 16 * j][kk], MG_LDS);
-            for (int i = 0; i < 2; i++)
-                for (int j = 0; j < 2; j++) wmma::mma_sync(c[i][j], fa[i], fb[j], c[i][j]);
-        }
-        __syncthreads(); // the slice is consumed before the next one is staged
-    }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(&Cs[wm * 32 + 16 * i][wn * 32 + 16 * j], c[i][j], MG_LDC, wmma::mem_row_major);
-    __syncthreads();
-    for (int u = tid; u < MG_BM * MG_BN; u += MG_THREADS) {
-        int r = u / MG_BN, cc = u % MG_BN;
-        if (r < rows && cc < cols) y[(int64_t)(r0 + r) * N + n0 + cc] = __float2bfloat16(Cs[r][cc]);
-    }
+    int cap = E > 64 ? E : 64;
+    cuda_check(cudaFreeHost(st->h_off));
+    cuda_check(cudaFree(st->d_ptrs));
+    free(st->h_arrays);
+    cuda_check(cudaHostAlloc((void **)&st->h_off, ((size_t)cap + 1) * sizeof(int32_t), cudaHostAllocDefault));
+    cuda_check(cudaMalloc((void **)&st->d_ptrs, (size_t)3 * cap * sizeof(void *)));
+    st->h_arrays = (int *)xmalloc((size_t)MOE_HOST_ARRAYS * cap * sizeof(int));
+    st->cap = cap;
+    st->src = NULL; // the downloaded counts went with the old buffer
+    st->pending = 0;
+    return st;
+}
+
+// moe_counts_download: offsets [E + 1] to the pinned h_off, asynchronously, behind what the stream
+// holds; moe_counts_wait waits for it.
+static void moe_counts_download(backend *be, moe_state *st, const int32_t *offsets, int E) {
+    cudaStream_t s = stream_of(be);
+    cuda_check(cudaMemcpyAsync(st->h_off, offsets, ((size_t)E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaEventRecord(st->ready, s));
+    st->src = offsets;
+    st->src_E = E;
+    st->pending = 1;
 }
 
 extern "C" void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E,
                               int R, int N, int K, int max_rows) {
+    (void)max_rows; // the groups have their exact row counts
     if (R <= 0 || N <= 0 || E <= 0) return;
-    if (max_rows <= 0 || max_rows > R) max_rows = R;
-    int64_t by_rows = (int64_t)E * ((max_rows + MG_BM - 1) / MG_BM), by_total = (R + MG_BM - 1) / MG_BM + (int64_t)E;
-    int64_t tiles = by_rows < by_total ? by_rows : by_total, col_tiles = (N + MG_BN - 1) / MG_BN;
-    if (tiles > 0x7fffffff || col_tiles > 65535) fatal("moe gemm on CUDA: [%d, %d] x %d experts exceed the grid", R, N, E);
-    dim3 grid((unsigned)tiles, (unsigned)col_tiles);
-    // 16-byte staging needs K % 8 == 0 and 16-byte aligned bases (rows then stay aligned)
-    int vec = K % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)W % 16 == 0;
-    void (*kernel)(bf16 *, const bf16 *, const bf16 *, const int32_t *, int, int, int) =
-        vec ? moe_gemm_kernel<1> : moe_gemm_kernel<0>;
-    kernel<<<grid, MG_THREADS, 0, stream_of(be)>>>((bf16 *)y, (const bf16 *)x, (const bf16 *)W, offsets, E, N, K);
+    moe_state *st = moe_state_get(be, E);
+    // the counts: those the route downloaded into st for this offsets buffer, else downloaded now
+    if (st->src != offsets || st->src_E != E) moe_counts_download(be, st, offsets, E);
+    const void **dA = (const void **)st->d_ptrs, **dB = dA + st->cap;
+    void **dC = st->d_ptrs + 2 * (size_t)st->cap;
+    moe_ptrs_kernel<<<1, 32, 0, stream_of(be)>>>(offsets, E, (const bf16 *)W, (const bf16 *)x, (bf16 *)y, N, K, dA,
+                                                 dB, dC);
     cuda_check_launch();
+    if (st->pending) { // once per route: the host waits here for the routing, not per expert
+        cuda_check(cudaEventSynchronize(st->ready));
+        st->pending = 0;
+    }
+    const int32_t *off = st->h_off;
+    if (off[0] != 0 || off[E] != R)
+        fatal("moe gemm on CUDA: the offsets span rows %d..%d, not the %d rows of the call", off[0], off[E], R);
+    int cap = st->cap, G = 0;
+    int *m = st->h_arrays, *n = m + cap, *k = n + cap, *lda = k + cap, *ldc = lda + cap, *size = ldc + cap;
+    cublasOperation_t *ta = (cublasOperation_t *)(size + cap), *tb = ta + cap;
+    float *alpha = (float *)(tb + cap), *beta = alpha + cap;
+    for (int e = 0; e < E; e++) {
+        int rows = off[e + 1] - off[e];
+        if (rows < 0) fatal("moe gemm on CUDA: offsets decrease at expert %d (%d rows)", e, rows);
+        if (rows == 0) continue;
+        m[G] = N;
+        n[G] = rows;
+        k[G] = K;
+        lda[G] = K; // ldb too
+        ldc[G] = N;
+        size[G] = 1;
+        ta[G] = CUBLAS_OP_T;
+        tb[G] = CUBLAS_OP_N;
+        alpha[G] = 1.0f;
+        beta[G] = 0.0f;
+        G++;
+    }
+    if (G == 0) return;
+    cublas_check(cublasGemmGroupedBatchedEx((cublasHandle_t)cuda_cublas(be), ta, tb, m, n, k, alpha, dA, CUDA_R_16BF,
+                                            lda, dB, CUDA_R_16BF, lda, beta, dC, CUDA_R_16BF, ldc, G, size,
+                                            CUBLAS_COMPUTE_32F));
 }
 
 // ---------------------------------------------------------------------------- elementwise
@@ -329,6 +360,8 @@ static __global__ void combine_kernel(bf16 *y, const bf16 *ys, const int32_t *sl
 
 extern "C" void cuda_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
                                  const float *topk_w, int T, int k, int H) {
+    moe_state *st = (moe_state *)cuda_op_state(be, CUDA_OP_STATE_MOE);
+    if (st) st->src = NULL; // the block ends: its offsets buffer may be rewritten by anything now
     if (T <= 0 || H <= 0) return;
     combine_kernel<<<grid_for_threads((int64_t)T * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>(
         (bf16 *)y, (const bf16 *)ys, slot, topk_idx, topk_w, T, k, H);
