@@ -5,7 +5,8 @@
 // counted against a capacity (DFLASH_EMU_GPU_BYTES, default 16 GiB) so that cudaMemGetInfo and
 // out-of-memory behave, and are filled with 0xFF (NaN as fp32 and bf16) so that a kernel reading
 // memory nobody wrote shows it. Every stream is one in-order queue that has finished when the call
-// returns: copies and kernels run at the call. cublasGemmEx is a plain fp32-accumulating loop. NCCL
+// returns: copies and kernels run at the call. cublasGemmEx is a plain fp32-accumulating loop, and
+// cublasGemmGroupedBatchedEx one per problem (its own section, with the pinned host memory). NCCL
 // runs between processes through files (see the NCCL section); with one device, every rank shares
 // it, so dflash_rank's payload transport declines NCCL before it tries.
 #include "cuda_emu.h"

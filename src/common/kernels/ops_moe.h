@@ -14,7 +14,8 @@
 //
 // As in ops.h: a CPU twin (ops_moe_cpu.c, fp32, OpenMP + OpenBLAS per expert group, threads over
 // experts) and CUDA (ops_moe_cuda.cu, bf16, fp32 accumulation; routing and grouping on the GPU, the
-// grouped GEMM without per-token launches and without reading the counts back to the host).
+// expert GEMMs one cuBLAS grouped GEMM each, whose sizes come from the expert counts the route
+// downloads: the host waits for them once per block, at the first expert GEMM).
 // ops_moe.c dispatches. "act" is ops_act_dtype(be); every buffer is device memory of the backend.
 #pragma once
 #include <stddef.h>
@@ -39,8 +40,10 @@ void ops_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, i
 
 // ops_moe_gemm: the grouped GEMM. For each expert e and each row r in offsets[e] .. offsets[e+1]-1:
 //   y[r, :] = x[r, :] @ W[e]^T          x [R, K] act, W [E, N, K] act (row-major per expert), y [R, N] act
-// offsets [E+1] i32 on the device (ops_moe_route's). max_rows: an upper bound on any expert's rows
-// (R is always one), which a GPU kernel may use to size its grid.
+// offsets [E+1] i32 on the device: ops_moe_route's, unchanged since, until the ops_moe_combine that
+// ends the block (CUDA takes the expert counts from the copy the route downloaded; offsets no route
+// wrote, or after that combine, are downloaded at the call, which then waits for the stream).
+// max_rows: an upper bound on any expert's rows (R is always one; unused by the CPU and CUDA now).
 void ops_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E, int R,
                   int N, int K, int max_rows);
 

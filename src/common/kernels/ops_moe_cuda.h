@@ -1,6 +1,9 @@
 // ops_moe_cuda.h: the CUDA versions of the ops in ops_moe.h (ops_moe_cuda.cu): bf16 activations and
 // weights (act = __nv_bfloat16 on the device), fp32 routing and accumulation. Plain C interface;
-// every function runs on the backend's stream and does not synchronise.
+// every function runs on the backend's stream and does not synchronise, except cuda_moe_gemm: it
+// waits for the expert counts (once per MoE block: the download cuda_moe_route queued; offsets no
+// route wrote are downloaded and waited for at the call), which cuBLAS's grouped GEMM takes on the
+// host. Its state (pinned counts, an event, the pointer arrays) is the backend's CUDA_OP_STATE_MOE.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
