@@ -69,6 +69,53 @@ typedef struct {
 static_assert(sizeof(cublasOperation_t) == sizeof(int) && sizeof(float) == sizeof(int),
               "the grouped GEMM's host arrays share one int block");
 
+// moe_state_free: cuda_close's call (cuda_op_state_set); every use of the buffers is on the stream,
+// which cuda_close has synchronised.
+static void moe_state_free(backend *be, void *p) {
+    moe_state *st = (moe_state *)p;
+    cuda_check(cudaEventDestroy(st->ready));
+    cuda_check(cudaFreeHost(st->h_off));
+    cuda_check(cudaFree(st->d_ptrs));
+    free(st->h_arrays);
+    free(st);
+}
+
+// moe_state_get: the backend's state with room for E experts (grown, after the stream has drained:
+// a pending download or GEMM may still use the old buffers; once per model at most).
+static moe_state *moe_state_get(backend *be, int E) {
+    moe_state *st = (moe_state *)cuda_op_state(be, CUDA_OP_STATE_MOE);
+    if (st && st->cap >= E) return st;
+    if (!st) {
+        st = (moe_state *)xcalloc(1, sizeof *st);
+        cuda_check(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
+        cuda_op_state_set(be, CUDA_OP_STATE_MOE, st, moe_state_free);
+    } else {
+        cuda_check(cudaStreamSynchronize(stream_of(be)));
+    }
+    int cap = E > 64 ? E : 64;
+    cuda_check(cudaFreeHost(st->h_off));
+    cuda_check(cudaFree(st->d_ptrs));
+    free(st->h_arrays);
+    cuda_check(cudaHostAlloc((void **)&st->h_off, ((size_t)cap + 1) * sizeof(int32_t), cudaHostAllocDefault));
+    cuda_check(cudaMalloc((void **)&st->d_ptrs, (size_t)3 * cap * sizeof(void *)));
+    st->h_arrays = (int *)xmalloc((size_t)MOE_HOST_ARRAYS * cap * sizeof(int));
+    st->cap = cap;
+    st->src = NULL; // the downloaded counts went with the old buffer
+    st->pending = 0;
+    return st;
+}
+
+// moe_counts_download: offsets [E + 1] to the pinned h_off, asynchronously, behind what the stream
+// holds; the event `ready` after it (cuda_moe_gemm waits for it).
+static void moe_counts_download(backend *be, moe_state *st, const int32_t *offsets, int E) {
+    cudaStream_t s = stream_of(be);
+    cuda_check(cudaMemcpyAsync(st->h_off, offsets, ((size_t)E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaEventRecord(st->ready, s));
+    st->src = offsets;
+    st->src_E = E;
+    st->pending = 1;
+}
+
 // ---------------------------------------------------------------------------- routing
 
 // One warp per token; p [E] of each warp in shared memory, lane l owning experts l, l + 32, ...
@@ -181,9 +228,6 @@ static void route_kernels(cudaStream_t st, const float *logits, int T, int E, in
     cuda_check_launch();
 }
 
-static moe_state *moe_state_get(backend *be, int E);
-static void moe_counts_download(backend *be, moe_state *st, const int32_t *offsets, int E);
-
 extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
                                float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
     cudaStream_t st = stream_of(be);
@@ -228,53 +272,6 @@ static __global__ void moe_ptrs_kernel(const int32_t *offsets, int E, const bf16
         }
         carry += __shfl_sync(FULL_MASK, incl, 31);
     }
-}
-
-// moe_state_free: cuda_close's call (cuda_op_state_set); every use of the buffers is on the stream,
-// which cuda_close has synchronised.
-static void moe_state_free(backend *be, void *p) {
-    moe_state *st = (moe_state *)p;
-    cuda_check(cudaEventDestroy(st->ready));
-    cuda_check(cudaFreeHost(st->h_off));
-    cuda_check(cudaFree(st->d_ptrs));
-    free(st->h_arrays);
-    free(st);
-}
-
-// moe_state_get: the backend's state with room for E experts (grown, after the stream has drained:
-// a pending download or GEMM may still use the old buffers; once per model at most).
-static moe_state *moe_state_get(backend *be, int E) {
-    moe_state *st = (moe_state *)cuda_op_state(be, CUDA_OP_STATE_MOE);
-    if (st && st->cap >= E) return st;
-    if (!st) {
-        st = (moe_state *)xcalloc(1, sizeof *st);
-        cuda_check(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
-        cuda_op_state_set(be, CUDA_OP_STATE_MOE, st, moe_state_free);
-    } else {
-        cuda_check(cudaStreamSynchronize(stream_of(be)));
-    }
-    int cap = E > 64 ? E : 64;
-    cuda_check(cudaFreeHost(st->h_off));
-    cuda_check(cudaFree(st->d_ptrs));
-    free(st->h_arrays);
-    cuda_check(cudaHostAlloc((void **)&st->h_off, ((size_t)cap + 1) * sizeof(int32_t), cudaHostAllocDefault));
-    cuda_check(cudaMalloc((void **)&st->d_ptrs, (size_t)3 * cap * sizeof(void *)));
-    st->h_arrays = (int *)xmalloc((size_t)MOE_HOST_ARRAYS * cap * sizeof(int));
-    st->cap = cap;
-    st->src = NULL; // the downloaded counts went with the old buffer
-    st->pending = 0;
-    return st;
-}
-
-// moe_counts_download: offsets [E + 1] to the pinned h_off, asynchronously, behind what the stream
-// holds; moe_counts_wait waits for it.
-static void moe_counts_download(backend *be, moe_state *st, const int32_t *offsets, int E) {
-    cudaStream_t s = stream_of(be);
-    cuda_check(cudaMemcpyAsync(st->h_off, offsets, ((size_t)E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-    cuda_check(cudaEventRecord(st->ready, s));
-    st->src = offsets;
-    st->src_E = E;
-    st->pending = 1;
 }
 
 extern "C" void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E,
