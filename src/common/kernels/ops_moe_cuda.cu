@@ -29,6 +29,10 @@
 #include "common/backend/check_cuda.h"
 #include "common/kernels/ops_moe_cuda.h"
 
+#if CUBLAS_VER_MAJOR * 100 + CUBLAS_VER_MINOR < 1205
+#error "the MoE expert GEMMs need cuBLAS 12.5 or later (cublasGemmGroupedBatchedEx): build with CUDA 12.5+"
+#endif
+
 typedef __nv_bfloat16 bf16;
 
 #include "common/kernels/cuda_launch.cuh"
