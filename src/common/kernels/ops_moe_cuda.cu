@@ -4,16 +4,16 @@
 // all work on the backend's stream. int64 indices where a product of two sizes can pass 2^31;
 // grid-stride loops.
 //
-// Routing, four steps on the stream, then the counts' download:
+// Routing, five steps on the stream:
 //   memset    offsets = 0
 //   topk      a warp per token: max, exp, sum, divide (the CPU's softmax), then k rounds of a warp
 //             argmax over (p descending, id ascending), the winner marked taken; the counts by
 //             atomicAdd into offsets[e + 1] (integers: the order of the adds does not matter)
 //   scan      one warp: offsets = the prefix sums of the counts
+//   download  offsets to pinned host memory, asynchronously (the backend's MoE state, below)
 //   scatter   a block per expert: the R (token, choice) rows in order, a block-wide prefix count of
 //             the rows that chose it, so its rows are placed in token order (the stable sort by
 //             (expert, token) of the CPU's counting sort)
-//   download  offsets to pinned host memory, asynchronously (the backend's MoE state, below)
 // The expert GEMMs: cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, cuBLAS 12.5 and later), one
 // group per expert with rows, each its exact rows: its pointer arrays written on the device from
 // offsets by one small kernel, its sizes (host arrays, as the API takes them) from the downloaded
@@ -54,11 +54,11 @@ static __device__ __forceinline__ int warp_scan_int(int v) {
 // ---------------------------------------------------------------------------- the backend's MoE state
 //
 // cuBLAS's grouped GEMM takes each group's sizes from host memory, so the expert counts come to the
-// host once per MoE block: ops_moe_route downloads offsets into a pinned buffer behind its kernels
+// host once per MoE block: ops_moe_route downloads offsets into a pinned buffer after its scan
 // (asynchronously, an event after it); the first expert GEMM waits for that event (by then the
-// gather queued after the route is running), the second finds the counts there. The download
-// stands for that offsets buffer from the route to ops_moe_combine, which ends the block; a GEMM on
-// any other offsets (or after the combine) downloads them itself, and waits at once.
+// route's scatter and the gather queued after it run), the second finds the counts there. The
+// download stands for that offsets buffer from the route to ops_moe_combine, which ends the block;
+// a GEMM on any other offsets (or after the combine) downloads them itself, and waits at once.
 #define MOE_HOST_ARRAYS 10 // m, n, k, lda (= ldb), ldc, group_size, transa, transb, alpha, beta
 
 typedef struct {
@@ -215,29 +215,31 @@ extern "C" size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int
     return 0; // the counts are accumulated in offsets itself
 }
 
-static void route_kernels(cudaStream_t st, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
-                          float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot) {
-    int warps = 8;
-    while (warps > 1 && (size_t)warps * E * sizeof(float) > 32 * 1024) warps /= 2;
-    size_t smem = (size_t)warps * E * sizeof(float);
-    if (smem > 48 * 1024) fatal("moe route on CUDA: %d experts exceed the shared memory of one warp's softmax", E);
-    int64_t blocks = ((int64_t)T + warps - 1) / warps;
-    topk_kernel<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), warps * 32, smem, st>>>(
-        logits, T, E, k, renorm, topk_idx, topk_w, offsets);
-    cuda_check_launch();
-    scan_kernel<<<1, 32, 0, st>>>(offsets, E);
-    cuda_check_launch();
-    scatter_kernel<<<(unsigned)(E < 65535 ? E : 65535), MOE_THREADS, 0, st>>>(topk_idx, offsets, E, T * k, k, perm,
-                                                                             slot);
-    cuda_check_launch();
-}
-
+// After the scan the counts are final: their download goes before the scatter, so that the host
+// (waiting in the first expert GEMM) wakes while the scatter and the gather run.
 extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
                                float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
     cudaStream_t st = stream_of(be);
+    moe_state *ms = moe_state_get(be, E); // (grows before anything is queued: it drains the stream)
     cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
-    if (T > 0) route_kernels(st, logits, T, E, k, renorm, topk_idx, topk_w, offsets, perm, slot);
-    moe_counts_download(be, moe_state_get(be, E), offsets, E); // for the expert GEMMs
+    if (T > 0) {
+        int warps = 8;
+        while (warps > 1 && (size_t)warps * E * sizeof(float) > 32 * 1024) warps /= 2;
+        size_t smem = (size_t)warps * E * sizeof(float);
+        if (smem > 48 * 1024) fatal("moe route on CUDA: %d experts exceed the shared memory of one warp's softmax", E);
+        int64_t blocks = ((int64_t)T + warps - 1) / warps;
+        topk_kernel<<<(unsigned)(blocks < (1 << 20) ? blocks : (1 << 20)), warps * 32, smem, st>>>(
+            logits, T, E, k, renorm, topk_idx, topk_w, offsets);
+        cuda_check_launch();
+        scan_kernel<<<1, 32, 0, st>>>(offsets, E);
+        cuda_check_launch();
+    }
+    moe_counts_download(be, ms, offsets, E); // for the expert GEMMs
+    if (T > 0) {
+        scatter_kernel<<<(unsigned)(E < 65535 ? E : 65535), MOE_THREADS, 0, st>>>(topk_idx, offsets, E, T * k, k,
+                                                                                 perm, slot);
+        cuda_check_launch();
+    }
 }
 
 static __global__ void gather_kernel(bf16 *xs, const bf16 *x, const int32_t *perm, int R, int H) {
