@@ -26,6 +26,7 @@ typedef struct {
 static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
 
 extern "C" void *cuda_stream(backend *be) { return cuda_state_of(be)->stream; }
+extern "C" void *cuda_cublas(backend *be) { return cuda_state_of(be)->cublas; }
 
 extern "C" int cuda_device_count(const char **why) {
     int n = 0;

@@ -32,6 +32,9 @@ void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float
                int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt);
 // cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
 void *cuda_stream(backend *be);
+// cuda_cublas: the backend's cuBLAS handle (a cublasHandle_t, bound to its stream and workspace),
+// for the batched GEMMs of the op kernels.
+void *cuda_cublas(backend *be);
 
 #ifdef __cplusplus
 }
