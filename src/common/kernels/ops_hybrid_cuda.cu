@@ -521,12 +521,17 @@ static __global__ void gdr_load_kernel(float *WQ, float *K, const bf16 *qkv, con
 // One block per (chunk j of the group, head h), after A = K K^T and P = Q K^T: the gates (thread 0:
 // the CPU's sequential sum), A~ into shared memory, the right-hand side [beta v | beta e^gam k] into
 // the U0 rows of Y and the W rows of WQ, then (I + A~) X = R by forward substitution, one thread per
-// column; P~, Q e^gam, K e^(gam_last - gam), the -O rows of Y zeroed, e^gam_last.
+// column; P~, Q e^gam, K e^(gam_last - gam), the -O rows of Y zeroed, e^gam_last. Shared memory:
+// gdr_solve_smem_bytes (81 KiB at C = 64: past the default 48 KiB, within sm_80..sm_120's opt-in).
+static size_t gdr_solve_smem_bytes(int C) {
+    return ((size_t)C * C + 2 * (size_t)C + (size_t)C * GDR_SOLVE_THREADS) * sizeof(float);
+}
+
 static __global__ void __launch_bounds__(GDR_SOLVE_THREADS)
     gdr_solve_kernel(float *WQ, float *K, float *A, float *P, float *Y, float *el, const bf16 *qkv, const float *g,
                      const float *beta, const gdr_chunk *chunks, int Hk, int Hv, int dk, int dv, int C) {
     extern __shared__ float gdr_solve_smem[];
-    float *At = gdr_solve_smem, *gam = At + (size_t)C * C, *bet = gam + C;
+    float *At = gdr_solve_smem, *gam = At + (size_t)C * C, *bet = gam + C, *xs = bet + C;
     int64_t b = blockIdx.x;
     int h = (int)(b % Hv), tid = threadIdx.x;
     gdr_chunk ch = chunks[b / Hv];
@@ -557,14 +562,18 @@ static __global__ void __launch_bounds__(GDR_SOLVE_THREADS)
             wq[(size_t)i * dk + c - dv] = bet[i] * expf(gam[i]) * k[(size_t)i * dk + c - dv];
     }
     __syncthreads();
+    // each thread its column in its own slice of shared memory (xs[i][tid]: no bank conflicts, no
+    // barrier), A~ broadcast; rows past n are 0 and stay 0 (their A~ rows are 0)
     for (int c = tid; c < dv + dk; c += GDR_SOLVE_THREADS) {
         float *x = c < dv ? y + c : wq + (c - dv);
         size_t st = c < dv ? (size_t)dv : (size_t)dk;
+        for (int i = 0; i < n; i++) xs[i * GDR_SOLVE_THREADS + tid] = x[i * st];
         for (int i = 1; i < n; i++) {
-            float acc = x[i * st];
-            for (int j = 0; j < i; j++) acc -= At[(size_t)i * C + j] * x[j * st];
-            x[i * st] = acc;
+            float acc = xs[i * GDR_SOLVE_THREADS + tid];
+            for (int j = 0; j < i; j++) acc -= At[i * C + j] * xs[j * GDR_SOLVE_THREADS + tid];
+            xs[i * GDR_SOLVE_THREADS + tid] = acc;
         }
+        for (int i = 1; i < n; i++) x[i * st] = xs[i * GDR_SOLVE_THREADS + tid];
     }
     float glast = gam[C - 1];
     for (int e = tid; e < C * C; e += GDR_SOLVE_THREADS) {
@@ -633,7 +642,9 @@ static void gdr_gemm_path(backend *be, bf16 *out, const bf16 *qkv, const float *
     int64_t sd = (int64_t)dk * dv;
     gdr_chunks_kernel<<<1, 1, 0, st>>>(w.chunks, cu, n_seq, nc, C);
     cuda_check_launch();
-    size_t smem = ((size_t)C * C + 2 * (size_t)C) * sizeof(float);
+    size_t smem = gdr_solve_smem_bytes(C);
+    if (smem > 48 * 1024)
+        cuda_check(cudaFuncSetAttribute(gdr_solve_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned carry_grid = grid_for_threads((int64_t)Hv * (sd > (int64_t)C * dv ? sd : (int64_t)C * dv), HY_THREADS);
     for (int64_t c0 = 0; c0 < nc; c0 += G) {
         int64_t gn = nc - c0 < G ? nc - c0 : G, gh = gn * Hv;
