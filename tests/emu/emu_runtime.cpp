@@ -457,6 +457,28 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---- strided-batched GEMM (the Gated DeltaNet's chunked form, ops_hybrid_cuda.cu)
+//
+// cublasGemmStridedBatchedEx: batchCount independent column-major GEMMs, member b on A + b strideA,
+// B + b strideB, C + b strideC (strides in elements, signed; 0 repeats a matrix), each exactly
+// cublasGemmEx's loop above (same types, checks and rounding; beta 0 never reads C). As cuBLAS:
+// batchCount < 0 is CUBLAS_STATUS_INVALID_VALUE; a batch of 0 does nothing.
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long strideA, const void *B, cudaDataType bt, int ldb, long long strideB,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long strideC,
+                                          int batchCount, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    if (batchCount < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    size_t esz_ab = at == CUDA_R_32F ? 4 : 2, esz_c = ct == CUDA_R_32F ? 4 : 2;
+    for (int b = 0; b < batchCount; b++) {
+        cublasStatus_t s = cublasGemmEx(h, ta, tb, m, n, k, alpha, (const char *)A + (ptrdiff_t)(b * strideA) * (ptrdiff_t)esz_ab,
+                                        at, lda, (const char *)B + (ptrdiff_t)(b * strideB) * (ptrdiff_t)esz_ab, bt, ldb,
+                                        beta, (char *)C + (ptrdiff_t)(b * strideC) * (ptrdiff_t)esz_c, ct, ldc, compute, algo);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---------------------------------------------------------------------------- NCCL over files
 //
 // The processes of a communicator meet in a folder named after the unique id, under

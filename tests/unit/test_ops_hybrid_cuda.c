@@ -16,7 +16,9 @@
 //   the delta rule's fp32 state out          5e-5: both sides are within 2e-5 of the exact recurrence
 //                                              (test_ops_hybrid.c), so within 4e-5 of each other
 // The delta rule also runs with forced chunk and slice sizes (DFLASH_CUDA_GDR=CxW): the
-// shared-memory fallbacks of small devices, and value columns split over blocks.
+// shared-memory fallbacks of small devices, and value columns split over blocks; and forced onto its
+// batched-GEMM form (DFLASH_CUDA_GDR=gemm, gemm:G): prefill's path. The strided-batched GEMM under it
+// is held to 1e-5 against a double loop (fp32 accumulation of O(1) terms).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +28,9 @@
 #include "common/core/check.h"
 #include "common/core/half.h"
 #include "common/kernels/ops_hybrid.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "common/kernels/ops_hybrid_cuda.h"
+#endif
 #include "testing.h"
 #include "testing_device.h"
 
@@ -280,6 +285,23 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     unsetenv("DFLASH_CUDA_GDR");
 }
 
+// The batched-GEMM form (DFLASH_CUDA_GDR=gemm, chunks of 64; gemm:G groups of G chunks) on shapes of
+// its own: sequences ending inside a chunk and on its edge, several packed ones (empty, one token,
+// exactly a chunk), head dims odd multiples of 16 and of nothing, one head, the state carried over
+// groups of one and three chunks; "auto" picks it wherever sequences average a chunk (a, c above).
+static void test_gated_delta_rule_gemm(void) {
+    int a[] = {1, 70, 131}, b[] = {130, 0, 3}, c[] = {TEST_EMU_SIZE(2000, 200), 77};
+    int d[] = {64, 1, 0, 129, 63, 128, 5}, e[] = {TEST_EMU_SIZE(1500, 300)};
+    gdr_case(a, 3, 2, 6, 12, 20, "gemm");
+    gdr_case(b, 3, 1, 2, 72, 100, "gemm");
+    gdr_case(c, 2, 1, 3, 128, 128, "gemm");
+    gdr_case(d, 7, 2, 4, 48, 80, "gemm");   // 7 packed sequences; dk 3 x 16, dv 5 x 16
+    gdr_case(d, 7, 2, 4, 48, 80, "gemm:3"); // the state across groups of 3 chunks
+    gdr_case(e, 1, 1, 1, 33, 47, "gemm");   // one head, odd dims
+    gdr_case(e, 1, 1, 1, 33, 47, "gemm:1");
+    gdr_case(a, 3, 1, 1, 96, 160, "gemm:1"); // dk 3 x 32, dv 5 x 32
+}
+
 static void test_gated_delta_rule(void) {
     int a[] = {1, 70, 131}, b[] = {130, 0, 3}, c[] = {TEST_EMU_SIZE(2000, 200), 77};
     gdr_case(a, 3, 2, 6, 12, 20, "");
@@ -288,7 +310,60 @@ static void test_gated_delta_rule(void) {
     gdr_case(b, 3, 1, 2, 72, 100, "32x48");
     gdr_case(c, 2, 1, 3, 128, 128, "");    // Qwen3.6's head dims (2000 tokens on a GPU)
     gdr_case(c, 2, 1, 3, 128, 128, "64x32");
+    test_gated_delta_rule_gemm();
 }
+
+// ----------------------------------------------------------------------------- batched GEMM
+
+#ifdef DFLASH_HAVE_CUDA
+// cuda_gemm_batched_f32 (the delta rule's products; cublasGemmStridedBatchedEx, emulated or real)
+// against a double loop: every transpose pair, leading dimensions past the row, a stride 0 operand
+// (one matrix for every member), alpha and beta != 1, padding between members left as it was.
+static void gemm_batched_case(int ta, int tb, int m, int n, int k, int batch, int bcast_b) {
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+    int64_t sa = (int64_t)(ta ? k : m) * lda + 5, sb = bcast_b ? 0 : (int64_t)(tb ? n : k) * ldb + 7;
+    int64_t sc = (int64_t)m * ldc + 4;
+    size_t na = (size_t)sa * batch, nb = bcast_b ? (size_t)(tb ? n : k) * ldb : (size_t)sb * batch;
+    size_t nc = (size_t)sc * batch;
+    float *A = randv(na, 1), *B = randv(nb, 1), *C = randv(nc, 1);
+    double *ref = xmalloc(nc * sizeof(double));
+    float alpha = -0.75f, beta = 0.5f;
+    for (size_t i = 0; i < nc; i++) ref[i] = C[i]; // padding and untouched elements stay
+    for (int bi = 0; bi < batch; bi++)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double acc = 0;
+                for (int l = 0; l < k; l++) {
+                    double x = A[bi * sa + (ta ? (size_t)l * lda + i : (size_t)i * lda + l)];
+                    double y = B[bi * sb + (tb ? (size_t)j * ldb + l : (size_t)l * ldb + j)];
+                    acc += x * y;
+                }
+                size_t o = (size_t)(bi * sc) + (size_t)i * ldc + j;
+                ref[o] = alpha * acc + beta * (double)C[o];
+            }
+    float *d_a = dev_up_raw(&gpu, A, na * 4), *d_b = dev_up_raw(&gpu, B, nb * 4), *d_c = dev_up_raw(&gpu, C, nc * 4);
+    cuda_gemm_batched_f32(&gpu, ta, tb, m, n, k, alpha, d_a, lda, sa, d_b, ldb, sb, beta, d_c, ldc, sc, batch);
+    float *got = dev_down_f32(&gpu, d_c, nc);
+    char name[96];
+    snprintf(name, sizeof name, "gemm_batched_f32 %c%c m=%d n=%d k=%d x%d%s", ta ? 'T' : 'N', tb ? 'T' : 'N', m, n,
+             k, batch, bcast_b ? " B shared" : "");
+    test_report(name, test_rel_err_d(got, ref, nc), 1e-5); // fp32 accumulation over k <= 70 terms of O(1)
+    backend_free(&gpu, d_a);
+    backend_free(&gpu, d_b);
+    backend_free(&gpu, d_c);
+    free(A);
+    free(B);
+    free(C);
+    free(ref);
+    free(got);
+}
+
+static void test_gemm_batched(void) {
+    for (int t = 0; t < 4; t++) gemm_batched_case(t & 1, t >> 1, 13, 9, 70, 3, 0);
+    gemm_batched_case(0, 0, 5, 17, 8, 4, 1);
+    gemm_batched_case(1, 0, 16, 16, 1, 2, 0);
+}
+#endif
 
 int main(void) {
     int open_rc = test_open_devices(&cpu, &gpu);
@@ -299,6 +374,9 @@ int main(void) {
     test_conv();
     test_gates();
     test_gated_delta_rule();
+#ifdef DFLASH_HAVE_CUDA
+    test_gemm_batched();
+#endif
     backend_close(&gpu);
     backend_close(&cpu);
     return test_finish("test_ops_hybrid_cuda");

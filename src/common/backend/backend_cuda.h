@@ -33,7 +33,7 @@ void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float
 // cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
 void *cuda_stream(backend *be);
 // cuda_cublas: the backend's cuBLAS handle (a cublasHandle_t: on the backend's stream, with its
-// workspace), for the ops that call cuBLAS themselves (ops_moe_cuda.cu's grouped GEMM).
+// workspace), for the ops that call cuBLAS themselves (ops_moe_cuda.cu's grouped GEMM, ops_hybrid_cuda.cu's strided-batched GEMMs).
 void *cuda_cublas(backend *be);
 // cuda_op_state: an op module's own per-backend state (pinned buffers, events, small device arrays)
 // in slot `slot`: NULL until cuda_op_state_set stores it; cuda_close frees a stored state with the

@@ -54,8 +54,8 @@ void ops_gdn_gates(backend *be, float *beta, float *g, const void *b, const void
 //   state: NULL (every sequence starts at S = 0, the final state is dropped), or [n_seq, Hv, dk, dv]
 //          f32 in/out: each sequence's initial state on entry, its final state on exit (decoding).
 //   work: ops_gated_delta_rule_work_bytes(...) bytes of device memory (scratch; the memory plan counts it;
-//         NULL when that is 0). CPU: one slice per thread of the backend (be->threads); CUDA: 0 (the
-//         kernel keeps its chunk and state in shared memory).
+//         NULL when that is 0). CPU: one slice per thread of the backend (be->threads); CUDA: the
+//         batched-GEMM form's chunk table, state and one group of chunks (ops_hybrid_cuda.cu).
 size_t ops_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int Hk, int Hv, int dk, int dv);
 void ops_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
                           const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,

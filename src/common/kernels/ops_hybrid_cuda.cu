@@ -5,8 +5,10 @@
 // pass 2^31; grid-stride loops. Each kernel computes the formula of its CPU twin (ops_hybrid_cpu.c) in
 // the same order where that is cheap, so the GPU test can hold it to bf16 tolerances.
 #include <math.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 
@@ -341,12 +343,7 @@ static __global__ void __launch_bounds__(GDR_THREADS)
         for (int e = tid; e < dk * W; e += GDR_THREADS) st[(int64_t)(e / W) * dv + e % W] = S[e];
 }
 
-extern "C" size_t cuda_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int Hk, int Hv, int dk,
-                                                   int dv) {
-    return 0; // everything lives in shared memory
-}
-
-// The chunk C and slice width W: DFLASH_CUDA_GDR="CxW" forces them (tests); otherwise C = 64 and the
+// The chunk C and slice width W of gdr_kernel: DFLASH_CUDA_GDR="CxW" forces them (tests); otherwise C = 64 and the
 // widest W <= 128 (W = ceil(dv / slices)) that fits the device's shared memory, halving C when even
 // W = 32 does not fit. Slices are also added (W down to 32) while the grid would leave SMs idle.
 static void gdr_plan(int n_blocks, int dk, int dv, int *C_out, int *W_out) {
@@ -378,11 +375,331 @@ static void gdr_plan(int n_blocks, int dk, int dv, int *C_out, int *W_out) {
     *W_out = W < dv ? W : dv;
 }
 
+// ---------------------------------------------------------------------------- gated delta rule, batched GEMMs
+//
+// The chunked form of cpu_gated_delta_rule with its products on cuBLAS (fp32 in, fp32 accumulation:
+// the state recurrence compounds rounding over chunks, and the CPU test bounds it at 2e-5), as
+// transformers' torch_chunk_gated_delta_rule splits it: everything that does not depend on the state
+// is computed for many chunks at once, then the state is carried chunk by chunk. For one chunk of
+// n <= C tokens of one value head, padded to C rows with zeros (beta 0, gate 0):
+//
+//   intra (batched over chunks x heads)
+//     A = K K^T, P = Q K^T                       strided-batched GEMMs over [C, dk] x [dk, C]
+//     (I + A~) [U0 | W] = [beta V | beta e^gam K]  A~ = strictly lower part of A times beta_i e^(gam_i - gam_j):
+//                                                 gdr_solve_kernel (below), which also masks P (P~ =
+//                                                 j <= i part times e^(gam_i - gam_j)), scales Q by e^gam
+//                                                 and K by e^(gam_last - gam)
+//   carry (per chunk, batched over heads; S the head's state at the chunk's start)
+//     [U ; -O1] = [U0 ; 0] - [W ; e^gam Q] S      GEMM 1 (U = U0 - W S is the solve of the CPU's
+//                                                 corrected right-hand side, by linearity)
+//     -O = -O1 - P~ U                             GEMM 2
+//     D = (e^(gam_last - gam) K)^T U              GEMM 3
+//     S = e^gam_last S + D, out = O (bf16)        gdr_carry_kernel
+//
+// The packed sequences' chunks are numbered in order (gdr_chunks_kernel builds the table on the
+// device: no host sync), at most (T + n_seq (C-1)) / C of them; the carry walks them all in that order,
+// one launch group per chunk: gdr_carry_kernel reloads S from the state (or 0) where a sequence
+// begins and stores it where one ends, so the state crosses from chunk to chunk on the stream and
+// never through the host. The intra part runs on groups of G chunks (the scratch holds one group:
+// G bounded by GDR_GROUP_BYTES), each group's carry right after it.
+//
+// The triangular solve is a kernel of its own rather than cublasStrsmBatched: that takes arrays of
+// device pointers (one more kernel to fill them per group) and one matrix per member as it is
+// stored, while the system here must first be masked and decayed (A~ from A, gam, beta) and its
+// right-hand side formed from V and K: the kernel does those in the same pass, with A~ in shared
+// memory, one thread per right-hand-side column.
+#define GDR_GEMM_CHUNK 64
+#define GDR_GROUP_BYTES ((size_t)64 << 20) // the intra scratch of one group of chunks
+#define GDR_GROUP_MAX 64                   // chunks per group at most
+#define GDR_SOLVE_THREADS 256
+
+// one entry of the chunk table: first token, token count (0: an unused slot), sequence, flags
+enum { GDR_FIRST = 1, GDR_LAST = 2 };
+typedef struct {
+    int32_t start, n, seq, flags;
+} gdr_chunk;
+
+// the scratch of one (chunk, head), in floats: WQ [2C, dk] (W rows, then Q rows), K [C, dk], A and
+// P [C, C], Y [2C, dv] (U0 / U rows, then -O rows), e^gam_last
+static size_t gdr_chunk_floats(int C, int dk, int dv) {
+    return 3 * (size_t)C * dk + 2 * (size_t)C * C + 2 * (size_t)C * dv + 1;
+}
+
+static int64_t gdr_max_chunks(int T, int n_seq, int C) { return ((int64_t)T + (int64_t)n_seq * (C - 1)) / C; }
+
+// chunks per group: as many as GDR_GROUP_BYTES of scratch hold, at most GDR_GROUP_MAX and the chunks
+// there are; DFLASH_CUDA_GDR=gemm:G sets the most to G (tests: groups of a few chunks). Read by both
+// the work size and the op, so the two agree while the variable stays as it is.
+static int64_t gdr_group(int T, int n_seq, int Hv, int dk, int dv, int C) {
+    int64_t nc = gdr_max_chunks(T, n_seq, C), most = GDR_GROUP_MAX;
+    const char *env = getenv("DFLASH_CUDA_GDR");
+    if (env && strncmp(env, "gemm:", 5) == 0 && (sscanf(env + 5, "%" SCNd64, &most) != 1 || most < 1))
+        fatal("DFLASH_CUDA_GDR=%s: expected gemm:G, G >= 1 chunks per group", env);
+    int64_t g = (int64_t)(GDR_GROUP_BYTES / (gdr_chunk_floats(C, dk, dv) * sizeof(float) * (size_t)(Hv > 0 ? Hv : 1)));
+    if (g > most) g = most;
+    if (g > nc) g = nc;
+    return g < 1 ? 1 : g;
+}
+
+typedef struct {
+    gdr_chunk *chunks;  // [max chunks]
+    float *S, *D;       // [Hv, dk, dv] each: the carried state, the chunk's update
+    float *WQ, *K, *A, *P, *Y, *el; // [G, Hv, ...] (see gdr_chunk_floats)
+} gdr_work;
+
+static size_t gdr_align(size_t b) { return (b + 255) & ~(size_t)255; }
+
+static size_t gdr_work_layout(gdr_work *w, char *base, int T, int n_seq, int Hv, int dk, int dv) {
+    int C = GDR_GEMM_CHUNK;
+    size_t G = (size_t)gdr_group(T, n_seq, Hv, dk, dv, C), gh = G * (size_t)Hv, off = 0;
+    size_t sizes[9] = {(size_t)gdr_max_chunks(T, n_seq, C) * sizeof(gdr_chunk),
+                       (size_t)Hv * dk * dv * 4, (size_t)Hv * dk * dv * 4,
+                       gh * 2 * C * dk * 4, gh * C * dk * 4, gh * C * C * 4, gh * C * C * 4, gh * 2 * C * dv * 4,
+                       gh * 4};
+    void **ptrs[9] = {(void **)&w->chunks, (void **)&w->S, (void **)&w->D, (void **)&w->WQ, (void **)&w->K,
+                      (void **)&w->A, (void **)&w->P, (void **)&w->Y, (void **)&w->el};
+    for (int i = 0; i < 9; i++) {
+        *ptrs[i] = base ? base + off : NULL;
+        off += gdr_align(sizes[i]);
+    }
+    return off;
+}
+
+extern "C" size_t cuda_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int Hk, int Hv, int dk,
+                                                   int dv) {
+    (void)be;
+    (void)Hk;
+    if (T <= 0 || n_seq <= 0 || Hv <= 0) return 0;
+    gdr_work w;
+    return gdr_work_layout(&w, NULL, T, n_seq, Hv, dk, dv);
+}
+
+// One thread: sequence by sequence, its chunks in order; slots past the last chunk get n = 0.
+static __global__ void gdr_chunks_kernel(gdr_chunk *chunks, const int32_t *cu, int n_seq, int64_t max_chunks, int C) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    int64_t c = 0;
+    for (int s = 0; s < n_seq; s++)
+        for (int32_t t = cu[s]; t < cu[s + 1] && c < max_chunks; t += C, c++) {
+            int32_t n = min(C, cu[s + 1] - t);
+            chunks[c] = {t, n, s, (t == cu[s] ? GDR_FIRST : 0) | (t + n == cu[s + 1] ? GDR_LAST : 0)};
+        }
+    for (; c < max_chunks; c++) chunks[c] = {0, 0, 0, 0};
+}
+
+// One warp per (chunk j of the group, head h, row i): q and k of token start + i L2-normalised (q
+// scaled by dk^-0.5, as gdr_kernel and the CPU), into the Q rows of WQ and into K; zeros past n.
+static __global__ void gdr_load_kernel(float *WQ, float *K, const bf16 *qkv, const gdr_chunk *chunks, int64_t rows,
+                                       int Hk, int Hv, int dk, int dv, int C) {
+    int lane = threadIdx.x % 32;
+    int64_t ld = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
+    float qscale = 1.0f / sqrtf((float)dk);
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
+         r += (int64_t)gridDim.x * blockDim.x / 32) {
+        int64_t b = r / C; // (chunk, head) = j Hv + h
+        int i = (int)(r % C), h = (int)(b % Hv), kh = h / (Hv / Hk);
+        gdr_chunk ch = chunks[b / Hv];
+        float *q = WQ + (b * 2 * C + C + i) * dk, *k = K + (b * C + i) * dk;
+        if (i >= ch.n) {
+            for (int d = lane; d < dk; d += 32) q[d] = k[d] = 0.0f;
+            continue;
+        }
+        const bf16 *src = qkv + (int64_t)(ch.start + i) * ld;
+        float sq = 0.0f, sk = 0.0f;
+        for (int d = lane; d < dk; d += 32) {
+            float a = bf(src[(int64_t)kh * dk + d]), c = bf(src[(int64_t)(Hk + kh) * dk + d]);
+            sq += a * a;
+            sk += c * c;
+        }
+        float iq = 1.0f / sqrtf(warp_sum(sq) + 1e-6f) * qscale, ik = 1.0f / sqrtf(warp_sum(sk) + 1e-6f);
+        for (int d = lane; d < dk; d += 32) {
+            q[d] = bf(src[(int64_t)kh * dk + d]) * iq;
+            k[d] = bf(src[(int64_t)(Hk + kh) * dk + d]) * ik;
+        }
+    }
+}
+
+// One block per (chunk j of the group, head h), after A = K K^T and P = Q K^T: the gates (thread 0:
+// the CPU's sequential sum), A~ into shared memory, the right-hand side [beta v | beta e^gam k] into
+// the U0 rows of Y and the W rows of WQ, then (I + A~) X = R by forward substitution, one thread per
+// column; P~, Q e^gam, K e^(gam_last - gam), the -O rows of Y zeroed, e^gam_last. Shared memory:
+// gdr_solve_smem_bytes (81 KiB at C = 64: past the default 48 KiB, within sm_80..sm_120's opt-in).
+static size_t gdr_solve_smem_bytes(int C) {
+    return ((size_t)C * C + 2 * (size_t)C + (size_t)C * GDR_SOLVE_THREADS) * sizeof(float);
+}
+
+static __global__ void __launch_bounds__(GDR_SOLVE_THREADS)
+    gdr_solve_kernel(float *WQ, float *K, float *A, float *P, float *Y, float *el, const bf16 *qkv, const float *g,
+                     const float *beta, const gdr_chunk *chunks, int Hk, int Hv, int dk, int dv, int C) {
+    extern __shared__ float gdr_solve_smem[];
+    float *At = gdr_solve_smem, *gam = At + (size_t)C * C, *bet = gam + C, *xs = bet + C;
+    int64_t b = blockIdx.x;
+    int h = (int)(b % Hv), tid = threadIdx.x;
+    gdr_chunk ch = chunks[b / Hv];
+    int n = ch.n;
+    int64_t ld = 2 * (int64_t)Hk * dk + (int64_t)Hv * dv;
+    float *wq = WQ + b * 2 * C * dk, *k = K + b * C * dk, *a = A + b * C * C, *p = P + b * C * C;
+    float *y = Y + b * 2 * C * dv;
+    if (tid == 0) {
+        float acc = 0.0f;
+        for (int i = 0; i < C; i++) {
+            if (i < n) acc += g[(int64_t)(ch.start + i) * Hv + h];
+            gam[i] = acc; // padded rows: gam_last
+            bet[i] = i < n ? beta[(int64_t)(ch.start + i) * Hv + h] : 0.0f;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < C * C; e += GDR_SOLVE_THREADS) {
+        int i = e / C, j = e % C;
+        At[e] = j < i && i < n ? a[e] * (bet[i] * expf(gam[i] - gam[j])) : 0.0f;
+    }
+    for (int e = tid; e < C * (dv + dk); e += GDR_SOLVE_THREADS) {
+        int i = e / (dv + dk), c = e % (dv + dk);
+        if (c < dv)
+            y[(size_t)i * dv + c] =
+                i < n ? bet[i] * bf(qkv[(int64_t)(ch.start + i) * ld + 2 * (int64_t)Hk * dk + (int64_t)h * dv + c])
+                      : 0.0f;
+        else
+            wq[(size_t)i * dk + c - dv] = bet[i] * expf(gam[i]) * k[(size_t)i * dk + c - dv];
+    }
+    __syncthreads();
+    // each thread its column in its own slice of shared memory (xs[i][tid]: no bank conflicts, no
+    // barrier), A~ broadcast; rows past n are 0 and stay 0 (their A~ rows are 0)
+    for (int c = tid; c < dv + dk; c += GDR_SOLVE_THREADS) {
+        float *x = c < dv ? y + c : wq + (c - dv);
+        size_t st = c < dv ? (size_t)dv : (size_t)dk;
+        for (int i = 0; i < n; i++) xs[i * GDR_SOLVE_THREADS + tid] = x[i * st];
+        for (int i = 1; i < n; i++) {
+            float acc = xs[i * GDR_SOLVE_THREADS + tid];
+            for (int j = 0; j < i; j++) acc -= At[i * C + j] * xs[j * GDR_SOLVE_THREADS + tid];
+            xs[i * GDR_SOLVE_THREADS + tid] = acc;
+        }
+        for (int i = 1; i < n; i++) x[i * st] = xs[i * GDR_SOLVE_THREADS + tid];
+    }
+    float glast = gam[C - 1];
+    for (int e = tid; e < C * C; e += GDR_SOLVE_THREADS) {
+        int i = e / C, j = e % C;
+        p[e] = j <= i && i < n ? p[e] * expf(gam[i] - gam[j]) : 0.0f;
+    }
+    for (int e = tid; e < C * dk; e += GDR_SOLVE_THREADS) {
+        int i = e / dk;
+        wq[(size_t)C * dk + e] *= expf(gam[i]);
+        k[e] *= expf(glast - gam[i]);
+    }
+    for (int e = tid; e < C * dv; e += GDR_SOLVE_THREADS) y[(size_t)C * dv + e] = 0.0f;
+    if (tid == 0) el[b] = expf(glast);
+}
+
+// Between chunks c - 1 and c of the group (c - 1 < 0: none to finish; c = group size: none to start),
+// per head: finish c - 1 (S = e^gam_last S + D, its rows of out from -O, the state stored where its
+// sequence ends), then start c (S from the state, or 0, where its sequence begins). Unused slots
+// (n = 0) leave S as it is: D = 0 and e^gam_last = 1 there.
+static __global__ void gdr_carry_kernel(float *S, const float *D, const float *Y, const float *el, bf16 *out,
+                                        float *state, const gdr_chunk *chunks, int64_t prev, int64_t next,
+                                        int64_t prev_b, int Hv, int dk, int dv, int C) {
+    int64_t sd = (int64_t)dk * dv;
+    gdr_chunk pc = prev >= 0 ? chunks[prev] : gdr_chunk{0, 0, 0, 0};
+    gdr_chunk nc = next >= 0 ? chunks[next] : gdr_chunk{0, 0, 0, 0};
+    GRID_STRIDE(e, (int64_t)Hv * sd) {
+        int h = (int)(e / sd);
+        float v = S[e];
+        if (pc.n > 0) {
+            v = v * el[prev_b + h] + D[e];
+            if ((pc.flags & GDR_LAST) && state) state[(int64_t)pc.seq * Hv * sd + e] = v;
+        }
+        if (nc.n > 0 && (nc.flags & GDR_FIRST)) v = state ? state[(int64_t)nc.seq * Hv * sd + e] : 0.0f;
+        S[e] = v;
+    }
+    if (pc.n > 0)
+        GRID_STRIDE(e, (int64_t)Hv * pc.n * dv) {
+            int64_t h = e / ((int64_t)pc.n * dv), r = e % ((int64_t)pc.n * dv), i = r / dv, c = r % dv;
+            out[((int64_t)(pc.start + i) * Hv + h) * dv + c] =
+                __float2bfloat16(-Y[((prev_b + h) * 2 * C + C + i) * dv + c]);
+        }
+}
+
+// Row-major strided-batched fp32 GEMM, C_b = alpha op(A_b) op(B_b) + beta C_b (strides in floats): by
+// the row/column-major duality of cuda_gemm (backend_cuda.cu), cuBLAS gets B first, then A.
+extern "C" void cuda_gemm_batched_f32(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                                      const float *a, int lda, int64_t stride_a, const float *b, int ldb,
+                                      int64_t stride_b, float beta, float *c, int ldc, int64_t stride_c, int batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    cublas_check(cublasGemmStridedBatchedEx((cublasHandle_t)cuda_cublas(be), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_32F, ldb,
+                                            (long long)stride_b, a, CUDA_R_32F, lda, (long long)stride_a, &beta, c,
+                                            CUDA_R_32F, ldc, (long long)stride_c, batch, CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT));
+}
+
+static void gdr_gemm_path(backend *be, bf16 *out, const bf16 *qkv, const float *g, const float *beta,
+                          const int32_t *cu, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,
+                          void *work) {
+    int C = GDR_GEMM_CHUNK;
+    cudaStream_t st = stream_of(be);
+    if (!work) fatal("gated delta rule on CUDA: no work buffer (ops_gated_delta_rule_work_bytes)");
+    gdr_work w;
+    gdr_work_layout(&w, (char *)work, T, n_seq, Hv, dk, dv);
+    int64_t nc = gdr_max_chunks(T, n_seq, C), G = gdr_group(T, n_seq, Hv, dk, dv, C);
+    int64_t sd = (int64_t)dk * dv;
+    gdr_chunks_kernel<<<1, 1, 0, st>>>(w.chunks, cu, n_seq, nc, C);
+    cuda_check_launch();
+    size_t smem = gdr_solve_smem_bytes(C);
+    if (smem > 48 * 1024)
+        cuda_check(cudaFuncSetAttribute(gdr_solve_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned carry_grid = grid_for_threads((int64_t)Hv * (sd > (int64_t)C * dv ? sd : (int64_t)C * dv), HY_THREADS);
+    for (int64_t c0 = 0; c0 < nc; c0 += G) {
+        int64_t gn = nc - c0 < G ? nc - c0 : G, gh = gn * Hv;
+        const gdr_chunk *tab = w.chunks + c0;
+        int64_t rows = gh * C;
+        gdr_load_kernel<<<grid_for_threads(rows * 32, HY_THREADS), HY_THREADS, 0, st>>>(w.WQ, w.K, qkv, tab, rows, Hk,
+                                                                                        Hv, dk, dv, C);
+        cuda_check_launch();
+        // A = K K^T, P = Q K^T
+        cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.K, dk, (int64_t)C * dk, w.K, dk, (int64_t)C * dk, 0.0f, w.A,
+                              C, (int64_t)C * C, (int)gh);
+        cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.WQ + (size_t)C * dk, dk, 2 * (int64_t)C * dk, w.K, dk,
+                              (int64_t)C * dk, 0.0f, w.P, C, (int64_t)C * C, (int)gh);
+        gdr_solve_kernel<<<(unsigned)gh, GDR_SOLVE_THREADS, smem, st>>>(w.WQ, w.K, w.A, w.P, w.Y, w.el, qkv, g, beta,
+                                                                         tab, Hk, Hv, dk, dv, C);
+        cuda_check_launch();
+        for (int64_t j = 0; j <= gn; j++) {
+            gdr_carry_kernel<<<carry_grid, HY_THREADS, 0, st>>>(w.S, w.D, w.Y, w.el, out, state, w.chunks,
+                                                                 j > 0 ? c0 + j - 1 : -1, j < gn ? c0 + j : -1,
+                                                                 (j > 0 ? j - 1 : 0) * Hv, Hv, dk, dv, C);
+            cuda_check_launch();
+            if (j == gn) break;
+            size_t b0 = (size_t)j * Hv;
+            float *wq = w.WQ + b0 * 2 * C * dk, *k = w.K + b0 * C * dk, *p = w.P + b0 * C * C;
+            float *y = w.Y + b0 * 2 * C * dv;
+            // [U ; -O1] = [U0 ; 0] - [W ; e^gam Q] S
+            cuda_gemm_batched_f32(be, 0, 0, 2 * C, dv, dk, -1.0f, wq, dk, 2 * (int64_t)C * dk, w.S, dv, sd, 1.0f, y,
+                                  dv, 2 * (int64_t)C * dv, Hv);
+            // -O = -O1 - P~ U
+            cuda_gemm_batched_f32(be, 0, 0, C, dv, C, -1.0f, p, C, (int64_t)C * C, y, dv, 2 * (int64_t)C * dv, 1.0f,
+                                  y + (size_t)C * dv, dv, 2 * (int64_t)C * dv, Hv);
+            // D = (e^(gam_last - gam) K)^T U
+            cuda_gemm_batched_f32(be, 1, 0, dk, dv, C, 1.0f, k, dk, (int64_t)C * dk, y, dv, 2 * (int64_t)C * dv, 0.0f,
+                                  w.D, dv, sd, Hv);
+        }
+    }
+}
+
+// The batched-GEMM form for prefill (the sequences average at least a chunk), gdr_kernel for
+// decoding and short verification blocks, where the chunk-by-chunk carry over every sequence in turn
+// would be a chain of n_seq launches of a few rows. DFLASH_CUDA_GDR=gemm (or gemm:G) forces the GEMM
+// form, DFLASH_CUDA_GDR=CxW gdr_kernel with those sizes (tests).
 extern "C" void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
                                       const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv,
                                       float *state, void *work) {
     if (n_seq <= 0 || Hv <= 0) return;
     if (Hk < 1 || Hv % Hk) fatal("gated delta rule: %d value heads do not group over %d key heads", Hv, Hk);
+    const char *env = getenv("DFLASH_CUDA_GDR");
+    int gemm = env && *env ? strncmp(env, "gemm", 4) == 0 : (int64_t)T >= (int64_t)GDR_GEMM_CHUNK * n_seq;
+    if (gemm) {
+        if (T > 0)
+            gdr_gemm_path(be, (bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, n_seq, T, Hk, Hv, dk, dv, state,
+                          work);
+        return;
+    }
     if (n_seq > 65535) fatal("gated delta rule on CUDA: %d sequences exceed the grid's y limit", n_seq);
     int C, W;
     gdr_plan(n_seq * Hv, dk, dv, &C, &W);

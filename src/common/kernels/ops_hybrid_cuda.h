@@ -23,6 +23,13 @@ size_t cuda_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int
 void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
                            const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,
                            void *work);
+// cuda_gemm_batched_f32: `batch` row-major fp32 GEMMs on the backend's cuBLAS handle (strided-batched,
+// fp32 accumulation): C_b = alpha op(A_b) op(B_b) + beta C_b, op(X) = X^T where trans_x, member b at
+// a + b stride_a, b + b stride_b, c + b stride_c (strides and leading dimensions in floats); beta 0
+// never reads C. The gated delta rule's batched products (exported for their test).
+void cuda_gemm_batched_f32(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                           int lda, int64_t stride_a, const float *b, int ldb, int64_t stride_b, float beta, float *c,
+                           int ldc, int64_t stride_c, int batch);
 void cuda_gated_rmsnorm(backend *be, void *out, const void *x, const void *z, const void *w, int R, int D, float eps);
 
 #ifdef __cplusplus
