@@ -1,5 +1,8 @@
-// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|
-//                       qwen3_5_moe|qwen3_5_moe_vl ...`
+// tool_make_target.c: `dflash_tool make-target OUT_DIR --arch NAME ...`
+//
+// NAME is an architecture table's name in the teacher's registry (target_registry.c), the table's
+// text-only class, or NAME_vl for its multimodal class: qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|
+// qwen3_5_moe|qwen3_5_moe_vl today; a new table of an existing family is one without a change here.
 //
 // Writes a random-weight target model directory in the exact Hugging Face layout (SPEC §2), which
 // transformers loads with AutoModelForCausalLM.from_pretrained: config.json, and model.safetensors
@@ -63,6 +66,7 @@
 #include "common/core/rng.h"
 #include "common/data/safetensors.h"
 #include "teacher/target_config.h"
+#include "teacher/target_registry.h"
 #include "tools/tools.h"
 
 static void make_target_usage(FILE *f) {
@@ -680,208 +684,281 @@ static int mt_moe_setup(target_config *c, const mt_moe_args *m, char *msg, size_
     return 0;
 }
 
-int tool_make_target_main(int argc, char **argv) {
-    const char *out_dir = NULL, *arch = NULL, *dtype_name_arg = "bf16";
-    int64_t layers = -1, hidden = -1, heads = -1, kv_heads = -1, head_dim = 0, inter = 0, vocab = -1;
-    int64_t seed = 0, shards = 1, max_pos = 32768, orig_max = 8192;
-    double theta = 10000.0, llama3 = 0.0, eps = 1e-6;
-    int tie = 0;
-    mt_hybrid_args hy = {.k_heads = -1, .v_heads = -1, .k_dim = -1, .v_dim = -1, .conv = -1, .interval = -1,
-                         .partial = -1.0};
-    mt_moe_args moe = {.experts = -1, .per_tok = -1, .inter = -1, .shared = -1, .step = -1};
+// ---------------------------------------------------------------- the architecture
 
+// mt_arch_find: the teacher's table (target_registry.h) for --arch NAME: NAME is a table's name for
+// its text-only class, NAME_vl for its multimodal one. NULL when no table serves it.
+static const target_arch *mt_arch_find(const char *name, int *multimodal) {
+    for (int i = 0; i < target_n_archs; i++) {
+        const target_arch *A = target_archs[i];
+        size_t n = strlen(A->name);
+        if (strncmp(name, A->name, n) != 0) continue;
+        for (const target_arch_class *k = A->classes; k->class_name; k++)
+            if (strcmp(name + n, k->multimodal ? "_vl" : "") == 0) {
+                *multimodal = k->multimodal;
+                return A;
+            }
+    }
+    return NULL;
+}
+
+// mt_arch_names: "a|b|..." the --arch names of the tables of that family and moe flag (-1: any), in
+// the registry's order, each table's text-only class before its multimodal one.
+static const char *mt_arch_names(char *s, size_t n, int family, int moe) {
+    size_t used = 0;
+    s[0] = '\0';
+    for (int i = 0; i < target_n_archs; i++) {
+        const target_arch *A = target_archs[i];
+        if ((family >= 0 && A->family != family) || (moe >= 0 && A->moe != moe)) continue;
+        for (int mm = 0; mm < 2; mm++)
+            for (const target_arch_class *k = A->classes; k->class_name; k++)
+                if (k->multimodal == mm) {
+                    used += (size_t)snprintf(s + used, used < n ? n - used : 0, "%s%s%s", used ? "|" : "", A->name,
+                                             mm ? "_vl" : "");
+                    break;
+                }
+    }
+    return s;
+}
+
+// ---------------------------------------------------------------- the command line
+
+typedef struct {
+    const char *out_dir, *arch, *dtype_name;
+    int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab, seed, shards, max_pos, orig_max;
+    double theta, llama3, eps;
+    int tie;
+    mt_hybrid_args hy;
+    mt_moe_args moe;
+} mt_args;
+
+// mt_parse_args: argv into a (defaults for what is not given). 0, or the exit code: 0 after --help
+// (*done set), 2 after a usage error.
+static int mt_parse_args(int argc, char **argv, mt_args *a, int *done) {
+    *a = (mt_args){.dtype_name = "bf16", .layers = -1, .hidden = -1, .heads = -1, .kv_heads = -1, .vocab = -1,
+                   .shards = 1, .max_pos = 32768, .orig_max = 8192, .theta = 10000.0, .eps = 1e-6,
+                   .hy = {.k_heads = -1, .v_heads = -1, .k_dim = -1, .v_dim = -1, .conv = -1, .interval = -1,
+                          .partial = -1.0},
+                   .moe = {.experts = -1, .per_tok = -1, .inter = -1, .shared = -1, .step = -1}};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *o = argv[i];
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             make_target_usage(stdout);
+            *done = 1;
             return 0;
         }
-        if (strcmp(a, "--tie") == 0) {
-            tie = 1;
+        if (strcmp(o, "--tie") == 0) {
+            a->tie = 1;
             continue;
         }
-        if (strcmp(a, "--norm-topk") == 0) {
-            moe.norm_topk = 1;
-            if (!moe.given) moe.given = a;
-            if (!moe.qwen3_only) moe.qwen3_only = a;
+        if (strcmp(o, "--norm-topk") == 0) {
+            a->moe.norm_topk = 1;
+            if (!a->moe.given) a->moe.given = o;
+            if (!a->moe.qwen3_only) a->moe.qwen3_only = o;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0) {
-            if (out_dir) {
-                fprintf(stderr, "error: make-target: one OUT_DIR expected, got '%s' and '%s'\n", out_dir, a);
+        if (strncmp(o, "--", 2) != 0) {
+            if (a->out_dir) {
+                fprintf(stderr, "error: make-target: one OUT_DIR expected, got '%s' and '%s'\n", a->out_dir, o);
                 return 2;
             }
-            out_dir = a;
+            a->out_dir = o;
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "error: make-target: %s needs a value\n", a);
+            fprintf(stderr, "error: make-target: %s needs a value\n", o);
             return 2;
         }
         const char *v = argv[++i];
         int bad = 0, hbad, mbad;
-        if (strcmp(a, "--arch") == 0) arch = v;
-        else if (strcmp(a, "--dtype") == 0) dtype_name_arg = v;
-        else if (strcmp(a, "--layers") == 0) bad = mt_int(a, v, &layers);
-        else if (strcmp(a, "--hidden") == 0) bad = mt_int(a, v, &hidden);
-        else if (strcmp(a, "--heads") == 0) bad = mt_int(a, v, &heads);
-        else if (strcmp(a, "--kv-heads") == 0) bad = mt_int(a, v, &kv_heads);
-        else if (strcmp(a, "--head-dim") == 0) bad = mt_int(a, v, &head_dim);
-        else if (strcmp(a, "--intermediate") == 0) bad = mt_int(a, v, &inter);
-        else if (strcmp(a, "--vocab") == 0) bad = mt_int(a, v, &vocab);
-        else if (strcmp(a, "--seed") == 0) bad = mt_int(a, v, &seed);
-        else if (strcmp(a, "--shards") == 0) bad = mt_int(a, v, &shards);
-        else if (strcmp(a, "--max-positions") == 0) bad = mt_int(a, v, &max_pos);
-        else if (strcmp(a, "--rope-original-max") == 0) bad = mt_int(a, v, &orig_max);
-        else if (strcmp(a, "--rope-theta") == 0) bad = mt_num(a, v, &theta);
-        else if (strcmp(a, "--rope-llama3") == 0) bad = mt_num(a, v, &llama3);
-        else if (strcmp(a, "--eps") == 0) bad = mt_num(a, v, &eps);
-        else if ((hbad = mt_hybrid_opt(&hy, a, v)) != 1) bad = hbad;
-        else if ((mbad = mt_moe_opt(&moe, a, v)) != 1) bad = mbad;
+        if (strcmp(o, "--arch") == 0) a->arch = v;
+        else if (strcmp(o, "--dtype") == 0) a->dtype_name = v;
+        else if (strcmp(o, "--layers") == 0) bad = mt_int(o, v, &a->layers);
+        else if (strcmp(o, "--hidden") == 0) bad = mt_int(o, v, &a->hidden);
+        else if (strcmp(o, "--heads") == 0) bad = mt_int(o, v, &a->heads);
+        else if (strcmp(o, "--kv-heads") == 0) bad = mt_int(o, v, &a->kv_heads);
+        else if (strcmp(o, "--head-dim") == 0) bad = mt_int(o, v, &a->head_dim);
+        else if (strcmp(o, "--intermediate") == 0) bad = mt_int(o, v, &a->inter);
+        else if (strcmp(o, "--vocab") == 0) bad = mt_int(o, v, &a->vocab);
+        else if (strcmp(o, "--seed") == 0) bad = mt_int(o, v, &a->seed);
+        else if (strcmp(o, "--shards") == 0) bad = mt_int(o, v, &a->shards);
+        else if (strcmp(o, "--max-positions") == 0) bad = mt_int(o, v, &a->max_pos);
+        else if (strcmp(o, "--rope-original-max") == 0) bad = mt_int(o, v, &a->orig_max);
+        else if (strcmp(o, "--rope-theta") == 0) bad = mt_num(o, v, &a->theta);
+        else if (strcmp(o, "--rope-llama3") == 0) bad = mt_num(o, v, &a->llama3);
+        else if (strcmp(o, "--eps") == 0) bad = mt_num(o, v, &a->eps);
+        else if ((hbad = mt_hybrid_opt(&a->hy, o, v)) != 1) bad = hbad;
+        else if ((mbad = mt_moe_opt(&a->moe, o, v)) != 1) bad = mbad;
         else {
-            fprintf(stderr, "error: make-target: unknown option '%s' (dflash_tool make-target --help)\n", a);
+            fprintf(stderr, "error: make-target: unknown option '%s' (dflash_tool make-target --help)\n", o);
             return 2;
         }
         if (bad) return 2;
     }
-    const char *missing = !out_dir ? "OUT_DIR" : !arch ? "--arch" : layers < 0 ? "--layers" : hidden < 0 ? "--hidden"
-                        : heads < 0 ? "--heads" : kv_heads < 0 ? "--kv-heads" : vocab < 0 ? "--vocab" : NULL;
+    const char *missing = !a->out_dir ? "OUT_DIR" : !a->arch ? "--arch" : a->layers < 0 ? "--layers"
+                        : a->hidden < 0 ? "--hidden" : a->heads < 0 ? "--heads" : a->kv_heads < 0 ? "--kv-heads"
+                        : a->vocab < 0 ? "--vocab" : NULL;
     if (missing) {
         fprintf(stderr, "error: make-target: missing %s (dflash_tool make-target --help)\n", missing);
         return 2;
     }
+    return 0;
+}
 
-    // Values: each refusal names the option and what is wrong with it.
-    target_config c;
-    memset(&c, 0, sizeof c);
-    dtype dt;
-    const char *torch_dtype;
-    if (strcmp(dtype_name_arg, "bf16") == 0) dt = DT_BF16, torch_dtype = "bfloat16";
-    else if (strcmp(dtype_name_arg, "f16") == 0) dt = DT_F16, torch_dtype = "float16";
-    else if (strcmp(dtype_name_arg, "f32") == 0) dt = DT_F32, torch_dtype = "float32";
-    else {
-        fprintf(stderr, "error: make-target: --dtype '%s' is not one of bf16|f16|f32\n", dtype_name_arg);
+// mt_arch_options: the architecture's table for --arch (c->table, family, moe, multimodal) and the
+// options only some architectures take, refused on the others; *fused: the experts' layout.
+// 0, or 2 after a usage error.
+static int mt_arch_options(const mt_args *a, target_config *c, int *fused) {
+    char names[256];
+    int multimodal = 0;
+    const target_arch *A = mt_arch_find(a->arch, &multimodal);
+    if (!A) {
+        fprintf(stderr, "error: make-target: --arch '%s' is not one of %s\n", a->arch,
+                mt_arch_names(names, sizeof names, -1, -1));
         return 2;
     }
-    if (strcmp(arch, "qwen3") == 0) c.arch = ARCH_QWEN3;
-    else if (strcmp(arch, "llama") == 0) c.arch = ARCH_LLAMA;
-    else if (strcmp(arch, "qwen3_5") == 0) c.arch = ARCH_QWEN3_5;
-    else if (strcmp(arch, "qwen3_5_vl") == 0) c.arch = ARCH_QWEN3_5, c.multimodal = 1;
-    else if (strcmp(arch, "qwen3_moe") == 0) c.arch = ARCH_QWEN3, c.moe = 1;
-    else if (strcmp(arch, "qwen3_5_moe") == 0) c.arch = ARCH_QWEN3_5, c.moe = 1;
-    else if (strcmp(arch, "qwen3_5_moe_vl") == 0) c.arch = ARCH_QWEN3_5, c.moe = 1, c.multimodal = 1;
-    else {
-        fprintf(stderr, "error: make-target: --arch '%s' is not one of qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|"
-                        "qwen3_5_moe|qwen3_5_moe_vl\n", arch);
+    c->table = A;
+    c->arch = (target_family)A->family;
+    c->moe = A->moe;
+    c->multimodal = multimodal;
+    int hybrid = c->arch == ARCH_QWEN3_5, is_moe = c->moe;
+    const char *only = NULL, *names_of = NULL;
+    if (!hybrid && a->hy.given) only = a->hy.given, names_of = mt_arch_names(names, sizeof names, ARCH_QWEN3_5, -1);
+    else if (!is_moe && a->moe.given) only = a->moe.given, names_of = mt_arch_names(names, sizeof names, -1, 1);
+    if (only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch %s\n", only, names_of);
         return 2;
     }
-    int hybrid = c.arch == ARCH_QWEN3_5, is_moe = c.moe;
-    if (!hybrid && hy.given) {
-        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5|qwen3_5_vl|qwen3_5_moe|qwen3_5_moe_vl\n",
-                hy.given);
+    if (is_moe && hybrid && a->moe.qwen3_only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch %s (Qwen3.5-MoE: every layer sparse,"
+                        " the top-k always renormalised)\n", a->moe.qwen3_only,
+                mt_arch_names(names, sizeof names, ARCH_QWEN3, 1));
         return 2;
     }
-    if (!is_moe && moe.given) {
-        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_moe|qwen3_5_moe|qwen3_5_moe_vl\n", moe.given);
+    if (is_moe && !hybrid && a->moe.qwen3_5_only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch %s\n", a->moe.qwen3_5_only,
+                mt_arch_names(names, sizeof names, ARCH_QWEN3_5, 1));
         return 2;
     }
-    if (is_moe && hybrid && moe.qwen3_only) {
-        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_moe (Qwen3.5-MoE: every layer sparse,"
-                        " the top-k always renormalised)\n", moe.qwen3_only);
-        return 2;
-    }
-    if (is_moe && !hybrid && moe.qwen3_5_only) {
-        fprintf(stderr, "error: make-target: %s is only for --arch qwen3_5_moe|qwen3_5_moe_vl\n", moe.qwen3_5_only);
-        return 2;
-    }
-    if (is_moe && hybrid && inter) {
+    if (is_moe && hybrid && a->inter) {
         fprintf(stderr, "error: make-target: --intermediate is not used by --arch %s (no dense MLP: every layer"
-                        " is sparse; give --moe-intermediate / --shared-intermediate)\n", arch);
+                        " is sparse; give --moe-intermediate / --shared-intermediate)\n", a->arch);
         return 2;
     }
-    int fused = is_moe && hybrid; // as published: Qwen3-MoE per expert, Qwen3.5-MoE fused
-    if (moe.layout && strcmp(moe.layout, "fused") == 0) fused = 1;
-    else if (moe.layout && strcmp(moe.layout, "per-expert") == 0) fused = 0;
-    else if (moe.layout) {
-        fprintf(stderr, "error: make-target: --experts-layout '%s' is not one of per-expert|fused\n", moe.layout);
+    *fused = is_moe && hybrid; // as published: Qwen3-MoE per expert, Qwen3.5-MoE fused
+    const char *layout = a->moe.layout;
+    if (layout && strcmp(layout, "fused") == 0) *fused = 1;
+    else if (layout && strcmp(layout, "per-expert") == 0) *fused = 0;
+    else if (layout) {
+        fprintf(stderr, "error: make-target: --experts-layout '%s' is not one of per-expert|fused\n", layout);
         return 2;
     }
-    if (!inter) inter = is_moe && hybrid ? 0 : 3 * hidden;
+    return 0;
+}
+
+// mt_shape_check: the shape and RoPE options' values (a->inter defaulted); NULL, or what is wrong
+// (in msg or a constant).
+static const char *mt_shape_check(const mt_args *a, const target_config *c, char *msg, size_t n) {
+    int hybrid = c->arch == ARCH_QWEN3_5, sparse_only = c->moe && hybrid;
+    int64_t layers = a->layers, hidden = a->hidden, heads = a->heads, kv_heads = a->kv_heads, head_dim = a->head_dim;
     const int64_t big = (int64_t)1 << 24;
-    const char *why = NULL;
-    char msg[256];
-    if (layers < 1 || layers > 4096) why = "--layers must be in [1, 4096]";
-    else if (hidden < 2 || hidden > big) why = "--hidden must be in [2, 2^24]";
-    else if (heads < 1 || heads > hidden) why = "--heads must be in [1, hidden]";
-    else if (!head_dim && hidden % heads != 0) {
-        snprintf(msg, sizeof msg, "--heads %lld does not divide --hidden %lld (give --head-dim)", (long long)heads,
+    char hybrid_names[128];
+    if (layers < 1 || layers > 4096) return "--layers must be in [1, 4096]";
+    if (hidden < 2 || hidden > big) return "--hidden must be in [2, 2^24]";
+    if (heads < 1 || heads > hidden) return "--heads must be in [1, hidden]";
+    if (!head_dim && hidden % heads != 0) {
+        snprintf(msg, n, "--heads %lld does not divide --hidden %lld (give --head-dim)", (long long)heads,
                  (long long)hidden);
-        why = msg;
-    } else if (kv_heads < 1 || heads % kv_heads != 0) {
-        snprintf(msg, sizeof msg, "--kv-heads %lld does not divide --heads %lld", (long long)kv_heads, (long long)heads);
-        why = msg;
-    } else if (head_dim && (head_dim < 2 || head_dim % 2 != 0 || head_dim > 4096))
-        why = "--head-dim must be even, in [2, 4096]";
-    else if (!head_dim && (hidden / heads) % 2 != 0) {
-        snprintf(msg, sizeof msg, "head_dim = hidden/heads = %lld is odd (RoPE rotates pairs); give --head-dim",
-                 (long long)(hidden / heads));
-        why = msg;
-    } else if (c.arch == ARCH_LLAMA && hidden % heads != 0)
-        why = "--heads must divide --hidden for llama (transformers' LlamaConfig refuses it otherwise)";
-    else if (!(is_moe && hybrid) && (inter < 1 || inter > big)) why = "--intermediate must be in [1, 2^24]";
-    else if (vocab < 2 || vocab > big) why = "--vocab must be in [2, 2^24]";
-    else if (seed < 0) why = "--seed must be >= 0";
-    else if (shards < 1 || shards > 99999) why = "--shards must be in [1, 99999]";
-    else if (max_pos < 1) why = "--max-positions must be positive";
-    else if (!(theta > 1.0)) why = "--rope-theta must be > 1";
-    else if (llama3 != 0.0 && !(llama3 >= 1.0)) why = "--rope-llama3 FACTOR must be >= 1";
-    else if (llama3 != 0.0 && (orig_max < 1 || orig_max >= max_pos))
-        why = "--rope-original-max must be in [1, --max-positions) (transformers warns otherwise)";
-    else if (!(eps > 0.0 && eps < 1.0)) why = "--eps must be in (0, 1)";
-    else if (hybrid && llama3 != 0.0) why = "--rope-llama3 is not supported for --arch qwen3_5|qwen3_5_vl";
-    else if (hybrid && layers > TARGET_MAX_LAYERS) {
-        snprintf(msg, sizeof msg, "--layers must be in [1, %d] for --arch qwen3_5|qwen3_5_vl", TARGET_MAX_LAYERS);
-        why = msg;
+        return msg;
     }
+    if (kv_heads < 1 || heads % kv_heads != 0) {
+        snprintf(msg, n, "--kv-heads %lld does not divide --heads %lld", (long long)kv_heads, (long long)heads);
+        return msg;
+    }
+    if (head_dim && (head_dim < 2 || head_dim % 2 != 0 || head_dim > 4096)) return "--head-dim must be even, in [2, 4096]";
+    if (!head_dim && (hidden / heads) % 2 != 0) {
+        snprintf(msg, n, "head_dim = hidden/heads = %lld is odd (RoPE rotates pairs); give --head-dim",
+                 (long long)(hidden / heads));
+        return msg;
+    }
+    if (c->arch == ARCH_LLAMA && hidden % heads != 0)
+        return "--heads must divide --hidden for llama (transformers' LlamaConfig refuses it otherwise)";
+    if (!sparse_only && (a->inter < 1 || a->inter > big)) return "--intermediate must be in [1, 2^24]";
+    if (a->vocab < 2 || a->vocab > big) return "--vocab must be in [2, 2^24]";
+    if (a->seed < 0) return "--seed must be >= 0";
+    if (a->shards < 1 || a->shards > 99999) return "--shards must be in [1, 99999]";
+    if (a->max_pos < 1) return "--max-positions must be positive";
+    if (!(a->theta > 1.0)) return "--rope-theta must be > 1";
+    if (a->llama3 != 0.0 && !(a->llama3 >= 1.0)) return "--rope-llama3 FACTOR must be >= 1";
+    if (a->llama3 != 0.0 && (a->orig_max < 1 || a->orig_max >= a->max_pos))
+        return "--rope-original-max must be in [1, --max-positions) (transformers warns otherwise)";
+    if (!(a->eps > 0.0 && a->eps < 1.0)) return "--eps must be in (0, 1)";
+    mt_arch_names(hybrid_names, sizeof hybrid_names, ARCH_QWEN3_5, 0);
+    if (hybrid && a->llama3 != 0.0) {
+        snprintf(msg, n, "--rope-llama3 is not supported for --arch %s", hybrid_names);
+        return msg;
+    }
+    if (hybrid && layers > TARGET_MAX_LAYERS) {
+        snprintf(msg, n, "--layers must be in [1, %d] for --arch %s", TARGET_MAX_LAYERS, hybrid_names);
+        return msg;
+    }
+    return NULL;
+}
+
+// mt_dtype: --dtype, the weights' dtype (*dt) and config.json's torch_dtype (into c); 0, or 2 after
+// a usage error.
+static int mt_dtype(const char *name, dtype *dt, target_config *c) {
+    const char *torch_dtype;
+    if (strcmp(name, "bf16") == 0) *dt = DT_BF16, torch_dtype = "bfloat16";
+    else if (strcmp(name, "f16") == 0) *dt = DT_F16, torch_dtype = "float16";
+    else if (strcmp(name, "f32") == 0) *dt = DT_F32, torch_dtype = "float32";
+    else {
+        fprintf(stderr, "error: make-target: --dtype '%s' is not one of bf16|f16|f32\n", name);
+        return 2;
+    }
+    snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", torch_dtype);
+    return 0;
+}
+
+// mt_config: the rest of config c (its dtype, table and flags set by mt_dtype and mt_arch_options)
+// from the options; 0, or 1 after printing what is wrong.
+static int mt_config(mt_args *a, target_config *c) {
+    int hybrid = c->arch == ARCH_QWEN3_5, is_moe = c->moe;
+    if (!a->inter) a->inter = is_moe && hybrid ? 0 : 3 * a->hidden;
+    char msg[256];
+    const char *why = mt_shape_check(a, c, msg, sizeof msg);
     if (why) {
         fprintf(stderr, "error: make-target: %s\n", why);
         return 1;
     }
-    if (!head_dim) head_dim = hidden / heads;
-
-    c.n_layers = layers;
-    c.hidden = hidden;
-    c.intermediate = inter;
-    c.n_heads = heads;
-    c.n_kv_heads = kv_heads;
-    c.head_dim = head_dim;
-    c.vocab = vocab;
-    c.max_positions = max_pos;
-    c.rms_eps = eps;
-    c.rope_theta = theta;
-    c.tie_embeddings = tie;
-    c.partial_rotary = 1.0;
-    c.rope_dim = head_dim;
-    if ((hybrid && mt_hybrid_setup(&c, &hy, msg, sizeof msg)) || (is_moe && mt_moe_setup(&c, &moe, msg, sizeof msg))) {
+    if (!a->head_dim) a->head_dim = a->hidden / a->heads;
+    c->n_layers = a->layers;
+    c->hidden = a->hidden;
+    c->intermediate = a->inter;
+    c->n_heads = a->heads;
+    c->n_kv_heads = a->kv_heads;
+    c->head_dim = a->head_dim;
+    c->vocab = a->vocab;
+    c->max_positions = a->max_pos;
+    c->rms_eps = a->eps;
+    c->rope_theta = a->theta;
+    c->tie_embeddings = a->tie;
+    c->partial_rotary = 1.0;
+    c->rope_dim = a->head_dim;
+    if ((hybrid && mt_hybrid_setup(c, &a->hy, msg, sizeof msg)) || (is_moe && mt_moe_setup(c, &a->moe, msg, sizeof msg))) {
         fprintf(stderr, "error: make-target: %s\n", msg);
         return 1;
     }
-    snprintf(c.arch_name, sizeof c.arch_name, "%s",
-             c.arch == ARCH_QWEN3 ? (is_moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM")
-             : c.arch == ARCH_LLAMA ? "LlamaForCausalLM"
-             : is_moe ? (c.multimodal ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5MoeForCausalLM")
-             : c.multimodal ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5ForCausalLM");
-    snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s", torch_dtype);
-    if (llama3 != 0.0) {
-        c.rope_llama3 = 1;
-        c.rope_factor = llama3;
-        c.rope_low_freq_factor = 1.0;
-        c.rope_high_freq_factor = 4.0;
-        c.rope_original_max_positions = orig_max;
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", target_arch_class_of(c->table, c->multimodal)->class_name);
+    if (a->llama3 != 0.0) {
+        c->rope_llama3 = 1;
+        c->rope_factor = a->llama3;
+        c->rope_low_freq_factor = 1.0;
+        c->rope_high_freq_factor = 4.0;
+        c->rope_original_max_positions = a->orig_max;
     }
-
     // Our own reader must read back what we write.
-    char *json = target_config_to_json(&c);
+    char *json = target_config_to_json(c);
     target_config back;
     int rc = target_config_parse(&back, json, "make-target config.json");
     free(json);
@@ -889,39 +966,32 @@ int tool_make_target_main(int argc, char **argv) {
         fprintf(stderr, "error: make-target: %s\n", error_msg());
         return 1;
     }
-    if (is_moe && (back.moe != 1 || back.n_experts != c.n_experts || back.n_experts_tok != c.n_experts_tok ||
-                   back.norm_topk_prob != c.norm_topk_prob || back.shared_intermediate != c.shared_intermediate ||
-                   memcmp(back.layer_sparse, c.layer_sparse, (size_t)layers) != 0)) {
+    if (is_moe && (back.moe != 1 || back.n_experts != c->n_experts || back.n_experts_tok != c->n_experts_tok ||
+                   back.norm_topk_prob != c->norm_topk_prob || back.shared_intermediate != c->shared_intermediate ||
+                   memcmp(back.layer_sparse, c->layer_sparse, (size_t)a->layers) != 0)) {
         fprintf(stderr, "error: make-target: internal: config.json reads back as a different mixture of experts\n");
         return 1;
     }
+    return 0;
+}
 
-    mt_list list = {0};
-    mt_build_list(&list, &c, fused);
-    if (shards > list.n) {
-        fprintf(stderr, "error: make-target: --shards %lld is more than the %d tensors\n", (long long)shards, list.n);
-        free(list.t);
-        return 1;
-    }
+// ---------------------------------------------------------------- the directory
 
-    char out[4096];
-    snprintf(out, sizeof out, "%s", out_dir);
-    for (size_t len = strlen(out); len > 1 && out[len - 1] == '/';) out[--len] = '\0';
-    out_dir = out;
+// mt_write_dir: the model into out_dir (which must not exist), built under out_dir.tmp.<pid> and
+// renamed, the rename made durable. 0, or 1 after printing what failed (nothing left behind).
+static int mt_write_dir(const char *out_dir, const target_config *c, mt_list *list, const mt_args *a, dtype dt) {
     struct stat st;
     if (stat(out_dir, &st) == 0) {
         fprintf(stderr, "error: make-target: %s already exists (remove it or choose another OUT_DIR)\n", out_dir);
-        free(list.t);
         return 1;
     }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_dir, (long)getpid());
     if (mkdir(tmp, 0755) != 0) {
         fprintf(stderr, "error: make-target: cannot create %s: %s\n", tmp, strerror(errno));
-        free(list.t);
         return 1;
     }
-    rc = mt_write_model(tmp, &c, &list, (uint64_t)seed, dt, (int)shards);
+    int rc = mt_write_model(tmp, c, list, (uint64_t)a->seed, dt, (int)a->shards);
     if (rc == 0) {
         mt_fsync_dir(tmp);
         if (rename(tmp, out_dir) != 0) rc = error_set("rename %s -> %s: %s", tmp, out_dir, strerror(errno));
@@ -929,7 +999,6 @@ int tool_make_target_main(int argc, char **argv) {
     if (rc) {
         mt_remove_dir(tmp);
         fprintf(stderr, "error: make-target: %s\n", error_msg());
-        free(list.t);
         return 1;
     }
     // Make the rename durable: fsync the parent directory.
@@ -940,32 +1009,64 @@ int tool_make_target_main(int argc, char **argv) {
     else if (slash == parent) parent[1] = '\0';
     else *slash = '\0';
     mt_fsync_dir(parent);
+    return 0;
+}
 
-    int64_t params = 0;
-    for (int i = 0; i < list.n; i++) params += mt_numel(&list.t[i]);
+// mt_print_summary: the one line saying what was written.
+static void mt_print_summary(const char *out_dir, const target_config *c, const mt_list *list, const mt_args *a,
+                             int fused) {
+    int64_t params = 0, layers = c->n_layers;
+    for (int i = 0; i < list->n; i++) params += mt_numel(&list->t[i]);
     char extra[160] = "";
-    if (hybrid) {
+    if (c->arch == ARCH_QWEN3_5) {
         int64_t n_lin = 0;
-        for (int64_t i = 0; i < layers; i++) n_lin += c.layer_linear[i];
+        for (int64_t i = 0; i < layers; i++) n_lin += c->layer_linear[i];
         snprintf(extra, sizeof extra, " (%lld linear: %lld/%lld heads x %lld/%lld, kernel %lld; rope dims %lld)",
-                 (long long)n_lin, (long long)c.lin_k_heads, (long long)c.lin_v_heads, (long long)c.lin_k_dim,
-                 (long long)c.lin_v_dim, (long long)c.lin_conv_kernel, (long long)c.rope_dim);
+                 (long long)n_lin, (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
+                 (long long)c->lin_v_dim, (long long)c->lin_conv_kernel, (long long)c->rope_dim);
     }
     char moe_extra[200] = "";
-    if (is_moe) {
+    if (c->moe) {
         int64_t n_sparse = 0;
-        for (int64_t i = 0; i < layers; i++) n_sparse += c.layer_sparse[i];
+        for (int64_t i = 0; i < layers; i++) n_sparse += c->layer_sparse[i];
         char shared[48] = "";
-        if (c.shared_intermediate > 0) snprintf(shared, sizeof shared, " + a shared expert x %lld", (long long)c.shared_intermediate);
+        if (c->shared_intermediate > 0) snprintf(shared, sizeof shared, " + a shared expert x %lld", (long long)c->shared_intermediate);
         snprintf(moe_extra, sizeof moe_extra, ", %lld sparse: %lld experts x %lld, top %lld%s%s, %s", (long long)n_sparse,
-                 (long long)c.n_experts, (long long)c.moe_intermediate, (long long)c.n_experts_tok,
-                 c.norm_topk_prob ? " renormalised" : "", shared, fused ? "fused" : "per expert");
+                 (long long)c->n_experts, (long long)c->moe_intermediate, (long long)c->n_experts_tok,
+                 c->norm_topk_prob ? " renormalised" : "", shared, fused ? "fused" : "per expert");
     }
     printf("make-target: wrote %s: %s, %lld layers%s%s, hidden %lld, %lld/%lld heads x %lld, vocab %lld, %s%s,"
            " %lld parameters in %lld file%s\n",
-           out_dir, c.arch_name, (long long)layers, extra, moe_extra, (long long)hidden, (long long)heads, (long long)kv_heads,
-           (long long)head_dim, (long long)vocab, dtype_name_arg, tie ? ", tied" : "", (long long)params,
-           (long long)shards, shards == 1 ? "" : "s");
+           out_dir, c->arch_name, (long long)layers, extra, moe_extra, (long long)c->hidden, (long long)c->n_heads,
+           (long long)c->n_kv_heads, (long long)c->head_dim, (long long)c->vocab, a->dtype_name,
+           a->tie ? ", tied" : "", (long long)params, (long long)a->shards, a->shards == 1 ? "" : "s");
+}
+
+int tool_make_target_main(int argc, char **argv) {
+    mt_args a;
+    int done = 0, rc = mt_parse_args(argc, argv, &a, &done);
+    if (rc || done) return rc;
+    // Values: each refusal names the option and what is wrong with it.
+    target_config c;
+    memset(&c, 0, sizeof c);
+    int fused = 0;
+    dtype dt;
+    if ((rc = mt_dtype(a.dtype_name, &dt, &c)) != 0 || (rc = mt_arch_options(&a, &c, &fused)) != 0 ||
+        (rc = mt_config(&a, &c)) != 0)
+        return rc;
+
+    mt_list list = {0};
+    mt_build_list(&list, &c, fused);
+    if (a.shards > list.n) {
+        fprintf(stderr, "error: make-target: --shards %lld is more than the %d tensors\n", (long long)a.shards, list.n);
+        free(list.t);
+        return 1;
+    }
+    char out[4096];
+    snprintf(out, sizeof out, "%s", a.out_dir);
+    for (size_t len = strlen(out); len > 1 && out[len - 1] == '/';) out[--len] = '\0';
+    rc = mt_write_dir(out, &c, &list, &a, dt);
+    if (rc == 0) mt_print_summary(out, &c, &list, &a, fused);
     free(list.t);
-    return 0;
+    return rc;
 }

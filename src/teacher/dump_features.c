@@ -208,137 +208,223 @@ typedef struct {
     int64_t n_set_heldout[CONFIG_MAX_SETS];      // its length; -1 = the set records none
 } dump_result;
 
-// This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
-static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *links, dump_result *res) {
-    if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
-    if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
-    if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
-    if (fs_mkdirs(cfg->features_dir)) return error_prefix("features.dir");
+// This rank's part of the run: its stage of the target (the whole target when G = 1), the outputs
+// asked for, the training data, the batch size and the target's work buffers, and what describes
+// the run (featfile.h's info for every shard, identity.h's identity for the index).
+typedef struct {
+    target_model m;
+    target_outputs o;
+    dataset ts;
+    int max_tokens, max_seqs, tile;
+    arena work;
+    target_work tw;
+    featfile_info info;
+    run_identity id;
+    int64_t *lengths; // [ts.n] the samples' lengths
+} dump_rank;
 
-    target_model m = {.be = be}; // this rank's stage of its group (the whole target when G = 1)
-    if (target_config_load(&m.cfg, cfg->target_path) || teacher_stage_select(w, &m) ||
-        target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1))
+// dump_open_target: this rank's stage of the target and the outputs (layer ids, top-k) checked
+// against it. -1 with nothing left open.
+static int dump_open_target(const world *w, const config *cfg, backend *be, dump_rank *d) {
+    d->m = (target_model){.be = be};
+    target_model *m = &d->m;
+    if (target_config_load(&m->cfg, cfg->target_path) || teacher_stage_select(w, m) ||
+        target_load_stage(m, cfg->target_path, be, m->layer_begin, m->layer_end > 0 ? m->layer_end : -1))
         return -1;
-    target_outputs o = {.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    d->o = (target_outputs){.topk = (int)cfg->teacher_topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    target_outputs *o = &d->o;
     int rc = 0;
     if (cfg->target_layer_ids.n > 0) {
-        o.n_feat = (int)cfg->target_layer_ids.n;
-        for (int i = 0; i < o.n_feat; i++) o.layer_ids[i] = cfg->target_layer_ids.v[i];
+        o->n_feat = (int)cfg->target_layer_ids.n;
+        for (int i = 0; i < o->n_feat; i++) o->layer_ids[i] = cfg->target_layer_ids.v[i];
     } else {
-        o.n_feat = (int)cfg->n_features;
-        rc = target_default_layer_ids(m.cfg.n_layers, o.n_feat, o.layer_ids);
+        o->n_feat = (int)cfg->n_features;
+        rc = target_default_layer_ids(m->cfg.n_layers, o->n_feat, o->layer_ids);
     }
-    if (rc == 0) rc = target_outputs_check(&m, &o);
-    dataset ts;
-    if (rc == 0 && dataset_open(&ts, cfg, cfg->min_loss_tokens)) rc = -1;
-    if (rc) {
-        target_free(&m);
-        return -1;
-    }
-    if (ts.vocab_size > m.cfg.vocab) {
-        rc = error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)", dataset_path(&ts, 0),
-                       (long long)ts.vocab_size, (long long)m.cfg.vocab, cfg->target_path);
-        dataset_close(&ts);
-        target_free(&m);
+    if (rc == 0) rc = target_outputs_check(m, o);
+    if (rc) target_free(m);
+    return rc ? -1 : 0;
+}
+
+// dump_open_data: the training data, whose tokens must be the target's. -1 with it closed.
+static int dump_open_data(const config *cfg, dump_rank *d) {
+    if (dataset_open(&d->ts, cfg, cfg->min_loss_tokens)) return -1;
+    if (d->ts.vocab_size > d->m.cfg.vocab) {
+        int rc = error_set("training set %s has vocab_size %lld, larger than the target's %lld (%s)",
+                           dataset_path(&d->ts, 0), (long long)d->ts.vocab_size, (long long)d->m.cfg.vocab,
+                           cfg->target_path);
+        dataset_close(&d->ts);
         return rc;
     }
+    return 0;
+}
 
-    // Batch size: teacher.max_tokens, which must fit the memory budget when one is given.
-    int max_tokens = (int)cfg->teacher_max_tokens, max_seqs = max_tokens, tile = o.vocab_tile;
+// dump_size_batch: the batch size, teacher.max_tokens, which must hold the longest sample and fit
+// the memory budget when one is given; then the work buffers for it. -1 with nothing allocated.
+static int dump_size_batch(const config *cfg, backend *be, dump_rank *d) {
+    const dataset *ts = &d->ts;
+    d->max_tokens = (int)cfg->teacher_max_tokens, d->max_seqs = d->max_tokens, d->tile = d->o.vocab_tile;
+    int rc = 0, max_tokens = d->max_tokens;
     int64_t longest = 0, at = 0;
-    for (int64_t i = 0; i < ts.n; i++)
-        if (dataset_len(&ts, i) > longest) longest = dataset_len(&ts, i), at = i;
+    for (int64_t i = 0; i < ts->n; i++)
+        if (dataset_len(ts, i) > longest) longest = dataset_len(ts, i), at = i;
     if (longest > max_tokens) rc = error_set("training set %s has a sample of %lld tokens, more than teacher.max_tokens = %d",
-                                             dataset_path(&ts, dataset_set_of(&ts, at)), (long long)longest, max_tokens);
+                                             dataset_path(ts, dataset_set_of(ts, at)), (long long)longest, max_tokens);
     if (rc == 0 && cfg->teacher_mem_budget > 0) {
-        int fit = target_plan_tokens(&m, &o, (size_t)cfg->teacher_mem_budget, max_seqs, &tile);
+        int fit = target_plan_tokens(&d->m, &d->o, (size_t)cfg->teacher_mem_budget, d->max_seqs, &d->tile);
         if (fit < max_tokens) {
             char b1[32], b2[32];
             rc = error_set("teacher.mem_budget %s holds batches of %d tokens, less than teacher.max_tokens = %d "
                            "(weights alone take %s)", bytes_format((size_t)cfg->teacher_mem_budget, b1, sizeof b1), fit,
-                           max_tokens, bytes_format(target_model_weight_bytes(&m), b2, sizeof b2));
+                           max_tokens, bytes_format(target_model_weight_bytes(&d->m), b2, sizeof b2));
         }
     }
-    if (rc) {
-        dataset_close(&ts);
-        target_free(&m);
+    if (rc || arena_init(&d->work, "teacher work", be, target_work_bytes(&d->m, &d->o, max_tokens, d->max_seqs, d->tile)))
         return -1;
-    }
-    arena work;
-    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, max_tokens, max_seqs, tile))) {
-        dataset_close(&ts);
-        target_free(&m);
-        return -1;
-    }
-    target_work tw;
-    target_work_carve(&tw, &work, &m, &o, max_tokens, max_seqs, tile);
+    target_work_carve(&d->tw, &d->work, &d->m, &d->o, max_tokens, d->max_seqs, d->tile);
+    return 0;
+}
 
-    featfile_info info = {.vocab_size = ts.vocab_size, .n_feat = o.n_feat, .hidden = m.cfg.hidden, .topk = o.topk};
-    snprintf(info.tokenizer, sizeof info.tokenizer, "%s", ts.tokenizer);
-    snprintf(info.target, sizeof info.target, "%s", cfg->target_path);
-    snprintf(info.target_arch, sizeof info.target_arch, "%s", m.cfg.arch_name);
-    for (int i = 0; i < o.n_feat; i++) info.layer_ids[i] = o.layer_ids[i];
+// dump_describe: what every shard records (info) and the run's identity, recorded in the index and
+// compared with existing shards (identity.h); d->lengths for both.
+static void dump_describe(const config *cfg, dump_rank *d) {
+    const dataset *ts = &d->ts;
+    const target_outputs *o = &d->o;
+    featfile_info *info = &d->info;
+    *info = (featfile_info){.vocab_size = ts->vocab_size, .n_feat = o->n_feat, .hidden = d->m.cfg.hidden, .topk = o->topk};
+    snprintf(info->tokenizer, sizeof info->tokenizer, "%s", ts->tokenizer);
+    snprintf(info->target, sizeof info->target, "%s", cfg->target_path);
+    snprintf(info->target_arch, sizeof info->target_arch, "%s", d->m.cfg.arch_name);
+    for (int i = 0; i < o->n_feat; i++) info->layer_ids[i] = o->layer_ids[i];
 
-    // the run's identity, recorded in the index and compared with existing shards (identity.h)
-    int64_t *lengths = xmalloc((size_t)(ts.n + 1) * sizeof *lengths);
-    for (int64_t i = 0; i < ts.n; i++) lengths[i] = dataset_len(&ts, i);
-    run_identity id;
+    d->lengths = xmalloc((size_t)(ts->n + 1) * sizeof *d->lengths);
+    for (int64_t i = 0; i < ts->n; i++) d->lengths[i] = dataset_len(ts, i);
+    run_identity *id = &d->id;
     char cfg_json[CONFIG_STR + 16];
     snprintf(cfg_json, sizeof cfg_json, "%s/config.json", cfg->target_path);
-    identity_init(&id);
-    identity_set_target(&id, m.cfg.arch_name, m.cfg.hidden, m.cfg.n_layers, m.cfg.vocab, cfg_json);
-    id.n_layer_ids = o.n_feat;
-    for (int i = 0; i < o.n_feat; i++) id.layer_ids[i] = o.layer_ids[i];
-    snprintf(id.feature_convention, sizeof id.feature_convention, "%s", "hidden_states[id+1]");
-    identity_set_data(&id, lengths, ts.n);
+    identity_init(id);
+    identity_set_target(id, d->m.cfg.arch_name, d->m.cfg.hidden, d->m.cfg.n_layers, d->m.cfg.vocab, cfg_json);
+    id->n_layer_ids = o->n_feat;
+    for (int i = 0; i < o->n_feat; i++) id->layer_ids[i] = o->layer_ids[i];
+    snprintf(id->feature_convention, sizeof id->feature_convention, "%s", "hidden_states[id+1]");
+    identity_set_data(id, d->lengths, ts->n);
+}
 
-    int64_t D = (int64_t)o.n_feat * m.cfg.hidden;
-    dump_ctx c = {.m = &m, .o = &o, .w = &tw, .ts = &ts};
-    stage_link link;
-    if (w->group_size > 1) { // two batches in flight to the next stage
-        if (stage_link_init(&link, w, be, links, 2, max_tokens, m.cfg.hidden, D)) {
-            free(lengths);
-            arena_free(&work);
-            dataset_close(&ts);
-            target_free(&m);
-            return -1;
-        }
-        c.link = &link;
+// dump_rank_close: what dump_open_target .. dump_describe opened.
+static void dump_rank_close(dump_rank *d) {
+    free(d->lengths);
+    arena_free(&d->work);
+    dataset_close(&d->ts);
+    target_free(&d->m);
+}
+
+// dump_ctx_open: the batch's host buffers and, in a teacher group, the link to the next stage (two
+// batches in flight; held in *link). -1 with nothing allocated.
+static int dump_ctx_open(dump_ctx *c, dump_rank *d, const world *w, backend *be, nccl_links *links, stage_link *link) {
+    int64_t D = (int64_t)d->o.n_feat * d->m.cfg.hidden;
+    size_t max_tokens = (size_t)d->max_tokens, k = (size_t)d->o.topk;
+    *c = (dump_ctx){.m = &d->m, .o = &d->o, .w = &d->tw, .ts = &d->ts};
+    if (w->group_size > 1) {
+        if (stage_link_init(link, w, be, links, 2, d->max_tokens, d->m.cfg.hidden, D)) return -1;
+        c->link = link;
     }
-    int writer = target_stage_is_last(&m); // the last stage writes the shards
-    c.tokens = xmalloc((size_t)max_tokens * sizeof(int32_t));
-    c.mask = xmalloc((size_t)max_tokens);
-    c.cu = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
-    c.feat_raw = xmalloc((size_t)max_tokens * (size_t)D * dtype_size(ops_act_dtype(be)));
-    c.feat_bf16 = xmalloc((size_t)max_tokens * (size_t)D * sizeof(uint16_t));
-    c.topk_idx = xmalloc((size_t)max_tokens * (size_t)o.topk * sizeof(int32_t));
-    c.topk_val = xmalloc((size_t)max_tokens * (size_t)o.topk * sizeof(float));
-    c.lse = xmalloc((size_t)max_tokens * sizeof(float));
+    c->tokens = xmalloc(max_tokens * sizeof(int32_t));
+    c->mask = xmalloc(max_tokens);
+    c->cu = xmalloc(((size_t)d->max_seqs + 1) * sizeof(int32_t));
+    c->feat_raw = xmalloc(max_tokens * (size_t)D * dtype_size(ops_act_dtype(be)));
+    c->feat_bf16 = xmalloc(max_tokens * (size_t)D * sizeof(uint16_t));
+    c->topk_idx = xmalloc(max_tokens * k * sizeof(int32_t));
+    c->topk_val = xmalloc(max_tokens * k * sizeof(float));
+    c->lse = xmalloc(max_tokens * sizeof(float));
+    return 0;
+}
 
-    // shard s to teacher s mod (number of teachers): a group's stages all walk its shards
-    // At most features.shard_samples per shard, the shard count a multiple of the teachers' (each
-    // gets the same work: 384 samples on 2 teachers are 2 shards of 192, not 1 of 384 and an idle rank).
-    int64_t me = w->group, n_teachers = w->groups > 0 ? w->groups : 1;
-    int64_t n_shards = (ts.n + cfg->features_shard_samples - 1) / cfg->features_shard_samples;
-    if (ts.n >= n_teachers) n_shards = (n_shards + n_teachers - 1) / n_teachers * n_teachers;
-    int64_t per = n_shards > 0 ? (ts.n + n_shards - 1) / n_shards : 1;
-    n_shards = (ts.n + per - 1) / per;
-    int64_t mine = 0, skipped = 0, done_samples = 0, my_samples = 0;
-    for (int64_t s = me; s < n_shards; s += n_teachers) my_samples += (s + 1) * per < ts.n ? per : ts.n - s * per;
+static void dump_ctx_close(dump_ctx *c) {
+    if (c->link) stage_link_free(c->link);
+    free(c->tokens);
+    free(c->mask);
+    free(c->cu);
+    free(c->feat_raw);
+    free(c->feat_bf16);
+    free(c->topk_idx);
+    free(c->topk_val);
+    free(c->lse);
+}
+
+// dump_shard_have: 1 when an earlier run left shard `path` (samples [first, last)) complete with
+// this run's settings and tokens, 0 when it is to be dumped, -1 on an error (featfile_check).
+static int dump_shard_have(dump_rank *d, dump_ctx *c, const char *path, int64_t first, int64_t last) {
+    uint32_t tokens_crc = 0; // the run's tokens of this shard, for a shard an earlier run left
+    struct stat st;
+    for (int64_t i = first; i < last && stat(path, &st) == 0; i++) {
+        if (dataset_read(&d->ts, i, c->tokens, NULL)) return -1;
+        tokens_crc = crc32c_update(tokens_crc, c->tokens, (size_t)dataset_len(&d->ts, i) * sizeof(int32_t));
+    }
+    return featfile_check(path, &d->info, d->lengths + first, last - first, tokens_crc);
+}
+
+// The walk over this rank's shards: its progress line (on the writer) and what it did.
+typedef struct {
     progress p;
-    if (writer) progress_start(&p, "dump-features (samples)", my_samples);
-    int first_stage = target_stage_is_first(&m), stopped = 0;
-    for (int64_t s = me; s < n_shards && rc == 0; s += n_teachers) {
-        int64_t first = s * per, last = first + per < ts.n ? first + per : ts.n;
+    int writer; // this rank writes the shards (a group's last stage)
+    int64_t done_samples;
+} dump_walk;
+
+// dump_shard_write: samples [first, last) of shard s in batches into the shard file path (the
+// writer's; the other stages pass their layers on). 0 when written, DUMP_STOPPED when the first
+// stage stopped before it (nothing of it written), -1 on an error; an error of a group's stage ends
+// the job (the other stages would wait on it).
+static int dump_shard_write(const world *w, dump_rank *d, dump_ctx *c, dump_walk *k, const char *path, int64_t s,
+                            int64_t first, int64_t last) {
+    c->first_of_shard = first;
+    c->fw = &(featfile_writer){0};
+    if (k->writer && featfile_writer_open(c->fw, path, &d->info)) return -1;
+    int rc = 0;
+    int64_t i = first;
+    while (i < last && rc == 0) {
+        int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
+        while (j < last && T + dataset_len(&d->ts, j) <= d->max_tokens) T += dataset_len(&d->ts, j++);
+        rc = dump_batch(c, s, i, j);
+        if (rc == DUMP_STOPPED) break;
+        if (rc && c->link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
+        k->done_samples += j - i;
+        if (k->writer) progress_update(&k->p, k->done_samples);
+        i = j;
+    }
+    if (rc == DUMP_STOPPED) { // nothing of this shard came: nothing of it is written
+        if (k->writer) featfile_writer_abort(c->fw);
+        return DUMP_STOPPED;
+    }
+    if (!k->writer) return rc;
+    if (rc == 0) rc = featfile_writer_close(c->fw);
+    else featfile_writer_abort(c->fw);
+    if (rc && c->link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
+    return rc;
+}
+
+// dump_shards: this rank's shards, shard s to teacher s mod (number of teachers) (a group's stages
+// all walk its shards), at most features.shard_samples samples per shard, the shard count a
+// multiple of the teachers' (each gets the same work: 384 samples on 2 teachers are 2 shards of 192,
+// not 1 of 384 and an idle rank). A shard an earlier run finished is skipped; a stop (a signal) is
+// taken before a shard that needs dumping.
+static int dump_shards(const world *w, const config *cfg, dump_rank *d, dump_ctx *c, dump_result *res) {
+    int64_t n = d->ts.n, me = w->group, n_teachers = w->groups > 0 ? w->groups : 1;
+    int64_t n_shards = (n + cfg->features_shard_samples - 1) / cfg->features_shard_samples;
+    if (n >= n_teachers) n_shards = (n_shards + n_teachers - 1) / n_teachers * n_teachers;
+    int64_t per = n_shards > 0 ? (n + n_shards - 1) / n_shards : 1;
+    n_shards = (n + per - 1) / per;
+    res->n_shards = n_shards;
+    int64_t mine = 0, skipped = 0, my_samples = 0;
+    for (int64_t s = me; s < n_shards; s += n_teachers) my_samples += (s + 1) * per < n ? per : n - s * per;
+    dump_walk k = {.writer = target_stage_is_last(&d->m)};
+    res->writer = k.writer;
+    if (k.writer) progress_start(&k.p, "dump-features (samples)", my_samples);
+    int first_stage = target_stage_is_first(&d->m), rc = 0;
+    for (int64_t s = me; s < n_shards; s += n_teachers) {
+        int64_t first = s * per, last = first + per < n ? first + per : n;
         char path[CONFIG_STR + 64];
         shard_path(path, sizeof path, cfg->features_dir, s, n_shards);
-        uint32_t tokens_crc = 0; // the run's tokens of this shard, for a shard an earlier run left
-        struct stat st;
-        for (int64_t i = first; i < last && rc == 0 && stat(path, &st) == 0; i++) {
-            if (dataset_read(&ts, i, c.tokens, NULL)) rc = -1;
-            else tokens_crc = crc32c_update(tokens_crc, c.tokens, (size_t)dataset_len(&ts, i) * sizeof(int32_t));
-        }
-        int have = rc ? -1 : featfile_check(path, &info, lengths + first, last - first, tokens_crc);
+        int have = dump_shard_have(d, c, path, first, last);
         if (have < 0) {
             rc = -1;
             break;
@@ -346,87 +432,88 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
         mine++;
         if (have == 1) { // finished by an earlier run (every stage of a group sees the same file)
             skipped++;
-            done_samples += last - first;
-            if (writer) progress_update(&p, done_samples);
+            k.done_samples += last - first;
+            if (k.writer) progress_update(&k.p, k.done_samples);
             continue;
         }
         // A stop (a signal): before a shard that needs dumping (every stage skips the same done ones),
         // decided by a group's first stage, which tells the later stages (they stop at this shard).
         if (first_stage && stop_requested()) {
-            stopped = 1;
-            if (c.link) stage_send_stop(c.link);
+            res->stopped = 1;
+            if (c->link) stage_send_stop(c->link);
             break;
         }
-        c.first_of_shard = first;
-        c.fw = &(featfile_writer){0};
-        if (writer && featfile_writer_open(c.fw, path, &info)) {
-            rc = -1;
+        rc = dump_shard_write(w, d, c, &k, path, s, first, last);
+        if (rc == DUMP_STOPPED) {
+            rc = 0, res->stopped = 1;
             break;
         }
-        int64_t i = first;
-        while (i < last && rc == 0) {
-            int64_t j = i, T = 0; // pack samples i .. j-1 into one batch
-            while (j < last && T + dataset_len(&ts, j) <= max_tokens) T += dataset_len(&ts, j++);
-            rc = dump_batch(&c, s, i, j);
-            if (rc == DUMP_STOPPED) break;
-            if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
-            done_samples += j - i;
-            if (writer) progress_update(&p, done_samples);
-            i = j;
-        }
-        if (rc == DUMP_STOPPED) { // nothing of this shard came: nothing of it is written
-            if (writer) featfile_writer_abort(c.fw);
-            rc = 0, stopped = 1;
-            break;
-        }
-        if (!writer) continue;
-        if (rc == 0) rc = featfile_writer_close(c.fw);
-        else featfile_writer_abort(c.fw);
-        if (rc == 0) res->shards_done++;
-        if (rc && c.link) fatal("dump-features, teacher group %d stage %d: %s", w->group, w->stage, error_msg());
+        if (rc) break;
+        if (k.writer) res->shards_done++;
     }
-    if (c.link) stage_link_free(c.link);
-    res->stopped = stopped;
-    res->writer = writer;
-    if (rc == 0 && writer && !stopped) progress_end(&p);
-    if (rc == 0 && mine && writer && !stopped)
+    if (rc == 0 && k.writer && !res->stopped) progress_end(&k.p);
+    if (rc == 0 && mine && k.writer && !res->stopped)
         log_info("dump-features: %lld shard(s) of %lld on this rank, %lld already done", (long long)mine,
                  (long long)n_shards, (long long)skipped);
+    return rc;
+}
 
-    res->info = info;
-    res->id = id;
-    free(lengths);
-    res->n_shards = n_shards;
-    res->n_samples = ts.n;
-    for (int i = 0; i < ts.n_sets; i++) {
-        const trainset *t = &ts.sets[i];
-        res->set_samples[i] = ts.first[i + 1] - ts.first[i];
+// dump_sets: what the index records of each training set: its usable samples, the CRC32C of their
+// lengths (int64 LE: the set's content identity) and a copy of its held-out split (the set closes
+// before the index is written).
+static void dump_sets(const dataset *ts, dump_result *res) {
+    res->n_samples = ts->n;
+    for (int i = 0; i < ts->n_sets; i++) {
+        const trainset *t = &ts->sets[i];
+        res->set_samples[i] = ts->first[i + 1] - ts->first[i];
         uint32_t crc = 0;
-        for (int64_t k = ts.first[i]; k < ts.first[i + 1]; k++) {
+        for (int64_t k = ts->first[i]; k < ts->first[i + 1]; k++) {
             unsigned char le[8];
-            for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)dataset_len(&ts, k) >> (8 * b));
+            for (int b = 0; b < 8; b++) le[b] = (unsigned char)((uint64_t)dataset_len(ts, k) >> (8 * b));
             crc = crc32c_update(crc, le, 8);
         }
         res->set_lengths_crc[i] = crc;
         res->n_set_heldout[i] = t->n_heldout >= 0 ? t->n_heldout_usable : -1;
-        if (res->n_set_heldout[i] > 0) { // a copy: the set closes below, the index is written after
+        if (res->n_set_heldout[i] > 0) {
             int64_t *h = xmalloc((size_t)t->n_heldout_usable * sizeof *h);
             memcpy(h, t->heldout_usable, (size_t)t->n_heldout_usable * sizeof *h);
             res->set_heldout[i] = h;
         }
     }
+}
 
-    free(c.tokens);
-    free(c.mask);
-    free(c.cu);
-    free(c.feat_raw);
-    free(c.feat_bf16);
-    free(c.topk_idx);
-    free(c.topk_val);
-    free(c.lse);
-    arena_free(&work);
-    dataset_close(&ts);
-    target_free(&m);
+// This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
+static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *links, dump_result *res) {
+    if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
+    if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
+    if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
+    if (fs_mkdirs(cfg->features_dir)) return error_prefix("features.dir");
+
+    dump_rank d;
+    memset(&d, 0, sizeof d);
+    if (dump_open_target(w, cfg, be, &d)) return -1;
+    if (dump_open_data(cfg, &d)) {
+        target_free(&d.m);
+        return -1;
+    }
+    if (dump_size_batch(cfg, be, &d)) {
+        dataset_close(&d.ts);
+        target_free(&d.m);
+        return -1;
+    }
+    dump_describe(cfg, &d);
+    dump_ctx c;
+    stage_link link;
+    if (dump_ctx_open(&c, &d, w, be, links, &link)) {
+        dump_rank_close(&d);
+        return -1;
+    }
+    int rc = dump_shards(w, cfg, &d, &c, res);
+    dump_ctx_close(&c);
+    res->info = d.info;
+    res->id = d.id;
+    dump_sets(&d.ts, res);
+    dump_rank_close(&d);
     return rc;
 }
 

@@ -10,10 +10,10 @@
 // Sequences may have prompts of different lengths; each keeps its own position.
 //
 // Qwen3.5 / Qwen3.6 hybrid targets (SPEC §2.1): the full-attention layers cache keys and values as
-// above (gated attention: target_qwen3_5_attn_project, the attention, target_qwen3_5_attn_finish);
+// above (gated attention: the mixer's attn_project, the attention, its attn_finish; target_arch.h);
 // each Gated DeltaNet layer keeps, per sequence, the conv's last K-1 inputs and the delta rule's
 // fp32 state (transformers' conv_state and recurrent_state), zeroed at the prefill. A prefill runs
-// the packed forward's mixer (target_qwen3_5_mixer) over the prompt as one sequence with that
+// the packed forward's mixer (target_mixer_qwen3_5) over the prompt as one sequence with that
 // sequence's state; a step runs it over n_seq rows, each its own sequence of one token.
 //
 // Continuous batching (regenerate.h): the live sequences always occupy slots 0 .. n_seq-1.
@@ -61,7 +61,7 @@ typedef struct {
     // The work buffers [rows, ...] as a target_work view, so the layer code of the packed forward
     // (target_arch.h: the Qwen3.5 mixer, the halves of its gated attention) runs on them: x, xn, q,
     // k, v, att, gate, up (act), tokens, pos, cu_seqlens ([max_seqs + 1] i32), and for Qwen3.5 the
-    // hybrid buffers of target_qwen3_5_work_carve. Its logits and outputs are unused (NULL).
+    // hybrid buffers of its mixer's work_carve. Its logits and outputs are unused (NULL).
     target_work w;
     int n_att, n_lin;         // attention layers (K/V cache) and Gated DeltaNet layers (conv + recurrent state)
     int *slot;                // host [n_layers]: layer l's index among the attention or among the linear layers

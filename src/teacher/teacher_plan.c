@@ -205,10 +205,6 @@ int teacher_stage_budget(const config *cfg, const target_model *m, target_output
     return stage_budget(cfg, m, o, T, G, stage_index(m, G), students, nccl, nccl);
 }
 
-int teacher_train_budget(const config *cfg, const target_model *m, target_outputs *o, int T) {
-    return teacher_stage_budget(cfg, m, o, T, (int)cfg->students, 0);
-}
-
 int teacher_group_budget(const config *cfg, const target_config *tc, backend *be, target_outputs *o, int T, int G,
                          int students, int nccl) {
     target_model m;

@@ -84,8 +84,6 @@ int teacher_plan_min_group(const config *cfg, const target_config *tc, backend *
 // to N (its largest stage then takes X of Y)"), a stage that does not fit names the stage, its
 // layers and bytes (and that group size).
 int teacher_stage_budget(const config *cfg, const target_model *m, target_outputs *o, int T, int students, int nccl);
-// teacher_train_budget: teacher_stage_budget without NCCL buffers (nccl = 0).
-int teacher_train_budget(const config *cfg, const target_model *m, target_outputs *o, int T);
 // teacher_group_budget: teacher_stage_budget for every stage of a group of G (target config tc on
 // backend be), so every rank of the job finds the same error: the first stage that does not fit.
 int teacher_group_budget(const config *cfg, const target_config *tc, backend *be, target_outputs *o, int T, int G,

@@ -10,12 +10,6 @@
 #include "common/backend/backend.h"
 #include "testing.h"
 
-static uint64_t lcg = 12345;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
 // One GEMM case with padded strides: checks every element of C against a double-precision triple
 // loop, and that the padding columns of C are untouched.
 //
@@ -34,9 +28,9 @@ static int gemm_case(backend *be, int ta, int tb, int m, int n, int k, float alp
     float *b = malloc(sizeof(float) * (size_t)(b_rows * ldb + 1));
     float *c = malloc(sizeof(float) * (size_t)(m * ldc + 1));
     double *ref = malloc(sizeof(double) * (size_t)(m * n + 1));
-    for (int i = 0; i < a_rows * lda; i++) a[i] = rand_pm1();
-    for (int i = 0; i < b_rows * ldb; i++) b[i] = rand_pm1();
-    for (int i = 0; i < m * ldc; i++) c[i] = beta == 0.0f ? NAN : rand_pm1(); // beta 0: C is not read
+    for (int i = 0; i < a_rows * lda; i++) a[i] = (float)test_rand_pm1();
+    for (int i = 0; i < b_rows * ldb; i++) b[i] = (float)test_rand_pm1();
+    for (int i = 0; i < m * ldc; i++) c[i] = beta == 0.0f ? NAN : (float)test_rand_pm1(); // beta 0: C is not read
     double *bound = malloc(sizeof(double) * (size_t)(m * n + 1));
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
@@ -191,6 +185,7 @@ static void test_gemm_misuse(void) {
 }
 
 int main(void) {
+    test_rand_seed(12345);
     test_open();
     backend cpu;
     CHECK(backend_open(&cpu, "cpu", 0) == 0);

@@ -17,22 +17,7 @@
 #include "common/backend/backend.h"
 #include "common/core/half.h"
 #include "testing.h"
-
-static uint64_t lcg = 987654321;
-static float rand_pm1(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
-static void *to_gpu(backend *gpu, const void *host, size_t bytes) {
-    void *d = backend_alloc(gpu, bytes);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    backend_copy_to_device(gpu, d, host, bytes);
-    return d;
-}
+#include "testing_device.h"
 
 // One case: A/B in ab_dt, C in c_dt, padded strides; returns the number of wrong elements.
 static int gemm_compare(backend *gpu, backend *cpu, int ta, int tb, int m, int n, int k, float alpha,
@@ -43,9 +28,9 @@ static int gemm_compare(backend *gpu, backend *cpu, int ta, int tb, int m, int n
     float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *c_in = malloc(nc * 4);
     float *c_gpu = malloc(nc * 4);
     uint16_t *h = malloc((na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc)) * 2);
-    for (size_t i = 0; i < na; i++) a[i] = rand_pm1();
-    for (size_t i = 0; i < nb; i++) b[i] = rand_pm1();
-    for (size_t i = 0; i < nc; i++) c[i] = rand_pm1();
+    for (size_t i = 0; i < na; i++) a[i] = (float)test_rand_pm1();
+    for (size_t i = 0; i < nb; i++) b[i] = (float)test_rand_pm1();
+    for (size_t i = 0; i < nc; i++) c[i] = (float)test_rand_pm1();
     // round everything that will be bf16 on the GPU, so the CPU sees the same values
     if (ab_dt == DT_BF16) {
         for (size_t i = 0; i < na; i++) a[i] = f32_from_bf16(bf16_from_f32(a[i]));
@@ -59,18 +44,18 @@ static int gemm_compare(backend *gpu, backend *cpu, int ta, int tb, int m, int n
     void *da, *db, *dc;
     if (ab_dt == DT_BF16) {
         convert_from_f32(h, DT_BF16, a, (int64_t)na);
-        da = to_gpu(gpu, h, na * 2);
+        da = dev_up_raw(gpu, h, na * 2);
         convert_from_f32(h, DT_BF16, b, (int64_t)nb);
-        db = to_gpu(gpu, h, nb * 2);
+        db = dev_up_raw(gpu, h, nb * 2);
     } else {
-        da = to_gpu(gpu, a, na * ab_size);
-        db = to_gpu(gpu, b, nb * ab_size);
+        da = dev_up_raw(gpu, a, na * ab_size);
+        db = dev_up_raw(gpu, b, nb * ab_size);
     }
     if (c_dt == DT_BF16) {
         convert_from_f32(h, DT_BF16, c, (int64_t)nc);
-        dc = to_gpu(gpu, h, nc * 2);
+        dc = dev_up_raw(gpu, h, nc * 2);
     } else {
-        dc = to_gpu(gpu, c, nc * c_size);
+        dc = dev_up_raw(gpu, c, nc * c_size);
     }
     backend_gemm(gpu, ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc, ab_dt, c_dt);
     if (c_dt == DT_BF16) {
@@ -170,6 +155,7 @@ static void test_memory(backend *gpu) {
 }
 
 int main(void) {
+    test_rand_seed(987654321);
     if (backend_cuda_devices() == 0) {
         printf("SKIP: no CUDA device\n");
         return 77;

@@ -9,18 +9,10 @@
 #include "common/data/batchplan.h"
 #include "testing.h"
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void) { // xorshift64*
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
 enum { N = 300, HELD = 17, MAXTOK = 512 };
 
 static void make_lengths(int64_t *len, int64_t n) {
-    for (int64_t i = 0; i < n; i++) len[i] = 1 + rnd() % MAXTOK;
+    for (int64_t i = 0; i < n; i++) len[i] = 1 + test_rand_u32() % MAXTOK;
     len[5] = MAXTOK; // a sample exactly at the limit fills a batch alone
     len[6] = 1;
 }
@@ -294,6 +286,7 @@ static void test_recorded_heldout(void) {
 }
 
 int main(void) {
+    test_rand_seed(0x2545F4914F6CDD1Dull);
     test_recorded_heldout();
     test_coverage();
     test_heldout();

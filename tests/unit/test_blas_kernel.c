@@ -16,18 +16,17 @@
 
 #include "common/backend/blas_kernel.h"
 #include "common/backend/threads.h"
-#include "common/core/rng.h"
 #include "testing.h"
 
 // sgemm_check: C = alpha op(A) op(B) + beta C on one shape against a double loop; the largest error
 // relative to sum |alpha a b| + |beta c| of its output.
-static double sgemm_check(rng *g, int m, int n, int k, int ta, int tb) {
+static double sgemm_check(int m, int n, int k, int ta, int tb) {
     int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1, ra = ta ? k : m, rb = tb ? n : k;
     float *a = malloc((size_t)ra * lda * sizeof *a), *b = malloc((size_t)rb * ldb * sizeof *b);
     float *c = malloc((size_t)m * ldc * sizeof *c), *c0 = malloc((size_t)m * ldc * sizeof *c0);
-    for (int i = 0; i < ra * lda; i++) a[i] = (float)(2 * rng_uniform(g) - 1);
-    for (int i = 0; i < rb * ldb; i++) b[i] = (float)(2 * rng_uniform(g) - 1);
-    for (int i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)(2 * rng_uniform(g) - 1);
+    for (int i = 0; i < ra * lda; i++) a[i] = (float)test_rand_pm1();
+    for (int i = 0; i < rb * ldb; i++) b[i] = (float)test_rand_pm1();
+    for (int i = 0; i < m * ldc; i++) c[i] = c0[i] = (float)test_rand_pm1();
     const float alpha = 0.75f, beta = 0.5f;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
                 ldb, beta, c, ldc);
@@ -96,8 +95,7 @@ int main(int argc, char **argv) {
               blas_kernel_name(strongest()));
     CHECK(blas_kernel_choose(k, sizeof k, why, sizeof why) == 0); // nothing more to set: no second re-exec
     CHECK_MSG(strstr(line, "chosen by dflash_rank") && strstr(line, openblas_get_corename()), "line: %s", line);
-    rng g;
-    rng_init(&g, 40u, 0, 0);
+    test_rand_seed(40);
     static const int dims[] = {1, 2, 3, 7, 16, 17, 31, 33, 48, 67};
     const int nd = (int)(sizeof dims / sizeof dims[0]);
     double worst = 0;
@@ -106,7 +104,7 @@ int main(int argc, char **argv) {
         for (int j = 0; j < nd; j++)
             for (int t = 0; t < 4; t++) { // every (m, n) pair, k cycling through the list, each transpose pair
                 int m = dims[i], n = dims[j], kd = dims[(i + 3 * j + t) % nd];
-                double e = sgemm_check(&g, m, n, kd, t & 1, t >> 1);
+                double e = sgemm_check(m, n, kd, t & 1, t >> 1);
                 shapes++;
                 if (!(e <= 1e-5)) CHECK_MSG(0, "sgemm %dx%dx%d trans %d/%d: error %.3g of sum |ab|", m, n, kd, t & 1, t >> 1, e);
                 if (!(e <= worst)) worst = e;

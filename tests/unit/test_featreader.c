@@ -13,14 +13,6 @@
 #include "common/data/featreader.h"
 #include "testing.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) { // xorshift64*
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
 enum { V = 300, NFEAT = 2, HID = 6, D = NFEAT * HID, K = 4, MAXLEN = 40 };
 static const int64_t layer_ids[NFEAT] = {1, 3};
 
@@ -38,13 +30,13 @@ typedef struct {
 static void make_sample(sample *s, int64_t g) {
     s->n = 1 + (g * 7 + 3) % MAXLEN;
     for (int64_t t = 0; t < s->n; t++) {
-        s->tok[t] = (int32_t)(rnd() % V);
-        s->mask[t] = (uint8_t)(rnd() % 2);
+        s->tok[t] = (int32_t)(test_rand_u32() % V);
+        s->mask[t] = (uint8_t)(test_rand_u32() % 2);
         s->lse[t] = (float)g + 0.25f * (float)t;
-        for (int j = 0; j < D; j++) s->feat[t * D + j] = (uint16_t)rnd();
+        for (int j = 0; j < D; j++) s->feat[t * D + j] = (uint16_t)test_rand_u32();
         for (int j = 0; j < K; j++) {
-            s->idx[t * K + j] = (int32_t)(rnd() % V);
-            s->val[t * K + j] = (float)(rnd() % 1000) * 0.01f - 5.0f;
+            s->idx[t * K + j] = (int32_t)(test_rand_u32() % V);
+            s->val[t * K + j] = (float)(test_rand_u32() % 1000) * 0.01f - 5.0f;
         }
     }
 }
@@ -87,7 +79,7 @@ static void write_index(const char *dir, int64_t n_shards, int64_t n_samples, in
 // dump-features lays it out; samples regenerated from rng seed `seed`.
 static void write_set(const char *dir, int64_t n_samples, int64_t per, uint64_t seed) {
     mkdir(dir, 0755);
-    rng_state = seed;
+    test_rand_seed(seed);
     featfile_info info = test_info();
     int64_t n_shards = (n_samples + per - 1) / per;
     sample *s = malloc(sizeof *s);
@@ -110,7 +102,7 @@ static void write_set(const char *dir, int64_t n_samples, int64_t per, uint64_t 
 // Every sample of the set read back equals what was written (samples visited in the order given).
 static void check_set(featreader *r, int64_t n_samples, uint64_t seed, const int64_t *order) {
     sample *want = malloc((size_t)n_samples * sizeof *want);
-    rng_state = seed;
+    test_rand_seed(seed);
     for (int64_t g = 0; g < n_samples; g++) make_sample(&want[g], g);
     sample *got = malloc(sizeof *got);
     int bad = 0;
@@ -271,6 +263,7 @@ static void test_errors(void) {
 }
 
 int main(void) {
+    test_rand_seed(0x9E3779B97F4A7C15ull);
     test_two_shards();
     test_many_shards();
     test_errors();

@@ -20,19 +20,15 @@
 #include "common/backend/gemm_rows.h"
 #include "testing.h"
 
-static float frand(unsigned *s) {
-    *s = *s * 1103515245u + 12345u;
-    return ((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
 // max over C of |C - ref| / sum_k |a||b|
 static double check_one(int m, int n, int k, float alpha, float beta, unsigned seed) {
+    test_rand_seed(seed);
     int lda = k + 3, ldb = k + 5, ldc = n + 2;
     float *a = malloc(sizeof(float) * (size_t)m * lda), *b = malloc(sizeof(float) * (size_t)n * ldb);
     float *c = malloc(sizeof(float) * (size_t)m * ldc), *c0 = malloc(sizeof(float) * (size_t)m * ldc);
-    for (int i = 0; i < m * lda; i++) a[i] = frand(&seed);
-    for (int i = 0; i < n * ldb; i++) b[i] = frand(&seed);
-    for (int i = 0; i < m * ldc; i++) c0[i] = c[i] = beta == 0.0f ? NAN : frand(&seed);
+    for (int i = 0; i < m * lda; i++) a[i] = (float)test_rand_pm1();
+    for (int i = 0; i < n * ldb; i++) b[i] = (float)test_rand_pm1();
+    for (int i = 0; i < m * ldc; i++) c0[i] = c[i] = beta == 0.0f ? NAN : (float)test_rand_pm1();
     CHECK(gemm_rows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 1);
     double worst = 0;
     for (int i = 0; i < m; i++)
@@ -77,11 +73,11 @@ static void test_values(const char *isa) {
 // every row of a 32-row product = the same row alone, bit for bit, at 1 and 2 threads
 static void test_row_independent(const char *isa) {
     int m = 32, n = 1003, k = 577, saved = omp_get_max_threads();
-    unsigned seed = 3;
+    test_rand_seed(3);
     float *a = malloc(sizeof(float) * (size_t)m * k), *b = malloc(sizeof(float) * (size_t)n * k);
     float *all = malloc(sizeof(float) * (size_t)m * n), *one = malloc(sizeof(float) * n);
-    for (int i = 0; i < m * k; i++) a[i] = frand(&seed);
-    for (int i = 0; i < n * k; i++) b[i] = frand(&seed);
+    for (int i = 0; i < m * k; i++) a[i] = (float)test_rand_pm1();
+    for (int i = 0; i < n * k; i++) b[i] = (float)test_rand_pm1();
     int diff = 0;
     for (int t = 1; t <= 2; t++) {
         omp_set_num_threads(t);
@@ -101,11 +97,11 @@ static void test_backend(void) {
     backend be;
     CHECK(backend_open(&be, "cpu", 0) == 0);
     int m = 8, n = 515, k = 300;
-    unsigned seed = 11;
+    test_rand_seed(11);
     float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * n * k), *c = malloc(sizeof(float) * m * n);
     float *ref = malloc(sizeof(float) * m * n);
-    for (int i = 0; i < m * k; i++) a[i] = frand(&seed);
-    for (int i = 0; i < n * k; i++) b[i] = frand(&seed);
+    for (int i = 0; i < m * k; i++) a[i] = (float)test_rand_pm1();
+    for (int i = 0; i < n * k; i++) b[i] = (float)test_rand_pm1();
     int prev = gemm_rows_force_isa(0); // OpenBLAS
     backend_gemm(&be, 0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, ref, n, DT_F32, DT_F32);
     gemm_rows_force_isa(prev);

@@ -18,30 +18,14 @@
 
 static backend be;
 
-static uint64_t lcg = 424242;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-static int rand_int(int n) { // uniform in [0, n)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
-
-static float *randv(size_t n, float amp) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
-    return x;
-}
-
 // ----------------------------------------------------------------------------- embed, copy, to_f32
 
 // Pure copies: exact.
 static void test_embed(void) {
     int V = 50, H = 33, T = 20;
-    float *table = randv((size_t)V * H, 1), *out = randv((size_t)T * H, 1);
+    float *table = test_rand_vec((size_t)V * H, 1), *out = test_rand_vec((size_t)T * H, 1);
     int32_t ids[20];
-    for (int t = 0; t < T; t++) ids[t] = t == 3 ? V - 1 : rand_int(V);
+    for (int t = 0; t < T; t++) ids[t] = t == 3 ? V - 1 : test_rand_below(V);
     ops_embed(&be, out, table, ids, T, H);
     int bad = 0;
     for (int t = 0; t < T; t++)
@@ -53,7 +37,7 @@ static void test_embed(void) {
 
 static void test_copy_2d(void) {
     int64_t rows = 7, cols = 5, dst_ld = 23, src_ld = 9;
-    float *src = randv((size_t)(rows * src_ld), 1), *dst = malloc((size_t)(rows * dst_ld) * sizeof(float));
+    float *src = test_rand_vec((size_t)(rows * src_ld), 1), *dst = malloc((size_t)(rows * dst_ld) * sizeof(float));
     for (int64_t i = 0; i < rows * dst_ld; i++) dst[i] = 1000.0f + (float)i; // canary outside the block
     ops_copy_2d(&be, dst + 6, dst_ld, src + 2, src_ld, rows, cols);
     int bad = 0;
@@ -69,7 +53,7 @@ static void test_copy_2d(void) {
 
 static void test_to_f32(void) {
     int64_t n = 101;
-    float *src = randv((size_t)n, 3), *dst = calloc((size_t)n, sizeof(float));
+    float *src = test_rand_vec((size_t)n, 3), *dst = calloc((size_t)n, sizeof(float));
     ops_to_f32(&be, dst, src, n);
     CHECK(memcmp(dst, src, (size_t)n * sizeof(float)) == 0);
     ops_to_f32(&be, src, src, n); // in place is a no-op
@@ -89,7 +73,7 @@ static void test_rmsnorm(void) {
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         int R = shapes[c][0], D = shapes[c][1];
         size_t n = (size_t)R * D;
-        float *x = randv(n, 2), *w = randv((size_t)D, 1.5f), *y = malloc(n * sizeof(float));
+        float *x = test_rand_vec(n, 2), *w = test_rand_vec((size_t)D, 1.5f), *y = malloc(n * sizeof(float));
         if (c == 0) x[0] = 0; // a zero element, and row 0 of shape 0 small
         ops_rmsnorm(&be, y, x, w, R, D, eps);
         double worst = 0;
@@ -132,7 +116,7 @@ static void test_rope(void) {
         float *inv = malloc((size_t)half * sizeof(float));
         for (int i = 0; i < half; i++) inv[i] = (float)pow(1e6, -2.0 * i / hd);
         size_t n = (size_t)T * nh * hd;
-        float *x = randv(n, 1), *x0 = malloc(n * sizeof(float));
+        float *x = test_rand_vec(n, 1), *x0 = malloc(n * sizeof(float));
         memcpy(x0, x, n * sizeof(float));
         ops_rope(&be, x, pos, inv, T, nh, hd);
         int bad = 0;
@@ -177,7 +161,7 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
     int T = cu[n_seq];
     size_t nqe = (size_t)T * nq * hd, nke = (size_t)T * nkv * hd;
     // q scaled by 3: peaked and flat softmax rows both occur
-    float *q = randv(nqe, 3), *k = randv(nke, 1), *v = randv(nke, 1), *out = randv(nqe, 1);
+    float *q = test_rand_vec(nqe, 3), *k = test_rand_vec(nke, 1), *v = test_rand_vec(nke, 1), *out = test_rand_vec(nqe, 1);
     float scale = 1.0f / sqrtf((float)hd);
     ops_attention_causal(&be, out, q, k, v, cu, n_seq, T, nq, nkv, hd, scale);
 
@@ -232,7 +216,8 @@ static void test_attention(void) {
     // packing: two sequences attended in one call equal each attended alone (no leak across the
     // boundary), bit for bit
     int T = 10, nq = 2, nkv = 1, hd = 8, cu2[3] = {0, 4, 10}, cu_a[2] = {0, 4}, cu_b[2] = {0, 6};
-    float *q = randv((size_t)T * nq * hd, 2), *k = randv((size_t)T * nkv * hd, 1), *v = randv((size_t)T * nkv * hd, 1);
+    float *q = test_rand_vec((size_t)T * nq * hd, 2), *k = test_rand_vec((size_t)T * nkv * hd, 1),
+          *v = test_rand_vec((size_t)T * nkv * hd, 1);
     float *o_packed = malloc((size_t)T * nq * hd * sizeof(float)), *o_alone = malloc((size_t)T * nq * hd * sizeof(float));
     ops_attention_causal(&be, o_packed, q, k, v, cu2, 2, T, nq, nkv, hd, 0.3f);
     ops_attention_causal(&be, o_alone, q, k, v, cu_a, 1, 4, nq, nkv, hd, 0.3f);
@@ -257,7 +242,7 @@ static void test_attention(void) {
 // Also in place (out == gate), as the target forward calls it.
 static void test_swiglu(void) {
     int64_t n = 1003;
-    float *g = randv((size_t)n, 8), *u = randv((size_t)n, 2), *y = malloc((size_t)n * sizeof(float));
+    float *g = test_rand_vec((size_t)n, 8), *u = test_rand_vec((size_t)n, 2), *y = malloc((size_t)n * sizeof(float));
     g[0] = 0;
     g[1] = -100;
     g[2] = 100;
@@ -280,7 +265,7 @@ static void test_swiglu(void) {
 // double sum of two floats is exact here): equality.
 static void test_add(void) {
     int64_t n = 777;
-    float *x = randv((size_t)n, 4), *y = randv((size_t)n, 1e-3f), *x0 = malloc((size_t)n * sizeof(float));
+    float *x = test_rand_vec((size_t)n, 4), *y = test_rand_vec((size_t)n, 1e-3f), *x0 = malloc((size_t)n * sizeof(float));
     memcpy(x0, x, (size_t)n * sizeof(float));
     ops_add(&be, x, y, n);
     int bad = 0;
@@ -309,11 +294,11 @@ static int entry_cmp(const void *a, const void *b) {
 static void fill_logits_row(float *x, int V, int kind) {
     for (int j = 0; j < V; j++) {
         switch (kind) {
-        case 0: x[j] = 4 * rand_pm1(); break;                       // generic
-        case 1: x[j] = (float)rand_int(4) * 0.5f; break;            // many exact ties (4 distinct values)
+        case 0: x[j] = 4 * (float)test_rand_pm1(); break;                       // generic
+        case 1: x[j] = (float)test_rand_below(4) * 0.5f; break;            // many exact ties (4 distinct values)
         case 2: x[j] = 1.25f; break;                                // all equal: ids 0..k-1 win
         case 3:                                                     // -inf and large values
-            x[j] = j % 3 == 0 ? -INFINITY : (j % 7 == 0 ? 1e4f + (float)(j % 2) : -3e4f * rand_pm1());
+            x[j] = j % 3 == 0 ? -INFINITY : (j % 7 == 0 ? 1e4f + (float)(j % 2) : -3e4f * (float)test_rand_pm1());
             break;
         case 4: x[j] = -INFINITY; break;                            // everything -inf: lse -inf
         case 5: x[j] = j == V - 1 ? 50.0f : (j < 10 ? 88.0f : -1e30f); break; // ties at the top, a huge gap
@@ -418,6 +403,7 @@ static void test_vexpf(void) {
 }
 
 int main(void) {
+    test_rand_seed(424242);
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "%s\n", error_msg());
         return 1;

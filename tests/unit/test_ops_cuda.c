@@ -34,88 +34,20 @@
 
 static backend cpu, gpu;
 
-static uint64_t lcg = 20240601;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-static int rand_int(int n) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
-
-static void *xmalloc_or_die(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
-// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
-static float *rand_bf16(size_t n, float amp) {
-    float *x = xmalloc_or_die(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
-    return x;
-}
-
-static void *gpu_alloc(size_t bytes) {
-    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    return d;
-}
-
-// host floats -> a new device buffer of bf16
-static void *up_bf16(const float *x, size_t n) {
-    uint16_t *h = xmalloc_or_die(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-    void *d = gpu_alloc(n * sizeof(uint16_t));
-    backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
-    free(h);
-    return d;
-}
-
-// host bytes -> a new device buffer
-static void *up_raw(const void *x, size_t bytes) {
-    void *d = gpu_alloc(bytes);
-    backend_copy_to_device(&gpu, d, x, bytes);
-    return d;
-}
-
-// device bf16 -> host floats (syncs the stream: the copy waits for the kernels before it)
-static float *down_bf16(const void *d, size_t n) {
-    uint16_t *h = xmalloc_or_die(n * sizeof(uint16_t));
-    backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
-    float *x = xmalloc_or_die(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
-    free(h);
-    return x;
-}
-
-static void *down_raw(const void *d, size_t bytes) {
-    void *h = xmalloc_or_die(bytes);
-    backend_copy_to_host(&gpu, h, d, bytes);
-    return h;
-}
-
 // ----------------------------------------------------------------------------- copies
 
 static void test_embed(void) {
     int V = 1000, H = 520, T = 777;
-    float *table = rand_bf16((size_t)V * H, 1);
-    int32_t *ids = xmalloc_or_die((size_t)T * sizeof(int32_t));
-    for (int t = 0; t < T; t++) ids[t] = rand_int(V);
+    float *table = test_rand_bf16((size_t)V * H, 1);
+    int32_t *ids = xmalloc((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) ids[t] = test_rand_below(V);
     ids[0] = V - 1;
-    float *ref = xmalloc_or_die((size_t)T * H * sizeof(float));
+    float *ref = xmalloc((size_t)T * H * sizeof(float));
     ops_embed(&cpu, ref, table, ids, T, H);
-    void *d_table = up_bf16(table, (size_t)V * H), *d_ids = up_raw(ids, (size_t)T * sizeof(int32_t));
-    void *d_out = gpu_alloc((size_t)T * H * 2);
+    void *d_table = dev_up_bf16(&gpu, table, (size_t)V * H), *d_ids = dev_up_raw(&gpu, ids, (size_t)T * sizeof(int32_t));
+    void *d_out = dev_alloc(&gpu, (size_t)T * H * 2);
     ops_embed(&gpu, d_out, d_table, d_ids, T, H);
-    float *got = down_bf16(d_out, (size_t)T * H);
+    float *got = dev_down_bf16(&gpu, d_out, (size_t)T * H);
     test_report("embed T=777 H=520", test_rel_err(got, ref, (size_t)T * H), 0);
     backend_free(&gpu, d_table);
     backend_free(&gpu, d_ids);
@@ -128,11 +60,11 @@ static void test_embed(void) {
 
 static void test_to_f32(void) {
     int64_t n = 1000003;
-    float *x = rand_bf16((size_t)n, 100);
-    void *d_x = up_bf16(x, (size_t)n);
-    float *d_y = gpu_alloc((size_t)n * sizeof(float));
+    float *x = test_rand_bf16((size_t)n, 100);
+    void *d_x = dev_up_bf16(&gpu, x, (size_t)n);
+    float *d_y = dev_alloc(&gpu, (size_t)n * sizeof(float));
     ops_to_f32(&gpu, d_y, d_x, n);
-    float *got = down_raw(d_y, (size_t)n * sizeof(float));
+    float *got = dev_down_raw(&gpu, d_y, (size_t)n * sizeof(float));
     test_report("to_f32 n=1000003", test_rel_err(got, x, (size_t)n), 0);
     backend_free(&gpu, d_x);
     backend_free(&gpu, d_y);
@@ -143,11 +75,11 @@ static void test_to_f32(void) {
 // a column block into a wider matrix; the elements around it must keep their values
 static void test_copy_2d(void) {
     int64_t rows = 300, cols = 128, src_ld = 130, dst_ld = 5 * 128, off = 2 * 128;
-    float *src = rand_bf16((size_t)(rows * src_ld), 1), *dst = rand_bf16((size_t)(rows * dst_ld), 1);
-    void *d_src = up_bf16(src, (size_t)(rows * src_ld)), *d_dst = up_bf16(dst, (size_t)(rows * dst_ld));
+    float *src = test_rand_bf16((size_t)(rows * src_ld), 1), *dst = test_rand_bf16((size_t)(rows * dst_ld), 1);
+    void *d_src = dev_up_bf16(&gpu, src, (size_t)(rows * src_ld)), *d_dst = dev_up_bf16(&gpu, dst, (size_t)(rows * dst_ld));
     ops_copy_2d(&cpu, dst + off, dst_ld, src, src_ld, rows, cols);
     ops_copy_2d(&gpu, (uint16_t *)d_dst + off, dst_ld, d_src, src_ld, rows, cols);
-    float *got = down_bf16(d_dst, (size_t)(rows * dst_ld));
+    float *got = dev_down_bf16(&gpu, d_dst, (size_t)(rows * dst_ld));
     test_report("copy_2d 300x128 into ld 640", test_rel_err(got, dst, (size_t)(rows * dst_ld)), 0);
     backend_free(&gpu, d_src);
     backend_free(&gpu, d_dst);
@@ -160,12 +92,12 @@ static void test_copy_2d(void) {
 
 static void rmsnorm_case(int R, int D, int in_place) {
     size_t n = (size_t)R * D;
-    float *x = rand_bf16(n, 3), *w = rand_bf16((size_t)D, 1.5f), *ref = xmalloc_or_die(n * sizeof(float));
+    float *x = test_rand_bf16(n, 3), *w = test_rand_bf16((size_t)D, 1.5f), *ref = xmalloc(n * sizeof(float));
     ops_rmsnorm(&cpu, ref, x, w, R, D, 1e-6f);
-    void *d_x = up_bf16(x, n), *d_w = up_bf16(w, (size_t)D);
-    void *d_y = in_place ? d_x : gpu_alloc(n * 2);
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_w = dev_up_bf16(&gpu, w, (size_t)D);
+    void *d_y = in_place ? d_x : dev_alloc(&gpu, n * 2);
     ops_rmsnorm(&gpu, d_y, d_x, d_w, R, D, 1e-6f);
-    float *got = down_bf16(d_y, n);
+    float *got = dev_down_bf16(&gpu, d_y, n);
     char name[96];
     snprintf(name, sizeof name, "rmsnorm R=%d D=%d%s", R, D, in_place ? " in place" : "");
     test_report(name, test_rel_err(got, ref, n), TOL_BF16);
@@ -191,17 +123,17 @@ static void test_rmsnorm(void) {
 static void rope_case(int T, int nh, int hd, int pos_offset) {
     int half = hd / 2;
     size_t n = (size_t)T * nh * hd;
-    float *x = rand_bf16(n, 2), *ref = xmalloc_or_die(n * sizeof(float));
-    float *inv = xmalloc_or_die((size_t)half * sizeof(float));
+    float *x = test_rand_bf16(n, 2), *ref = xmalloc(n * sizeof(float));
+    float *inv = xmalloc((size_t)half * sizeof(float));
     for (int i = 0; i < half; i++) inv[i] = (float)pow(1e6, -2.0 * i / hd);
-    int32_t *pos = xmalloc_or_die((size_t)T * sizeof(int32_t));
+    int32_t *pos = xmalloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) pos[t] = pos_offset + (t < 2 * T / 3 ? t : t - 2 * T / 3); // two sequences
     memcpy(ref, x, n * sizeof(float));
     ops_rope(&cpu, ref, pos, inv, T, nh, hd);
-    void *d_x = up_bf16(x, n), *d_pos = up_raw(pos, (size_t)T * sizeof(int32_t));
-    void *d_inv = up_raw(inv, (size_t)half * sizeof(float));
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_pos = dev_up_raw(&gpu, pos, (size_t)T * sizeof(int32_t));
+    void *d_inv = dev_up_raw(&gpu, inv, (size_t)half * sizeof(float));
     ops_rope(&gpu, d_x, d_pos, d_inv, T, nh, hd);
-    float *got = down_bf16(d_x, n);
+    float *got = dev_down_bf16(&gpu, d_x, n);
     char name[96];
     snprintf(name, sizeof name, "rope T=%d nh=%d hd=%d pos>=%d", T, nh, hd, pos_offset);
     test_report(name, test_rel_err(got, ref, n), TOL_BF16);
@@ -235,14 +167,14 @@ static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) 
     int T = cu[n_seq];
     size_t nqe = (size_t)T * nq * hd, nke = (size_t)T * nkv * hd;
     // q scaled by 2: with hd^-0.5 scaling the scores spread over a few units (peaked rows and flat rows)
-    float *q = rand_bf16(nqe, 2), *k = rand_bf16(nke, 1), *v = rand_bf16(nke, 1);
-    float *ref = xmalloc_or_die(nqe * sizeof(float));
+    float *q = test_rand_bf16(nqe, 2), *k = test_rand_bf16(nke, 1), *v = test_rand_bf16(nke, 1);
+    float *ref = xmalloc(nqe * sizeof(float));
     float scale = 1.0f / sqrtf((float)hd);
     ops_attention_causal(&cpu, ref, q, k, v, cu, n_seq, T, nq, nkv, hd, scale);
-    void *d_q = up_bf16(q, nqe), *d_k = up_bf16(k, nke), *d_v = up_bf16(v, nke);
-    void *d_cu = up_raw(cu, (size_t)(n_seq + 1) * sizeof(int32_t)), *d_out = gpu_alloc(nqe * 2);
+    void *d_q = dev_up_bf16(&gpu, q, nqe), *d_k = dev_up_bf16(&gpu, k, nke), *d_v = dev_up_bf16(&gpu, v, nke);
+    void *d_cu = dev_up_raw(&gpu, cu, (size_t)(n_seq + 1) * sizeof(int32_t)), *d_out = dev_alloc(&gpu, nqe * 2);
     ops_attention_causal(&gpu, d_out, d_q, d_k, d_v, d_cu, n_seq, T, nq, nkv, hd, scale);
-    float *got = down_bf16(d_out, nqe);
+    float *got = dev_down_bf16(&gpu, d_out, nqe);
     char name[96];
     snprintf(name, sizeof name, "attention T=%d seqs=%d nq=%d nkv=%d hd=%d %s", T, n_seq, nq, nkv, hd, attn_path);
     test_report(name, test_rel_err(got, ref, nqe), TOL_BF16);
@@ -283,20 +215,20 @@ static void test_attention(void) {
 
 static void test_swiglu_add(void) {
     int64_t n = 3000017;
-    float *g = rand_bf16((size_t)n, 8), *u = rand_bf16((size_t)n, 2), *ref = xmalloc_or_die((size_t)n * sizeof(float));
+    float *g = test_rand_bf16((size_t)n, 8), *u = test_rand_bf16((size_t)n, 2), *ref = xmalloc((size_t)n * sizeof(float));
     ops_swiglu(&cpu, ref, g, u, n);
-    void *d_g = up_bf16(g, (size_t)n), *d_u = up_bf16(u, (size_t)n);
+    void *d_g = dev_up_bf16(&gpu, g, (size_t)n), *d_u = dev_up_bf16(&gpu, u, (size_t)n);
     ops_swiglu(&gpu, d_g, d_g, d_u, n); // in place, as the target forward calls it
-    float *got = down_bf16(d_g, (size_t)n);
+    float *got = dev_down_bf16(&gpu, d_g, (size_t)n);
     test_report("swiglu n=3000017 in place", test_rel_err(got, ref, (size_t)n), TOL_BF16);
     free(got);
 
     // x += y with y small against x: the bf16 rounding of the sum is the whole difference
-    float *x = rand_bf16((size_t)n, 4), *y = rand_bf16((size_t)n, 0.05f);
-    void *d_x = up_bf16(x, (size_t)n), *d_y = up_bf16(y, (size_t)n);
+    float *x = test_rand_bf16((size_t)n, 4), *y = test_rand_bf16((size_t)n, 0.05f);
+    void *d_x = dev_up_bf16(&gpu, x, (size_t)n), *d_y = dev_up_bf16(&gpu, y, (size_t)n);
     ops_add(&cpu, x, y, n);
     ops_add(&gpu, d_x, d_y, n);
-    got = down_bf16(d_x, (size_t)n);
+    got = dev_down_bf16(&gpu, d_x, (size_t)n);
     test_report("add n=3000017", test_rel_err(got, x, (size_t)n), TOL_BF16);
     backend_free(&gpu, d_g);
     backend_free(&gpu, d_u);
@@ -316,27 +248,27 @@ static void test_swiglu_add(void) {
 static void fill_row(float *x, int V, int kind) {
     for (int j = 0; j < V; j++) {
         switch (kind) {
-        case 0: x[j] = 6 * rand_pm1(); break;
-        case 1: x[j] = (float)rand_int(8) * 0.25f; break;
+        case 0: x[j] = 6 * (float)test_rand_pm1(); break;
+        case 1: x[j] = (float)test_rand_below(8) * 0.25f; break;
         case 2: x[j] = -0.5f; break;
-        case 3: x[j] = j % 3 == 0 ? -INFINITY : (j % 1001 == 0 ? 3e4f : 1e4f * rand_pm1()); break;
+        case 3: x[j] = j % 3 == 0 ? -INFINITY : (j % 1001 == 0 ? 3e4f : 1e4f * (float)test_rand_pm1()); break;
         case 4: x[j] = -INFINITY; break;
-        default: x[j] = 20 * rand_pm1(); break;
+        default: x[j] = 20 * (float)test_rand_pm1(); break;
         }
     }
 }
 
 // The whole vocabulary V in tiles of `tile`, the same fp32 logits on both sides.
 static void topk_case(int R, int V, int tile, int k) {
-    float *logits = xmalloc_or_die((size_t)R * V * sizeof(float));
+    float *logits = xmalloc((size_t)R * V * sizeof(float));
     for (int r = 0; r < R; r++) fill_row(logits + (size_t)r * V, V, r % 6);
     size_t rk = (size_t)R * k;
-    float *val = xmalloc_or_die(rk * 4), *m = xmalloc_or_die((size_t)R * 4), *s = xmalloc_or_die((size_t)R * 4);
-    float *buf = xmalloc_or_die((size_t)R * tile * 4);
-    int32_t *idx = xmalloc_or_die(rk * 4);
-    float *d_val = gpu_alloc(rk * 4), *d_m = gpu_alloc((size_t)R * 4), *d_s = gpu_alloc((size_t)R * 4);
-    float *d_lse = gpu_alloc((size_t)R * 4), *d_buf = gpu_alloc((size_t)R * tile * 4);
-    int32_t *d_idx = gpu_alloc(rk * 4);
+    float *val = xmalloc(rk * 4), *m = xmalloc((size_t)R * 4), *s = xmalloc((size_t)R * 4);
+    float *buf = xmalloc((size_t)R * tile * 4);
+    int32_t *idx = xmalloc(rk * 4);
+    float *d_val = dev_alloc(&gpu, rk * 4), *d_m = dev_alloc(&gpu, (size_t)R * 4), *d_s = dev_alloc(&gpu, (size_t)R * 4);
+    float *d_lse = dev_alloc(&gpu, (size_t)R * 4), *d_buf = dev_alloc(&gpu, (size_t)R * tile * 4);
+    int32_t *d_idx = dev_alloc(&gpu, rk * 4);
     ops_topk_lse_init(&cpu, val, idx, m, s, R, k);
     ops_topk_lse_init(&gpu, d_val, d_idx, d_m, d_s, R, k);
     for (int v0 = 0; v0 < V; v0 += tile) {
@@ -347,8 +279,8 @@ static void topk_case(int R, int V, int tile, int k) {
         ops_topk_lse_update(&gpu, d_buf, vc, v0, R, vc, k, d_val, d_idx, d_m, d_s);
     }
     ops_topk_lse_finish(&gpu, d_lse, d_m, d_s, R);
-    float *g_val = down_raw(d_val, rk * 4), *g_lse = down_raw(d_lse, (size_t)R * 4);
-    int32_t *g_idx = down_raw(d_idx, rk * 4);
+    float *g_val = dev_down_raw(&gpu, d_val, rk * 4), *g_lse = dev_down_raw(&gpu, d_lse, (size_t)R * 4);
+    int32_t *g_idx = dev_down_raw(&gpu, d_idx, rk * 4);
 
     // ids: count of mismatches; values: max |diff| (both must be exactly 0); -inf == -inf counts as equal
     double id_err = 0, val_err = 0, lse_err = 0;
@@ -404,6 +336,7 @@ static void test_topk_lse(void) {
 }
 
 int main(void) {
+    test_rand_seed(20240601);
     int open_rc = test_open_devices(&cpu, &gpu);
     if (open_rc) return open_rc;
     printf("%s vs %s\n%-40s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");

@@ -30,18 +30,6 @@
 
 static backend cpu, gpu;
 
-static uint64_t lcg = 4242001;
-static double rand01(void) { // uniform in [0, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(lcg >> 11) / (double)(1ull << 53);
-}
-
-static float *rand_bf16(size_t n, float amp) { // n values in [-amp, amp), rounded to bf16
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * (float)(2.0 * rand01() - 1.0)));
-    return x;
-}
-
 // values off by more than tol * max |ref|
 static size_t count_off(const float *got, const float *ref, size_t n, double tol) {
     double mx = 0;
@@ -61,8 +49,9 @@ static void report_count(const char *op, size_t bad, size_t n) {
 static void decode_case(int n, int nq, int nkv, int hd, int max_len, const int *pos) {
     int kvd = nkv * hd;
     size_t nc = (size_t)n * max_len * kvd, nqv = (size_t)n * nq * hd, nkvn = (size_t)n * kvd;
-    float *kc = rand_bf16(nc, 2), *vc = rand_bf16(nc, 2), *k = rand_bf16(nkvn, 2), *v = rand_bf16(nkvn, 2);
-    float *q = rand_bf16(nqv, 1.5f), *ref = xmalloc(nqv * sizeof(float));
+    float *kc = test_rand_bf16(nc, 2), *vc = test_rand_bf16(nc, 2), *k = test_rand_bf16(nkvn, 2),
+          *v = test_rand_bf16(nkvn, 2);
+    float *q = test_rand_bf16(nqv, 1.5f), *ref = xmalloc(nqv * sizeof(float));
     void *d_kc = dev_up_bf16(&gpu, kc, nc), *d_vc = dev_up_bf16(&gpu, vc, nc), *d_k = dev_up_bf16(&gpu, k, nkvn),
          *d_v = dev_up_bf16(&gpu, v, nkvn), *d_q = dev_up_bf16(&gpu, q, nqv), *d_out = dev_alloc(&gpu, nqv * 2);
     void *d_pos = dev_up_raw(&gpu, pos, (size_t)n * sizeof(int32_t));
@@ -118,7 +107,8 @@ static void sample_case(const char *what, const float *lg, int n, int V, int ld,
     void *cw = xmalloc(ops_sample_work_bytes(&cpu, n, V));
     ops_sample(&cpu, ref, lg, ld, n, V, T, top_k, top_p, u, cw);
     free(cw);
-    void *d_lg = dev_up_raw(&gpu, lg, (size_t)n * ld * sizeof(float)), *d_u = dev_up_raw(&gpu, u, (size_t)n * sizeof(double));
+    void *d_lg = dev_up_raw(&gpu, lg, (size_t)n * ld * sizeof(float)),
+         *d_u = dev_up_raw(&gpu, u, (size_t)n * sizeof(double));
     void *d_ids = dev_alloc(&gpu, (size_t)n * sizeof(int32_t)), *d_w = dev_alloc(&gpu, ops_sample_work_bytes(&gpu, n, V));
     ops_sample(&gpu, d_ids, d_lg, ld, n, V, T, top_k, top_p, d_u, d_w);
     int32_t *got = dev_down_raw(&gpu, d_ids, (size_t)n * sizeof(int32_t));
@@ -142,9 +132,9 @@ static void test_sample(void) {
     float *lg = xmalloc((size_t)N * ld * sizeof(float));
     double u[N];
     for (int s = 0; s < N; s++) {
-        for (int v = 0; v < ld; v++) lg[(size_t)s * ld + v] = (float)floor(rand01() * 64.0) / 8.0f - 4.0f;
+        for (int v = 0; v < ld; v++) lg[(size_t)s * ld + v] = (float)floor(test_rand_uniform() * 64.0) / 8.0f - 4.0f;
         lg[(size_t)s * ld + 17] = -INFINITY; // a masked id: never drawn
-        u[s] = s == 0 ? 0.0 : s == 1 ? 1.0 - 1e-16 : rand01();
+        u[s] = s == 0 ? 0.0 : s == 1 ? 1.0 - 1e-16 : test_rand_uniform();
     }
     const struct {
         float T;
@@ -155,7 +145,7 @@ static void test_sample(void) {
     for (size_t i = 0; i < sizeof set / sizeof *set; i++) sample_case("ties", lg, N, V, ld, set[i].T, set[i].k, set[i].p, u);
     // one dominant id per row, the rest spread: the edge cases of the cut (mass near 2^40)
     for (int s = 0; s < N; s++)
-        for (int v = 0; v < V; v++) lg[(size_t)s * V + v] = v == (s * 37) % V ? 12.0f : (float)(3.0 * rand01());
+        for (int v = 0; v < V; v++) lg[(size_t)s * V + v] = v == (s * 37) % V ? 12.0f : (float)(3.0 * test_rand_uniform());
     sample_case("peaked", lg, N, V, V, 1.0f, 0, 0.9f, u);
     sample_case("peaked", lg, N, V, V, 5.0f, 40, 0.6f, u);
     // a few ids, mostly equal logits: the order among equal logits is the id's
@@ -167,6 +157,7 @@ static void test_sample(void) {
 }
 
 int main(void) {
+    test_rand_seed(4242001);
     int rc = test_open_devices(&cpu, &gpu);
     if (rc) return rc;
     test_attention_decode();

@@ -23,24 +23,6 @@
 
 static backend be;
 
-static uint64_t lcg = 35353535;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
-static float *randv(size_t n, float amp) {
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
-    return x;
-}
-
-static float *copyv(const float *x, size_t n) {
-    float *y = xmalloc(n * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
 // A packed batch cut in two: sequence s is la[s] tokens of part a, then lb[s] of part b (either may
 // be 0). cu: the whole batch; cua, cub: the parts. split/join move rows of `row` floats.
 typedef struct {
@@ -83,7 +65,8 @@ static void test_norms(void) {
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         int R = shapes[c][0], D = shapes[c][1];
         size_t n = (size_t)R * D;
-        float *x = randv(n, 2), *w = randv((size_t)D, 0.8f), *z = randv(n, 4), *y = xmalloc(n * sizeof(float));
+        float *x = test_rand_vec(n, 2), *w = test_rand_vec((size_t)D, 0.8f), *z = test_rand_vec(n, 4),
+              *y = xmalloc(n * sizeof(float));
         double *ref = xmalloc(n * sizeof(double)), *refg = xmalloc(n * sizeof(double));
         for (int r = 0; r < R; r++) {
             double ss = 0;
@@ -99,7 +82,7 @@ static void test_norms(void) {
         ops_rmsnorm_zc(&be, y, x, w, R, D, eps);
         snprintf(name, sizeof name, "rmsnorm_zc R=%d D=%d", R, D);
         test_report(name, test_rel_err_d(y, ref, n), 8 * U32);
-        float *xi = copyv(x, n); // in place
+        float *xi = test_copy_floats(x, n); // in place
         ops_rmsnorm_zc(&be, xi, xi, w, R, D, eps);
         CHECK_MSG(memcmp(xi, y, n * sizeof(float)) == 0, "rmsnorm_zc R=%d D=%d: in place differs", R, D);
         ops_gated_rmsnorm(&be, y, x, z, w, R, D, eps);
@@ -131,7 +114,7 @@ static void test_rope_partial(void) {
         float *inv = xmalloc((size_t)(half ? half : 1) * sizeof(float));
         for (int i = 0; i < half; i++) inv[i] = (float)pow(1e7, -2.0 * i / rot);
         size_t n = (size_t)T * nh * hd;
-        float *x0 = randv(n, 1), *x = copyv(x0, n);
+        float *x0 = test_rand_vec(n, 1), *x = test_copy_floats(x0, n);
         double *ref = xmalloc(n * sizeof(double));
         for (size_t i = 0; i < n; i++) ref[i] = x0[i];
         for (int t = 0; t < T; t++)
@@ -160,7 +143,7 @@ static void test_rope_partial(void) {
 // x * sigmoid(g): expf and two roundings, 4 u relative.
 static void test_sigmoid_mul(void) {
     int64_t n = 40001;
-    float *x = randv((size_t)n, 3), *g = randv((size_t)n, 12);
+    float *x = test_rand_vec((size_t)n, 3), *g = test_rand_vec((size_t)n, 12);
     double *ref = xmalloc((size_t)n * sizeof(double));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] / (1.0 + exp(-(double)g[i]));
     ops_sigmoid_mul(&be, x, g, n);
@@ -202,8 +185,8 @@ static void conv_case(const int *lens_a, const int *lens_b, int n_seq, int C, in
     const int32_t *cu = P.cu;
     int T = cu[n_seq], S = K - 1;
     size_t n = (size_t)T * C, ns = (size_t)n_seq * S * C;
-    float *x = randv(n, 2), *w = randv((size_t)C * K, 0.7f), *st0 = randv(ns, 2);
-    float *out = xmalloc(n * sizeof(float)), *st = copyv(st0, ns), *st_ref = xmalloc(ns * sizeof(float));
+    float *x = test_rand_vec(n, 2), *w = test_rand_vec((size_t)C * K, 0.7f), *st0 = test_rand_vec(ns, 2);
+    float *out = xmalloc(n * sizeof(float)), *st = test_copy_floats(st0, ns), *st_ref = xmalloc(ns * sizeof(float));
     double *ref = xmalloc(n * sizeof(double));
     char name[128];
 
@@ -222,7 +205,7 @@ static void conv_case(const int *lens_a, const int *lens_b, int n_seq, int C, in
     // the same sequences in two parts, the state carried: part a then part b
     float *xa = xmalloc(n * sizeof(float)), *xb = xmalloc(n * sizeof(float));
     float *oa = xmalloc(n * sizeof(float)), *ob = xmalloc(n * sizeof(float));
-    float *two = xmalloc(n * sizeof(float)), *st2 = copyv(st0, ns);
+    float *two = xmalloc(n * sizeof(float)), *st2 = test_copy_floats(st0, ns);
     parts_move(&P, x, xa, xb, (size_t)C, 1);
     ops_conv1d_silu(&be, oa, xa, w, P.cua, n_seq, P.cua[n_seq], C, K, st2);
     ops_conv1d_silu(&be, ob, xb, w, P.cub, n_seq, P.cub[n_seq], C, K, st2);
@@ -265,7 +248,8 @@ static void test_conv(void) {
 static void test_gates(void) {
     int T = 203, Hv = 6;
     size_t n = (size_t)T * Hv;
-    float *b = randv(n, 10), *a = randv(n, 30), *A_log = randv((size_t)Hv, 2), *dt = randv((size_t)Hv, 1);
+    float *b = test_rand_vec(n, 10), *a = test_rand_vec(n, 30), *A_log = test_rand_vec((size_t)Hv, 2),
+          *dt = test_rand_vec((size_t)Hv, 1);
     float *beta = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
     a[0] = 19.999f - dt[0];
     a[Hv] = 20.001f - dt[0];
@@ -349,9 +333,9 @@ static void gdr_ref(double *out, double *state_out, const float *qkv, const floa
 // so the state carries across chunks), some strong (-5) and a few near-resets (-30); beta in (0, 1).
 static void gdr_inputs(float *g, float *beta, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float r = rand_pm1();
+        float r = (float)test_rand_pm1();
         g[i] = i % 17 == 3 ? -30.0f : i % 7 == 1 ? -5.0f * (r + 1) / 2 : -0.3f * r * r;
-        beta[i] = 0.5f + 0.49f * rand_pm1();
+        beta[i] = 0.5f + 0.49f * (float)test_rand_pm1();
     }
 }
 
@@ -371,9 +355,9 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     int T = cu[n_seq];
     size_t ld = 2 * (size_t)Hk * dk + (size_t)Hv * dv, nq = (size_t)T * ld, ng = (size_t)T * Hv;
     size_t no = (size_t)T * Hv * dv, ns = (size_t)n_seq * Hv * dk * dv;
-    float *qkv = randv(nq, 1), *g = xmalloc(ng * sizeof(float)), *beta = xmalloc(ng * sizeof(float));
+    float *qkv = test_rand_vec(nq, 1), *g = xmalloc(ng * sizeof(float)), *beta = xmalloc(ng * sizeof(float));
     gdr_inputs(g, beta, ng);
-    float *st0 = randv(ns, 0.5f), *st = copyv(st0, ns), *out = xmalloc(no * sizeof(float));
+    float *st0 = test_rand_vec(ns, 0.5f), *st = test_copy_floats(st0, ns), *out = xmalloc(no * sizeof(float));
     double *ref = xmalloc(no * sizeof(double)), *st_ref = xmalloc(ns * sizeof(double));
     float *work = gdr_work(T, n_seq, Hk, Hv, dk, dv);
     char name[128];
@@ -396,7 +380,7 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     float *ga = xmalloc(ng * sizeof(float)), *gb = xmalloc(ng * sizeof(float));
     float *ba = xmalloc(ng * sizeof(float)), *bb = xmalloc(ng * sizeof(float));
     float *oa = xmalloc(no * sizeof(float)), *ob = xmalloc(no * sizeof(float));
-    float *two = xmalloc(no * sizeof(float)), *st2 = copyv(st0, ns);
+    float *two = xmalloc(no * sizeof(float)), *st2 = test_copy_floats(st0, ns);
     parts_move(&P, qkv, qa, qb, ld, 1);
     parts_move(&P, g, ga, gb, (size_t)Hv, 1);
     parts_move(&P, beta, ba, bb, (size_t)Hv, 1);
@@ -440,6 +424,7 @@ static void test_gated_delta_rule(void) {
 }
 
 int main(void) {
+    test_rand_seed(35353535);
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "%s\n", error_msg());
         return 1;

@@ -40,31 +40,6 @@
 
 static backend cpu, gpu;
 
-static uint64_t lcg = 777001;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
-// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
-static float *rand_bf16(size_t n, float amp) {
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
-    return x;
-}
-
-static float *randv(size_t n, float amp) { // fp32 (for the fp32 inputs: gates' parameters, state)
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
-    return x;
-}
-
-static float *copyv(const float *x, size_t n) {
-    float *y = xmalloc((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
 // the device copy of a bf16 result against the CPU's, freed after
 static void report_bf16(const char *op, const void *d, const float *ref, size_t n) {
     float *got = dev_down_bf16(&gpu, d, n);
@@ -83,7 +58,8 @@ static int make_cu(int32_t *cu, const int *lens, int n_seq) {
 
 static void norm_case(int R, int D, int gated, int in_place) {
     size_t n = (size_t)R * D;
-    float *x = rand_bf16(n, 3), *z = rand_bf16(n, 4), *w = rand_bf16((size_t)D, 0.8f), *ref = xmalloc(n * sizeof(float));
+    float *x = test_rand_bf16(n, 3), *z = test_rand_bf16(n, 4), *w = test_rand_bf16((size_t)D, 0.8f),
+          *ref = xmalloc(n * sizeof(float));
     void *d_x = dev_up_bf16(&gpu, x, n), *d_z = dev_up_bf16(&gpu, z, n), *d_w = dev_up_bf16(&gpu, w, (size_t)D);
     void *d_y = in_place ? d_x : dev_alloc(&gpu, n * 2);
     if (gated) {
@@ -119,12 +95,14 @@ static void test_norms(void) {
 static void rope_case(int T, int nh, int hd, int rot) {
     int half = rot / 2;
     size_t n = (size_t)T * nh * hd;
-    float *x = rand_bf16(n, 2), *ref = copyv(x, n), *inv = xmalloc((size_t)(half ? half : 1) * sizeof(float));
+    float *x = test_rand_bf16(n, 2), *ref = test_copy_floats(x, n),
+          *inv = xmalloc((size_t)(half ? half : 1) * sizeof(float));
     for (int i = 0; i < half; i++) inv[i] = (float)pow(1e7, -2.0 * i / rot);
     int32_t *pos = xmalloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) pos[t] = t < T / 2 ? t : 20000 + t; // small and large angles
     ops_rope_partial(&cpu, ref, pos, inv, T, nh, hd, rot);
-    void *d_x = dev_up_bf16(&gpu, x, n), *d_pos = dev_up_raw(&gpu, pos, (size_t)T * 4), *d_inv = dev_up_raw(&gpu, inv, (size_t)(half ? half : 1) * 4);
+    void *d_x = dev_up_bf16(&gpu, x, n), *d_pos = dev_up_raw(&gpu, pos, (size_t)T * 4),
+         *d_inv = dev_up_raw(&gpu, inv, (size_t)(half ? half : 1) * 4);
     ops_rope_partial(&gpu, d_x, d_pos, d_inv, T, nh, hd, rot);
     char name[96];
     snprintf(name, sizeof name, "rope_partial T=%d nh=%d hd=%d rot=%d", T, nh, hd, rot);
@@ -143,7 +121,7 @@ static void test_rope_gate(void) {
     rope_case(33, 3, 12, 4);
     rope_case(9, 2, 18, 18);
     int64_t n = 100003;
-    float *x = rand_bf16((size_t)n, 3), *g = rand_bf16((size_t)n, 8), *ref = copyv(x, (size_t)n);
+    float *x = test_rand_bf16((size_t)n, 3), *g = test_rand_bf16((size_t)n, 8), *ref = test_copy_floats(x, (size_t)n);
     ops_sigmoid_mul(&cpu, ref, g, n);
     void *d_x = dev_up_bf16(&gpu, x, (size_t)n), *d_g = dev_up_bf16(&gpu, g, (size_t)n);
     ops_sigmoid_mul(&gpu, d_x, d_g, n);
@@ -161,7 +139,7 @@ static void conv_case(const int *lens, int n_seq, int C, int K) {
     int32_t cu[8];
     int T = make_cu(cu, lens, n_seq), S = K - 1;
     size_t n = (size_t)T * C, ns = (size_t)n_seq * S * C;
-    float *x = rand_bf16(n, 2), *w = rand_bf16((size_t)C * K, 0.7f), *st = rand_bf16(ns, 2);
+    float *x = test_rand_bf16(n, 2), *w = test_rand_bf16((size_t)C * K, 0.7f), *st = test_rand_bf16(ns, 2);
     float *ref = xmalloc(n * sizeof(float));
     void *d_x = dev_up_bf16(&gpu, x, n), *d_w = dev_up_bf16(&gpu, w, (size_t)C * K), *d_st = dev_up_bf16(&gpu, st, ns);
     void *d_cu = dev_up_raw(&gpu, cu, (size_t)(n_seq + 1) * 4), *d_out = dev_alloc(&gpu, n * 2);
@@ -201,10 +179,12 @@ static void test_conv(void) {
 static void test_gates(void) {
     int T = 202, Hv = 6;
     size_t n = (size_t)T * Hv;
-    float *b = rand_bf16(n, 10), *a = rand_bf16(n, 30), *A_log = randv((size_t)Hv, 2), *dt = randv((size_t)Hv, 1);
+    float *b = test_rand_bf16(n, 10), *a = test_rand_bf16(n, 30), *A_log = test_rand_vec((size_t)Hv, 2),
+          *dt = test_rand_vec((size_t)Hv, 1);
     float *beta = xmalloc(n * 4), *g = xmalloc(n * 4);
     ops_gdn_gates(&cpu, beta, g, b, a, A_log, dt, T, Hv);
-    void *d_b = dev_up_bf16(&gpu, b, n), *d_a = dev_up_bf16(&gpu, a, n), *d_al = dev_up_raw(&gpu, A_log, (size_t)Hv * 4), *d_dt = dev_up_raw(&gpu, dt, (size_t)Hv * 4);
+    void *d_b = dev_up_bf16(&gpu, b, n), *d_a = dev_up_bf16(&gpu, a, n),
+         *d_al = dev_up_raw(&gpu, A_log, (size_t)Hv * 4), *d_dt = dev_up_raw(&gpu, dt, (size_t)Hv * 4);
     float *d_beta = dev_alloc(&gpu, n * 4), *d_g = dev_alloc(&gpu, n * 4);
     ops_gdn_gates(&gpu, d_beta, d_g, d_b, d_a, d_al, d_dt, T, Hv);
     float *gb = dev_down_f32(&gpu, d_beta, n), *gg = dev_down_f32(&gpu, d_g, n);
@@ -238,13 +218,13 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     int T = make_cu(cu, lens, n_seq);
     size_t ld = 2 * (size_t)Hk * dk + (size_t)Hv * dv, nq = (size_t)T * ld, ng = (size_t)T * Hv;
     size_t no = (size_t)T * Hv * dv, ns = (size_t)n_seq * Hv * dk * dv;
-    float *qkv = rand_bf16(nq, 1), *g = xmalloc(ng * 4), *beta = xmalloc(ng * 4);
+    float *qkv = test_rand_bf16(nq, 1), *g = xmalloc(ng * 4), *beta = xmalloc(ng * 4);
     for (size_t i = 0; i < ng; i++) {
-        float r = rand_pm1();
+        float r = (float)test_rand_pm1();
         g[i] = i % 17 == 3 ? -30.0f : i % 7 == 1 ? -5.0f * (r + 1) / 2 : -0.3f * r * r;
-        beta[i] = 0.5f + 0.49f * rand_pm1();
+        beta[i] = 0.5f + 0.49f * (float)test_rand_pm1();
     }
-    float *st0 = randv(ns, 0.5f), *st = copyv(st0, ns), *ref = xmalloc(no * 4);
+    float *st0 = test_rand_vec(ns, 0.5f), *st = test_copy_floats(st0, ns), *ref = xmalloc(no * 4);
     float *work = xmalloc(ops_gated_delta_rule_work_bytes(&cpu, T, n_seq, Hk, Hv, dk, dv));
     size_t wb = ops_gated_delta_rule_work_bytes(&gpu, T, n_seq, Hk, Hv, dk, dv);
     void *d_work = wb ? dev_alloc(&gpu, wb) : NULL;
@@ -366,6 +346,7 @@ static void test_gemm_batched(void) {
 #endif
 
 int main(void) {
+    test_rand_seed(777001);
     int open_rc = test_open_devices(&cpu, &gpu);
     if (open_rc) return open_rc;
     printf("%s vs %s\n%-56s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");

@@ -35,21 +35,6 @@
 
 static backend be;
 
-static uint64_t lcg = 424242;
-static uint32_t rand_u32(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(lcg >> 32);
-}
-static float rand_pm1(void) { // uniform in [-1, 1)
-    return (float)((double)(rand_u32() >> 8) / (double)(1u << 24) * 2.0 - 1.0);
-}
-
-static float *randv(size_t n, float amp) {
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
-    return x;
-}
-
 // ----------------------------------------------------------------------------- the naive router
 
 // Logit patterns: random multiples of 1/8; the same with experts 1, 4, 5 (mod 7) pushed to -40 (no
@@ -61,7 +46,7 @@ static float *make_logits(int T, int E, int mode) {
     float *l = xmalloc((size_t)T * E * sizeof(float));
     for (int t = 0; t < T; t++)
         for (int e = 0; e < E; e++) {
-            float v = (float)((int)(rand_u32() % 81) - 40) / 8.0f;
+            float v = (float)((int)(test_rand_u32() % 81) - 40) / 8.0f;
             if (mode == LOG_EMPTY && (e % 7 == 1 || e % 7 == 4 || e % 7 == 5)) v = -40.0f;
             if (mode == LOG_ONE && e == E / 2) v = 40.0f;
             if (mode == LOG_FLAT) v = 0.75f;
@@ -140,9 +125,9 @@ static void block_case(int T, int E, int k, int H, int I, int renorm, int mode) 
     char name[128];
     snprintf(name, sizeof name, "T=%d E=%d k=%d H=%d I=%d renorm=%d%s", T, E, k, H, I, renorm, mode_name(mode));
     float *logits = make_logits(T, E, mode);
-    float *x = randv((size_t)T * H, 1.0f);
-    float *Wgu = randv((size_t)E * 2 * I * H, 1.0f / sqrtf((float)H));
-    float *Wd = randv((size_t)E * H * I, 1.0f / sqrtf((float)I));
+    float *x = test_rand_vec((size_t)T * H, 1.0f);
+    float *Wgu = test_rand_vec((size_t)E * 2 * I * H, 1.0f / sqrtf((float)H));
+    float *Wd = test_rand_vec((size_t)E * H * I, 1.0f / sqrtf((float)I));
     int32_t *idx = xmalloc((size_t)R * 4), *off = xmalloc((size_t)(E + 1) * 4), *perm = xmalloc((size_t)R * 4),
             *slot = xmalloc((size_t)R * 4);
     float *w = xmalloc((size_t)R * 4);
@@ -266,7 +251,7 @@ static void test_gemm(void) {
     int32_t off[7] = {0};
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + rows[e];
     int R = off[E];
-    float *x = randv((size_t)R * K, 1), *W = randv((size_t)E * N * K, 1), *y = xmalloc((size_t)R * N * 4);
+    float *x = test_rand_vec((size_t)R * K, 1), *W = test_rand_vec((size_t)E * N * K, 1), *y = xmalloc((size_t)R * N * 4);
     double *ref = xmalloc((size_t)R * N * sizeof(double));
     for (int e = 0; e < E; e++)
         for (int r = off[e]; r < off[e + 1]; r++)
@@ -285,7 +270,7 @@ static void test_gemm(void) {
 
 static void test_elementwise(void) {
     int R = 37, I = 45, T = 23, H = 70, k = 3;
-    float *gu = randv((size_t)R * 2 * I, 6), *out = xmalloc((size_t)R * I * 4);
+    float *gu = test_rand_vec((size_t)R * 2 * I, 6), *out = xmalloc((size_t)R * I * 4);
     double *ref = xmalloc((size_t)R * 2 * I * sizeof(double));
     for (int r = 0; r < R; r++)
         for (int i = 0; i < I; i++) {
@@ -295,7 +280,7 @@ static void test_elementwise(void) {
     ops_swiglu_packed(&be, out, gu, R, I);
     test_report("swiglu_packed R=37 I=45", test_rel_err_d(out, ref, (size_t)R * I), 1e-6);
 
-    float *y = randv((size_t)T * H, 2), *s = randv((size_t)T * H, 2), *g = randv((size_t)T, 8);
+    float *y = test_rand_vec((size_t)T * H, 2), *s = test_rand_vec((size_t)T * H, 2), *g = test_rand_vec((size_t)T, 8);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
             ref[(size_t)t * H + h] = y[(size_t)t * H + h] + s[(size_t)t * H + h] / (1 + exp(-(double)g[t]));
@@ -304,11 +289,11 @@ static void test_elementwise(void) {
 
     // combine over an arbitrary slot map (a permutation of the rows), experts distinct per token
     int Rc = T * k;
-    float *ys = randv((size_t)Rc * H, 3), *w = randv((size_t)Rc, 1), *yc = xmalloc((size_t)T * H * 4);
+    float *ys = test_rand_vec((size_t)Rc * H, 3), *w = test_rand_vec((size_t)Rc, 1), *yc = xmalloc((size_t)T * H * 4);
     int32_t *slot = xmalloc((size_t)Rc * 4), *idx = xmalloc((size_t)Rc * 4);
     for (int i = 0; i < Rc; i++) slot[i] = i;
     for (int i = Rc - 1; i > 0; i--) {
-        int j = (int)(rand_u32() % (uint32_t)(i + 1)), tmp = slot[i];
+        int j = (int)(test_rand_u32() % (uint32_t)(i + 1)), tmp = slot[i];
         slot[i] = slot[j];
         slot[j] = tmp;
     }
@@ -325,7 +310,7 @@ static void test_elementwise(void) {
 
     // gather
     int32_t *perm = xmalloc((size_t)Rc * 4);
-    for (int r = 0; r < Rc; r++) perm[r] = (int32_t)(rand_u32() % (uint32_t)T);
+    for (int r = 0; r < Rc; r++) perm[r] = (int32_t)(test_rand_u32() % (uint32_t)T);
     float *xs = xmalloc((size_t)Rc * H * 4);
     ops_moe_gather(&be, xs, y, perm, Rc, H);
     int bad = 0;
@@ -348,6 +333,7 @@ static void test_elementwise(void) {
 }
 
 int main(void) {
+    test_rand_seed(424242);
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "%s\n", error_msg());
         return 1;

@@ -40,22 +40,6 @@
 
 static backend cpu, gpu;
 
-static uint64_t lcg = 90210;
-static uint32_t rand_u32(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(lcg >> 32);
-}
-static float rand_pm1(void) { // uniform in [-1, 1)
-    return (float)((double)(rand_u32() >> 8) / (double)(1u << 24) * 2.0 - 1.0);
-}
-
-// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
-static float *rand_bf16(size_t n, float amp) {
-    float *x = xmalloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
-    return x;
-}
-
 // the device copy of a bf16 result against the CPU's
 static void report_bf16(const char *op, const char *shape, const void *d, const float *ref, size_t n, double tol) {
     float *got = dev_down_bf16(&gpu, d, n);
@@ -78,7 +62,7 @@ static float *make_logits(int T, int E, int mode) {
     float *l = xmalloc(((size_t)T * E + 1) * sizeof(float));
     for (int t = 0; t < T; t++)
         for (int e = 0; e < E; e++) {
-            float v = (float)((int)(rand_u32() % 81) - 40) / 8.0f;
+            float v = (float)((int)(test_rand_u32() % 81) - 40) / 8.0f;
             if (mode == LOG_EMPTY && (e % 7 == 1 || e % 7 == 4 || e % 7 == 5)) v = -40.0f;
             if (mode == LOG_ONE && e == E / 2) v = 40.0f;
             l[(size_t)t * E + e] = v;
@@ -123,9 +107,9 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
     test_report(name, werr, (2 * E + 16) * U32);
 
     // gather
-    float *x = rand_bf16((size_t)T * H, 1.0f);
-    float *Wgu = rand_bf16((size_t)E * 2 * I * H, 1.0f / sqrtf((float)H));
-    float *Wd = rand_bf16((size_t)E * H * I, 1.0f / sqrtf((float)I));
+    float *x = test_rand_bf16((size_t)T * H, 1.0f);
+    float *Wgu = test_rand_bf16((size_t)E * 2 * I * H, 1.0f / sqrtf((float)H));
+    float *Wd = test_rand_bf16((size_t)E * H * I, 1.0f / sqrtf((float)I));
     void *d_x = dev_up_bf16(&gpu, x, (size_t)T * H), *d_Wgu = dev_up_bf16(&gpu, Wgu, (size_t)E * 2 * I * H),
          *d_Wd = dev_up_bf16(&gpu, Wd, (size_t)E * H * I);
     void *d_xs = dev_alloc(&gpu, nR * H * 2), *d_gu = dev_alloc(&gpu, nR * 2 * I * 2), *d_a = dev_alloc(&gpu, nR * I * 2),
@@ -165,7 +149,7 @@ static void moe_case(int T, int E, int k, int H, int I, int renorm, int mode, in
     free(in);
 
     // the shared expert's gate on the combined output
-    float *s = rand_bf16((size_t)T * H, 2.0f), *g = rand_bf16((size_t)T, 6.0f);
+    float *s = test_rand_bf16((size_t)T * H, 2.0f), *g = test_rand_bf16((size_t)T, 6.0f);
     void *d_s = dev_up_bf16(&gpu, s, (size_t)T * H), *d_g = dev_up_bf16(&gpu, g, (size_t)T);
     in = dev_down_bf16(&gpu, d_y, (size_t)T * H);
     ops_sigmoid_gate_add(&gpu, d_y, d_s, d_g, T, H);
@@ -249,6 +233,7 @@ static void gemm_offsets_case(int reuse_route_buffer) {
 }
 
 int main(void) {
+    test_rand_seed(90210);
     int open_rc = test_open_devices(&cpu, &gpu);
     if (open_rc) return open_rc;
     printf("%s vs %s\n%-64s %10s %8s\n", gpu.name, cpu.name, "op", "max_err", "tol");

@@ -26,24 +26,6 @@
 
 static backend be;
 
-static uint64_t lcg = 20240611;
-static float rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
-static float *randv(size_t n, float amp) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = amp * rand_pm1();
-    return x;
-}
-
-static float *copyv(const float *x, size_t n) {
-    float *y = malloc((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
 static double max_abs(const float *x, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
@@ -98,19 +80,19 @@ static double rms_objective(void *p) {
 static void test_rmsnorm_backward(void) {
     rms_ctx c = {.R = 5, .D = 7, .eps = 1e-6f};
     size_t n = (size_t)c.R * c.D;
-    c.x = randv(n, 1);
-    c.G = randv(n, 1);
-    c.y = randv(n, 1);
-    c.w = randv((size_t)c.D, 0.5f);
+    c.x = test_rand_vec(n, 1);
+    c.G = test_rand_vec(n, 1);
+    c.y = test_rand_vec(n, 1);
+    c.w = test_rand_vec((size_t)c.D, 0.5f);
     for (int i = 0; i < c.D; i++) c.w[i] += 1.0f; // weights around 1, as trained norms are
-    float *dx = randv(n, 100), *dw = calloc((size_t)c.D, sizeof(float));
+    float *dx = test_rand_vec(n, 100), *dw = calloc((size_t)c.D, sizeof(float));
     ops_rmsnorm_backward(&be, dx, dw, c.G, c.x, c.w, c.R, c.D, c.eps, 0); // dx's garbage is overwritten
     fd_check("rmsnorm dx", c.x, n, dx, rms_objective, &c);
     fd_check("rmsnorm dw", c.w, (size_t)c.D, dw, rms_objective, &c);
 
     // accumulate = 1 adds to dx; dw always adds
-    float *dx2 = randv(n, 1), *dw2 = randv((size_t)c.D, 1);
-    float *dx2_0 = copyv(dx2, n), *dw2_0 = copyv(dw2, (size_t)c.D);
+    float *dx2 = test_rand_vec(n, 1), *dw2 = test_rand_vec((size_t)c.D, 1);
+    float *dx2_0 = test_copy_floats(dx2, n), *dw2_0 = test_copy_floats(dw2, (size_t)c.D);
     ops_rmsnorm_backward(&be, dx2, dw2, c.G, c.x, c.w, c.R, c.D, c.eps, 1);
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += fabsf(dx2[i] - (dx2_0[i] + dx[i])) > 1e-6f * (1 + fabsf(dx2[i]));
@@ -118,7 +100,7 @@ static void test_rmsnorm_backward(void) {
     CHECK_MSG(bad == 0, "rmsnorm backward accumulate: %d elements are not prior + gradient", bad);
 
     // dx may alias dy (the result is the same as with separate buffers)
-    float *buf = copyv(c.G, n);
+    float *buf = test_copy_floats(c.G, n);
     memset(dw2, 0, (size_t)c.D * sizeof(float));
     ops_rmsnorm_backward(&be, buf, dw2, buf, c.x, c.w, c.R, c.D, c.eps, 0);
     CHECK(memcmp(buf, dx, n * sizeof(float)) == 0);
@@ -149,15 +131,15 @@ static void test_rope_backward(void) {
     size_t n = (size_t)c.T * c.nh * c.hd;
     c.inv_freq = malloc((size_t)c.hd / 2 * sizeof(float));
     for (int i = 0; i < c.hd / 2; i++) c.inv_freq[i] = (float)pow(10000.0, -2.0 * i / c.hd);
-    c.x = randv(n, 1);
-    c.y = randv(n, 1);
-    c.G = randv(n, 1);
-    float *dx = copyv(c.G, n);
+    c.x = test_rand_vec(n, 1);
+    c.y = test_rand_vec(n, 1);
+    c.G = test_rand_vec(n, 1);
+    float *dx = test_copy_floats(c.G, n);
     ops_rope_backward(&be, dx, c.pos, c.inv_freq, c.T, c.nh, c.hd);
     fd_check("rope dx", c.x, n, dx, rope_objective, &c);
 
     // a rotation's transpose is its inverse: backward(forward(x)) = x up to fp32 rounding
-    float *y = copyv(c.x, n);
+    float *y = test_copy_floats(c.x, n);
     ops_rope(&be, y, c.pos, c.inv_freq, c.T, c.nh, c.hd);
     ops_rope_backward(&be, y, c.pos, c.inv_freq, c.T, c.nh, c.hd);
     double err = 0;
@@ -182,11 +164,11 @@ static double swiglu_objective(void *p) {
 
 static void test_swiglu_backward(void) {
     swiglu_ctx c = {.n = 37};
-    c.g = randv((size_t)c.n, 4); // through the bend of silu and into both tails
-    c.u = randv((size_t)c.n, 1);
-    c.G = randv((size_t)c.n, 1);
-    c.y = randv((size_t)c.n, 1);
-    float *dg = randv((size_t)c.n, 1), *du = randv((size_t)c.n, 1);
+    c.g = test_rand_vec((size_t)c.n, 4); // through the bend of silu and into both tails
+    c.u = test_rand_vec((size_t)c.n, 1);
+    c.G = test_rand_vec((size_t)c.n, 1);
+    c.y = test_rand_vec((size_t)c.n, 1);
+    float *dg = test_rand_vec((size_t)c.n, 1), *du = test_rand_vec((size_t)c.n, 1);
     ops_swiglu_backward(&be, dg, du, c.G, c.g, c.u, c.n);
     fd_check("swiglu dgate", c.g, (size_t)c.n, dg, swiglu_objective, &c);
     fd_check("swiglu dup", c.u, (size_t)c.n, du, swiglu_objective, &c);
@@ -237,14 +219,14 @@ static void attn_setup(attn_bufs *t, const attn_case *cs) {
     size_t nqe = (size_t)t->rows * cs->nq * cs->hd, nbe = (size_t)t->rows * cs->nkv * cs->hd;
     size_t nce = (size_t)t->S * cs->nkv * cs->hd;
     // amplitude 1.5: scores of a few units, so some softmax rows are peaked and some flat
-    t->q = randv(nqe, 1.5f);
-    t->kb = randv(nbe, 1.5f);
-    t->vb = randv(nbe, 1);
-    t->kc = randv(nce, 1.5f);
-    t->vc = randv(nce, 1);
-    t->G = randv(nqe, 1);
-    t->out = randv(nqe, 1);
-    t->lse = randv((size_t)t->rows * cs->nq, 1);
+    t->q = test_rand_vec(nqe, 1.5f);
+    t->kb = test_rand_vec(nbe, 1.5f);
+    t->vb = test_rand_vec(nbe, 1);
+    t->kc = test_rand_vec(nce, 1.5f);
+    t->vc = test_rand_vec(nce, 1);
+    t->G = test_rand_vec(nqe, 1);
+    t->out = test_rand_vec(nqe, 1);
+    t->lse = test_rand_vec((size_t)t->rows * cs->nq, 1);
 }
 
 static void attn_free(attn_bufs *t) {
@@ -370,7 +352,7 @@ static attn_grads attn_backward(attn_bufs *t) {
     size_t nqe = (size_t)t->rows * cs->nq * cs->hd, nbe = (size_t)t->rows * cs->nkv * cs->hd;
     size_t nce = (size_t)t->S * cs->nkv * cs->hd;
     // dq/dkb/dvb start as garbage: the op must overwrite them
-    attn_grads g = {randv(nqe, 100), randv(nbe, 100), randv(nbe, 100), calloc(nce, 4), calloc(nce, 4)};
+    attn_grads g = {test_rand_vec(nqe, 100), test_rand_vec(nbe, 100), test_rand_vec(nbe, 100), calloc(nce, 4), calloc(nce, 4)};
     attn_forward(t);
     ops_dflash_attn_backward(&be, g.dq, g.dkb, g.dvb, g.dkc, g.dvc, t->G, t->out, t->lse, t->q, t->kb, t->vb, t->kc,
                              t->vc, t->anchors, t->seq_start, cs->C, cs->B, cs->nq, cs->nkv, cs->hd, t->scale,
@@ -431,8 +413,8 @@ static void check_accumulation(const attn_case *cs) {
     attn_grads g = attn_backward(&t);
     size_t nqe = (size_t)t.rows * cs->nq * cs->hd, nbe = (size_t)t.rows * cs->nkv * cs->hd;
     size_t nce = (size_t)t.S * cs->nkv * cs->hd;
-    float *dq1 = copyv(g.dq, nqe), *dkb1 = copyv(g.dkb, nbe), *dvb1 = copyv(g.dvb, nbe);
-    float *dkc1 = copyv(g.dkc, nce), *dvc1 = copyv(g.dvc, nce);
+    float *dq1 = test_copy_floats(g.dq, nqe), *dkb1 = test_copy_floats(g.dkb, nbe), *dvb1 = test_copy_floats(g.dvb, nbe);
+    float *dkc1 = test_copy_floats(g.dkc, nce), *dvc1 = test_copy_floats(g.dvc, nce);
     for (size_t i = 0; i < nqe; i++) g.dq[i] = 1e4f;
     for (size_t i = 0; i < nbe; i++) g.dkb[i] = g.dvb[i] = -1e4f;
     ops_dflash_attn_backward(&be, g.dq, g.dkb, g.dvb, g.dkc, g.dvc, t.G, t.out, t.lse, t.q, t.kb, t.vb, t.kc, t.vc,
@@ -514,12 +496,12 @@ static void test_dynconv(void) {
     int ng = c.H / c.G_;
     c.ld = 2 * c.K * ng + 1;
     size_t n = (size_t)c.T * c.H, nd = (size_t)c.T * c.ld, nb = (size_t)c.K * c.H;
-    c.x = randv(n, 1);
-    c.dyn = randv(nd, 0.5f);
-    c.base = randv(nb, 0.5f);
-    c.G = randv(n, 1);
-    c.out = randv(n, 1);
-    float *dx = randv(n, 100), *ddyn = calloc(nd, sizeof(float)), *dbase = calloc(nb, sizeof(float));
+    c.x = test_rand_vec(n, 1);
+    c.dyn = test_rand_vec(nd, 0.5f);
+    c.base = test_rand_vec(nb, 0.5f);
+    c.G = test_rand_vec(n, 1);
+    c.out = test_rand_vec(n, 1);
+    float *dx = test_rand_vec(n, 100), *ddyn = calloc(nd, sizeof(float)), *dbase = calloc(nb, sizeof(float));
     for (size_t i = 0; i < nd; i++) ddyn[i] = 7.0f; // columns outside [1, 1 + K*ng) must stay untouched
     ops_dynconv_backward(&be, dx, ddyn + 1, dbase, c.G, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
     int untouched = 1;
@@ -534,7 +516,7 @@ static void test_dynconv(void) {
     fd_check("dynconv ddyn", c.dyn, nd, ddyn1, dc_objective, &c);
     fd_check("dynconv dbase", c.base, nb, dbase, dc_objective, &c);
     // dbase accumulates
-    float *dbase2 = copyv(dbase, nb);
+    float *dbase2 = test_copy_floats(dbase, nb);
     ops_dynconv_backward(&be, dx, ddyn + 1, dbase2, c.G, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
     double acc = 0;
     for (size_t i = 0; i < nb; i++) acc = fmax(acc, fabs(dbase2[i] - 2 * dbase[i]));
@@ -547,7 +529,7 @@ static void test_dynconv(void) {
     CHECK(memcmp(c.out, c.x, n * sizeof(float)) == 0);
     // blocks are independent: changing block 0's input leaves blocks 1.. unchanged; slot 0 of
     // block 1 sees only itself (out = (base[0] + dyn[t, g]) * x[t])
-    float *ref = copyv(c.out, n);
+    float *ref = test_copy_floats(c.out, n);
     ops_dynconv_forward(&be, ref, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
     for (size_t i = 0; i < (size_t)c.B * c.H; i++) c.x[i] += 1.0f;
     ops_dynconv_forward(&be, c.out, c.x, c.dyn + 1, c.ld, c.base, c.T, c.B, c.H, c.K, c.G_);
@@ -563,6 +545,7 @@ static void test_dynconv(void) {
 }
 
 int main(void) {
+    test_rand_seed(20240611);
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "%s\n", error_msg());
         return 1;

@@ -29,6 +29,7 @@
 #include "common/kernels/ops_train.h"
 #include "student/train/optim.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define TOL_ACT 1e-2
 #define TOL_F32 1e-3
@@ -37,90 +38,14 @@
 static backend cpu, gpu;
 static int act_bf16; // the "gpu" side computes in bf16 (a real GPU) or fp32 (the self-test)
 
-static uint64_t lcg = 77777;
-static float rand_pm1(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-static int rand_int(int n) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
-
-static void *xm(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
-// n random values in [-amp, amp), rounded to bf16 (the values both sides see)
-static float *rand_bf16(size_t n, float amp) {
-    float *x = xm(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
-    return x;
-}
-static float *copy_f(const float *x, size_t n) {
-    float *y = xm(n * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-
-static void *g_alloc(size_t bytes) {
-    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    return d;
-}
-// host floats -> a new device buffer in the act dtype
-static void *up_act(const float *x, size_t n) {
-    void *d = g_alloc(n * (act_bf16 ? 2 : 4));
-    if (act_bf16) {
-        uint16_t *h = xm(n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-        backend_copy_to_device(&gpu, d, h, n * sizeof(uint16_t));
-        free(h);
-    } else {
-        backend_copy_to_device(&gpu, d, x, n * sizeof(float));
-    }
-    return d;
-}
-static void *up_raw(const void *x, size_t bytes) {
-    void *d = g_alloc(bytes);
-    backend_copy_to_device(&gpu, d, x, bytes);
-    return d;
-}
-// device act -> host floats
-static float *down_act(const void *d, size_t n) {
-    float *x = xm(n * sizeof(float));
-    if (act_bf16) {
-        uint16_t *h = xm(n * sizeof(uint16_t));
-        backend_copy_to_host(&gpu, h, d, n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
-        free(h);
-    } else {
-        backend_copy_to_host(&gpu, x, d, n * sizeof(float));
-    }
-    return x;
-}
-static float *down_f32(const void *d, size_t n) {
-    float *x = xm(n * sizeof(float));
-    backend_copy_to_host(&gpu, x, d, n * sizeof(float));
-    return x;
-}
-
 // compare a device act buffer / f32 buffer with the CPU's result, then free the host copy
 static void cmp_act(const char *name, const void *d, const float *ref, size_t n, double tol) {
-    float *got = down_act(d, n);
+    float *got = dev_down_act(&gpu, d, n, act_bf16);
     test_report(name, test_rel_err(got, ref, n), tol);
     free(got);
 }
 static void cmp_f32(const char *name, const void *d, const float *ref, size_t n, double tol) {
-    float *got = down_f32(d, n);
+    float *got = dev_down_f32(&gpu, d, n);
     test_report(name, test_rel_err(got, ref, n), tol);
     free(got);
 }
@@ -129,10 +54,11 @@ static void cmp_f32(const char *name, const void *d, const float *ref, size_t n,
 
 static void rmsnorm_bwd_case(int R, int D, int accumulate) {
     size_t n = (size_t)R * D;
-    float *x = rand_bf16(n, 3), *w = rand_bf16((size_t)D, 1.5f), *dy = rand_bf16(n, 1);
-    float *dx = rand_bf16(n, 0.5f), *dw = rand_bf16((size_t)D, 2); // the starting values of += outputs
-    void *g_x = up_act(x, n), *g_w = up_act(w, (size_t)D), *g_dy = up_act(dy, n), *g_dx = up_act(dx, n);
-    void *g_dw = up_raw(dw, (size_t)D * 4);
+    float *x = test_rand_bf16(n, 3), *w = test_rand_bf16((size_t)D, 1.5f), *dy = test_rand_bf16(n, 1);
+    float *dx = test_rand_bf16(n, 0.5f), *dw = test_rand_bf16((size_t)D, 2); // the starting values of += outputs
+    void *g_x = dev_up_act(&gpu, x, n, act_bf16), *g_w = dev_up_act(&gpu, w, (size_t)D, act_bf16),
+         *g_dy = dev_up_act(&gpu, dy, n, act_bf16), *g_dx = dev_up_act(&gpu, dx, n, act_bf16);
+    void *g_dw = dev_up_raw(&gpu, dw, (size_t)D * 4);
     ops_rmsnorm_backward(&cpu, dx, dw, dy, x, w, R, D, 1e-6f, accumulate);
     ops_rmsnorm_backward(&gpu, g_dx, g_dw, g_dy, g_x, g_w, R, D, 1e-6f, accumulate);
     char name[96];
@@ -150,11 +76,12 @@ static void rmsnorm_bwd_case(int R, int D, int accumulate) {
 static void rope_bwd_case(int T, int nh, int hd, int pos_offset) {
     int half = hd / 2;
     size_t n = (size_t)T * nh * hd;
-    float *x = rand_bf16(n, 2), *inv = xm((size_t)half * sizeof(float));
+    float *x = test_rand_bf16(n, 2), *inv = xmalloc((size_t)half * sizeof(float));
     for (int i = 0; i < half; i++) inv[i] = (float)pow(1e6, -2.0 * i / hd);
-    int32_t *pos = xm((size_t)T * sizeof(int32_t));
+    int32_t *pos = xmalloc((size_t)T * sizeof(int32_t));
     for (int t = 0; t < T; t++) pos[t] = pos_offset + (t < T / 2 ? t : t - T / 2);
-    void *g_x = up_act(x, n), *g_pos = up_raw(pos, (size_t)T * 4), *g_inv = up_raw(inv, (size_t)half * 4);
+    void *g_x = dev_up_act(&gpu, x, n, act_bf16), *g_pos = dev_up_raw(&gpu, pos, (size_t)T * 4),
+         *g_inv = dev_up_raw(&gpu, inv, (size_t)half * 4);
     ops_rope_backward(&cpu, x, pos, inv, T, nh, hd);
     ops_rope_backward(&gpu, g_x, g_pos, g_inv, T, nh, hd);
     char name[96];
@@ -168,19 +95,20 @@ static void rope_bwd_case(int T, int nh, int hd, int pos_offset) {
 
 static void test_swiglu_bwd_conv(void) {
     int64_t n = 1000003;
-    float *g = rand_bf16((size_t)n, 8), *u = rand_bf16((size_t)n, 2), *dout = rand_bf16((size_t)n, 1);
-    float *dg = xm((size_t)n * 4), *du = xm((size_t)n * 4);
-    void *g_g = up_act(g, (size_t)n), *g_u = up_act(u, (size_t)n), *g_do = up_act(dout, (size_t)n);
-    void *g_dg = g_alloc((size_t)n * 4), *g_du = g_alloc((size_t)n * 4);
+    float *g = test_rand_bf16((size_t)n, 8), *u = test_rand_bf16((size_t)n, 2), *dout = test_rand_bf16((size_t)n, 1);
+    float *dg = xmalloc((size_t)n * 4), *du = xmalloc((size_t)n * 4);
+    void *g_g = dev_up_act(&gpu, g, (size_t)n, act_bf16), *g_u = dev_up_act(&gpu, u, (size_t)n, act_bf16),
+         *g_do = dev_up_act(&gpu, dout, (size_t)n, act_bf16);
+    void *g_dg = dev_alloc(&gpu, (size_t)n * 4), *g_du = dev_alloc(&gpu, (size_t)n * 4);
     ops_swiglu_backward(&cpu, dg, du, dout, g, u, n);
     ops_swiglu_backward(&gpu, g_dg, g_du, g_do, g_g, g_u, n);
     cmp_act("swiglu_backward dgate n=1000003", g_dg, dg, (size_t)n, TOL_ACT);
     cmp_act("swiglu_backward dup n=1000003", g_du, du, (size_t)n, TOL_ACT);
 
     // f32 -> act (one rounding) and acc += act
-    float *src = xm((size_t)n * 4), *acc = rand_bf16((size_t)n, 3);
-    for (int64_t i = 0; i < n; i++) src[i] = 5 * rand_pm1();
-    void *g_src = up_raw(src, (size_t)n * 4), *g_acc = up_raw(acc, (size_t)n * 4);
+    float *src = xmalloc((size_t)n * 4), *acc = test_rand_bf16((size_t)n, 3);
+    for (int64_t i = 0; i < n; i++) src[i] = 5 * (float)test_rand_pm1();
+    void *g_src = dev_up_raw(&gpu, src, (size_t)n * 4), *g_acc = dev_up_raw(&gpu, acc, (size_t)n * 4);
     ops_f32_to_act(&cpu, dg, src, n);
     ops_f32_to_act(&gpu, g_dg, g_src, n);
     cmp_act("f32_to_act n=1000003", g_dg, dg, (size_t)n, TOL_ACT);
@@ -208,23 +136,24 @@ static void dflash_case(int S, int n_seq, int C, int B, int nq, int nkv, int hd,
     double tol_ctx = strcmp(attn_path, "scalar") == 0 ? TOL_F32 : TOL_ACT;
     int32_t cu[9];
     for (int s = 0; s <= n_seq; s++) cu[s] = (int32_t)((int64_t)S * s / n_seq);
-    int32_t *anchors = xm((size_t)C * 4), *starts = xm((size_t)C * 4);
+    int32_t *anchors = xmalloc((size_t)C * 4), *starts = xmalloc((size_t)C * 4);
     for (int i = 0; i < C; i++) {
-        int s = rand_int(n_seq), len = cu[s + 1] - cu[s];
-        int a = i == 0 ? cu[s] : cu[s] + rand_int(len); // anchor 0 sees no context
+        int s = test_rand_below(n_seq), len = cu[s + 1] - cu[s];
+        int a = i == 0 ? cu[s] : cu[s] + test_rand_below(len); // anchor 0 sees no context
         anchors[i] = a, starts[i] = cu[s];
     }
     size_t N = (size_t)C * B, nqe = N * nq * hd, nkb = N * nkv * hd, nkc = (size_t)S * nkv * hd;
-    float *q = rand_bf16(nqe, 2), *kb = rand_bf16(nkb, 1), *vb = rand_bf16(nkb, 1);
-    float *kc = rand_bf16(nkc, 1), *vc = rand_bf16(nkc, 1), *dout = rand_bf16(nqe, 1);
+    float *q = test_rand_bf16(nqe, 2), *kb = test_rand_bf16(nkb, 1), *vb = test_rand_bf16(nkb, 1);
+    float *kc = test_rand_bf16(nkc, 1), *vc = test_rand_bf16(nkc, 1), *dout = test_rand_bf16(nqe, 1);
     float scale = 1.0f / sqrtf((float)hd);
     // forward on both sides
-    float *out = xm(nqe * 4), *lse = xm(N * nq * 4);
+    float *out = xmalloc(nqe * 4), *lse = xmalloc(N * nq * 4);
     ops_dflash_attn_forward(&cpu, out, lse, q, kb, vb, kc, vc, anchors, starts, C, B, nq, nkv, hd, scale, window, causal);
-    void *g_q = up_act(q, nqe), *g_kb = up_act(kb, nkb), *g_vb = up_act(vb, nkb), *g_kc = up_act(kc, nkc);
-    void *g_vc = up_act(vc, nkc), *g_dout = up_act(dout, nqe);
-    void *g_a = up_raw(anchors, (size_t)C * 4), *g_s = up_raw(starts, (size_t)C * 4);
-    void *g_out = g_alloc(nqe * 4), *g_lse = g_alloc(N * nq * 4);
+    void *g_q = dev_up_act(&gpu, q, nqe, act_bf16), *g_kb = dev_up_act(&gpu, kb, nkb, act_bf16),
+         *g_vb = dev_up_act(&gpu, vb, nkb, act_bf16), *g_kc = dev_up_act(&gpu, kc, nkc, act_bf16);
+    void *g_vc = dev_up_act(&gpu, vc, nkc, act_bf16), *g_dout = dev_up_act(&gpu, dout, nqe, act_bf16);
+    void *g_a = dev_up_raw(&gpu, anchors, (size_t)C * 4), *g_s = dev_up_raw(&gpu, starts, (size_t)C * 4);
+    void *g_out = dev_alloc(&gpu, nqe * 4), *g_lse = dev_alloc(&gpu, N * nq * 4);
     ops_dflash_attn_forward(&gpu, g_out, g_lse, g_q, g_kb, g_vb, g_kc, g_vc, g_a, g_s, C, B, nq, nkv, hd, scale, window,
                             causal);
     char cfg[96], name[160];
@@ -236,13 +165,13 @@ static void dflash_case(int S, int n_seq, int C, int B, int nq, int nkv, int hd,
     cmp_f32(name, g_lse, lse, N * nq, TOL_F32);
 
     // backward from the same inputs: out rounded as the GPU keeps it, the CPU's lse on both sides
-    float *out_r = xm(nqe * 4);
+    float *out_r = xmalloc(nqe * 4);
     for (size_t i = 0; i < nqe; i++) out_r[i] = act_bf16 ? f32_from_bf16(bf16_from_f32(out[i])) : out[i];
-    void *g_outr = up_act(out_r, nqe), *g_lser = up_raw(lse, N * nq * 4);
-    float *dq = xm(nqe * 4), *dkb = xm(nkb * 4), *dvb = xm(nkb * 4);
-    float *dkc = rand_bf16(nkc, 0.1f), *dvc = rand_bf16(nkc, 0.1f); // += outputs start non-zero
-    void *g_dq = g_alloc(nqe * 4), *g_dkb = g_alloc(nkb * 4), *g_dvb = g_alloc(nkb * 4);
-    void *g_dkc = up_raw(dkc, nkc * 4), *g_dvc = up_raw(dvc, nkc * 4);
+    void *g_outr = dev_up_act(&gpu, out_r, nqe, act_bf16), *g_lser = dev_up_raw(&gpu, lse, N * nq * 4);
+    float *dq = xmalloc(nqe * 4), *dkb = xmalloc(nkb * 4), *dvb = xmalloc(nkb * 4);
+    float *dkc = test_rand_bf16(nkc, 0.1f), *dvc = test_rand_bf16(nkc, 0.1f); // += outputs start non-zero
+    void *g_dq = dev_alloc(&gpu, nqe * 4), *g_dkb = dev_alloc(&gpu, nkb * 4), *g_dvb = dev_alloc(&gpu, nkb * 4);
+    void *g_dkc = dev_up_raw(&gpu, dkc, nkc * 4), *g_dvc = dev_up_raw(&gpu, dvc, nkc * 4);
     ops_dflash_attn_backward(&cpu, dq, dkb, dvb, dkc, dvc, dout, out_r, lse, q, kb, vb, kc, vc, anchors, starts, C, B, nq,
                              nkv, hd, scale, window, causal);
     ops_dflash_attn_backward(&gpu, g_dq, g_dkb, g_dvb, g_dkc, g_dvc, g_dout, g_outr, g_lser, g_q, g_kb, g_vb, g_kc, g_vc,
@@ -298,10 +227,13 @@ static void test_dflash(void) {
 
 static void test_optim(void) {
     int64_t n = 1000003;
-    float *w = xm((size_t)n * 4), *g = xm((size_t)n * 4), *m = xm((size_t)n * 4), *v = xm((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) w[i] = rand_pm1(), g[i] = 0.1f * rand_pm1(), m[i] = 0.01f * rand_pm1(), v[i] = 1e-4f * fabsf(rand_pm1());
-    void *g_w = up_raw(w, (size_t)n * 4), *g_g = up_raw(g, (size_t)n * 4), *g_m = up_raw(m, (size_t)n * 4);
-    void *g_v = up_raw(v, (size_t)n * 4);
+    float *w = xmalloc((size_t)n * 4), *g = xmalloc((size_t)n * 4), *m = xmalloc((size_t)n * 4), *v = xmalloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        w[i] = (float)test_rand_pm1(), g[i] = 0.1f * (float)test_rand_pm1(), m[i] = 0.01f * (float)test_rand_pm1(),
+        v[i] = 1e-4f * fabsf((float)test_rand_pm1());
+    void *g_w = dev_up_raw(&gpu, w, (size_t)n * 4), *g_g = dev_up_raw(&gpu, g, (size_t)n * 4),
+         *g_m = dev_up_raw(&gpu, m, (size_t)n * 4);
+    void *g_v = dev_up_raw(&gpu, v, (size_t)n * 4);
     double s_cpu = optim_sum_squares(&cpu, g, n), s_gpu = optim_sum_squares(&gpu, g_g, n);
     test_report("optim_sum_squares n=1000003", fabs(s_gpu - s_cpu) / s_cpu, 1e-9);
     optim_adamw(&cpu, w, g, m, v, n, 3e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.5f, 0.1f, 0.001f);
@@ -309,8 +241,8 @@ static void test_optim(void) {
     cmp_f32("optim_adamw w n=1000003", g_w, w, (size_t)n, TOL_OPT);
     cmp_f32("optim_adamw m", g_m, m, (size_t)n, TOL_OPT);
     cmp_f32("optim_adamw v", g_v, v, (size_t)n, TOL_OPT);
-    float *ema = copy_f(g, (size_t)n);
-    void *g_ema = up_raw(ema, (size_t)n * 4);
+    float *ema = test_copy_floats(g, (size_t)n);
+    void *g_ema = dev_up_raw(&gpu, ema, (size_t)n * 4);
     optim_ema_update(&cpu, ema, w, n, 0.99f);
     optim_ema_update(&gpu, g_ema, g_w, n, 0.99f);
     cmp_f32("optim_ema_update n=1000003", g_ema, ema, (size_t)n, TOL_OPT);
@@ -325,10 +257,14 @@ static void test_optim(void) {
 static void dynconv_case(int C, int B, int H, int K, int G) {
     int T = C * B, ng = H / G, ld = 2 * K * ng;
     size_t n = (size_t)T * H, nd = (size_t)T * ld, nb = (size_t)K * H;
-    float *x = rand_bf16(n, 2), *dyn = rand_bf16(nd, 0.5f), *base = rand_bf16(nb, 1), *dout = rand_bf16(n, 1);
-    float *out = xm(n * sizeof(float)), *dx = xm(n * sizeof(float)), *ddyn = rand_bf16(nd, 1), *dbase = rand_bf16(nb, 2);
-    void *g_x = up_act(x, n), *g_dyn = up_act(dyn, nd), *g_base = up_act(base, nb), *g_do = up_act(dout, n);
-    void *g_out = up_act(out, n), *g_dx = up_act(dx, n), *g_ddyn = up_act(ddyn, nd), *g_db = up_raw(dbase, nb * 4);
+    float *x = test_rand_bf16(n, 2), *dyn = test_rand_bf16(nd, 0.5f), *base = test_rand_bf16(nb, 1),
+          *dout = test_rand_bf16(n, 1);
+    float *out = xmalloc(n * sizeof(float)), *dx = xmalloc(n * sizeof(float)), *ddyn = test_rand_bf16(nd, 1),
+          *dbase = test_rand_bf16(nb, 2);
+    void *g_x = dev_up_act(&gpu, x, n, act_bf16), *g_dyn = dev_up_act(&gpu, dyn, nd, act_bf16),
+         *g_base = dev_up_act(&gpu, base, nb, act_bf16), *g_do = dev_up_act(&gpu, dout, n, act_bf16);
+    void *g_out = dev_up_act(&gpu, out, n, act_bf16), *g_dx = dev_up_act(&gpu, dx, n, act_bf16),
+         *g_ddyn = dev_up_act(&gpu, ddyn, nd, act_bf16), *g_db = dev_up_raw(&gpu, dbase, nb * 4);
     size_t off = (size_t)K * ng, e = act_bf16 ? 2 : 4;
     ops_dynconv_forward(&cpu, out, x, dyn + off, ld, base, T, B, H, K, G);
     ops_dynconv_forward(&gpu, g_out, g_x, (char *)g_dyn + off * e, ld, g_base, T, B, H, K, G);
@@ -350,6 +286,7 @@ static void dynconv_case(int C, int B, int H, int K, int G) {
 }
 
 int main(void) {
+    test_rand_seed(77777);
     int selftest = getenv("DFLASH_OPS_TRAIN_SELFTEST") && atoi(getenv("DFLASH_OPS_TRAIN_SELFTEST"));
     if (backend_cuda_devices() == 0 && !selftest) {
         printf("SKIP: no CUDA device\n");

@@ -64,12 +64,6 @@ static size_t forced_total(const drafter_config *c, const backend *be, int ancho
 
 // ----------------------------------------------------------------------------- 6, 7: teacher stages
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static unsigned rnd(unsigned n) { // a small LCG: the cases are the same on every run
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (unsigned)(rng_state >> 33) % n;
-}
-
 // A made target of L layers whose layer sizes differ: kind 0 a Qwen3-MoE with random dense
 // (mlp_only) layers, kind 1 the Qwen3.5 hybrid with random layer types.
 static int made_target(target_config *c, int kind, int L, int V, int tied) {
@@ -77,25 +71,25 @@ static int made_target(target_config *c, int kind, int L, int V, int tied) {
     size_t n = 0;
     if (kind == 0) {
         for (int l = 0; l < L; l++)
-            if (rnd(2)) n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", l);
+            if (test_rand_below(2)) n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", n ? ", " : "", l);
         snprintf(json, sizeof json,
                  "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 32, "
                  "\"num_hidden_layers\": %d, \"intermediate_size\": %d, \"num_attention_heads\": 4, "
                  "\"num_key_value_heads\": 2, \"head_dim\": 8, \"vocab_size\": %d, \"num_experts\": %d, "
                  "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16, \"mlp_only_layers\": [%s], "
                  "\"tie_word_embeddings\": %s}",
-                 L, 32 + 32 * (int)rnd(8), V, 4 + (int)rnd(12), list, tied ? "true" : "false");
+                 L, 32 + 32 * test_rand_below(8), V, 4 + test_rand_below(12), list, tied ? "true" : "false");
     } else {
         for (int l = 0; l < L; l++)
             n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", l ? ", " : "",
-                                  rnd(3) ? "linear_attention" : "full_attention");
+                                  test_rand_below(3) ? "linear_attention" : "full_attention");
         snprintf(json, sizeof json,
                  "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": 32, "
                  "\"num_hidden_layers\": %d, \"intermediate_size\": 64, \"num_attention_heads\": 4, "
                  "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": %d, \"linear_num_key_heads\": 2, "
                  "\"linear_num_value_heads\": %d, \"linear_key_head_dim\": 8, \"linear_value_head_dim\": 8, \"linear_conv_kernel_dim\": 4, "
                  "\"layer_types\": [%s], \"tie_word_embeddings\": %s}",
-                 L, V, 2 * (1 + (int)rnd(6)), list, tied ? "true" : "false");
+                 L, V, 2 * (1 + test_rand_below(6)), list, tied ? "true" : "false");
     }
     memset(c, 0, sizeof *c);
     if (target_config_parse(c, json, "made config.json")) {
@@ -121,8 +115,8 @@ static void test_stage_split(void) {
     dtype dt = DT_BF16;
     int cases = 0, optimal = 0;
     for (int t = 0; t < 24; t++) {
-        int kind = t % 2, L = 4 + (int)rnd(9), tied = (t / 2) % 2; // 4..12 layers
-        int V = kind == 0 ? 64 + (int)rnd(4000) : 64 + (int)rnd(2000); // embedding from a sliver to several layers
+        int kind = t % 2, L = 4 + test_rand_below(9), tied = (t / 2) % 2; // 4..12 layers
+        int V = kind == 0 ? 64 + test_rand_below(4000) : 64 + test_rand_below(2000); // embedding from a sliver to several layers
         target_config c;
         if (made_target(&c, kind, L, V, tied)) { CHECK(0); continue; }
         static size_t W[17][17];
@@ -213,6 +207,7 @@ static void test_stage_memory(const backend *be0) {
 }
 
 int main(void) {
+    test_rand_seed(0x9e3779b97f4a7c15ull); // the cases are the same on every run
     backend be = {.kind = BACKEND_CPU, .device = DEVICE_CPU, .threads = 1};
     snprintf(be.name, sizeof be.name, "cpu (1 thread)");
     drafter_config c = shape(512, 2, 32000, 16);

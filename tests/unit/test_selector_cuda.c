@@ -24,7 +24,6 @@
 
 #include "common/backend/backend.h"
 #include "common/core/half.h"
-#include "common/core/rng.h"
 #include "student/model/selector.h"
 #include "student/model/selector_op.h"
 #include "testing.h"
@@ -42,19 +41,6 @@
 #define TOL_F32 1e-3
 #define TOL_ACT 1e-2
 
-static rng gen;
-static float rand_pm1(void) { return (float)(2.0 * rng_uniform(&gen) - 1.0); }
-static int rand_int(int n) { return (int)rng_below(&gen, (uint64_t)n); }
-static float *rand_bf16(size_t n, float amp) { // values both sides see
-    float *x = xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * rand_pm1()));
-    return x;
-}
-static float *copy_f(const float *x, size_t n) {
-    float *y = xmalloc(n * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
 static void cmp_f32(backend *gpu, const char *name, const void *d, const float *ref, size_t n, double tol) {
     float *got = dev_down_f32(gpu, d, n);
     test_report(name, test_rel_err(got, ref, n), tol);
@@ -84,9 +70,11 @@ int main(void) {
     backend cpu, gpu;
     int rc = test_open_devices(&cpu, &gpu);
     if (rc) return rc;
-    rng_init(&gen, 2028, 0, 0);
-    float *x = rand_bf16((size_t)R * H, 1), *pred = rand_bf16((size_t)V * RK, 1), *succ = rand_bf16((size_t)V * RK, 1);
-    float *proj = rand_bf16((size_t)RK * H, 0.5f), *lm = rand_bf16((size_t)V * H, 0.5f), *u = xmalloc(R * LD * sizeof(float));
+    test_rand_seed(2028);
+    float *x = test_rand_bf16((size_t)R * H, 1), *pred = test_rand_bf16((size_t)V * RK, 1),
+          *succ = test_rand_bf16((size_t)V * RK, 1);
+    float *proj = test_rand_bf16((size_t)RK * H, 0.5f), *lm = test_rand_bf16((size_t)V * H, 0.5f),
+          *u = xmalloc(R * LD * sizeof(float));
     float *w = xmalloc(R * sizeof(float));
     int32_t cand[R * LD], label[R], first[NA * (SL + 1)];
     uint8_t in_seq[R];
@@ -94,20 +82,21 @@ int main(void) {
         for (int c = 0; c < LD; c++) { // distinct ids from the pool, log-probs descending
             int id, dup;
             do {
-                id = rand_int(POOL);
+                id = test_rand_below(POOL);
                 dup = 0;
                 for (int q = 0; q < c; q++) dup |= cand[r * LD + q] == id;
             } while (dup);
             cand[r * LD + c] = id;
-            u[r * LD + c] = -1.0f - 0.3f * (float)c + 0.1f * rand_pm1();
+            u[r * LD + c] = -1.0f - 0.3f * (float)c + 0.1f * (float)test_rand_pm1();
         }
-        label[r] = r % 3 == 2 ? POOL + rand_int(V - POOL) : cand[r * LD + rand_int(K)]; // every third a miss
+        label[r] = r % 3 == 2 ? POOL + test_rand_below(V - POOL) : cand[r * LD + test_rand_below(K)]; // every third a miss
         in_seq[r] = !(r / SL == NA - 1 && r % SL >= SL - 2);
-        w[r] = !in_seq[r] || r % 7 == 3 ? 0.0f : 0.5f + 0.5f * rand_pm1();   // some scored rows of weight 0
+        w[r] = !in_seq[r] || r % 7 == 3 ? 0.0f : 0.5f + 0.5f * (float)test_rand_pm1();   // some scored rows of weight 0
     }
-    for (int i = 0; i < NA * (SL + 1); i++) first[i] = i % (SL + 1) == 0 ? rand_int(POOL) : 36; // the anchors' tokens
-    float *gp = rand_bf16((size_t)V * RK, 0.1f), *gs = rand_bf16((size_t)V * RK, 0.1f), *gq = rand_bf16((size_t)RK * H, 0.1f);
-    float *dx = rand_bf16((size_t)R * H, 0.05f);
+    for (int i = 0; i < NA * (SL + 1); i++) first[i] = i % (SL + 1) == 0 ? test_rand_below(POOL) : 36; // the anchors' tokens
+    float *gp = test_rand_bf16((size_t)V * RK, 0.1f), *gs = test_rand_bf16((size_t)V * RK, 0.1f),
+          *gq = test_rand_bf16((size_t)RK * H, 0.1f);
+    float *dx = test_rand_bf16((size_t)R * H, 0.05f);
 
     // the CPU reference
     selector_batch cb = {.anchors = NA, .slots = SL, .vocab = V, .hidden = H, .rank = RK, .k = K, .ld_cand = LD, .x = x,
@@ -117,8 +106,9 @@ int main(void) {
     uint8_t c_hit[R];
     int32_t c_choice[R];
     selector_out co = {.loss = c_loss, .hit = c_hit, .choice = c_choice};
-    float *c_gp = copy_f(gp, (size_t)V * RK), *c_gs = copy_f(gs, (size_t)V * RK), *c_gq = copy_f(gq, (size_t)RK * H);
-    float *c_dx = copy_f(dx, (size_t)R * H);
+    float *c_gp = test_copy_floats(gp, (size_t)V * RK), *c_gs = test_copy_floats(gs, (size_t)V * RK),
+          *c_gq = test_copy_floats(gq, (size_t)RK * H);
+    float *c_dx = test_copy_floats(dx, (size_t)R * H);
     selector_op_grads cg = {.pred = c_gp, .succ = c_gs, .proj = c_gq, .dx = c_dx};
     size_t ws_bytes = selector_op_workspace_bytes(R, RK, K);
     void *c_ws = xmalloc(ws_bytes);

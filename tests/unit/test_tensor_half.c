@@ -30,14 +30,7 @@ static float float_of(uint32_t u) {
     return x;
 }
 
-// A small xorshift for test inputs (the tests of rng.c live elsewhere).
-static uint64_t test_rand_state = 0x9E3779B97F4A7C15ull;
-static uint32_t test_rand(void) {
-    test_rand_state ^= test_rand_state << 13;
-    test_rand_state ^= test_rand_state >> 7;
-    test_rand_state ^= test_rand_state << 17;
-    return (uint32_t)(test_rand_state >> 16);
-}
+// The random bit patterns (testing.h's generator).
 
 // ---------------------------------------------------------------- reference rounding
 
@@ -113,9 +106,9 @@ static void test_rounding_reference(void) {
     check_around(bf16_table, 0x7F81);
     check_around(f16_table, 0x7C01);
     // random bit patterns: all exponents, all signs
-    for (int i = 0; i < 2000000; i++) check_one(float_of(test_rand() ^ (test_rand() << 16)));
+    for (int i = 0; i < 2000000; i++) check_one(float_of(test_rand_u32() ^ (test_rand_u32() << 16)));
     // random values in the fp16 range, where its rounding is interesting
-    for (int i = 0; i < 2000000; i++) check_one(float_of(0x33000000u + test_rand() % 0x14800000u));
+    for (int i = 0; i < 2000000; i++) check_one(float_of(0x33000000u + test_rand_u32() % 0x14800000u));
     CHECK_MSG(mismatches_bf16 == 0, "%d bf16 mismatches with the reference", mismatches_bf16);
     CHECK_MSG(mismatches_f16 == 0, "%d fp16 mismatches with the reference", mismatches_f16);
 }
@@ -213,8 +206,8 @@ static void test_against_float16(void) {
     bad = 0;
     for (int i = 0; i < 4000000; i++) {
         // half the inputs near the fp16 range, half anywhere
-        uint32_t u = (i & 1) ? (test_rand() ^ (test_rand() << 16))
-                             : 0x33000000u + test_rand() % 0x14800000u;
+        uint32_t u = (i & 1) ? (test_rand_u32() ^ (test_rand_u32() << 16))
+                             : 0x33000000u + test_rand_u32() % 0x14800000u;
         if (i & 2) u |= 0x80000000u;
         float x = float_of(u);
         if (isnan(x)) continue;
@@ -291,6 +284,7 @@ static void test_dtypes_and_tensors(void) {
 }
 
 int main(void) {
+    test_rand_seed(0x9E3779B97F4A7C15ull);
     test_dtypes_and_tensors();
     test_special_values();
     test_roundtrip_all_patterns();

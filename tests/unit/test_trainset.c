@@ -33,14 +33,6 @@ static char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void) { // xorshift64*
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
 // Round trip: samples of many lengths, including length 1 and one longer than the writer's buffer
 // (2^18 tokens) and the HDF5 chunk (2^16), so appends are split across flushes.
 static void test_round_trip(void) {
@@ -52,12 +44,12 @@ static void test_round_trip(void) {
     const int64_t V = 5000;
     int64_t total_loss = 0, total = 0;
     for (int i = 0; i < NS; i++) {
-        lens[i] = i == 0 ? 1 : i == 7 ? 300001 : i == 8 ? 65536 : 1 + rnd() % 700;
+        lens[i] = i == 0 ? 1 : i == 7 ? 300001 : i == 8 ? 65536 : 1 + test_rand_u32() % 700;
         ids[i] = malloc((size_t)lens[i] * sizeof(int32_t));
         masks[i] = malloc((size_t)lens[i]);
         for (int64_t k = 0; k < lens[i]; k++) {
-            ids[i][k] = (int32_t)(rnd() % V);
-            masks[i][k] = (uint8_t)(k == 0 ? 1 : rnd() % 2); // at least one loss token per sample
+            ids[i][k] = (int32_t)(test_rand_u32() % V);
+            masks[i][k] = (uint8_t)(k == 0 ? 1 : test_rand_u32() % 2); // at least one loss token per sample
             total_loss += masks[i][k];
         }
         ids[i][0] = i == 3 ? (int32_t)(V - 1) : ids[i][0]; // the largest id appears
@@ -482,6 +474,7 @@ static void test_tokenizer_attr(void) {
 }
 
 int main(void) {
+    test_rand_seed(0x9E3779B97F4A7C15ull);
     test_round_trip();
     test_many_samples();
     test_min_loss_tokens();

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/core/check.h"
 #include "common/core/fsutil.h"
+#include "common/core/half.h"
 
 int test_passed = 0, test_failed = 0;
 static char tmpdir[512];
@@ -98,4 +100,31 @@ double test_rel_err_d(const float *a, const double *ref, size_t n) {
         if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
     }
     return err / (scale > 0 ? scale : 1);
+}
+
+static uint64_t rand_state;
+
+void test_rand_seed(uint64_t seed) { rand_state = seed; }
+
+uint64_t test_rand_next(void) {
+    rand_state = rand_state * 6364136223846793005ull + 1442695040888963407ull;
+    return rand_state;
+}
+
+float *test_rand_vec(size_t n, float amp) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = amp * (float)test_rand_pm1();
+    return x;
+}
+
+float *test_rand_bf16(size_t n, float amp) {
+    float *x = xmalloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(bf16_from_f32(amp * (float)test_rand_pm1()));
+    return x;
+}
+
+float *test_copy_floats(const float *x, size_t n) {
+    float *y = xmalloc((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
 }

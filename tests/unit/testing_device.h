@@ -1,7 +1,7 @@
 // testing_device.h: the CUDA op tests' devices (opening the CPU reference and the GPU) and moving
-// test data to and from a backend's device: allocation
-// that stops the test on failure, bf16 and raw uploads, bf16/f32/raw downloads (host copies the
-// caller frees). The error measure and the report line: testing.h.
+// test data to and from a backend's device: allocation that stops the test on failure, bf16, act
+// (bf16 or f32) and raw uploads, bf16/f32/act/raw downloads (host copies the caller frees). The
+// error measure and the report line: testing.h.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -65,5 +65,14 @@ static inline float *dev_down_bf16(backend *be, const void *d, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = f32_from_bf16(h[i]);
     free(h);
     return x;
+}
+
+// dev_up_act / dev_down_act: floats as a device's activations: bf16 when bf16, else f32.
+static inline void *dev_up_act(backend *be, const float *x, size_t n, int bf16) {
+    return bf16 ? dev_up_bf16(be, x, n) : dev_up_raw(be, x, n * sizeof(float));
+}
+
+static inline float *dev_down_act(backend *be, const void *d, size_t n, int bf16) {
+    return bf16 ? dev_down_bf16(be, d, n) : dev_down_f32(be, d, n);
 }
 

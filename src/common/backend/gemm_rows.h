@@ -11,7 +11,7 @@
 // share the call: a decode step of 1 sequence and of 32 give the same bits per sequence.
 #pragma once
 
-// gemm_rows_max_m: the largest m gemm_rows takes (larger products go to OpenBLAS, whose packing is
+// GEMM_ROWS_MAX_M: the largest m gemm_rows takes (larger products go to OpenBLAS, whose packing is
 // then worth it).
 #define GEMM_ROWS_MAX_M 32
 

@@ -37,7 +37,7 @@ void world_wait(MPI_Request *req, MPI_Status *st);
 // watchdog_mpi_wait: world_wait(req, st) (a sleeping MPI_Wait) as a timed wait on ranks
 // first..last (-1: the job's other ranks, before watchdog_start).
 void watchdog_mpi_wait(MPI_Request *req, MPI_Status *st, int first, int last, double patience, const char *what);
-// watchdog_agree: world_agree (the largest status of every rank) as a sleeping, timed wait
+// watchdog_agree: the largest status of every rank (an MPI_MAX all-reduce) as a sleeping, timed wait
 // (5 x: a rank may be loading its inputs).
 int watchdog_agree(int status, const char *what);
 // watchdog_finalize: MPI_Finalize (which waits for every rank) as a timed wait, the peers no longer

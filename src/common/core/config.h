@@ -135,7 +135,7 @@ int config_load_json(config *c, const char *json, const char *source);
 // config_set: one override "key=value" (the leading "--" already stripped). -1 on an unknown key
 // or a value that does not parse as the key's type or lies outside its bounds.
 int config_set(config *c, const char *assignment);
-// config_print_json: the effective configuration as nested JSON (for the run directory and logs).
+// config_to_json: the effective configuration as nested JSON (for the run directory and logs).
 char *config_to_json(const config *c); // caller frees
 // config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
 void config_print_keys(FILE *f);

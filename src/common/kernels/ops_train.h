@@ -39,7 +39,7 @@ void ops_dflash_attn_backward(backend *be, void *dq, void *dkb, void *dvb, float
                               const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start,
                               int C, int B, int nq, int nkv, int hd, float scale, int window, int block_causal);
 
-// ops_f32_to_act / ops_act_add_f32: conversions between fp32 accumulators and act buffers.
+// ops_f32_to_act: dst[n] = src[n] in the act dtype (an fp32 accumulator into an act buffer).
 void ops_f32_to_act(backend *be, void *dst, const float *src, int64_t n);
 // ops_add_to_f32: acc[n] += x[n] (x act).
 void ops_add_to_f32(backend *be, float *acc, const void *x, int64_t n);
