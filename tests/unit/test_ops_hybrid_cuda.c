@@ -305,7 +305,7 @@ static void gemm_batched_case(int ta, int tb, int m, int n, int k, int batch, in
     int64_t sc = (int64_t)m * ldc + 4;
     size_t na = (size_t)sa * batch, nb = bcast_b ? (size_t)(tb ? n : k) * ldb : (size_t)sb * batch;
     size_t nc = (size_t)sc * batch;
-    float *A = randv(na, 1), *B = randv(nb, 1), *C = randv(nc, 1);
+    float *A = test_rand_vec(na, 1), *B = test_rand_vec(nb, 1), *C = test_rand_vec(nc, 1);
     double *ref = xmalloc(nc * sizeof(double));
     float alpha = -0.75f, beta = 0.5f;
     for (size_t i = 0; i < nc; i++) ref[i] = C[i]; // padding and untouched elements stay

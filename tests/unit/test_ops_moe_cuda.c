@@ -196,8 +196,8 @@ static void gemm_offsets_case(int reuse_route_buffer) {
     int32_t *d_off = dev_alloc(&gpu, sizeof off);
     if (reuse_route_buffer) { // a whole block on d_off first: the same R = 49 rows, 7 on every expert
         int T = 7, k = 7, H = 8;
-        float *logits = make_logits(T, E, LOG_GRID), *hx = rand_bf16((size_t)T * H, 1.0f),
-              *hW = rand_bf16((size_t)E * H * H, 0.3f);
+        float *logits = make_logits(T, E, LOG_GRID), *hx = test_rand_bf16((size_t)T * H, 1.0f),
+              *hW = test_rand_bf16((size_t)E * H * H, 0.3f);
         void *dl = dev_up_raw(&gpu, logits, (size_t)T * E * 4), *dx = dev_up_bf16(&gpu, hx, (size_t)T * H),
              *dW = dev_up_bf16(&gpu, hW, (size_t)E * H * H);
         int32_t *di = dev_alloc(&gpu, (size_t)T * k * 4), *dp = dev_alloc(&gpu, (size_t)T * k * 4),
@@ -216,7 +216,7 @@ static void gemm_offsets_case(int reuse_route_buffer) {
         free(hW);
     }
     backend_copy_to_device(&gpu, d_off, off, sizeof off);
-    float *x = rand_bf16((size_t)R * K, 1.0f), *W = rand_bf16((size_t)E * N * K, 1.0f / sqrtf((float)K));
+    float *x = test_rand_bf16((size_t)R * K, 1.0f), *W = test_rand_bf16((size_t)E * N * K, 1.0f / sqrtf((float)K));
     float *ref = xmalloc((size_t)R * N * 4);
     void *d_x = dev_up_bf16(&gpu, x, (size_t)R * K), *d_W = dev_up_bf16(&gpu, W, (size_t)E * N * K),
          *d_y = dev_alloc(&gpu, (size_t)R * N * 2);
