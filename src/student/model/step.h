@@ -43,7 +43,7 @@ typedef struct {
 #define STEP_TREE_BUDGETS 3
 
 // What one step measured (host). Sums, so micro-batches and ranks add up.
-typedef struct {
+typedef struct step_stats {
     double sum_w, sum_w_ce, sum_w_kl, sum_w_cap; // weighted sums over scored slots
     double sum_w_sel;                            // DFlash2: ... of the selector's k-way CE (0 on a miss)
     int64_t sel_scored, sel_miss;                // DFlash2: scored slots, those whose label is no candidate
