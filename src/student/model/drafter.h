@@ -62,13 +62,13 @@ size_t drafter_bytes(const drafter_config *c, const backend *be, int tied);
 // drafter_param_numel: elements of the flat parameter buffer (padding included).
 int64_t drafter_param_numel(const drafter_config *c);
 // drafter_init: allocate and lay out; weights initialised from seed (normal(0, 0.02) for matrices,
-// 1 for norms), embed/lm_head from the given host tensors (F32/BF16/F16, [V, H]; lm_head may be
+// 1 for norms, the identity for a conv base kernel: drafter_param.is_delta), embed/lm_head from the given host tensors (F32/BF16/F16, [V, H]; lm_head may be
 // NULL = tied). -1 with error_set on a shape mismatch or out of memory.
 int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed, tensor embed, const tensor *lm_head);
 void drafter_free(drafter *d);
 const drafter_param *drafter_find(const drafter *d, const char *name);
-// drafter_load_weights: every trainable tensor from a safetensors file by its export name (prefix
-// prepended, e.g. "" or "model."). -1 naming the tensor when one is missing or mis-shaped.
+// drafter_load_weights: every trainable tensor from a safetensors file by its export name (then
+// drafter_sync_compute). -1 naming the tensor when one is missing, mis-shaped or of another dtype.
 int drafter_load_weights(drafter *d, const st_file *f);
 // drafter_sync_compute: refresh the compute copy from the master weights (no-op on the CPU).
 void drafter_sync_compute(drafter *d);

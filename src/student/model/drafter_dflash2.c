@@ -117,7 +117,7 @@ static int dflash2_config_parse(drafter_config *c, const cJSON *root, const cJSO
     if (c->hidden % c->conv_group)
         return error_set("%s: 'conv_group_size' %lld does not divide hidden_size %lld", src, (long long)c->conv_group,
                          (long long)c->hidden);
-    if (c->selector_top_k > OPS_TOPK_MAX) // the student's top-K rows (ops_topk, the CUDA loss) keep at most this many
+    if (c->selector_top_k > OPS_TOPK_MAX) // the student's top-K rows (ops_topk_lse_update, the CUDA loss) keep at most this many
         return error_set("%s: 'selector_top_k' %lld is above %d, the most candidates the student's top-K keeps", src,
                          (long long)c->selector_top_k, OPS_TOPK_MAX);
     if (c->selector_top_k > c->vocab)

@@ -68,7 +68,7 @@ size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[
 student_work *student_work_create(drafter *d, const student_plan *p, arena *a);
 void student_work_destroy(student_work *w);
 
-// step_grad_hook: gradient bucket b (student/grad_buckets.h) is final: every kernel that writes it
+// step_grad_hook: gradient bucket b (student/model/grad_buckets.h) is final: every kernel that writes it
 // in this step has been queued on the backend. 0, or -1 (error_set: the step fails with it).
 typedef int (*step_grad_hook)(void *ctx, int bucket);
 // student_work_set_grad_hook: the next student_step calls hook (NULL: none) once per bucket, in
