@@ -1,9 +1,10 @@
-// step.c: the anchor-chunked student step (see step.h). Shapes in comments: S context tokens,
-// C anchors per chunk, N = C*B block rows, R = C*(B-1) scored rows, H hidden, qd = nq*hd,
-// kvd = nkv*hd, I intermediate, L layers.
+// step.c: the anchor-chunked student step (see step.h): the batch, the context, the chunks, the
+// loss, the statistics and every buffer; what differs between drafter kinds (their layers, their
+// terms on the scored rows, what the decode walk follows) is called through d->cfg.kind
+// (drafter_kind.h). Shapes in comments: S context tokens, C anchors per chunk, N = C*B block rows,
+// R = C*(B-1) scored rows, H hidden, qd = nq*hd, kvd = nkv*hd, I intermediate, L layers.
 #include "student/model/step.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,7 +138,6 @@ static void student_work_lists(student_work *w, int L) {
 }
 
 static void student_work_free_lists(student_work *w) {
-    if (w->kind_work) w->kind->work_destroy(w->kind_work);
     free(w->kc_pre);
     free(w->kc);
     free(w->vc);
@@ -155,6 +155,7 @@ size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[
     arena a;
     arena_init_dry(&a, "student work (plan)");
     student_work_carve(&w, &a, d, p);
+    if (w.kind_work) w.kind->work_destroy(w.kind_work);
     student_work_free_lists(&w);
     if (parts) memcpy(parts, w.parts, sizeof w.parts);
     return a.used;
@@ -198,6 +199,7 @@ void student_work_destroy(student_work *w) {
     free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
     free(w->h_choice);
+    if (w->kind_work) w->kind->work_destroy(w->kind_work);
     student_work_free_lists(w);
     free(w);
 }
