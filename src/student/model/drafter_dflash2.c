@@ -68,10 +68,6 @@ static int dflash2_param_list(const drafter_config *c, drafter_param *list) {
 static int dflash2_p_conv(const drafter_config *c, int l, int j) { return drafter_p_own((int)c->n_layers) + 4 * l + 2 * j; }
 static int dflash2_p_sel(const drafter_config *c, int j) { return dflash2_p_conv(c, (int)c->n_layers, 0) + j; }
 
-// DFlash2's tensors have no pointers of their own in struct drafter: the step reads them by index
-// (drafter_weight), so binding is DFlash's.
-static void dflash2_bind(drafter *d) { drafter_dflash_bind(d); }
-
 // dflash2_grad_buckets: DFlash's buckets for its tensors; a layer's conv tensors are final with the
 // layer's block backward (they see only the block's slots, never the context); the selector's with
 // the last layer's (bucket 0: its gradient is complete once the last chunk's loss has run).
@@ -335,7 +331,7 @@ const drafter_kind drafter_kind_dflash2 = {
     .architecture = "DFlash2DraftModel",
     .model_type = "qwen3",
     .param_list = dflash2_param_list,
-    .bind = dflash2_bind,
+    .bind = drafter_dflash_bind, // its own tensors have no pointers in struct drafter: read by index (drafter_weight)
     .grad_buckets = dflash2_grad_buckets,
     .defaults = dflash2_defaults,
     .config_parse = dflash2_config_parse,
