@@ -1,13 +1,17 @@
 // test_drafter_config.c: reading the drafter's config.json the way the z-lab dflash package does
 // (a real Qwen3-8B drafter config, a 27B-style one with sliding layers, Qwen3Config's defaults,
 // both DFlash key spellings, layer types and is_causal), writing it back (round trip), loading
-// from a file, and every refusal naming its field.
+// from a file, and every refusal naming its field; the kinds' table (drafter_kind.h): every
+// registered kind fills every required hook, is found by its name and its architecture, and lists
+// the trunk's tensors where drafter_layout.h says they sit.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
+#include "student/model/drafter_kind.h"
+#include "student/model/drafter_layout.h"
 #include "testing.h"
 
 // z-lab/Qwen3-8B-DFlash-b16's config.json. The key set and layout are those of the z-lab
@@ -280,8 +284,11 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, "{\"a\": "), "d/config.json: not valid JSON");
     CHECK_ERR(parse(&c, "[1]"), "must be a JSON object");
     // identity and unsupported package features
-    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "[\"Eagle3DraftModel\"]")),
-              "d/config.json: 'architectures' is [\"Eagle3DraftModel\"]: only [\"DFlashDraftModel\", \"DFlash2DraftModel\"]");
+    char archs[256], want[512]; // every registered kind's architecture (drafter_kind.c): a new kind adds its own
+    drafter_kind_list(1, 1, archs, sizeof archs);
+    snprintf(want, sizeof want, "d/config.json: 'architectures' is [\"Eagle3DraftModel\"]: only [%s]", archs);
+    CHECK(strncmp(archs, "\"DFlashDraftModel\", \"DFlash2DraftModel\"", 39) == 0);
+    CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "[\"Eagle3DraftModel\"]")), want);
     CHECK_ERR(parse(&c, with(s, "[\"DFlashDraftModel\"]", "\"DFlashDraftModel\"")), "'architectures' wants a list");
     CHECK_ERR(parse(&c, with(s, "\"model_type\": \"qwen3\"", "\"model_type\": \"llama\"")), "'model_type' is \"llama\"");
     CHECK_ERR(parse(&c, with(s, "\"rms_norm_eps\"", "\"hidden_act\": \"gelu\", \"rms_norm_eps\"")), "'hidden_act' is \"gelu\"");
@@ -425,7 +432,53 @@ static void test_dflash2(void) {
     free(p2);
 }
 
+// The kinds' table: for every registered kind, the hooks the step and the shared code call without
+// a check are there, the optional ones in their pairs; found by name and by architecture; a
+// drafter of the kind (small_json under its architecture) lists the trunk where the layout says:
+// fc, hidden_norm, layer l's tensor j at drafter_p_layer(l, j), the final norm at drafter_p_norm(L),
+// the kind's own tensors from drafter_p_own(L) on.
+static void test_kind_table(void) {
+    static const char *const layer_suffix[DRAFTER_LAYER_TENSORS] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    int n = 0;
+    CHECK(drafter_kind_at(0) == drafter_kind_default() && drafter_kind_at(-1) == NULL);
+    for (const drafter_kind *k; (k = drafter_kind_at(n)) != NULL; n++) {
+        const char *nm = k->name ? k->name : "(no name)";
+        CHECK_MSG(k->name && k->architecture && k->model_type, "kind %d: name, architecture and model_type", n);
+        CHECK_MSG(k->param_list && k->bind && k->grad_buckets, "kind %s: param_list, bind, grad_buckets", nm);
+        CHECK_MSG(k->layer_forward && k->layer_backward && k->decode_choice, "kind %s: layer_forward, layer_backward, decode_choice", nm);
+        CHECK_MSG(!k->config_parse == !k->config_write, "kind %s: config_parse and config_write come together", nm);
+        CHECK_MSG(!k->work_create == !k->work_destroy, "kind %s: work_create and work_destroy come together", nm);
+        if (!k->name || !k->architecture) continue;
+        CHECK_MSG(drafter_kind_find(k->name) == k, "kind %s: drafter_kind_find", nm);
+        CHECK_MSG(drafter_kind_by_architecture(k->architecture) == k, "kind %s: by its architecture %s", nm, k->architecture);
+        char arch[128];
+        snprintf(arch, sizeof arch, "[\"%s\"]", k->architecture);
+        drafter_config c;
+        CHECK_MSG(parse(&c, with(small_json, "[\"DFlashDraftModel\"]", arch)) == 0, "kind %s: %s", nm, error_msg());
+        if (c.kind != k) continue;
+        int np = k->param_list(&c, NULL), L = (int)c.n_layers;
+        drafter_param *p = calloc((size_t)np, sizeof *p);
+        CHECK(k->param_list(&c, p) == np && np >= drafter_p_own(L));
+        CHECK_MSG(strcmp(p[DRAFTER_P_FC].name, "fc.weight") == 0 && strcmp(p[DRAFTER_P_HIDDEN_NORM].name, "hidden_norm.weight") == 0 &&
+                      strcmp(p[drafter_p_norm(L)].name, "norm.weight") == 0,
+                  "kind %s: fc, hidden_norm, norm not where drafter_layout.h places them", nm);
+        for (int l = 0; l < L; l++)
+            for (int j = 0; j < DRAFTER_LAYER_TENSORS; j++) {
+                char want[96];
+                snprintf(want, sizeof want, "layers.%d.%s", l, layer_suffix[j]);
+                CHECK_MSG(strcmp(p[drafter_p_layer(l, j)].name, want) == 0, "kind %s: tensor %d is %s, the layout says %s", nm,
+                          drafter_p_layer(l, j), p[drafter_p_layer(l, j)].name, want);
+            }
+        free(p);
+    }
+    CHECK(n >= 2); // dflash and dflash2
+}
+
 int main(void) {
+    test_kind_table();
     test_real_configs();
     test_defaults_and_spellings();
     test_layer_types();

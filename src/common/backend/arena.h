@@ -14,7 +14,7 @@
 
 #define ARENA_ALIGN 256 // bytes: enough for cuBLAS, AVX-512 and cache lines
 
-typedef struct {
+typedef struct arena {
     char name[48];
     backend *be;       // NULL = host memory (malloc), else the backend's device memory
     char *base;        // NULL in dry mode

@@ -194,10 +194,6 @@ void drafter_param_push(drafter_param *list, int *n, int64_t *off, const char *n
     (*n)++;
 }
 
-void drafter_param_to_host(const drafter *d, const float *buf, const drafter_param *p, float *host) {
-    backend_copy_to_host(d->be, host, buf + p->offset, (size_t)p->numel * sizeof(float));
-}
-
 int drafter_export(const drafter *d, const char *dir, int bf16) {
     char tmp[1024], path[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());

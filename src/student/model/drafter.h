@@ -34,11 +34,10 @@ typedef struct drafter_param {
 void drafter_param_push(drafter_param *list, int *n, int64_t *off, const char *name, int ndim, const int64_t *shape,
                         int is_norm, int is_delta);
 
+// A trunk layer's tensors (drafter_layout.h) in the compute copy; a kind's own tensors have no
+// pointers here: its code reads them by index (drafter_layout.h's drafter_weight / drafter_grad).
 typedef struct {
     void *input_norm, *wq, *wk, *wv, *wo, *q_norm, *k_norm, *post_norm, *w_gate, *w_up, *w_down;
-    // DFlash2 (drafter_dflash2.c; NULL for other kinds): [0] the attention_conv, [1] the mlp_conv.
-    void *conv_base[2];        // [2, K, H] base kernels (prepare, finish)
-    void *conv_proj[2];        // [2*K*H/G, H] kernel_projection
 } drafter_layer;
 
 typedef struct drafter {
@@ -53,8 +52,6 @@ typedef struct drafter {
     void *compute;             // [numel] act: == master on the CPU, a bf16 copy on CUDA
     drafter_layer *layers;     // pointers into compute (set by cfg.kind->bind)
     void *fc, *hidden_norm, *norm;
-    void *sel_pred, *sel_succ; // DFlash2's selector codebooks [V, r] act (NULL for other kinds)
-    void *sel_proj;            // ... and its hidden_projection [r, H]
     void *embed, *lm_head;     // [V, H] act, frozen (lm_head == embed when the target ties them)
     float *inv_freq;           // [head_dim/2] f32, device
 } drafter;
@@ -65,18 +62,16 @@ size_t drafter_bytes(const drafter_config *c, const backend *be, int tied);
 // drafter_param_numel: elements of the flat parameter buffer (padding included).
 int64_t drafter_param_numel(const drafter_config *c);
 // drafter_init: allocate and lay out; weights initialised from seed (normal(0, 0.02) for matrices,
-// 1 for norms), embed/lm_head from the given host tensors (F32/BF16/F16, [V, H]; lm_head may be
+// 1 for norms, the identity for a conv base kernel: drafter_param.is_delta), embed/lm_head from the given host tensors (F32/BF16/F16, [V, H]; lm_head may be
 // NULL = tied). -1 with error_set on a shape mismatch or out of memory.
 int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed, tensor embed, const tensor *lm_head);
 void drafter_free(drafter *d);
 const drafter_param *drafter_find(const drafter *d, const char *name);
-// drafter_load_weights: every trainable tensor from a safetensors file by its export name (prefix
-// prepended, e.g. "" or "model."). -1 naming the tensor when one is missing or mis-shaped.
+// drafter_load_weights: every trainable tensor from a safetensors file by its export name (then
+// drafter_sync_compute). -1 naming the tensor when one is missing, mis-shaped or of another dtype.
 int drafter_load_weights(drafter *d, const st_file *f);
 // drafter_sync_compute: refresh the compute copy from the master weights (no-op on the CPU).
 void drafter_sync_compute(drafter *d);
 // drafter_export: config.json + model.safetensors (fp32 master, or bf16 when bf16 = 1) into dir,
 // written to a temporary directory and renamed, loadable by the dflash package.
 int drafter_export(const drafter *d, const char *dir, int bf16);
-// drafter_copy_to_host: n floats of a device f32 buffer (master or grad) of parameter p.
-void drafter_param_to_host(const drafter *d, const float *buf, const drafter_param *p, float *host);

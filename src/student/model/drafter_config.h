@@ -1,7 +1,7 @@
-// drafter_config.h: the DFlash drafter's shape and DFlash settings (SPEC §3), read from and written
-// to the config.json that the z-lab `dflash` package loads (a Qwen3Config with a "dflash_config"
-// object: target_layer_ids, mask_token_id, block_size; plus num_target_layers, layer_types,
-// sliding_window).
+// drafter_config.h: the drafter's shape, its kind and its DFlash settings (SPEC §3), read from and
+// written to the config.json that the z-lab `dflash` package loads (a Qwen3Config with a
+// "dflash_config" object: target_layer_ids, mask_token_id, block_size; plus num_target_layers,
+// layer_types, sliding_window; a kind's own keys through its config_parse / config_write).
 #pragma once
 #include <stdint.h>
 
@@ -33,7 +33,7 @@ typedef struct drafter_config {
     // DFlash2 (drafter_dflash2.c; 0 for other kinds): dflash_config conv_kernel_size K,
     // conv_group_size G (channels per group; H % G == 0), selector_top_k, selector_rank.
     int64_t conv_kernel, conv_group, selector_top_k, selector_rank;
-    char torch_dtype[16];       // "torch_dtype"/"dtype" as read ("" when absent); to_json writes it, or
+    char torch_dtype[16];       // "torch_dtype"/"dtype" as read ("" when absent); drafter_config_to_json writes it, or
                                 // "float32" when empty: set it to "bfloat16" before a bf16 export
 } drafter_config;
 
@@ -42,7 +42,7 @@ typedef struct drafter_config {
 // heads divide, head_dim even, layer_types length = num_hidden_layers, window >= block_size when a
 // sliding layer has one, block_size >= 2, mask_token_id inside the vocabulary, target_layer_ids
 // present (or derivable from num_target_layers, as the package does), features the package would
-// apply and we do not (biases, DFlash2, logit scaling, non-default RoPE) refused. c->kind: the kind
+// apply and we do not (biases, logit scaling, non-default RoPE) refused. c->kind: the kind
 // whose architecture "architectures" names (drafter_kind_default() when absent).
 int drafter_config_parse(drafter_config *c, const char *json, const char *source);
 int drafter_config_load(drafter_config *c, const char *path);

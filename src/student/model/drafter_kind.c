@@ -6,13 +6,20 @@
 
 #include "common/core/error.h"
 
-static const drafter_kind *const kinds[] = {
-    &drafter_kind_dflash, // the first is the default
-    &drafter_kind_dflash2,
-};
+// X(name): the kind defined as drafter_kind_<name> in drafter_<name>.c; the first is the default.
+#define DRAFTER_KINDS(X) \
+    X(dflash)            \
+    X(dflash2)
+
+#define KIND_EXTERN(k) extern const drafter_kind drafter_kind_##k;
+DRAFTER_KINDS(KIND_EXTERN)
+#define KIND_ENTRY(k) &drafter_kind_##k,
+static const drafter_kind *const kinds[] = {DRAFTER_KINDS(KIND_ENTRY)};
 #define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 const drafter_kind *drafter_kind_default(void) { return kinds[0]; }
+
+const drafter_kind *drafter_kind_at(int i) { return i >= 0 && i < N_KINDS ? kinds[i] : NULL; }
 
 void drafter_kind_list(int field, int quote, char *out, size_t n) {
     size_t used = 0;

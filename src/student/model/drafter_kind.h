@@ -1,20 +1,26 @@
 // drafter_kind.h: the drafter kinds behind one table (the config key drafter.kind): what makes a
-// kind of drafter itself, its export identity and its parameters, filled by one file per kind
-// (drafter_dflash.c: DFlash, drafter_dflash2.c: DFlash2) and listed by the registry in drafter_kind.c.
+// kind of drafter itself: its export identity, its parameters, and its part of the step (its
+// layers' forward and backward, what it computes on the scored rows, what the decode walk follows),
+// filled by one file per kind (drafter_dflash.c: DFlash, drafter_dflash2.c: DFlash2) and listed by
+// the registry in drafter_kind.c.
 //
-// Adding a kind (docs/student.md, "Drafter kinds"): a file drafter_<kind>.c defining a
-// `const drafter_kind drafter_kind_<kind>`, its line in drafter_kind.c's registry and in this
-// header's list below, and its kernels. The shared parts (the Qwen3 keys of config.json, the
-// flat parameter buffer, loading and export, the planner) know no kind by name.
+// Adding a kind (docs/student.md, "Adding a drafter kind"): a file drafter_<kind>.c defining a
+// `const drafter_kind drafter_kind_<kind>`, its line in drafter_kind.c's registry, and its tests.
+// The shared parts (the Qwen3 keys of config.json, the flat parameter buffer, loading and export,
+// the planner, the step's chunk machinery in step.c) know no kind by name.
 //
 // Forward declarations only: this header sits under drafter_config.h and drafter.h, which use it.
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 struct drafter_config;
 struct drafter_param;
 struct drafter;
 struct cJSON;
+struct arena;
+struct student_work;
+struct step_stats;
 
 typedef struct drafter_kind {
     const char *name;          // the drafter.kind value, e.g. "dflash"
@@ -38,11 +44,32 @@ typedef struct drafter_kind {
     // kind has none. config_parse: -1 with error_set naming src and the key.
     int (*config_parse)(struct drafter_config *c, const struct cJSON *root, const struct cJSON *dflash, const char *src);
     void (*config_write)(const struct drafter_config *c, struct cJSON *root, struct cJSON *dflash);
-} drafter_kind;
 
-// The kinds (each defined in its own file).
-extern const drafter_kind drafter_kind_dflash;  // drafter_dflash.c
-extern const drafter_kind drafter_kind_dflash2; // drafter_dflash2.c
+    // The step (step.c runs the chunk: embeddings, the layer loop, the loss, chunking, the buffers;
+    // these hooks are what a kind computes in it; student_work: step_work.h). Required: the layer
+    // hooks and decode_choice; the rest may be NULL (the kind has none).
+    // layer_forward: layer l over the chunk's C anchors (N = C * block_size rows), from
+    // w->saved[l].h_in [N, H] to the layer's output in w->h_final, keeping what layer_backward needs.
+    void (*layer_forward)(struct drafter *d, struct student_work *w, int l, int C);
+    // layer_backward: from w->dh = d(loss)/d(layer l's output) to w->dh = d(loss)/d(its input); adds
+    // the layer's weight gradients to d->grad and its context K/V gradients to w->dkc[l] / w->dvc[l].
+    void (*layer_backward)(struct drafter *d, struct student_work *w, int l, int C);
+    // row_topk: the student's top-K candidates per scored row the kind reads from the loss
+    // (loss_rows.s_topk_*); the step keeps max(this, the tree metric's 8), sorted.
+    int (*row_topk)(const struct drafter_config *c);
+    // work_create: the kind's own step buffers for chunks of up to N block and R scored rows, carved
+    // from a (possibly dry: a->dry, the planner's) arena with the chunk's activations; returns the
+    // host struct that holds them (work_destroy frees it), stored in w->kind.
+    void *(*work_create)(const struct drafter *d, struct arena *a, int64_t N, int64_t R);
+    void (*work_destroy)(void *kind_work);
+    // rows: after the loss, the kind's own terms on the chunk's scored rows (w->xs, the loss's
+    // w->rows); dx not NULL: their gradients added to the kind's tensors and to dx [R, H].
+    void (*rows)(struct drafter *d, struct student_work *w, int C, void *dx);
+    // decode_choice (host, after the chunk's loss rows are on the host in w->h_*): per scored row r,
+    // the token the chain acceptance and the decode walk follow at that slot into choice[r] (the
+    // logits' argmax w->h_argmax, or the kind's own choice); the kind's own statistics into st.
+    void (*decode_choice)(const struct drafter *d, struct student_work *w, int C, int32_t *choice, struct step_stats *st);
+} drafter_kind;
 
 // drafter_kind_find: the kind named `name` (a drafter.kind value); NULL with error_set naming the
 // key drafter.kind and the known kinds when there is none.
@@ -51,6 +78,8 @@ const drafter_kind *drafter_kind_find(const char *name);
 const drafter_kind *drafter_kind_by_architecture(const char *architecture);
 // drafter_kind_default: the kind of a config.json without "architectures" and the default of drafter.kind.
 const drafter_kind *drafter_kind_default(void);
+// drafter_kind_at: the i-th registered kind (0: the default); NULL past the last.
+const drafter_kind *drafter_kind_at(int i);
 // drafter_kind_list: the known kinds' `name`s (field 0) or `architecture`s (field 1), quoted
 // when quote = 1, comma-separated into out.
 void drafter_kind_list(int field, int quote, char *out, size_t n);

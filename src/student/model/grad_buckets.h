@@ -2,7 +2,7 @@
 // students that overlaps the backward of an optimizer step's last micro-batch (SPEC §8).
 //
 // A bucket is a set of contiguous ranges of d->grad that become final together during that
-// micro-batch's backward (student/step.c). Numbered in the order the backward finishes them, for L
+// micro-batch's backward (student/model/step.c). Numbered in the order the backward finishes them, for L
 // drafter layers:
 //   b = 0 .. L-1     layer L-1-b's block parameters: input_layernorm, q_proj, o_proj, q_norm,
 //                    post_attention_layernorm, gate/up/down_proj (and, with layer L-1, the final

@@ -1,9 +1,10 @@
-// step.c: the anchor-chunked student step (see step.h). Shapes in comments: S context tokens,
-// C anchors per chunk, N = C*B block rows, R = C*(B-1) scored rows, H hidden, qd = nq*hd,
-// kvd = nkv*hd, I intermediate, L layers.
+// step.c: the anchor-chunked student step (see step.h): the batch, the context, the chunks, the
+// loss, the statistics and every buffer; what differs between drafter kinds (their layers, their
+// terms on the scored rows, what the decode walk follows) is called through d->cfg.kind
+// (drafter_kind.h). Shapes in comments: S context tokens, C anchors per chunk, N = C*B block rows,
+// R = C*(B-1) scored rows, H hidden, qd = nq*hd, kvd = nkv*hd, I intermediate, L layers.
 #include "student/model/step.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,81 +12,22 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_dynconv.h"
 #include "common/kernels/ops_train.h"
+#include "student/model/drafter_kind.h"
+#include "student/model/drafter_layout.h"
 #include "student/model/grad_buckets.h"
 #include "student/model/metrics.h"
-#include "student/model/selector_op.h"
+#include "student/model/step_work.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};
 #define STEP_TREE_TOPK 8 // student candidates per slot kept for the tree metric
+_Static_assert(sizeof(((student_work *)0)->parts) == STEP_WORK_PARTS * sizeof(size_t), "student_work.parts: one per part");
 
-typedef struct { // what one layer's backward needs from its forward, for one chunk
-    void *h_in, *h_mid;          // [N, H] residual stream before attention / before the MLP
-    void *u, *u2;                // [N, H] normed inputs of attention / MLP
-    void *q_pre, *q, *att;       // [N, qd]
-    void *kb_pre, *kb, *vb;      // [N, kvd]
-    float *lse;                  // [N, nq]
-    void *gate, *up, *act;       // [N, I]
-    // DFlash2 (layers[l].conv_base set; NULL otherwise), conv 0 around the attention, 1 the MLP:
-    void *dyn[2];                // [N, 2*K*H/G] kernel_projection of u / u2
-    void *cin[2];                // [N, H] prepare's output: the attention's / MLP's input
-    void *pre[2];                // [N, H] the attention's o_proj / the MLP's down_proj output (finish's input)
-} layer_saved;
-
-struct student_work {
-    student_plan plan;
-    // the batch on the device
-    void *features;              // [S, nf*H] act
-    int32_t *pos_ctx;            // [S]
-    // context and its per-layer keys/values
-    void *ctx_pre, *ctx, *dctx, *dctx_pre; // [S, H]
-    void **kc_pre, **kc, **vc;   // L x [S, kvd] act
-    float **dkc, **dvc;          // L x [S, kvd] f32 accumulators
-    void *ctx_scratch_a, *ctx_scratch_b;   // [S, kvd] act
-    // one chunk
-    int32_t *anchors, *seq_start;          // [C]
-    int32_t *blk_tokens, *pos_blk;         // [N]
-    layer_saved *saved;                    // [L]
-    void *h_final, *x, *tmp_h;             // [N, H]
-    void *xs, *dxs;                        // [R, H]
-    void *dh, *du;                         // [N, H]
-    void *dI_act, *dI_gate, *dI_up;        // [N, I]
-    void *dq, *dq_pre, *datt;              // [N, qd]
-    void *dkb, *dkb_pre, *dvb;             // [N, kvd]
-    void *ddyn, *dconv;                    // DFlash2: [N, 2*K*H/G], [N, H] (NULL otherwise)
-    // loss inputs and per-row outputs (device)
-    int32_t *label, *t_idx;                // [R], [R, k]
-    float *mask, *t_val, *t_lse;           // [R], [R, k], [R]
-    uint8_t *in_seq;                       // [R]
-    loss_rows rows;
-    void *loss_ws;
-    // DFlash2's selector (NULL otherwise): per-row results, its workspace
-    float *sel_loss;                       // [R] its k-way CE
-    uint8_t *sel_hit;                      // [R] the label is among the candidates
-    int32_t *sel_choice;                   // [R] its greedy choice (prev = the slot before's choice)
-    void *sel_ws;
-    // host staging
-    int32_t *h_label, *h_t_idx, *h_argmax, *h_s_idx, *h_greedy;
-    float *h_sel_loss;                          // DFlash2's selector: sel_loss, sel_hit, sel_choice on the host
-    int32_t *h_sel_choice;
-    uint8_t *h_sel_hit;
-    float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_ce, *h_kl, *h_cap, *h_s_logp, *h_conv;
-    uint8_t *h_in_seq;
-    int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
-    int n_layers;
-    size_t parts[STEP_WORK_PARTS]; // bytes carved per part (see step.h)
-    step_grad_hook hook;           // NULL: none (student_work_set_grad_hook)
-    void *hook_ctx;
-};
-
-// CONV_LD: the width of a DFlash2 conv module's kernel_projection output, 2*K*H/G.
-#define CONV_LD(c) ((size_t)(2 * (c)->conv_kernel * ((c)->hidden / ((c)->conv_group > 0 ? (c)->conv_group : 1))))
-
-// step_topk: the student's top-K kept per row: the tree metric's STEP_TREE_TOPK, or DFlash2's
-// selector_top_k candidates when more (sorted, so the first STEP_TREE_TOPK are the tree's).
+// step_topk: the student's top-K kept per row: the tree metric's STEP_TREE_TOPK, or the kind's
+// row_topk candidates when more (sorted, so the first STEP_TREE_TOPK are the tree's).
 static int step_topk(const drafter_config *c) {
-    return c->selector_top_k > STEP_TREE_TOPK ? (int)c->selector_top_k : STEP_TREE_TOPK;
+    int k = c->kind->row_topk ? c->kind->row_topk(c) : 0;
+    return k > STEP_TREE_TOPK ? k : STEP_TREE_TOPK;
 }
 
 // The loss plan a chunk of R scored rows runs with: row_chunk 0 means all of them, and the student's
@@ -105,8 +47,8 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     size_t N = C * B, R = C * (B - 1), H = (size_t)c->hidden, I = (size_t)c->intermediate;
     size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
     size_t L = (size_t)c->n_layers, nf = (size_t)c->n_feat, k = (size_t)p->k, K = (size_t)step_topk(c);
-    w->plan = *p;
     w->n_layers = (int)L;
+    w->topk = (int)K;
     size_t start = a->used;
     w->features = arena_alloc(a, S * nf * H * e);
     w->pos_ctx = arena_alloc(a, S * sizeof(int32_t));
@@ -147,11 +89,6 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
         s->gate = arena_alloc(a, N * I * e);
         s->up = arena_alloc(a, N * I * e);
         s->act = arena_alloc(a, N * I * e);
-        for (int j = 0; j < 2 && c->conv_kernel > 0; j++) { // DFlash2 (the config says: the planner has no layers)
-            s->dyn[j] = arena_alloc(a, N * CONV_LD(c) * e);
-            s->cin[j] = arena_alloc(a, N * H * e);
-            s->pre[j] = arena_alloc(a, N * H * e);
-        }
     }
     w->h_final = arena_alloc(a, N * H * e);
     w->x = arena_alloc(a, N * H * e);
@@ -169,10 +106,6 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->dkb = arena_alloc(a, N * kvd * e);
     w->dkb_pre = arena_alloc(a, N * kvd * e);
     w->dvb = arena_alloc(a, N * kvd * e);
-    if (c->conv_kernel > 0) {
-        w->ddyn = arena_alloc(a, N * CONV_LD(c) * e);
-        w->dconv = arena_alloc(a, N * H * e);
-    }
     w->label = arena_alloc(a, R * sizeof(int32_t));
     w->t_idx = arena_alloc(a, R * k * sizeof(int32_t));
     w->mask = arena_alloc(a, R * sizeof(float));
@@ -186,12 +119,8 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->rows.argmax = arena_alloc(a, R * sizeof(int32_t));
     w->rows.s_topk_idx = arena_alloc(a, R * K * sizeof(int32_t));
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
-    if (c->selector_rank > 0) {
-        w->sel_loss = arena_alloc(a, R * sizeof(float));
-        w->sel_hit = arena_alloc(a, R);
-        w->sel_choice = arena_alloc(a, R * sizeof(int32_t));
-        w->sel_ws = arena_alloc(a, selector_op_workspace_bytes((int64_t)R, c->selector_rank, (int)c->selector_top_k));
-    }
+    w->kind = c->kind;
+    if (c->kind->work_create) w->kind_work = c->kind->work_create(d, a, (int64_t)N, (int64_t)R); // the kind's own
     w->parts[2] = a->used - mark;
     mark = a->used;
     loss_plan lp = step_loss_plan(c, p, (int)R);
@@ -226,6 +155,7 @@ size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[
     arena a;
     arena_init_dry(&a, "student work (plan)");
     student_work_carve(&w, &a, d, p);
+    if (w.kind_work) w.kind->work_destroy(w.kind_work);
     student_work_free_lists(&w);
     if (parts) memcpy(parts, w.parts, sizeof w.parts);
     return a.used;
@@ -238,14 +168,12 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
     student_work_carve(w, a, d, p);
     size_t S = (size_t)p->max_tokens, C = (size_t)p->chunk_anchors, B = (size_t)c->block_size;
     size_t R = C * (B - 1), k = (size_t)p->k, K = (size_t)step_topk(c);
-    w->h_sel_loss = xcalloc(R, sizeof(float));
-    w->h_sel_choice = xcalloc(R, sizeof(int32_t));
-    w->h_sel_hit = xcalloc(R, 1);
     w->h_label = xmalloc(R * sizeof(int32_t));
     w->h_t_idx = xmalloc(R * k * sizeof(int32_t));
     w->h_argmax = xmalloc(R * sizeof(int32_t));
     w->h_s_idx = xmalloc(R * K * sizeof(int32_t));
     w->h_greedy = xmalloc(R * sizeof(int32_t));
+    w->h_choice = xmalloc(R * sizeof(int32_t));
     w->h_mask = xmalloc(R * sizeof(float));
     w->h_t_val = xmalloc(R * k * sizeof(float));
     w->h_t_lse = xmalloc(R * sizeof(float));
@@ -270,78 +198,10 @@ void student_work_destroy(student_work *w) {
     free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w); free(w->h_ce); free(w->h_kl);
     free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
-    free(w->h_sel_loss); free(w->h_sel_choice); free(w->h_sel_hit);
+    free(w->h_choice);
+    if (w->kind_work) w->kind->work_destroy(w->kind_work);
     student_work_free_lists(w);
     free(w);
-}
-
-// ----------------------------------------------------------------------------- GEMM shorthands
-
-// y[T, O] = x[T, I] @ W[O, I]^T
-static void linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out) {
-    dtype dt = ops_act_dtype(be);
-    backend_gemm(be, 0, 1, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out, dt, dt);
-}
-// dx[T, I] (= or +=) dy[T, O] @ W[O, I]
-static void linear_dx(backend *be, void *dx, const void *dy, const void *W, int T, int in, int out, int accumulate) {
-    dtype dt = ops_act_dtype(be);
-    backend_gemm(be, 0, 0, T, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in, dt, dt);
-}
-// dW[O, I] += dy[T, O]^T @ x[T, I]   (fp32 accumulator)
-static void linear_dw(backend *be, float *dW, const void *dy, const void *x, int T, int in, int out) {
-    dtype dt = ops_act_dtype(be);
-    backend_gemm(be, 1, 0, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in, dt, DT_F32);
-}
-static void copy_act(backend *be, void *dst, const void *src, int64_t n) { ops_copy_2d(be, dst, n, src, n, 1, n); }
-
-// The fp32 gradient of parameter i (index in export order).
-static float *grad_of(drafter *d, int i) { return d->grad + d->params[i].offset; }
-#define P_FC 0
-#define P_HIDDEN_NORM 1
-#define P_LAYER(l, j) (2 + (l) * 11 + (j)) // j: 0 input_norm, 1 q, 2 k, 3 v, 4 o, 5 q_norm, 6 k_norm, 7 post_norm, 8 gate, 9 up, 10 down
-#define P_NORM(d) (2 + (int)(d)->cfg.n_layers * 11)
-// DFlash2's conv j (0 attention, 1 MLP) of layer l: its base_kernel; +1 its kernel_projection (drafter_dflash2.c)
-#define P_CONV(d, l, j) (P_NORM(d) + 1 + 4 * (l) + 2 * (j))
-// DFlash2's selector tensor j: 0 predecessor, 1 successor codebook, 2 hidden_projection (after the convs)
-#define P_SEL(d, j) (P_CONV(d, (d)->cfg.n_layers, 0) + (j))
-
-// DFlash2 conv forward (SPEC §3.1). conv_prepare: dyn = u P^T; cin = conv(u, dyn[:, :K*H/G], base[0]).
-static void conv_prepare(drafter *d, layer_saved *s, int l, int j, const void *u, int C) {
-    const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, ld = (int)CONV_LD(c);
-    linear(d->be, s->dyn[j], u, d->layers[l].conv_proj[j], N, H, ld);
-    ops_dynconv_forward(d->be, s->cin[j], u, s->dyn[j], ld, d->layers[l].conv_base[j], N, B, H, (int)c->conv_kernel,
-                        (int)c->conv_group);
-}
-// conv_finish: out = conv(pre, dyn[:, K*H/G:], base[1]).
-static void conv_finish(drafter *d, const layer_saved *s, int l, int j, void *out, int C) {
-    const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
-    size_t half = (size_t)ld / 2 * dtype_size(ops_act_dtype(d->be)), bk = (size_t)K * H * dtype_size(ops_act_dtype(d->be));
-    ops_dynconv_forward(d->be, out, s->pre[j], (const char *)s->dyn[j] + half, ld,
-                        (const char *)d->layers[l].conv_base[j] + bk, C * B, B, H, K, (int)c->conv_group);
-}
-// conv_finish_backward: from dout = d(finish's output): dpre (finish's input grad), w->ddyn's second
-// half, base[1]'s gradient.
-static void conv_finish_backward(drafter *d, student_work *w, const layer_saved *s, int l, int j, void *dpre,
-                                 const void *dout, int C) {
-    const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
-    size_t e = dtype_size(ops_act_dtype(d->be)), half = (size_t)ld / 2 * e, bk = (size_t)K * H * e;
-    ops_dynconv_backward(d->be, dpre, (char *)w->ddyn + half, grad_of(d, P_CONV(d, l, j)) + K * H, dout, s->pre[j],
-                         (const char *)s->dyn[j] + half, ld, (const char *)d->layers[l].conv_base[j] + bk, C * B, B, H,
-                         K, (int)c->conv_group);
-}
-// conv_prepare_backward: from dcin = d(prepare's output) in w->dconv, with w->ddyn's second half
-// already set: du = d(u) through both the conv and the projection; base[0]'s and P's gradients.
-static void conv_prepare_backward(drafter *d, student_work *w, const layer_saved *s, int l, int j, void *du,
-                                  const void *u, int C) {
-    const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, ld = (int)CONV_LD(c), K = (int)c->conv_kernel;
-    ops_dynconv_backward(d->be, du, w->ddyn, grad_of(d, P_CONV(d, l, j)), w->dconv, u, s->dyn[j], ld,
-                         d->layers[l].conv_base[j], N, B, H, K, (int)c->conv_group);
-    linear_dx(d->be, du, w->ddyn, d->layers[l].conv_proj[j], N, H, ld, 1);
-    linear_dw(d->be, grad_of(d, P_CONV(d, l, j) + 1), w->ddyn, u, N, H, ld);
 }
 
 void student_work_set_grad_hook(student_work *w, step_grad_hook hook, void *ctx) { w->hook = hook, w->hook_ctx = ctx; }
@@ -367,14 +227,14 @@ static void context_forward(drafter *d, student_work *w, int S) {
     const drafter_config *c = &d->cfg;
     int H = (int)c->hidden, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, kvd = nkv * hd;
     float eps = (float)c->rms_eps;
-    linear(be, w->ctx_pre, w->features, d->fc, S, c->n_feat * H, H);           // [S, H]
+    step_linear(be, w->ctx_pre, w->features, d->fc, S, c->n_feat * H, H);           // [S, H]
     ops_rmsnorm(be, w->ctx, w->ctx_pre, d->hidden_norm, S, H, eps);
     for (int l = 0; l < (int)c->n_layers; l++) {
         const drafter_layer *L = &d->layers[l];
-        linear(be, w->kc_pre[l], w->ctx, L->wk, S, H, kvd);                     // [S, kvd]
+        step_linear(be, w->kc_pre[l], w->ctx, L->wk, S, H, kvd);                     // [S, kvd]
         ops_rmsnorm(be, w->kc[l], w->kc_pre[l], L->k_norm, S * nkv, hd, eps);
         ops_rope(be, w->kc[l], w->pos_ctx, d->inv_freq, S, nkv, hd);
-        linear(be, w->vc[l], w->ctx, L->wv, S, H, kvd);
+        step_linear(be, w->vc[l], w->ctx, L->wv, S, H, kvd);
         backend_memset_zero(be, w->dkc[l], (size_t)S * kvd * sizeof(float));
         backend_memset_zero(be, w->dvc[l], (size_t)S * kvd * sizeof(float));
     }
@@ -390,117 +250,47 @@ static int context_backward(drafter *d, student_work *w, int S, int hooks) {
         const drafter_layer *L = &d->layers[l];
         // values: Vc = ctx Wv^T
         ops_f32_to_act(be, w->ctx_scratch_a, w->dvc[l], (int64_t)S * kvd);
-        linear_dw(be, grad_of(d, P_LAYER(l, 3)), w->ctx_scratch_a, w->ctx, S, H, kvd);
-        linear_dx(be, w->dctx, w->ctx_scratch_a, L->wv, S, H, kvd, l > 0);
+        step_linear_dw(be, drafter_grad(d, drafter_p_layer(l, DRAFTER_T_V)), w->ctx_scratch_a, w->ctx, S, H, kvd);
+        step_linear_dx(be, w->dctx, w->ctx_scratch_a, L->wv, S, H, kvd, l > 0);
         // keys: Kc = rope(k_norm(ctx Wk^T))
         ops_f32_to_act(be, w->ctx_scratch_a, w->dkc[l], (int64_t)S * kvd);
         ops_rope_backward(be, w->ctx_scratch_a, w->pos_ctx, d->inv_freq, S, nkv, hd);
-        ops_rmsnorm_backward(be, w->ctx_scratch_b, grad_of(d, P_LAYER(l, 6)), w->ctx_scratch_a, w->kc_pre[l], L->k_norm,
+        ops_rmsnorm_backward(be, w->ctx_scratch_b, drafter_grad(d, drafter_p_layer(l, DRAFTER_T_K_NORM)), w->ctx_scratch_a, w->kc_pre[l], L->k_norm,
                              S * nkv, hd, eps, 0);
-        linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->ctx_scratch_b, w->ctx, S, H, kvd);
-        linear_dx(be, w->dctx, w->ctx_scratch_b, L->wk, S, H, kvd, 1);
+        step_linear_dw(be, drafter_grad(d, drafter_p_layer(l, DRAFTER_T_K)), w->ctx_scratch_b, w->ctx, S, H, kvd);
+        step_linear_dx(be, w->dctx, w->ctx_scratch_b, L->wk, S, H, kvd, 1);
         if (hooks && grad_final(w, grad_bucket_context((int)c->n_layers, l))) return -1; // k_proj, v_proj, k_norm
     }
-    ops_rmsnorm_backward(be, w->dctx_pre, grad_of(d, P_HIDDEN_NORM), w->dctx, w->ctx_pre, d->hidden_norm, S, H, eps, 0);
-    linear_dw(be, grad_of(d, P_FC), w->dctx_pre, w->features, S, c->n_feat * H, H);
+    ops_rmsnorm_backward(be, w->dctx_pre, drafter_grad(d, DRAFTER_P_HIDDEN_NORM), w->dctx, w->ctx_pre, d->hidden_norm, S, H, eps, 0);
+    step_linear_dw(be, drafter_grad(d, DRAFTER_P_FC), w->dctx_pre, w->features, S, c->n_feat * H, H);
     return hooks ? grad_final(w, grad_bucket_front((int)c->n_layers)) : 0; // fc, hidden_norm
 }
 
+// The chunk's blocks through every layer: embed([tok[a], MASK, ..., MASK]), each layer by the kind
+// (its input in saved[l].h_in, its output in h_final), the final norm into x.
 static void chunk_forward(drafter *d, student_work *w, int C) {
     backend *be = d->be;
     const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, I = (int)c->intermediate;
-    int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, qd = nq * hd, kvd = nkv * hd;
-    float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    void *h = w->saved[0].h_in;
-    ops_embed(be, h, d->embed, w->blk_tokens, N, H); // [N, H]: embed([tok[a], MASK, ..., MASK])
+    int N = C * (int)c->block_size, H = (int)c->hidden;
+    ops_embed(be, w->saved[0].h_in, d->embed, w->blk_tokens, N, H); // [N, H]
     for (int l = 0; l < (int)c->n_layers; l++) {
-        const drafter_layer *L = &d->layers[l];
-        layer_saved *s = &w->saved[l];
-        if (l > 0) copy_act(be, s->h_in, h, (int64_t)N * H);
-        int window = c->layer_sliding[l] ? (int)c->sliding_window : 0;
-        int causal = c->layer_sliding[l] ? c->sliding_causal : 0;
-        ops_rmsnorm(be, s->u, s->h_in, L->input_norm, N, H, eps);
-        const void *ua = s->u; // the attention's input: u, or DFlash2's prepare(u)
-        if (L->conv_base[0]) conv_prepare(d, s, l, 0, s->u, C), ua = s->cin[0];
-        linear(be, s->q_pre, ua, L->wq, N, H, qd);
-        ops_rmsnorm(be, s->q, s->q_pre, L->q_norm, N * nq, hd, eps);
-        ops_rope(be, s->q, w->pos_blk, d->inv_freq, N, nq, hd);
-        linear(be, s->kb_pre, ua, L->wk, N, H, kvd);
-        ops_rmsnorm(be, s->kb, s->kb_pre, L->k_norm, N * nkv, hd, eps);
-        ops_rope(be, s->kb, w->pos_blk, d->inv_freq, N, nkv, hd);
-        linear(be, s->vb, ua, L->wv, N, H, kvd);
-        ops_dflash_attn_forward(be, s->att, s->lse, s->q, s->kb, s->vb, w->kc[l], w->vc[l], w->anchors, w->seq_start, C, B,
-                                nq, nkv, hd, scale, window, causal);
-        copy_act(be, s->h_mid, s->h_in, (int64_t)N * H);
-        linear(be, L->conv_base[0] ? s->pre[0] : w->tmp_h, s->att, L->wo, N, qd, H);
-        if (L->conv_base[0]) conv_finish(d, s, l, 0, w->tmp_h, C);
-        ops_add(be, s->h_mid, w->tmp_h, (int64_t)N * H);
-        ops_rmsnorm(be, s->u2, s->h_mid, L->post_norm, N, H, eps);
-        const void *um = s->u2; // the MLP's input: u2, or DFlash2's prepare(u2)
-        if (L->conv_base[1]) conv_prepare(d, s, l, 1, s->u2, C), um = s->cin[1];
-        linear(be, s->gate, um, L->w_gate, N, H, I);
-        linear(be, s->up, um, L->w_up, N, H, I);
-        ops_swiglu(be, s->act, s->gate, s->up, (int64_t)N * I);
-        h = w->h_final; // the next layer's input is copied from here
-        copy_act(be, h, s->h_mid, (int64_t)N * H);
-        linear(be, L->conv_base[1] ? s->pre[1] : w->tmp_h, s->act, L->w_down, N, I, H);
-        if (L->conv_base[1]) conv_finish(d, s, l, 1, w->tmp_h, C);
-        ops_add(be, h, w->tmp_h, (int64_t)N * H);
+        if (l > 0) step_copy_act(be, w->saved[l].h_in, w->h_final, (int64_t)N * H);
+        c->kind->layer_forward(d, w, l, C);
     }
-    ops_rmsnorm(be, w->x, w->h_final, d->norm, N, H, eps);
+    ops_rmsnorm(be, w->x, w->h_final, d->norm, N, H, (float)c->rms_eps);
 }
 
-// dh holds d(loss)/d(x) on entry (slot-0 rows zero); leaves the weight gradients and dkc/dvc.
+// du holds d(loss)/d(x) on entry (slot-0 rows zero); leaves the weight gradients and dkc/dvc.
 // hooks: the last chunk of a step's last micro-batch: each layer's block parameters are final after it.
 static int chunk_backward(drafter *d, student_work *w, int C, int hooks) {
-    backend *be = d->be;
     const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size, N = C * B, H = (int)c->hidden, I = (int)c->intermediate;
-    int nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, hd = (int)c->head_dim, qd = nq * hd, kvd = nkv * hd;
-    float eps = (float)c->rms_eps, scale = 1.0f / sqrtf((float)hd);
-    // final norm: dx -> dh (the gradient of the last residual stream); the input is in du
-    ops_rmsnorm_backward(be, w->dh, grad_of(d, P_NORM(d)), w->du, w->h_final, d->norm, N, H, eps, 0);
-    for (int l = (int)c->n_layers - 1; l >= 0; l--) {
-        const drafter_layer *L = &d->layers[l];
-        const layer_saved *s = &w->saved[l];
-        int window = c->layer_sliding[l] ? (int)c->sliding_window : 0;
-        int causal = c->layer_sliding[l] ? c->sliding_causal : 0;
-        // MLP: h_out = h_mid + down(silu(gate(u2)) * up(u2))
-        // (DFlash2: h_out = h_mid + finish(down(...)), the MLP reading prepare(u2))
-        const void *d_down = w->dh, *um = s->u2;
-        if (L->conv_base[1]) conv_finish_backward(d, w, s, l, 1, w->tmp_h, w->dh, C), d_down = w->tmp_h, um = s->cin[1];
-        linear_dx(be, w->dI_act, d_down, L->w_down, N, I, H, 0);
-        linear_dw(be, grad_of(d, P_LAYER(l, 10)), d_down, s->act, N, I, H);
-        ops_swiglu_backward(be, w->dI_gate, w->dI_up, w->dI_act, s->gate, s->up, (int64_t)N * I);
-        void *dum = L->conv_base[1] ? w->dconv : w->du; // d(the MLP's input)
-        linear_dx(be, dum, w->dI_gate, L->w_gate, N, H, I, 0);
-        linear_dx(be, dum, w->dI_up, L->w_up, N, H, I, 1);
-        linear_dw(be, grad_of(d, P_LAYER(l, 8)), w->dI_gate, um, N, H, I);
-        linear_dw(be, grad_of(d, P_LAYER(l, 9)), w->dI_up, um, N, H, I);
-        if (L->conv_base[1]) conv_prepare_backward(d, w, s, l, 1, w->du, s->u2, C);
-        ops_rmsnorm_backward(be, w->dh, grad_of(d, P_LAYER(l, 7)), w->du, s->h_mid, L->post_norm, N, H, eps, 1);
-        // attention: h_mid = h_in + o_proj(attn(q, [Kc; kb], [Vc; vb]))
-        const void *d_o = w->dh, *ua = s->u;
-        if (L->conv_base[0]) conv_finish_backward(d, w, s, l, 0, w->tmp_h, w->dh, C), d_o = w->tmp_h, ua = s->cin[0];
-        linear_dx(be, w->datt, d_o, L->wo, N, qd, H, 0);
-        linear_dw(be, grad_of(d, P_LAYER(l, 4)), d_o, s->att, N, qd, H);
-        ops_dflash_attn_backward(be, w->dq, w->dkb, w->dvb, w->dkc[l], w->dvc[l], w->datt, s->att, s->lse, s->q, s->kb,
-                                 s->vb, w->kc[l], w->vc[l], w->anchors, w->seq_start, C, B, nq, nkv, hd, scale, window, causal);
-        ops_rope_backward(be, w->dq, w->pos_blk, d->inv_freq, N, nq, hd);
-        ops_rope_backward(be, w->dkb, w->pos_blk, d->inv_freq, N, nkv, hd);
-        ops_rmsnorm_backward(be, w->dq_pre, grad_of(d, P_LAYER(l, 5)), w->dq, s->q_pre, L->q_norm, N * nq, hd, eps, 0);
-        ops_rmsnorm_backward(be, w->dkb_pre, grad_of(d, P_LAYER(l, 6)), w->dkb, s->kb_pre, L->k_norm, N * nkv, hd, eps, 0);
-        void *dua = L->conv_base[0] ? w->dconv : w->du; // d(the attention's input)
-        linear_dx(be, dua, w->dq_pre, L->wq, N, H, qd, 0);
-        linear_dx(be, dua, w->dkb_pre, L->wk, N, H, kvd, 1);
-        linear_dx(be, dua, w->dvb, L->wv, N, H, kvd, 1);
-        linear_dw(be, grad_of(d, P_LAYER(l, 1)), w->dq_pre, ua, N, H, qd);
-        linear_dw(be, grad_of(d, P_LAYER(l, 2)), w->dkb_pre, ua, N, H, kvd);
-        linear_dw(be, grad_of(d, P_LAYER(l, 3)), w->dvb, ua, N, H, kvd);
-        if (L->conv_base[0]) conv_prepare_backward(d, w, s, l, 0, w->du, s->u, C);
-        ops_rmsnorm_backward(be, w->dh, grad_of(d, P_LAYER(l, 0)), w->du, s->h_in, L->input_norm, N, H, eps, 1);
-        if (hooks && grad_final(w, grad_bucket_block((int)c->n_layers, l))) return -1; // (with layer L-1: the final norm)
+    int N = C * (int)c->block_size, H = (int)c->hidden, L = (int)c->n_layers;
+    // final norm: dx -> dh (the gradient of the last residual stream)
+    ops_rmsnorm_backward(d->be, w->dh, drafter_grad(d, drafter_p_norm(L)), w->du, w->h_final, d->norm, N, H,
+                         (float)c->rms_eps, 0);
+    for (int l = L - 1; l >= 0; l--) {
+        c->kind->layer_backward(d, w, l, C); // dh: d(layer l's output) -> d(its input)
+        if (hooks && grad_final(w, grad_bucket_block(L, l))) return -1; // (with layer L-1: the final norm)
     }
     // the block input is the frozen embedding: the gradient stops here
     return 0;
@@ -594,8 +384,9 @@ static int chunk_prepare(drafter *d, const loss_config *lc, student_work *w, con
 }
 
 // Per-chunk statistics from the loss rows (host).
-// matches (NULL: not wanted): per anchor, the number of leading slots whose argmax is the target's
-// greedy token (the chain acceptance less the bonus token).
+// matches (NULL: not wanted): per anchor, the number of leading slots whose choice (the kind's
+// decode_choice: the argmax, or the kind's own) is the target's greedy token (the chain acceptance
+// less the bonus token).
 static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st, int32_t *matches) {
     backend *be = d->be;
     int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK, Kr = step_topk(&d->cfg);
@@ -610,12 +401,7 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
         memmove(w->h_s_idx + (size_t)r * K, w->h_s_idx + (size_t)r * Kr, (size_t)K * sizeof(int32_t));
         memmove(w->h_s_logp + (size_t)r * K, w->h_s_logp + (size_t)r * Kr, (size_t)K * sizeof(float));
     }
-    const int sel = d->sel_pred != NULL; // DFlash2: the chain follows the selector's choices (SPEC §6)
-    if (sel) {
-        backend_copy_to_host(be, w->h_sel_loss, w->sel_loss, (size_t)R * sizeof(float));
-        backend_copy_to_host(be, w->h_sel_hit, w->sel_hit, (size_t)R);
-        backend_copy_to_host(be, w->h_sel_choice, w->sel_choice, (size_t)R * sizeof(int32_t));
-    }
+    d->cfg.kind->decode_choice(d, w, C, w->h_choice, st); // what the chain follows; the kind's statistics
     int32_t am[STEP_MAX_SLOTS + 1], gr[STEP_MAX_SLOTS + 1];
     for (int i = 0; i < C; i++) {
         int n = 0; // scorable slots: inside the sequence
@@ -630,13 +416,8 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
                 st->slot_scored[j]++;
                 st->slot_correct[j] += w->h_argmax[r] == w->h_label[r];
             }
-            if (sel && w->h_mask[r] > 0) {
-                st->sum_w_sel += wr * w->h_sel_loss[r];
-                st->sel_scored++;
-                st->sel_miss += !w->h_sel_hit[r];
-            }
             if (w->h_in_seq[r]) n = j;
-            am[j] = sel ? w->h_sel_choice[r] : w->h_argmax[r];
+            am[j] = w->h_choice[r];
             gr[j] = w->h_greedy[r];
         }
         st->anchors++;
@@ -659,27 +440,6 @@ static int step_begin(drafter *d, const student_plan *p, student_work *w, const 
     return 0;
 }
 
-// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; selector_op.h, on the backend).
-// Per row r = slot j of anchor i, candidates = the loss's sorted student top-k (their log-probs as
-// the unary term: a constant per row apart from the logits). Training term (rows with weight
-// w_r > 0): k-way CE with label y_r, prev = the label of slot j-1 (teacher forcing; the anchor's
-// token for j = 1), its gradient times selector_weight * w_r into the selector's tensors and (dx
-// not NULL) the rows' dx. The greedy choice of every row in the sequence, prev = slot j-1's choice,
-// into sel_choice for the chain / decode walk (chunk_stats reads the per-row results back).
-static void chunk_selector(drafter *d, const loss_config *lc, student_work *w, int C, void *dx) {
-    const drafter_config *c = &d->cfg;
-    int B = (int)c->block_size;
-    selector_batch sb = {.anchors = C, .slots = B - 1, .vocab = c->vocab, .hidden = c->hidden, .rank = c->selector_rank,
-                         .k = (int)c->selector_top_k, .ld_cand = step_topk(c), .x = w->xs, .cand = w->rows.s_topk_idx,
-                         .u = w->rows.s_topk_logp, .label = w->label, .w = w->rows.w, .in_seq = w->in_seq,
-                         .first = w->blk_tokens, .first_ld = B, .pred = d->sel_pred, .succ = d->sel_succ,
-                         .proj = d->sel_proj, .lm_head = d->lm_head};
-    selector_out out = {.loss = w->sel_loss, .hit = w->sel_hit, .choice = w->sel_choice};
-    selector_op_grads g = {.pred = grad_of(d, P_SEL(d, 0)), .succ = grad_of(d, P_SEL(d, 1)),
-                           .proj = grad_of(d, P_SEL(d, 2)), .dx = dx};
-    selector_op_run(d->be, &sb, lc->selector_weight, w->sel_ws, &out, dx ? &g : NULL);
-}
-
 // One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:
 // forward only, no loss gradient).
 static int chunk_forward_loss(drafter *d, const loss_config *lc, const student_plan *p, student_work *w,
@@ -688,6 +448,7 @@ static int chunk_forward_loss(drafter *d, const loss_config *lc, const student_p
     backend *be = d->be;
     int B = (int)c->block_size, H = (int)c->hidden;
     size_t e = dtype_size(ops_act_dtype(be));
+    w->lc = lc;
     if (chunk_prepare(d, lc, w, b, anchors, C)) return -1;
     chunk_forward(d, w, C);
     // the scored rows: slots 1..B-1 of each anchor, contiguous per anchor
@@ -697,7 +458,7 @@ static int chunk_forward_loss(drafter *d, const loss_config *lc, const student_p
                      .t_idx = w->t_idx, .t_val = w->t_val, .t_lse = w->t_lse};
     loss_plan lp = step_loss_plan(c, p, p->chunk_anchors * (B - 1));
     loss_forward_backward(be, lc, &lp, w->loss_ws, &lb, &w->rows, dx);
-    if (d->sel_pred) chunk_selector(d, lc, w, C, dx);
+    if (c->kind->rows) c->kind->rows(d, w, C, dx); // the kind's own terms on the scored rows
     return 0;
 }
 

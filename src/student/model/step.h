@@ -43,7 +43,7 @@ typedef struct {
 #define STEP_TREE_BUDGETS 3
 
 // What one step measured (host). Sums, so micro-batches and ranks add up.
-typedef struct {
+typedef struct step_stats {
     double sum_w, sum_w_ce, sum_w_kl, sum_w_cap; // weighted sums over scored slots
     double sum_w_sel;                            // DFlash2: ... of the selector's k-way CE (0 on a miss)
     int64_t sel_scored, sel_miss;                // DFlash2: scored slots, those whose label is no candidate
@@ -68,7 +68,7 @@ size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[
 student_work *student_work_create(drafter *d, const student_plan *p, arena *a);
 void student_work_destroy(student_work *w);
 
-// step_grad_hook: gradient bucket b (student/grad_buckets.h) is final: every kernel that writes it
+// step_grad_hook: gradient bucket b (student/model/grad_buckets.h) is final: every kernel that writes it
 // in this step has been queued on the backend. 0, or -1 (error_set: the step fails with it).
 typedef int (*step_grad_hook)(void *ctx, int bucket);
 // student_work_set_grad_hook: the next student_step calls hook (NULL: none) once per bucket, in
