@@ -209,7 +209,7 @@ typedef struct {
 } dump_result;
 
 // This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
-static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *links, dump_result *res) {
+static int dump_run(const world *w, const config *cfg, backend *be, payload_link *links, dump_result *res) {
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
     if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
     if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
@@ -430,7 +430,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     return rc;
 }
 
-int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_links *links) {
+int teacher_dump_features(const world *w, const config *cfg, backend *be, payload_link *links) {
     dump_result res;
     memset(&res, 0, sizeof res);
     for (int i = 0; i < CONFIG_MAX_SETS; i++) res.n_set_heldout[i] = -1;
