@@ -104,7 +104,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             if (s == 0)
                 log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
                          (long long)start_step, (long long)cfg->steps, cfg->run_dir);
-            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank};
+            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank, .link = links};
             batch_source_stop_teachers(&done);
             fs_unlock_dir(lock_fd);
             return 0;
