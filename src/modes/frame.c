@@ -32,25 +32,28 @@ int mode_exit(const world *w, int status) {
     return status && w->rank == 0 ? 1 : 0;
 }
 
-// NCCL's asynchronous errors, polled by the watchdog thread: the payload links (NULL: none) and the
-// students' gradient communicators (nccl_reduce.h keeps the open ones).
+// NCCL's asynchronous errors, polled by the watchdog thread: the payload link's transport (NULL:
+// none) and the students' gradient communicators (nccl_reduce.h keeps the open ones).
 static int links_check(void *links, char *msg, size_t n) {
-    return nccl_links_check((nccl_links *)links, msg, n) || nccl_reduce_check(NULL, msg, n);
+    return payload_link_check(links, msg, n) || nccl_reduce_check(NULL, msg, n);
 }
 
-int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links) {
+int mode_payload_links(const world *w, const char *want, backend *be, payload_link **links) {
     char why[256] = "";
-    if (nccl_links_open(links, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+    if (payload_link_open(links, want, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
         fatal("%s", error_msg());
-    if (!*links && strcmp(cfg->payload, "nccl") == 0) {
-        if (w->rank == 0) fprintf(stderr, "error: transport.payload = nccl, but NCCL cannot carry the payloads: %s\n", why);
+    if (!*links) { // the device transport asked for declined
+        const char *label = want;
+        for (int i = 0; i < payload_link_kinds(); i++)
+            if (strcmp(payload_link_kind(i), want) == 0) label = payload_link_kind_label(i);
+        if (w->rank == 0) fprintf(stderr, "error: transport.payload = %s, but %s cannot carry the payloads: %s\n", want, label, why);
         return -1;
     }
-    if (w->rank == 0) {
-        if (*links) log_info("payloads: features over NCCL, GPU to GPU; tokens, top-k and LSE over MPI");
-        else log_info("payloads: over MPI from host memory (NCCL not used: %s)", why);
+    if (w->rank == 0 && strcmp(want, "mpi") != 0) {
+        if (why[0]) log_info("payloads: %s (%s)", payload_link_says(*links), why);
+        else log_info("payloads: %s", payload_link_says(*links));
     }
-    if (*links) watchdog_add_check(links_check, *links);
+    if (payload_link_device(*links)) watchdog_add_check(links_check, *links);
     return 0;
 }
 
@@ -59,14 +62,14 @@ void mode_watch_gradients(void) { watchdog_add_check(links_check, NULL); }
 int mode_run_teachers(mode_job *j, mode_teacher_work work) {
     world *w = j->w;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // a dead peer on this host is noticed at once
-    nccl_links *links = NULL; // a teacher group's stages: their rows GPU to GPU when they can
-    if (w->group_size > 1 && strcmp(j->cfg->payload, "mpi") != 0 && mode_payload_links(w, j->cfg, j->be, &links)) {
+    payload_link *links = NULL; // a teacher group's stages: their rows GPU to GPU when they can
+    if (mode_payload_links(w, w->group_size > 1 ? j->cfg->payload : "mpi", j->be, &links)) {
         watchdog_finalize();
         return 1;
     }
     int status = work(w, j->cfg, j->be, links) ? 1 : 0;
-    if (links) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
-    nccl_links_close(links);
+    if (payload_link_device(links)) watchdog_add_check(NULL, NULL); // the watchdog stops polling the links before they close
+    payload_link_close(links);
     backend_close(j->be);
     watchdog_finalize();
     return status;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
@@ -106,17 +106,18 @@ const mode_def *mode_at(int i);
 // agreed on (rank 0 printed the error line, if any): status on rank 0, 0 on the others (mpirun ends
 // the job at the first non-zero exit; were it another rank's, rank 0's line could be lost).
 int mode_exit(const world *w, int status);
-// mode_payload_links: the payload path of a job (transport.payload auto or nccl): NCCL links when
-// every rank has a GPU of its own, else MPI (*links NULL); rank 0 says which and why. -1 (rank 0
-// printed the error) when nccl was asked for and cannot be had. Collective.
-int mode_payload_links(const world *w, const config *cfg, backend *be, nccl_links **links);
+// mode_payload_links: the payload link of a job (payload_link.h), want = transport.payload's value:
+// auto or a device transport (nccl) is collective and rank 0 says which and why (auto: NCCL when
+// every rank has a GPU of its own, else MPI); mpi opens the MPI transport, quietly. -1 (rank 0
+// printed the error) when a device transport was asked for and cannot be had.
+int mode_payload_links(const world *w, const char *want, backend *be, payload_link **links);
 // mode_watch_gradients: the watchdog polls the students' gradient communicators for NCCL's errors.
 void mode_watch_gradients(void);
 // mode_run_teachers: the run of a mode whose every rank is a teacher (dump-features, regenerate):
 // every peer watched, a teacher group's payload links opened (NCCL when they can), work run, then
 // the links, the backend and the watchdog closed. work returns 0 or -1 (its error printed by
 // itself); the rank's exit status.
-typedef int (*mode_teacher_work)(const world *w, const config *cfg, backend *be, nccl_links *links);
+typedef int (*mode_teacher_work)(const world *w, const config *cfg, backend *be, payload_link *links);
 int mode_run_teachers(mode_job *j, mode_teacher_work work);
 // mode_plan_roles: --plan's first lines for a mode: the roles of the world the launcher gives
 // (world_size; -1: the configured counts) as the job assigns them, and the backend planned for

@@ -71,8 +71,8 @@ int mode_train_run(mode_job *j) {
         watchdog_set_watchers(train_watches);
         mode_watch_gradients(); // the students' gradient communicators (links: below)
     }
-    nccl_links *links = NULL;
-    if (!offline && strcmp(cfg->payload, "mpi") != 0 && mode_payload_links(w, cfg, j->be, &links)) {
+    payload_link *links = NULL; // offline: the MPI transport, unused
+    if (mode_payload_links(w, offline ? "mpi" : cfg->payload, j->be, &links)) {
         watchdog_finalize();
         return 1;
     }
@@ -91,7 +91,7 @@ int mode_train_run(mode_job *j) {
     if (rc) fatal("%s", error_msg()); // one line naming the rank; MPI_Abort so no peer waits forever
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 0); // the peers finish now: their exit is no news
     watchdog_add_check(NULL, NULL);                        // before the links it polls are closed
-    nccl_links_close(links);
+    payload_link_close(links);
     mpi_check(MPI_Comm_free(&role_comm));
     backend_close(j->be);
     watchdog_finalize();

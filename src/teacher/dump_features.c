@@ -320,7 +320,7 @@ static void dump_rank_close(dump_rank *d) {
 
 // dump_ctx_open: the batch's host buffers and, in a teacher group, the link to the next stage (two
 // batches in flight; held in *link). -1 with nothing allocated.
-static int dump_ctx_open(dump_ctx *c, dump_rank *d, const world *w, backend *be, nccl_links *links, stage_link *link) {
+static int dump_ctx_open(dump_ctx *c, dump_rank *d, const world *w, backend *be, payload_link *links, stage_link *link) {
     int64_t D = (int64_t)d->o.n_feat * d->m.cfg.hidden;
     size_t max_tokens = (size_t)d->max_tokens, k = (size_t)d->o.topk;
     *c = (dump_ctx){.m = &d->m, .o = &d->o, .w = &d->tw, .ts = &d->ts};
@@ -483,7 +483,7 @@ static void dump_sets(const dataset *ts, dump_result *res) {
 }
 
 // This rank's shards; no collective calls, so an early failure cannot leave peers waiting.
-static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *links, dump_result *res) {
+static int dump_run(const world *w, const config *cfg, backend *be, payload_link *links, dump_result *res) {
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
     if (config_data_count(cfg) == 0) return error_set("dump-features needs data.path (the training set) or data.sets");
     if (!cfg->features_dir[0]) return error_set("dump-features needs features.dir (where the feature files go)");
@@ -517,7 +517,7 @@ static int dump_run(const world *w, const config *cfg, backend *be, nccl_links *
     return rc;
 }
 
-int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_links *links) {
+int teacher_dump_features(const world *w, const config *cfg, backend *be, payload_link *links) {
     dump_result res;
     memset(&res, 0, sizeof res);
     for (int i = 0; i < CONFIG_MAX_SETS; i++) res.n_set_heldout[i] = -1;

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
@@ -20,5 +20,5 @@
 // (a rank's own failure is logged by that rank).
 // With world.teacher_group_size = G > 1 each teacher is a group of G ranks (pipeline stages,
 // teacher_group.h): shard s goes to group s mod (ranks / G), whose first stage reads the samples and
-// whose last writes the file; links (NULL: MPI) carry the activations from stage to stage.
-int teacher_dump_features(const world *w, const config *cfg, backend *be, nccl_links *links);
+// whose last writes the file; links (payload_link.h) carry the activations from stage to stage.
+int teacher_dump_features(const world *w, const config *cfg, backend *be, payload_link *links);

@@ -1,11 +1,10 @@
 // regen_link.c: regenerate's decoder across the stages of a teacher group (see regen_link.h).
 #include "teacher/regen_link.h"
 
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/comm/msg.h"
+#include "common/comm/protocol.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
@@ -14,10 +13,11 @@ enum { OP_ADD = 1, OP_STEP, OP_REMOVE, OP_RESET, OP_STOP };
 
 static size_t pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-void regen_link_init(regen_link *l, const world *w, target_decoder *d, nccl_links *links) {
+void regen_link_init(regen_link *l, const world *w, target_decoder *d, payload_link *link) {
     memset(l, 0, sizeof *l);
     l->d = d;
-    l->links = w->group_size > 1 ? links : NULL;
+    l->link = w->group_size > 1 ? link : NULL;
+    l->on_link = payload_link_device(l->link);
     l->G = w->group_size > 1 ? w->group_size : 1;
     l->first = l->G == 1 || w->stage == 0;
     l->last = l->G == 1 || w->stage == l->G - 1;
@@ -37,17 +37,19 @@ void regen_link_free(regen_link *l) {
     memset(l, 0, sizeof *l);
 }
 
-// R rows of the decoder's w.x to (send) or from the stage peer over NCCL, waited for (the decoder
-// writes w.x again at its next call). A failure ends the job: the peer cannot be told.
+// R rows of the decoder's w.x to (send) or from the stage peer as a device block, waited for (the
+// decoder writes w.x again at its next call). A failure ends the job: the peer cannot be told.
 static void link_rows(regen_link *l, int peer, int R, int send) {
     backend *be = l->d->m->be;
-    nccl_ticket t = {0};
+    payload_ticket t = {0};
     size_t bytes = (size_t)R * l->x_bytes;
     if (send) backend_sync(be); // the layers that wrote w.x are done
-    int rc = send ? nccl_link_send(l->links, peer, l->d->w.x, bytes, NULL, &t) : nccl_link_recv(l->links, peer, l->d->w.x, bytes, &t);
-    if (rc == 0) rc = nccl_ticket_wait(&t);
-    nccl_ticket_free(&t);
-    if (rc) fatal("regenerate: the rows %s stage rank %d over NCCL: %s", send ? "to" : "from", peer, error_msg());
+    int rc = send ? payload_link_post_send_dev(l->link, peer, l->d->w.x, bytes, &t)
+                  : payload_link_post_recv_dev(l->link, peer, l->d->w.x, bytes, &t);
+    if (rc == 0) rc = payload_link_wait(&t);
+    payload_link_ticket_free(&t);
+    if (rc) fatal("regenerate: the rows %s stage rank %d over %s: %s", send ? "to" : "from", peer, payload_link_label(l->link),
+                  error_msg());
 }
 
 // Send op on to the next stage: R ids, n_u draws and, for ADD and STEP, the R rows of the residual
@@ -66,17 +68,17 @@ static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t
         p += (size_t)n_u * 8;
     }
     int rows = op == OP_ADD || op == OP_STEP;
-    if (rows && !l->links) {
+    if (rows && !l->on_link) {
         backend_copy_to_host(l->d->m->be, p, l->d->w.x, (size_t)R * l->x_bytes);
         p += (size_t)R * l->x_bytes;
     }
-    msg_send(l->buf, (size_t)(p - l->buf), l->next, TAG_REGEN, MPI_COMM_WORLD);
-    if (rows && l->links) link_rows(l, l->next, R, 1);
+    payload_link_send(l->link, l->next, TAG_REGEN, l->buf, (size_t)(p - l->buf));
+    if (rows && l->on_link) link_rows(l, l->next, R, 1);
 }
 
 // The last stage's token ids for the first stage's call.
 static void link_reply(regen_link *l, int32_t *next, int k) {
-    mpi_check(MPI_Recv(next, k, MPI_INT32_T, l->head + l->G - 1, TAG_REGEN, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    payload_link_recv(l->link, l->head + l->G - 1, TAG_REGEN, next, (size_t)k * sizeof(int32_t), NULL);
 }
 
 int regen_link_add(regen_link *l, const int32_t *prompt, int plen, const double *u, int32_t *next) {
@@ -116,10 +118,7 @@ int regen_link_follow(regen_link *l) {
     double *u = xmalloc((size_t)d->rows * sizeof(double));
     int rc = 0;
     for (;;) {
-        MPI_Status st;
-        MPI_Request r;
-        msg_irecv(l->buf, l->cap, l->prev, TAG_REGEN, MPI_COMM_WORLD, &r);
-        mpi_check(MPI_Wait(&r, &st));
+        payload_link_recv(l->link, l->prev, TAG_REGEN, l->buf, l->cap, NULL);
         const int64_t *h = (const int64_t *)l->buf;
         int64_t op = h[0], n = h[2];
         int R = (int)h[1], n_u = (int)h[3];
@@ -133,7 +132,7 @@ int regen_link_follow(regen_link *l) {
         memcpy(u, p, (size_t)n_u * 8);
         p += (size_t)n_u * 8;
         const double *draws = n_u ? u : NULL;
-        if ((op == OP_ADD || op == OP_STEP) && l->links) link_rows(l, l->prev, R, 0);
+        if ((op == OP_ADD || op == OP_STEP) && l->on_link) link_rows(l, l->prev, R, 0);
         else if (op == OP_ADD || op == OP_STEP) backend_copy_to_device(d->m->be, d->w.x, p, (size_t)R * l->x_bytes);
         int32_t next[1];
         switch (op) {
@@ -153,8 +152,8 @@ int regen_link_follow(regen_link *l) {
             rc = error_set("regenerate: stage message of unknown kind %lld", (long long)op);
         }
         if (rc < 0) break;
-        if (l->last && op == OP_ADD) mpi_check(MPI_Send(next, 1, MPI_INT32_T, l->head, TAG_REGEN, MPI_COMM_WORLD));
-        else if (l->last && op == OP_STEP) mpi_check(MPI_Send(ids, R, MPI_INT32_T, l->head, TAG_REGEN, MPI_COMM_WORLD));
+        if (l->last && op == OP_ADD) payload_link_send(l->link, l->head, TAG_REGEN, next, sizeof(int32_t));
+        else if (l->last && op == OP_STEP) payload_link_send(l->link, l->head, TAG_REGEN, ids, (size_t)R * sizeof(int32_t));
         else if (!l->last) link_send(l, op, R, n, ids, draws, n_u);
     }
     free(ids);

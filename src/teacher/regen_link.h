@@ -5,41 +5,41 @@
 //
 // The group's first stage drives: regenerate.c calls regen_link_add / _step / _remove / _reset
 // there as it would call the decoder, and each call is applied on this stage, then sent on to the
-// next stage as one MPI message (below), applied there and sent on, so every stage's decoder goes
+// next stage as one host message of the payload link (payload_link.h; below), applied there and sent on, so every stage's decoder goes
 // through the same calls in the same order and holds the same slots. The last stage sends the
 // chosen token ids back to the first. G = 1: the calls go straight to the decoder.
 //
-// A message from stage k to k+1 (world ranks, tag TAG_REGEN):
+// A message from stage k to k+1 (world ranks, tag TAG_REGEN, protocol.h):
 //   int64[4]  op (ADD, STEP, REMOVE, RESET, STOP), R, n, has_u
 //   int32[R]  ADD: the prompt (R = its length); STEP: the step's tokens (R = n_seq)   (padded to 8)
 //   f64[R]    the draws when has_u (sampling; only the last stage uses them)
 //   act[R, H] the residual stream after stage k's layers (ADD, STEP), copied from the device
 // REMOVE carries the slot in n; the reply of the last stage is int32[R] (ADD: R = 1).
-// With NCCL links (nccl_link.h: every rank on a GPU of its own) the rows go GPU to GPU instead,
-// right after the message (which then ends before them), from and into the decoder's w.x.
+// When the link carries device blocks (NCCL: every rank on a GPU of its own) the rows go GPU to GPU
+// instead, as a device block right after the message (which then ends before them), from and into
+// the decoder's w.x.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "teacher/target_decode.h"
-
-#define TAG_REGEN 104
 
 typedef struct {
     target_decoder *d;
     int G, first, last;    // the group's size; this rank is its first / last stage
     int prev, next, head;  // world ranks: previous stage, next stage (-1: none), the group's first stage
     size_t x_bytes;        // one row of the residual stream
-    nccl_links *links;     // the rows GPU to GPU (NULL: in the MPI message, from host memory)
+    payload_link *link;    // the stages' messages (NULL: G = 1, none)
+    int on_link;           // its device blocks carry the rows (else they are in the message, from host memory)
     char *buf;             // one message of the largest size
     size_t cap;
 } regen_link;
 
-// regen_link_init: the link of this rank of w over decoder d (made on this rank's stage); links:
-// the job's NCCL links, or NULL.
-void regen_link_init(regen_link *l, const world *w, target_decoder *d, nccl_links *links);
+// regen_link_init: the link of this rank of w over decoder d (made on this rank's stage); link:
+// the job's payload link (used when G > 1).
+void regen_link_init(regen_link *l, const world *w, target_decoder *d, payload_link *link);
 void regen_link_free(regen_link *l);
 
 // On the first stage, as target_decoder_add / _step_sample / _remove / _reset (target_decode.h):

@@ -65,7 +65,7 @@ typedef struct {
     target_model m;
     target_decoder dec;
     regen_link link;  // the decoder's calls along the stages of a teacher group
-    nccl_links *links; // the job's NCCL links (NULL: none)
+    payload_link *links; // the job's payload link (the stages' messages)
     int G;            // world.teacher_group_size
     prompt_index pi;
     int64_t stop[REGEN_MAX_STOP];
@@ -791,7 +791,7 @@ static int regen_merge(regen *g) {
 
 // ----------------------------------------------------------------------------- the mode
 
-int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_links *links) {
+int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_link *links) {
     regen *g = xcalloc(1, sizeof *g);
     g->cfg = cfg;
     g->m.be = be;
@@ -804,7 +804,7 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_link
                  (long long)g->pi.longest, (long long)g->n_shards, w->groups, g->G, g->max_seqs, g->max_len, g->max_new, g->n_stop,
                  g->smp.temperature > 0 ? "sampling" : "greedy");
     if (rc == 0 && w->rank == 0 && g->G > 1 && !g->done_already)
-        log_info("regenerate: the stages pass their rows %s", g->link.links ? "over NCCL, GPU to GPU" : "over MPI from host memory");
+        log_info("regenerate: the stages pass their rows %s", g->link.on_link ? "over NCCL, GPU to GPU" : "over MPI from host memory");
     // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
     int set_up = rc == 0, all_set_up = 0;
     mpi_check(MPI_Allreduce(&set_up, &all_set_up, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));

@@ -50,15 +50,15 @@
 // (world.teacher_group_size = G > 1): G consecutive ranks are one teacher, each stage holding its
 // layers of the target and their caches; shards go to group s mod groups, the group's first stage
 // reads the prompts, drives the decode along the stages (regen_link.h: the rows over NCCL when
-// the job has links) and writes the parts. The file is the same as one rank's.
+// the payload link carries device blocks) and writes the parts. The file is the same as one rank's.
 #pragma once
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
 // teacher_regenerate: a collective call (every rank); 0 on success, -1 when any rank failed (the
 // first failing rank logs its own error, the others one line naming it).
-// links: the job's NCCL links (a teacher group's stages pass their rows GPU to GPU), or NULL.
-int teacher_regenerate(const world *w, const config *cfg, backend *be, nccl_links *links);
+// links: the job's payload link (a teacher group's stages pass their rows over it).
+int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_link *links);

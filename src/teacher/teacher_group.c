@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/comm/msg.h"
+#include "common/comm/protocol.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
@@ -60,10 +60,10 @@ static void stage_msg_layout(const stage_link *l, char *buf, int64_t S, int64_t 
     *act = p; // x [S, H] then features [S, D]
 }
 
-int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *links, int n_buf, int max_tokens,
+int stage_link_init(stage_link *l, const world *w, backend *be, payload_link *link, int n_buf, int max_tokens,
                     int64_t H, int64_t D) {
     memset(l, 0, sizeof *l);
-    l->w = w, l->be = be, l->links = links;
+    l->w = w, l->be = be, l->link = link, l->on_link = payload_link_device(link);
     l->prev = w->stage > 0 ? w->rank - 1 : -1;
     l->next = w->stage < w->group_size - 1 ? w->rank + 1 : -1;
     l->H = H, l->D = D, l->e = dtype_size(ops_act_dtype(be)), l->max_tokens = max_tokens;
@@ -72,18 +72,18 @@ int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *link
     if (l->next >= 0) {
         l->n_buf = n_buf;
         l->bufs = xmalloc((size_t)n_buf * sizeof(char *));
-        l->sends = xmalloc((size_t)n_buf * sizeof(MPI_Request));
-        for (int i = 0; i < n_buf; i++) l->bufs[i] = xmalloc(l->max_bytes), l->sends[i] = MPI_REQUEST_NULL;
-        if (links) {
+        l->sends = xcalloc((size_t)n_buf, sizeof(payload_ticket));
+        for (int i = 0; i < n_buf; i++) l->bufs[i] = xmalloc(l->max_bytes);
+        if (l->on_link) {
             l->dev = xcalloc((size_t)n_buf, sizeof(void *));
-            l->tickets = xcalloc((size_t)n_buf, sizeof(nccl_ticket));
+            l->tickets = xcalloc((size_t)n_buf, sizeof(payload_ticket));
             for (int i = 0; i < n_buf; i++)
                 if (!(l->dev[i] = backend_alloc(be, act_bytes))) return error_prefix("teacher stage %d's send ring", w->stage);
         }
     }
     if (l->prev >= 0) {
         l->in = xmalloc(l->max_bytes);
-        if (links && !(l->in_dev = backend_alloc(be, act_bytes)))
+        if (l->on_link && !(l->in_dev = backend_alloc(be, act_bytes)))
             return error_prefix("teacher stage %d's receive buffer", w->stage);
     }
     return 0;
@@ -93,8 +93,8 @@ int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *link
 static int stage_slot(stage_link *l) {
     int slot = l->next_slot++ % l->n_buf;
     watchdog_wait_begin(l->next, l->next, 1.5, "the next stage of its group to take an earlier batch");
-    world_wait(&l->sends[slot], NULL);
-    int rc = l->links ? nccl_ticket_wait(&l->tickets[slot]) : 0;
+    payload_link_wait(&l->sends[slot]);
+    int rc = l->on_link ? payload_link_wait(&l->tickets[slot]) : 0;
     watchdog_wait_end();
     return rc ? -1 : slot;
 }
@@ -104,7 +104,7 @@ int stage_send(stage_link *l, const stage_header *h, const int32_t *tokens, cons
     int slot = stage_slot(l);
     if (slot < 0) return error_prefix("teacher stage %d -> %d", l->w->stage, l->w->stage + 1);
     char *buf = l->bufs[slot];
-    int on_link = l->links != NULL;
+    int on_link = l->on_link;
     int64_t hdr[STAGE_HEADER] = {h->kind, h->index, h->S, h->n_seq, h->reply, h->peak, on_link, 0};
     memcpy(buf, hdr, sizeof hdr);
     int32_t *t, *c;
@@ -124,33 +124,29 @@ int stage_send(stage_link *l, const stage_header *h, const int32_t *tokens, cons
         backend_copy_to_host(l->be, act, tw->x, xb);
         backend_copy_to_host(l->be, act + xb, tw->features, fb);
     }
-    msg_isend(buf, stage_msg_bytes(l, h->S, h->n_seq, on_link), l->next, TAG_STAGE, MPI_COMM_WORLD, &l->sends[slot]);
-    if (on_link && nccl_link_send(l->links, l->next, l->dev[slot], xb + fb, NULL, &l->tickets[slot]))
+    payload_link_post_send(l->link, l->next, TAG_STAGE, buf, stage_msg_bytes(l, h->S, h->n_seq, on_link), &l->sends[slot]);
+    if (on_link && payload_link_post_send_dev(l->link, l->next, l->dev[slot], xb + fb, &l->tickets[slot]))
         return error_prefix("teacher stage %d -> %d", l->w->stage, l->w->stage + 1);
     return 0;
 }
 
 void stage_send_stop(stage_link *l) {
     int64_t hdr[STAGE_HEADER] = {WIRE_STOP, 0, 0, 0, 0, 0, 0, 0};
-    mpi_check(MPI_Send(hdr, STAGE_HEADER, MPI_INT64_T, l->next, TAG_STAGE, MPI_COMM_WORLD));
+    payload_link_send(l->link, l->next, TAG_STAGE, hdr, sizeof hdr);
 }
 
 int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uint8_t *mask, target_work *tw,
                double patience) {
-    MPI_Status st;
     watchdog_wait_begin(l->prev, l->prev, patience, "a batch from the previous stage of its group");
-    MPI_Request r;
-    msg_irecv(l->in, l->max_bytes, l->prev, TAG_STAGE, MPI_COMM_WORLD, &r);
-    world_wait(&r, &st);
+    size_t bytes = payload_link_recv(l->link, l->prev, TAG_STAGE, l->in, l->max_bytes, NULL);
     watchdog_wait_end();
-    size_t bytes = msg_bytes(&st);
     int64_t hdr[STAGE_HEADER];
     if (bytes < sizeof hdr) return error_set("stage message of %zu bytes from rank %d is shorter than its header", bytes, l->prev);
     memcpy(hdr, l->in, sizeof hdr);
     *h = (stage_header){.kind = hdr[0], .index = hdr[1], .S = hdr[2], .n_seq = hdr[3], .reply = hdr[4], .peak = hdr[5]};
     if (h->kind == WIRE_STOP) return 0;
     int on_link = (int)hdr[6];
-    if (h->S < 1 || h->S > l->max_tokens || h->n_seq < 1 || h->n_seq > h->S || on_link != (l->links != NULL) ||
+    if (h->S < 1 || h->S > l->max_tokens || h->n_seq < 1 || h->n_seq > h->S || on_link != l->on_link ||
         stage_msg_bytes(l, h->S, h->n_seq, on_link) != bytes)
         return error_set("malformed stage message from rank %d: %lld tokens, %lld sequences in %zu bytes", l->prev,
                          (long long)h->S, (long long)h->n_seq, bytes);
@@ -164,7 +160,8 @@ int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uin
     size_t xb = size_mul(size_mul(h->S, l->H), l->e), fb = size_mul(size_mul(h->S, l->D), l->e);
     if (on_link) { // the activations follow GPU to GPU, in the order of the headers
         watchdog_wait_begin(l->prev, l->prev, 1, "the activations from the previous stage of its group");
-        int rc = nccl_link_recv(l->links, l->prev, l->in_dev, xb + fb, &l->in_ticket) || nccl_ticket_wait(&l->in_ticket);
+        int rc = payload_link_post_recv_dev(l->link, l->prev, l->in_dev, xb + fb, &l->in_ticket) ||
+                 payload_link_wait(&l->in_ticket);
         watchdog_wait_end();
         if (rc) return error_prefix("teacher stage %d <- %d", l->w->stage, l->w->stage - 1);
         ops_copy_2d(l->be, tw->x, (int64_t)h->S * l->H, l->in_dev, (int64_t)h->S * l->H, 1, (int64_t)h->S * l->H);
@@ -178,17 +175,17 @@ int stage_recv(stage_link *l, stage_header *h, int32_t *tokens, int32_t *cu, uin
 }
 
 void stage_link_free(stage_link *l) {
-    if (l->n_buf) mpi_check(MPI_Waitall(l->n_buf, l->sends, MPI_STATUSES_IGNORE));
+    for (int i = 0; i < l->n_buf; i++) payload_link_wait(&l->sends[i]);
     for (int i = 0; i < l->n_buf; i++) {
-        if (l->links) {
-            nccl_ticket_wait(&l->tickets[i]);
-            nccl_ticket_free(&l->tickets[i]);
+        if (l->on_link) {
+            payload_link_wait(&l->tickets[i]);
+            payload_link_ticket_free(&l->tickets[i]);
             backend_free(l->be, l->dev[i]);
         }
         free(l->bufs[i]);
     }
     if (l->in_dev) {
-        nccl_ticket_free(&l->in_ticket);
+        payload_link_ticket_free(&l->in_ticket);
         backend_free(l->be, l->in_dev);
     }
     free(l->bufs);

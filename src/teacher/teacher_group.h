@@ -2,25 +2,24 @@
 // teacher is G consecutive ranks, stage s holding the target's layers [bounds[s], bounds[s+1])
 // (target_stage_split), and each batch passes from stage to stage as one message:
 //   header   int64[STAGE_HEADER]: kind, index, S, n_seq, reply rank, largest peak so far, x on link
-//   tokens   int32[S], cu int32[n_seq + 1], mask uint8[S]     (over MPI, padded to 8 bytes)
+//   tokens   int32[S], cu int32[n_seq + 1], mask uint8[S]     (padded to 8 bytes)
 //   x        act[S, H]          the residual stream after the sender's last layer
 //   features act[S, n_feat*H]   the features of the layers so far (the later columns unset)
-// x and the features go GPU to GPU over NCCL when the job's links carry them (nccl_link.h: one
-// two-rank communicator per neighbouring pair of stages), else in the MPI message from host memory.
+// It travels as one host message of the payload link (payload_link.h, tag TAG_STAGE); x and the
+// features follow it as one device block when the link carries them (NCCL: one two-rank
+// communicator per neighbouring pair of stages), else they are in the message, from host memory.
 // A sender copies them into the next buffer of a ring and goes on with the next batch while the
 // message is in flight, so with several batches requested every stage works at once. A message of
 // kind WIRE_STOP ends the pipeline, stage by stage.
 #pragma once
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "teacher/target.h"
 
-#define TAG_STAGE 103
 #define STAGE_HEADER 8
 
 // teacher_stage_select: m's layer range (config read, m->be set) for this rank's stage of its group
@@ -38,28 +37,29 @@ typedef struct {
 typedef struct {
     const world *w;
     backend *be;
-    nccl_links *links;       // NULL: x and features in the MPI message
+    payload_link *link;      // its device blocks (payload_link_device) carry x and the features, else the message
     int prev, next;          // world ranks of the neighbouring stages (-1: none)
     int64_t H, D;            // hidden size, n_feat * H
     size_t e;                // bytes of an activation element
     int max_tokens;
-    size_t max_bytes;        // one MPI message at max_tokens
-    // sending: a ring of n_buf host buffers (and device buffers with NCCL)
+    int on_link;             // payload_link_device(link)
+    size_t max_bytes;        // one host message at max_tokens
+    // sending: a ring of n_buf host buffers (and device buffers with device blocks)
     int n_buf, next_slot;
     char **bufs;
-    MPI_Request *sends;
-    void **dev;              // [n_buf] x then features, act dtype (NCCL only)
-    nccl_ticket *tickets;
+    payload_ticket *sends;
+    void **dev;              // [n_buf] x then features, act dtype (device blocks only)
+    payload_ticket *tickets;
     // receiving
     char *in;                // one message
-    void *in_dev;            // x then features (NCCL only)
-    nccl_ticket in_ticket;
+    void *in_dev;            // x then features (device blocks only)
+    payload_ticket in_ticket;
 } stage_link;
 
 // stage_link_init (its device memory: teacher_stage_ring_bytes, teacher_plan.h): for this teacher rank of w (stage w->stage of group w->group), n_buf send buffers
 // (the batches it may have in flight to the next stage). -1 with error_set when a device buffer does
 // not fit.
-int stage_link_init(stage_link *l, const world *w, backend *be, nccl_links *links, int n_buf, int max_tokens,
+int stage_link_init(stage_link *l, const world *w, backend *be, payload_link *link, int n_buf, int max_tokens,
                     int64_t H, int64_t D);
 // stage_send: the batch h (tokens, cu, mask on the host; tw->x and tw->features on the device) to
 // the next stage. -1 with error_set.

@@ -1,15 +1,14 @@
 // teacher_loop.c: serve batches to students (see teacher_loop.h).
 #include "teacher/teacher_loop.h"
 
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/backend/arena.h"
 #include "common/backend/gpu_reserve.h"
-#include "common/comm/msg.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
+#include "common/comm/protocol.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/bytes.h"
@@ -22,6 +21,7 @@
 #include "common/kernels/ops.h"
 #include "teacher/target.h"
 #include "teacher/teacher_group.h"
+#include "teacher/teacher_plan.h"
 
 // The batch plan over the usable samples of the training sets (shared with the students).
 static int teacher_plan(const config *cfg, dataset *ds, batchplan *bp) {
@@ -46,25 +46,24 @@ typedef struct {
 // The next batch of a first stage: a student's request (or a stop); the batch read from the
 // training sets into tokens/cu/mask. 1 a batch (h filled), 0 every student has stopped.
 
-static int teacher_next_request(const world *w, teacher_requests *q, int64_t served, stage_header *h, int32_t *tokens,
-                                int32_t *cu, uint8_t *mask) {
+static int teacher_next_request(const world *w, payload_link *link, teacher_requests *q, int64_t served, stage_header *h,
+                                int32_t *tokens, int32_t *cu, uint8_t *mask) {
     while (q->stops < w->students) {
-        int64_t req[WIRE_REQUEST];
-        MPI_Status st;
+        protocol_request req;
+        int from = -1;
         // idle: the students may wait on another teacher (1.5 x); before the first request they are
         // still setting up (reading the embedding, planning, allocating), which may take longer (5 x)
         watchdog_wait_begin(w->teachers, w->size - 1, served == 0 ? 5 : 1.5, "a request from a student");
-        MPI_Request r;
-        mpi_check(MPI_Irecv(req, WIRE_REQUEST, MPI_INT64_T, MPI_ANY_SOURCE, TAG_REQUEST, MPI_COMM_WORLD, &r));
-        world_wait(&r, &st);
+        int rc = protocol_request_recv(link, &req, &from);
         watchdog_wait_end();
-        if (req[0] == WIRE_STOP) {
+        if (rc) return -1;
+        if (req.kind == WIRE_STOP) {
             q->stops++;
-            if (w->group_size == 1) watchdog_watch(st.MPI_SOURCE, 0); // done with us: it may exit
+            if (w->group_size == 1) watchdog_watch(from, 0); // done with us: it may exit
             continue;
         }
-        const batch_ref *b = req[0] == WIRE_TRAIN ? batchplan_train_batch(&q->bp, req[1], NULL)
-                                                  : batchplan_heldout_batch(&q->bp, req[1]);
+        const batch_ref *b = req.kind == WIRE_TRAIN ? batchplan_train_batch(&q->bp, req.index, NULL)
+                                                    : batchplan_heldout_batch(&q->bp, req.index);
         int n_seq = (int)b->n, S = 0;
         cu[0] = 0;
         for (int i = 0; i < n_seq; i++) {
@@ -73,14 +72,15 @@ static int teacher_next_request(const world *w, teacher_requests *q, int64_t ser
             S += (int)len;
             cu[i + 1] = S;
         }
-        *h = (stage_header){.kind = req[0], .index = req[1], .S = S, .n_seq = n_seq, .reply = st.MPI_SOURCE};
+        *h = (stage_header){.kind = req.kind, .index = req.index, .S = S, .n_seq = n_seq, .reply = from};
         return 1;
     }
     return 0;
 }
 
-int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *links) {
+int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *link) {
     int G = w->group_size, first = w->stage <= 0, last = w->stage == G - 1 || G == 1;
+    int on_link = payload_link_device(link); // the features as a device block
     // the students (requests on the first stage, payloads from the last), and the group's neighbours
     for (int r = w->teachers; r < w->size && (first || last); r++) watchdog_watch(r, 1);
     if (!first) watchdog_watch(w->rank - 1, 1);
@@ -90,13 +90,13 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     target_outputs o;
     // the same on every group: the first group's stages say it (each its own stage's)
     if (target_config_load(&m.cfg, cfg->target_path) || teacher_train_outputs(cfg, &m, &tc, &o) ||
-        teacher_stage_select(w, &m) || teacher_stage_budget(cfg, &m, &o, tc.max_tokens, w->students, links != NULL))
+        teacher_stage_select(w, &m) || teacher_stage_budget(cfg, &m, &o, tc.max_tokens, w->students, on_link))
         return w->group == 0 ? -1 : WORLD_REPORTED_ELSEWHERE;
     // on a GPU: its context, cuBLAS and NCCL communicators exist now; what is free must hold the plan
     char who[64];
     snprintf(who, sizeof who, "teacher rank %d", w->rank);
     if (gpu_reserve_check(be, target_model_weight_bytes(&m) + target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile) +
-                                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, links != NULL),
+                                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, on_link),
                           0, who, "teacher.mem_budget"))
         return -1;
     if (target_load_stage(&m, cfg->target_path, be, m.layer_begin, m.layer_end > 0 ? m.layer_end : -1)) return -1;
@@ -113,37 +113,34 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
     target_work tw;
     target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
     int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
-    int n_buf = teacher_send_buffers(cfg, G, w->students); // every batch this rank may have in flight
+    int n_buf = protocol_send_buffers(cfg, G, w->students); // every batch this rank may have in flight
     stage_link sl;
-    if (G > 1 && stage_link_init(&sl, w, be, links, n_buf, T, m.cfg.hidden, D)) return -1;
+    if (G > 1 && stage_link_init(&sl, w, be, link, n_buf, T, m.cfg.hidden, D)) return -1;
     size_t max_bytes = wire_bytes(T, T, k, D);
     int n_pay = last ? n_buf : 0; // the payload ring of the last stage
     char **bufs = xmalloc((size_t)(n_pay + 1) * sizeof(char *));
-    MPI_Request *sends = xmalloc((size_t)(n_pay + 1) * sizeof(MPI_Request));
-    for (int i = 0; i < n_pay; i++) {
-        bufs[i] = xmalloc(max_bytes);
-        sends[i] = MPI_REQUEST_NULL;
-    }
+    payload_ticket *sends = xcalloc((size_t)n_pay + 1, sizeof(payload_ticket));
+    for (int i = 0; i < n_pay; i++) bufs[i] = xmalloc(max_bytes);
     int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)T);
     dtype act = ops_act_dtype(be);
     void *feat_raw = last ? xmalloc(size_mul(T, D) * dtype_size(act)) : NULL;
-    // With NCCL links the features go GPU to GPU from a ring of device buffers (bf16, the compute
-    // dtype of a CUDA backend); the rest of the payload stays on MPI.
+    // With device blocks the features go GPU to GPU from a ring of device buffers (bf16, the
+    // compute dtype of a CUDA backend); the rest of the payload is the host message.
     size_t feat_bytes = size_mul(T, D) * 2;
-    void **feat_dev = links ? xcalloc((size_t)n_pay + 1, sizeof(void *)) : NULL;
-    nccl_ticket *tickets = links ? xcalloc((size_t)n_pay + 1, sizeof(nccl_ticket)) : NULL;
-    for (int i = 0; links && i < n_pay; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
-    // the device memory: weights, work, and the NCCL buffers (the stage rings and the payload ring)
+    void **feat_dev = on_link ? xcalloc((size_t)n_pay + 1, sizeof(void *)) : NULL;
+    payload_ticket *tickets = on_link ? xcalloc((size_t)n_pay + 1, sizeof(payload_ticket)) : NULL;
+    for (int i = 0; on_link && i < n_pay; i++) feat_dev[i] = backend_alloc(be, feat_bytes);
+    // the device memory: weights, work, and the link's buffers (the stage rings and the payload ring)
     size_t peak = m.weights.used + work.used +
-                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, links != NULL);
+                  teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, on_link);
 
     int next = 0;
     int64_t served = 0;
     double busy = 0, t_start = time_now();
     for (;;) {
         stage_header h;
-        int got = first ? teacher_next_request(w, &q, served, &h, tokens, cu, mask)
+        int got = first ? teacher_next_request(w, link, &q, served, &h, tokens, cu, mask)
                         // after the previous stage: a little more patient than it, so the rank nearest a hung peer names it
                         : stage_recv(&sl, &h, tokens, cu, mask, &tw, (served == 0 ? 5 : 1.5) + 0.25 * w->stage);
         if (got < 0) fatal("teacher: %s", error_msg());
@@ -161,17 +158,17 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         // the next buffer of the ring, once its previous send is done
         int slot = next++ % n_pay;
         watchdog_wait_begin(w->teachers, w->size - 1, 1.5, "a student to receive an earlier batch");
-        world_wait(&sends[slot], NULL);
-        if (links && nccl_ticket_wait(&tickets[slot])) fatal("teacher: %s", error_msg());
+        payload_link_wait(&sends[slot]);
+        if (on_link && payload_link_wait(&tickets[slot])) fatal("teacher: %s", error_msg());
         watchdog_wait_end();
         wire_batch wb = {.kind = h.kind, .index = h.index, .S = S, .n_seq = n_seq, .k = k, .D = D, .peak_bytes = h.peak,
-                         .features_on_link = links != NULL};
+                         .features_on_link = on_link};
         wire_write_header(bufs[slot], &wb);
         wire_layout(bufs[slot], &wb);
         memcpy(wb.tokens, tokens, (size_t)S * sizeof(int32_t));
         memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
         memcpy(wb.mask, mask, (size_t)S);
-        if (links) { // GPU to GPU: into this slot's device buffer, sent below
+        if (on_link) { // GPU to GPU: into this slot's device buffer, sent below
             backend_copy_to_device(be, feat_dev[slot], tw.features, size_mul(S, D) * 2);
         } else if (act == DT_BF16) {
             backend_copy_to_host(be, wb.features, tw.features, size_mul(S, D) * 2);
@@ -184,20 +181,20 @@ int teacher_serve(const world *w, const config *cfg, backend *be, nccl_links *li
         backend_copy_to_host(be, wb.lse, tw.lse, (size_t)S * sizeof(float));
         config_test_slow(cfg, w->rank); // testing: a slow teacher
         int reply = (int)h.reply;
-        size_t bytes = wire_bytes(S, n_seq, k, links ? 0 : D);
+        size_t bytes = wire_bytes(S, n_seq, k, on_link ? 0 : D);
         if (cfg->check_payloads) wire_seal(bufs[slot], bytes); // checked by the student on arrival
-        msg_isend(bufs[slot], bytes, reply, TAG_DATA, MPI_COMM_WORLD, &sends[slot]);
+        payload_link_post_send(link, reply, TAG_DATA, bufs[slot], bytes, &sends[slot]);
         // the features after their header: the student posts its receive once the header is in
-        if (links && nccl_link_send(links, reply, feat_dev[slot], size_mul(S, D) * 2, NULL, &tickets[slot]))
+        if (on_link && payload_link_post_send_dev(link, reply, feat_dev[slot], size_mul(S, D) * 2, &tickets[slot]))
             fatal("teacher: %s", error_msg());
         busy += time_now() - t0;
     }
     if (G > 1 && !last) stage_send_stop(&sl); // every student has stopped: the next stage ends after its batches
     if (G > 1) stage_link_free(&sl);
-    if (n_pay) mpi_check(MPI_Waitall(n_pay, sends, MPI_STATUSES_IGNORE)); // every student has stopped: all received
-    for (int i = 0; links && i < n_pay; i++) {
-        if (nccl_ticket_wait(&tickets[i])) fatal("teacher: %s", error_msg());
-        nccl_ticket_free(&tickets[i]);
+    for (int i = 0; i < n_pay; i++) payload_link_wait(&sends[i]); // every student has stopped: all received
+    for (int i = 0; on_link && i < n_pay; i++) {
+        if (payload_link_wait(&tickets[i])) fatal("teacher: %s", error_msg());
+        payload_link_ticket_free(&tickets[i]);
         backend_free(be, feat_dev[i]);
     }
     free(feat_dev);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/backend/gpu_reserve.h"
+#include "common/comm/protocol.h"
 
 #include "common/core/bytes.h"
 #include "common/core/check.h"
@@ -39,16 +40,12 @@ int teacher_train_outputs(const config *cfg, const target_model *m, teacher_cont
 
 // ----------------------------------------------------------------------------- stage memory
 
-int teacher_credits(const config *cfg, int G) { return (int)cfg->slots + G - 1; }
-
-int teacher_send_buffers(const config *cfg, int G, int students) { return teacher_credits(cfg, G) * students + 1; }
-
 size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, const teacher_contract *ct, int G,
                                 int stage, int students, int nccl) {
     if (!nccl || G < 1) return 0;
     const size_t e = 2; // bf16, the compute dtype of a CUDA backend (NCCL runs on CUDA only)
     size_t T = (size_t)ct->max_tokens, H = (size_t)tc->hidden, D = (size_t)ct->n_feat * H;
-    size_t n_buf = students > 0 ? (size_t)teacher_send_buffers(cfg, G, students) : 2;
+    size_t n_buf = students > 0 ? (size_t)protocol_send_buffers(cfg, G, students) : 2;
     size_t act = T * (H + D) * e, bytes = 0;
     int last = stage >= G - 1;
     if (!last) bytes += n_buf * act;                   // the send ring to the next stage

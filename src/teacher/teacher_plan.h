@@ -42,13 +42,6 @@ int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_
 // read, m->be set). -1 with error_set.
 int teacher_train_outputs(const config *cfg, const target_model *m, teacher_contract *tc, target_outputs *o);
 
-// teacher_credits: the requests a student keeps outstanding per teacher: transport.slots, plus
-// G - 1 for a group of G stages, so that every stage has a batch while the last one's travels.
-int teacher_credits(const config *cfg, int G);
-// teacher_send_buffers: the batches a teacher rank may have in flight at once (its send ring):
-// every student's credits, and one more to compute into.
-int teacher_send_buffers(const config *cfg, int G, int students);
-
 // teacher_stage_ring_bytes: the device buffers of stage `stage` of a group of G for the NCCL path
 // (0 when nccl is 0: over MPI they live in host memory), T = ct->max_tokens, D = n_feat * H, bf16:
 //   a stage before the last: its send ring to the next stage, n_buf buffers of T * (H + D)

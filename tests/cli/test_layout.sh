@@ -5,6 +5,13 @@
 #     backend and core, decode uses kernels too; nothing in src/common includes the teacher or the student;
 #   - the student's folders stack: loss uses no other student folder, model uses loss, train uses
 #     model and loss (the drafter never includes its training loop);
+#   - the roles meet only through src/common: no file under src/student includes a header under
+#     src/teacher and none under src/teacher one under src/student, save the exceptions named below
+#     (the target's shape and the teacher contract the drafter is built against);
+#   - the payload transports are behind one seam (src/common/comm/payload_link.h): no file under
+#     src/teacher, src/student or src/modes, nor transport_test.c, makes a point-to-point MPI call
+#     (MPI_Send, MPI_Irecv, ... or msg.h's), an NCCL call or a call of the NCCL transport's own;
+#     collectives (barriers, all-reduces, the gradient's nccl_reduce) stay where they are;
 #   - src/modes (the modes' table) is at the top: nothing under src/common, src/teacher or
 #     src/student includes it;
 #   - no include circle between files anywhere under src: in the graph of quoted includes (resolved
@@ -60,6 +67,29 @@ while IFS= read -r file; do
   done < <(grep -E '^#include "' "$file")
 done < <(find src/student -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
 ok
+
+# the roles meet through src/common. What the student still takes from the teacher (to move to
+# common; the list only shrinks): the target's shape and the teacher contract.
+student_may_use=" teacher/target_config.h teacher/teacher_plan.h "
+while IFS= read -r file; do
+  while IFS= read -r inc; do
+    h=$(echo "$inc" | sed -n 's|.*#include "\(teacher/[^"]*\)".*|\1|p')
+    [ -z "$h" ] && continue
+    echo "$student_may_use" | grep -q " $h " || bad "$file includes $h: the student takes the teacher's protocol and data from src/common"
+  done < <(grep -E '^#include "' "$file")
+done < <(find src/student -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
+while IFS= read -r file; do
+  grep -qE '^#include "student/' "$file" && bad "$file includes a student header: the teacher uses src/common only"
+done < <(find src/teacher -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \))
+ok
+
+# the payload transports behind payload_link.h: no point-to-point call of their own in the callers
+p2p='\b(MPI_(Send|Recv|Isend|Irecv|Ssend|Issend|Bsend|Rsend|Sendrecv|Probe|Iprobe|Mprobe|Improbe)|msg_(send|recv|isend|irecv)|nccl_(links?|ticket|cuda)_[a-z_]*|nccl[A-Z][A-Za-z]*)[[:space:]]*\('
+while IFS= read -r hit; do
+  [ -n "$hit" ] && bad "$hit: a transport call outside src/common/comm's transports (use payload_link.h)"
+done < <(grep -nE "$p2p" $(find src/teacher src/student src/modes -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \)) \
+           src/common/comm/transport_test.c)
+[ -f src/common/comm/payload_link.h ] && ok || bad "src/common/comm/payload_link.h is missing (the payload transports' seam)"
 
 # the modes' table is at the top, beside dflash_rank.c: no floor below includes it
 while IFS= read -r file; do

@@ -14,8 +14,8 @@
 //   each NCCL communicator          GPU_RESERVE_NCCL_COMM, 688 MiB: measured for NCCL groups of more
 //                                   than 2 GPUs on A100 NVLink (NVIDIA/nccl#964; 544 MiB for 2); it
 //                                   grows with the channels NCCL uses (NVIDIA/nccl#986)
-// The communicators a rank opens (nccl_link.h, nccl_reduce.h): with NCCL links, the one over all
-// ranks, one per teacher-student pair it is in, one per neighbouring stage of its teacher group;
+// The communicators a rank opens (payload_link_nccl.c, nccl_reduce.h): with NCCL links, the one
+// over all ranks, one per teacher-student pair it is in, one per neighbouring stage of its teacher group;
 // a student also the students' gradient all-reduce (NCCL, more than one student).
 // The start-up check measures what the context, the handles and the communicators took
 // (cudaMemGetInfo), so that a first GPU run tells what these figures should be.

@@ -1,5 +1,6 @@
-// nccl_link_cuda.h: the NCCL and CUDA calls under nccl_link.c (plain C; nccl_link_cuda.cu, built
-// with DFLASH_HAVE_CUDA). Handles are opaque pointers (ncclComm_t, cudaStream_t, cudaEvent_t).
+// nccl_link_cuda.h: the NCCL and CUDA calls under payload_link_nccl.c and nccl_reduce.c (plain C;
+// nccl_link_cuda.cu, built with DFLASH_HAVE_CUDA). Handles are opaque pointers (ncclComm_t,
+// cudaStream_t, cudaEvent_t).
 // Every function returns 0, or -1 with error_set naming the call and NCCL's or CUDA's reason.
 #pragma once
 #include <stddef.h>

@@ -7,16 +7,15 @@
 #include <stdlib.h>
 
 #include "common/comm/msg.h"
-#include "common/comm/nccl_link.h"
 #include "common/comm/nccl_reduce.h"
+#include "common/comm/payload_link.h"
+#include "common/comm/protocol.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
 #ifdef DFLASH_HAVE_CUDA
 #include "common/comm/transport_test_cuda.h"
 #endif
-
-#define TAG_TT 201
 
 // The sizes of a table, in elements of 4 bytes: 256 (1 KiB) by factors of 4 up to max_bytes, then
 // max_bytes itself when it is not one of them (rounded down to whole elements); 0 after the last.
@@ -28,43 +27,43 @@ static uint64_t tt_next(uint64_t n, long long max_bytes) {
 // The iterations of a size: a size above 256 MiB once (its bandwidth is steady; the time is not).
 static int tt_iters(uint64_t n, int iterations) { return n * 4 > ((uint64_t)256 << 20) ? 1 : iterations; }
 
-// One size over one path: every teacher sends n elements to every student `iterations` times.
-// Host path: buf is host memory, filled and checked on the CPU. NCCL path (links != NULL): buf is
-// GPU memory, filled and checked by kernels.
-static long long tt_round(const world *w, nccl_links *links, uint32_t *buf, uint64_t n, int iterations) {
+// One size over one transport: every teacher sends n elements to every student `iterations` times.
+// A transport of host messages only: buf is host memory, filled and checked on the CPU, sent as a
+// host message. One of device blocks: buf is GPU memory, filled and checked by kernels, sent as a
+// device block.
+static long long tt_round(const world *w, payload_link *link, uint32_t *buf, uint64_t n, int iterations) {
     long long wrong = 0;
+    int dev = payload_link_device(link);
     for (int it = 0; it < iterations; it++) {
         if (w->role == ROLE_TEACHER) {
 #ifdef DFLASH_HAVE_CUDA
-            if (links) tt_fill_cuda(buf, n, w->rank, it);
+            if (dev) tt_fill_cuda(buf, n, w->rank, it);
 #endif
-            if (!links)
+            if (!dev)
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_value(w->rank, it, i);
             for (int s = 0; s < w->students; s++) {
-                if (!links) {
-                    msg_send(buf, size_mul(n, 4), w->teachers + s, TAG_TT, MPI_COMM_WORLD);
+                if (!dev) {
+                    payload_link_send(link, w->teachers + s, TAG_TRANSPORT_TEST, buf, size_mul(n, 4));
                     continue;
                 }
-                nccl_ticket tk = {0};
-                if (nccl_link_send(links, w->teachers + s, buf, n * 4, NULL, &tk) || nccl_ticket_wait(&tk))
+                payload_ticket tk = {0};
+                if (payload_link_post_send_dev(link, w->teachers + s, buf, n * 4, &tk) || payload_link_wait(&tk))
                     fatal("transport-test: %s", error_msg());
-                nccl_ticket_free(&tk);
+                payload_link_ticket_free(&tk);
             }
         } else {
             for (int t = 0; t < w->teachers; t++) {
-                if (!links) {
-                    MPI_Status st;
-                    msg_recv(buf, size_mul(n, 4), t, TAG_TT, MPI_COMM_WORLD, &st);
-                    if (msg_bytes(&st) != n * 4) fatal("transport-test: %zu bytes from rank %d, want %llu", msg_bytes(&st), t,
-                                                       (unsigned long long)n * 4);
+                if (!dev) {
+                    size_t got = payload_link_recv(link, t, TAG_TRANSPORT_TEST, buf, size_mul(n, 4), NULL);
+                    if (got != n * 4) fatal("transport-test: %zu bytes from rank %d, want %llu", got, t, (unsigned long long)n * 4);
                     for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_value(t, it, i);
                     continue;
                 }
 #ifdef DFLASH_HAVE_CUDA
-                nccl_ticket tk = {0};
-                if (nccl_link_recv(links, t, buf, n * 4, &tk) || nccl_ticket_wait(&tk))
+                payload_ticket tk = {0};
+                if (payload_link_post_recv_dev(link, t, buf, n * 4, &tk) || payload_link_wait(&tk))
                     fatal("transport-test: %s", error_msg());
-                nccl_ticket_free(&tk);
+                payload_link_ticket_free(&tk);
                 wrong += tt_check_cuda(buf, n, t, it);
 #endif
             }
@@ -74,17 +73,17 @@ static long long tt_round(const world *w, nccl_links *links, uint32_t *buf, uint
 }
 
 // One table: every size from 1 KiB up to max_bytes by factors of 4.
-static long long tt_path(const world *w, nccl_links *links, uint32_t *buf, int iterations, long long max_bytes) {
+static long long tt_path(const world *w, payload_link *link, const char *title, uint32_t *buf, int iterations,
+                         long long max_bytes) {
     long long wrong_total = 0;
     int reporter = w->rank == w->teachers; // the first student
     if (reporter)
-        printf("%s\n%12s %8s %12s %10s %10s\n", links ? "NCCL, GPU memory to GPU memory" : "MPI, host memory", "bytes",
-               "iters", "time_ms", "GB/s", "#wrong");
+        printf("%s\n%12s %8s %12s %10s %10s\n", title, "bytes", "iters", "time_ms", "GB/s", "#wrong");
     for (uint64_t n = 256; n > 0; n = tt_next(n, max_bytes)) {
         mpi_check(MPI_Barrier(MPI_COMM_WORLD));
         double t0 = time_now();
         int its = tt_iters(n, iterations);
-        long long wrong = tt_round(w, links, buf, n, its);
+        long long wrong = tt_round(w, link, buf, n, its);
         double el = time_now() - t0;
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
         wrong_total += wrong;
@@ -142,19 +141,24 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
 }
 
 long long transport_test_run(const world *w, backend *be, int iterations, long long max_bytes) {
-    uint32_t *host = xmalloc((size_t)max_bytes);
-    long long wrong = tt_path(w, NULL, host, iterations, max_bytes);
-    free(host);
-    nccl_links *links = NULL;
+    // Every transport of the registry in its order (collective: each opens on every rank or on none).
+    long long wrong = 0;
     char why[256] = "";
-    if (nccl_links_open(&links, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why)) return -1;
-    if (links) {
-        uint32_t *dev = backend_alloc(be, (size_t)max_bytes);
-        wrong += tt_path(w, links, dev, iterations, max_bytes);
-        backend_free(be, dev);
-        nccl_links_close(links);
-    } else if (w->rank == w->teachers) {
-        printf("NCCL path: not used (%s)\n", why);
+    for (int i = 0; i < payload_link_kinds(); i++) {
+        payload_link *link = NULL;
+        if (payload_link_open(&link, payload_link_kind(i), w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+            return -1;
+        if (!link) {
+            if (w->rank == w->teachers) printf("%s path: not used (%s)\n", payload_link_kind_label(i), why);
+            continue;
+        }
+        int dev = payload_link_device(link);
+        uint32_t *buf = dev ? backend_alloc(be, (size_t)max_bytes) : xmalloc((size_t)max_bytes);
+        if (!buf) fatal("transport-test: %s", error_msg());
+        wrong += tt_path(w, link, payload_link_title(link), buf, iterations, max_bytes);
+        if (dev) backend_free(be, buf);
+        else free(buf);
+        payload_link_close(link);
     }
     // The all-reduce over all ranks: MPI from host memory, then NCCL when every rank has its own GPU.
     float *sums = xmalloc((size_t)max_bytes);

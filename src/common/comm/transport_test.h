@@ -1,8 +1,9 @@
 // transport_test.h: `dflash_rank --mode transport-test`: deterministic payloads of many sizes from
-// every teacher to every student over each payload path the job has — MPI from host buffers
-// always, and NCCL from GPU memory to GPU memory when every rank has its own GPU (nccl_link.h) —
-// each checked element by element on arrival (on the GPU for NCCL); the first student prints one
-// table per path, one line per size with the bandwidth and the count of wrong elements (which must
+// every teacher to every student over each transport of the payload link (payload_link.h, in its
+// registry's order) that opens — MPI from host buffers always, NCCL from GPU memory to GPU memory
+// when every rank has its own GPU; one that declines is a line saying why — each checked element
+// by element on arrival (on the GPU for device blocks); the first student prints one table per
+// transport, one line per size with the bandwidth and the count of wrong elements (which must
 // be 0). Then the same for an fp32 sum over all ranks of the job (the students' gradient
 // all-reduce): MPI from host memory always, NCCL (nccl_reduce.h) when every rank has its own GPU,
 // one line per size with the time of one all-reduce, its algorithmic and bus bandwidth (as
@@ -47,6 +48,6 @@ static inline TT_HOST_DEVICE float tt_sum_expected(int n, int it, uint64_t i) {
 
 #ifndef __CUDACC__
 // transport_test_run: collective over the world; returns the total count of wrong elements over
-// all paths (0 on success) on every rank; -1 (error_set) when the NCCL links fail to open.
+// all paths (0 on success) on every rank; -1 (error_set) when a transport fails to open.
 long long transport_test_run(const world *w, backend *be, int iterations, long long max_bytes);
 #endif

@@ -62,7 +62,7 @@ void watchdog_wait_end(void);
 // of their polls) for them to see it. No effect before watchdog_start.
 void watchdog_mark_ending(void);
 // watchdog_add_check: also call check(ctx, msg, n) every 100 ms from the thread; when it returns
-// 1 the job ends with msg (e.g. nccl_links_check: NCCL's asynchronous errors). One check at most.
+// 1 the job ends with msg (e.g. payload_link_check: NCCL's asynchronous errors). One check at most.
 void watchdog_add_check(int (*check)(void *ctx, char *msg, size_t n), void *ctx);
 // watchdog_stop: ends the thread (before MPI_Finalize).
 void watchdog_stop(void);

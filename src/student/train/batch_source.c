@@ -6,12 +6,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/comm/msg.h"
+#include "common/comm/protocol.h"
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
-#include "teacher/teacher_loop.h"
 
 // ----------------------------------------------------------------------------- the schedule
 
@@ -73,9 +72,9 @@ batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
 
 // ----------------------------------------------------------------------------- set-up
 
-int batch_source_buffers(const config *cfg, const world *w) { return 2 * teacher_credits(cfg, w->group_size) * w->groups + 1; }
+int batch_source_buffers(const config *cfg, const world *w) { return 2 * protocol_credits(cfg, w->group_size) * w->groups + 1; }
 
-void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, nccl_links *links,
+void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, payload_link *link,
                             size_t feat_bytes, backend *be) {
     memset(s, 0, sizeof *s);
     int T = w->groups;
@@ -89,18 +88,19 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     // per item in flight: a ring of n_buf (each requested, unconsumed item holds a buffer)
     s->buf_of = xmalloc((size_t)n_buf * sizeof(int));
     s->teacher_of = xmalloc((size_t)n_buf * sizeof(int));
-    s->recv = xmalloc((size_t)n_buf * sizeof(MPI_Request));
+    s->recv = xcalloc((size_t)n_buf, sizeof(payload_ticket));
     s->landed = xcalloc((size_t)n_buf, sizeof(int));
     s->arrived = xcalloc((size_t)n_buf, sizeof(int));
     s->bytes_of = xcalloc((size_t)n_buf, sizeof(size_t));
     s->posted = xcalloc((size_t)n_buf, sizeof(int));
     s->blocked = xcalloc((size_t)T, sizeof(int));
-    if (links) {
-        s->links = links;
+    s->link = link;
+    s->on_link = payload_link_device(link);
+    if (s->on_link) {
         s->be = be;
         s->feat_bytes = feat_bytes;
         s->feat_dev = xcalloc((size_t)n_buf, sizeof(void *));
-        s->tickets = xcalloc((size_t)n_buf, sizeof(nccl_ticket));
+        s->tickets = xcalloc((size_t)n_buf, sizeof(payload_ticket));
         for (int i = 0; i < n_buf; i++) s->feat_dev[i] = backend_alloc(be, feat_bytes);
     }
 }
@@ -118,7 +118,7 @@ void batch_source_start_at(batch_source *s, int64_t n) { s->next_request = s->ne
 // ----------------------------------------------------------------------------- live: credits and order
 
 // Teacher t is the group of world ranks t*G .. t*G+G-1: requests go to its first stage, the payload
-// (and its features over NCCL) comes from its last.
+// (and its features as a device block) comes from its last.
 static int source_request_rank(const batch_source *s, int t) { return t * s->G; }
 static int source_data_rank(const batch_source *s, int t) { return t * s->G + s->G - 1; }
 
@@ -132,7 +132,7 @@ static int source_free_buf(batch_source *s) {
 }
 
 // Advance the batches in flight, oldest first. A payload that has landed gives its teacher the
-// credit back (its buffer stays taken until the batch is consumed, in order). With NCCL links its
+// credit back (its buffer stays taken until the batch is consumed, in order). With device blocks its
 // features then come GPU to GPU: the receive is enqueued once the payload has landed, in each
 // teacher's sending order (a later batch of a teacher never enqueues before an earlier one: the
 // order of our requests to it), and the batch is ready once that transfer is done.
@@ -141,17 +141,14 @@ static int source_progress(batch_source *s) {
     for (int64_t n = s->next_consume; n < s->next_request; n++) {
         int t = s->teacher_of[n % s->n_buf], b = s->buf_of[n % s->n_buf];
         if (!s->landed[n % s->n_buf]) {
-            int done = 0;
-            MPI_Status st;
-            mpi_check(MPI_Test(&s->recv[n % s->n_buf], &done, &st));
-            if (done) {
-                s->bytes_of[n % s->n_buf] = msg_bytes(&st);
+            if (payload_link_test(&s->recv[n % s->n_buf])) {
+                s->bytes_of[n % s->n_buf] = s->recv[n % s->n_buf].bytes;
                 s->landed[n % s->n_buf] = 1;
                 s->outstanding[t]--;
-                if (!s->links) s->arrived[n % s->n_buf] = 1;
+                if (!s->on_link) s->arrived[n % s->n_buf] = 1;
             }
         }
-        if (!s->links || s->arrived[n % s->n_buf]) continue;
+        if (!s->on_link || s->arrived[n % s->n_buf]) continue;
         if (!s->posted[n % s->n_buf]) {
             if (!s->landed[n % s->n_buf] || s->blocked[t]) {
                 s->blocked[t] = 1;
@@ -159,14 +156,17 @@ static int source_progress(batch_source *s) {
             }
             wire_batch wb;
             if (wire_read(s->bufs[b], s->bytes_of[n % s->n_buf], &wb)) return error_prefix("batch from teacher %d", t);
-            if (!wb.features_on_link) return error_set("teacher %d sent its features over MPI; NCCL links expected", t);
+            if (!wb.features_on_link)
+                return error_set("teacher %d sent its features in the payload; %s device blocks expected", t,
+                                 payload_link_label(s->link));
             if (size_mul(wb.S, wb.D) * 2 > s->feat_bytes)
                 return error_set("teacher %d: features of %lld x %lld exceed the receive buffer", t, (long long)wb.S,
                                  (long long)wb.D);
-            if (nccl_link_recv(s->links, source_data_rank(s, t), s->feat_dev[b], size_mul(wb.S, wb.D) * 2, &s->tickets[b])) return -1;
+            if (payload_link_post_recv_dev(s->link, source_data_rank(s, t), s->feat_dev[b], size_mul(wb.S, wb.D) * 2, &s->tickets[b]))
+                return -1;
             s->posted[n % s->n_buf] = 1;
         }
-        int done = nccl_ticket_done(&s->tickets[b]);
+        int done = payload_link_test(&s->tickets[b]);
         if (done < 0) return error_prefix("features from teacher %d", t);
         s->arrived[n % s->n_buf] = done;
     }
@@ -191,10 +191,10 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
         int64_t r = n % s->n_buf;
         s->buf_of[r] = b, s->teacher_of[r] = best;
         s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
-        msg_irecv(s->bufs[b], s->max_bytes, source_data_rank(s, best), TAG_DATA, MPI_COMM_WORLD, &s->recv[n % s->n_buf]);
+        payload_link_post_recv(s->link, source_data_rank(s, best), TAG_DATA, s->bufs[b], s->max_bytes, &s->recv[n % s->n_buf]);
         batch_item it = batch_schedule_item(sc, n);
-        int64_t req[WIRE_REQUEST] = {it.kind, it.index, s->my_rank};
-        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, best), TAG_REQUEST, MPI_COMM_WORLD));
+        protocol_request_send(s->link, source_request_rank(s, best),
+                              &(protocol_request){.kind = it.kind, .index = it.index, .student = s->my_rank});
         s->outstanding[best]++;
     }
     return 0;
@@ -280,8 +280,7 @@ void batch_source_release(batch_source *s, int64_t n) {
 void batch_source_stop_teachers(batch_source *s) {
     if (!s->live) return;
     for (int t = 0; t < s->T; t++) {
-        int64_t req[WIRE_REQUEST] = {WIRE_STOP, 0, s->my_rank};
-        mpi_check(MPI_Send(req, WIRE_REQUEST, MPI_INT64_T, source_request_rank(s, t), TAG_REQUEST, MPI_COMM_WORLD));
+        protocol_request_send(s->link, source_request_rank(s, t), &(protocol_request){.kind = WIRE_STOP, .student = s->my_rank});
         for (int r = source_request_rank(s, t); r <= source_data_rank(s, t); r++) watchdog_watch(r, 0); // it may exit now
     }
 }
@@ -295,8 +294,8 @@ void batch_source_free(batch_source *s) {
         free(s->bufs); free(s->buf_free); free(s->buf_of); free(s->teacher_of); free(s->recv);
         free(s->landed); free(s->arrived); free(s->bytes_of); free(s->posted); free(s->blocked);
         free(s->outstanding); free(s->served);
-        for (int i = 0; s->links && i < s->n_buf; i++) {
-            nccl_ticket_free(&s->tickets[i]);
+        for (int i = 0; s->on_link && i < s->n_buf; i++) {
+            payload_link_ticket_free(&s->tickets[i]);
             backend_free(s->be, s->feat_dev[i]);
         }
         free(s->feat_dev); free(s->tickets);

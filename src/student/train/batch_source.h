@@ -7,16 +7,15 @@
 //
 // The source: live, each item is requested from a teacher while credits allow (at most `slots`
 // outstanding per teacher; the next request goes to the teacher with the fewest), payloads land in
-// any order and are consumed in schedule order; with NCCL links the features come GPU to GPU after
-// the payload. Offline, the batch is packed from the feature files (data.features) into the same
+// any order and are consumed in schedule order (protocol.h; over the payload link, payload_link.h);
+// when the link carries device blocks the features come GPU to GPU after the payload. Offline, the batch is packed from the feature files (data.features) into the same
 // wire layout.
 #pragma once
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/wire.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
@@ -67,24 +66,24 @@ typedef struct {
     // per item n in flight, at n mod n_buf:
     int *buf_of;                 // its buffer
     int *teacher_of;             // its teacher
-    MPI_Request *recv;           // its receive
-    int *landed;                 // its MPI payload is here (its teacher's credit is back)
-    int *arrived;                // ready to be consumed (with NCCL: its features are here too)
+    payload_ticket *recv;        // its payload's receive
+    int *landed;                 // its payload (the host message) is here (its teacher's credit is back)
+    int *arrived;                // ready to be consumed (with device blocks: its features are here too)
     size_t *bytes_of;            // payload bytes
     int64_t next_request, next_consume;
     double wait_s;               // time spent waiting for data
     int64_t sealed;              // payloads checked against their seals (transport.check_payloads)
     size_t sealed_max;           // the largest of them, bytes
     int64_t last_peak[1024];     // teachers' reported peak bytes
-    // NCCL links (NULL: every payload comes whole over MPI)
-    nccl_links *links;
+    payload_link *link;          // the teachers' link
+    int on_link;                 // its device blocks carry the features (else every payload comes whole)
     backend *be;                 // owns feat_dev
     size_t feat_bytes;           // one batch's features, bf16
-    void **feat_dev;             // [n_buf] GPU buffers for the features
-    nccl_ticket *tickets;        // [n_buf] their receives
+    void **feat_dev;             // [n_buf] GPU buffers for the features (on_link)
+    payload_ticket *tickets;     // [n_buf] their receives
     int *posted;                 // its features' receive is enqueued
     int *blocked;                // [T] scratch of the progress pass
-    void *features_dev;          // the batch batch_source_get returned: its features in GPU memory
+    void *features_dev;          // the batch batch_source_get returned: its features in GPU memory (on_link)
     // offline
     featreader *fr;
     batchplan *bp;
@@ -92,22 +91,22 @@ typedef struct {
 } batch_source;
 
 // batch_source_buffers: the payload buffers of a live source (in flight and arrived, not yet
-// consumed): twice every teacher's credits (teacher_credits, teacher_plan.h), and one more.
+// consumed): twice every teacher's credits (protocol_credits, protocol.h), and one more.
 int batch_source_buffers(const config *cfg, const world *w);
 // batch_source_init_live: the teachers of world w (w->groups of them: a request goes to a group's
 // first rank, its payload comes from the last), `credits` requests outstanding per teacher
-// (teacher_credits), n_buf
-// payload buffers (in flight and arrived, not yet consumed: the per-item state is a ring of that
-// size); links (NULL: MPI only) with one GPU buffer of feat_bytes per payload buffer, from be.
+// (protocol_credits), n_buf payload buffers (in flight and arrived, not yet consumed: the per-item
+// state is a ring of that size), over link; when it carries device blocks, one GPU buffer of
+// feat_bytes per payload buffer, from be.
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf,
-                            nccl_links *links, size_t feat_bytes, backend *be);
+                            payload_link *link, size_t feat_bytes, backend *be);
 // batch_source_init_offline: batches packed from fr by the plan bp (fr and bp stay the caller's).
 void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes);
 // batch_source_start_at: the first item to request and consume (a resumed run skips the groups
 // before its checkpoint and asks no teacher for their batches).
 void batch_source_start_at(batch_source *s, int64_t n);
 // batch_source_get: item n as a wire batch (live: wait for its payload, keeping the teachers busy;
-// offline: read it). Features in GPU memory (NCCL) are left in s->features_dev (NULL when they are
+// offline: read it). Features in GPU memory (a device block) are left in s->features_dev (NULL when they are
 // in the payload, wb->features). 0, or -1 with error_set.
 int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_batch *wb);
 // batch_source_release: item n is consumed; its buffer takes the next payload.

@@ -15,7 +15,7 @@
 #include "student/train/batch_source.h"
 #include "student/model/plan.h"
 #include "student/train/train_setup.h"
-#include "teacher/teacher_loop.h"
+#include "teacher/teacher_plan.h"
 
 // The backend a rank of the job would open, described but not opened: the kind decides the
 // dtypes and the library workspace the planners count; threads the CPU work buffers.

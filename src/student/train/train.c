@@ -11,6 +11,7 @@
 #include "common/backend/gpu_reserve.h"
 #include "common/core/bytes.h"
 #include "common/comm/watchdog.h"
+#include "common/comm/protocol.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -75,7 +76,7 @@ static int train_diverged(double *mean, double value, double factor, double *lim
     return 0;
 }
 
-int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, nccl_links *links) {
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm, payload_link *links) {
     int s = w->role_index, S = w->students, T = w->teachers, live = cfg->data_features[0] == '\0';
     int eval = strcmp(cfg->mode, "eval") == 0; // --mode eval: one evaluation of eval.drafter, no training
     if (train_check_roles(w, cfg)) return -1;
@@ -103,7 +104,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
             if (s == 0)
                 log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
                          (long long)start_step, (long long)cfg->steps, cfg->run_dir);
-            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank};
+            batch_source done = {.live = live, .T = w->groups, .G = w->group_size, .my_rank = w->rank, .link = links};
             batch_source_stop_teachers(&done);
             fs_unlock_dir(lock_fd);
             return 0;
@@ -162,13 +163,13 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     // the NCCL receive ring: one GPU buffer of features per host buffer of the source (below)
     int n_buf = batch_source_buffers(cfg, w);
     size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(ct.n_feat * tc.hidden) * 2;
-    if (live && links) pr.link_bytes = (size_t)n_buf * feat_bytes;
+    if (live && payload_link_device(links)) pr.link_bytes = (size_t)n_buf * feat_bytes;
     student_plan plan;
     plan_breakdown bd;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve gr;
     int grad_nccl = be->kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
-    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(links != NULL, w->groups, grad_nccl), 0);
+    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(payload_link_device(links), w->groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &gr);
     if (plan_make(&dc, be, &pr, &plan, &bd)) { // (--plan prints it without a job: plan_world.c)
         char a[32], b[32];
@@ -223,7 +224,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     batch_source src;
     int64_t D = (int64_t)ct.n_feat * tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, ct.topk, D);
-    if (live) batch_source_init_live(&src, w, teacher_credits(cfg, w->group_size), max_bytes, n_buf, links, feat_bytes, be);
+    if (live) batch_source_init_live(&src, w, protocol_credits(cfg, w->group_size), max_bytes, n_buf, links, feat_bytes, be);
     else batch_source_init_offline(&src, fr, &bp, max_bytes);
 
     // Run directory and metrics (first student).

@@ -11,12 +11,12 @@
 #include <mpi.h>
 
 #include "common/backend/backend.h"
-#include "common/comm/nccl_link.h"
+#include "common/comm/payload_link.h"
 #include "common/comm/world.h"
 #include "common/core/config.h"
 #include "student/model/drafter_config.h"
 #include "teacher/target_config.h"
-#include "teacher/teacher_loop.h"
+#include "teacher/teacher_plan.h"
 
 // train_drafter_config: the drafter's shape: from drafter.config (checked against the target:
 // hidden size, vocabulary, target layers) when set, else the target's shape and the drafter.*
@@ -28,12 +28,12 @@ int train_drafter_config(const config *cfg, const target_config *tc, const teach
 // and the training sets (opened and validated, vocabulary against the target's) or the offline
 // features, down to a feasible batch plan. 0, or -1 with error_set.
 int train_check_inputs(const world *w, const config *cfg);
-// student_train: students_comm holds the student ranks only; links (NULL: MPI only) brings the
-// features GPU to GPU. 0 on success, -1 with error_set, or TRAIN_REPORTED_ELSEWHERE when another
+// student_train: students_comm holds the student ranks only; links: the payload link to the
+// teachers (payload_link.h; its device blocks, if any, bring the features GPU to GPU). 0 on success, -1 with error_set, or TRAIN_REPORTED_ELSEWHERE when another
 // student stops the job with the error line (this rank then prints nothing and waits to be ended).
 // Run on every student of the job: the first holds run.dir's lock (one job per run directory), and
 // a resumed run must be the same run (checkpoint_check_resume); one already at train.steps returns
 // 0 at once, writing nothing. NaN or inf in the loss or the gradient norm stops the job with the
 // step named, before the update.
 #define TRAIN_REPORTED_ELSEWHERE WORLD_REPORTED_ELSEWHERE
-int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm, nccl_links *links);
+int student_train(const world *w, const config *cfg, backend *be, MPI_Comm students_comm, payload_link *links);

@@ -11,7 +11,7 @@
 #include "common/data/safetensors.h"
 #include "student/model/drafter_config.h"
 #include "teacher/target_config.h"
-#include "teacher/teacher_loop.h"
+#include "teacher/teacher_plan.h"
 
 // train_drafter_config: the drafter's shape: from drafter.config (a DFlash config.json, or a
 // drafter directory standing for its config.json; checked against the target: hidden size,

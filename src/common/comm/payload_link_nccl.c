@@ -1,13 +1,21 @@
-// nccl_link.c: nccl_links_open's decision and set-up over MPI, and the dispatch to
-// nccl_link_cuda.cu (see nccl_link.h). CPU-only builds decline.
-#include "common/comm/nccl_link.h"
-
+// payload_link_nccl.c: the "nccl" transport of payload_link.h: host messages over MPI (as "mpi"),
+// device blocks GPU to GPU over NCCL (SPEC §8), in plain C; the NCCL and CUDA calls are
+// nccl_link_cuda.cu's (built with DFLASH_HAVE_CUDA). CPU-only builds decline.
+//
+// One NCCL communicator over all ranks is split into one two-rank communicator per (teacher,
+// student) pair (a teacher group's last stage, world.h) and per pair of neighbouring stages of a
+// teacher group, each with its own CUDA stream on both sides: the transfers of different pairs
+// never queue behind one another, and a pair's transfers arrive in the order they were sent. NCCL
+// needs one GPU per rank, so the open first checks over MPI that no two ranks share a GPU (host and
+// PCI bus id) and otherwise declines, leaving the payloads to "mpi".
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/comm/gpu_place.h"
+#include "common/comm/payload_link_mpi.h"
+#include "common/comm/payload_link_ops.h"
 #include "common/comm/world.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -16,15 +24,28 @@
 #include "common/comm/nccl_link_cuda.h"
 #endif
 
-struct nccl_links {
+typedef struct {
     int rank, size;
     void *all;     // the communicator of all ranks
     void **pair;   // [size]: the two-rank communicator with world rank r (NULL: none)
     void **stream; // [size]
-};
+} nccl_links;
 
-int nccl_links_open(nccl_links **out, const world *w, int device, char *why, size_t n) {
-    *out = NULL;
+static void nccl_close(void *impl) {
+    nccl_links *l = impl;
+    if (!l) return;
+#ifdef DFLASH_HAVE_CUDA
+    for (int r = 0; r < l->size; r++)
+        if (l->pair[r]) nccl_cuda_destroy(l->pair[r], l->stream[r]);
+    if (l->all) nccl_cuda_destroy(l->all, NULL);
+#endif
+    free(l->pair);
+    free(l->stream);
+    free(l);
+}
+
+static int nccl_open(void **impl, const world *w, int device, char *why, size_t n) {
+    *impl = NULL;
 #ifndef DFLASH_HAVE_CUDA
     (void)w, (void)device;
     snprintf(why, n, "built without CUDA");
@@ -51,7 +72,7 @@ int nccl_links_open(nccl_links **out, const world *w, int device, char *why, siz
     int bad = nccl_cuda_init(&l->all, id, w->size, w->rank, device) ? 1 : 0;
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
-        nccl_links_close(l);
+        nccl_close(l);
         return error_set("NCCL: a rank could not join the communicator of all ranks (its log says why)");
     }
     // One split per pair, in the same order on every rank (a split is collective over all ranks):
@@ -69,64 +90,68 @@ int nccl_links_open(nccl_links **out, const world *w, int device, char *why, siz
     }
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (bad) {
-        nccl_links_close(l);
+        nccl_close(l);
         return error_set("NCCL: splitting the teacher-student and stage-stage pairs failed");
     }
-    *out = l;
-    return 0;
-#endif
-}
-
-int nccl_link_send(nccl_links *l, int peer, const void *dev, size_t bytes, void *after_stream, nccl_ticket *t) {
-#ifdef DFLASH_HAVE_CUDA
-    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
-    if (nccl_cuda_send(l->pair[peer], l->stream[peer], dev, bytes, after_stream, &t->event))
-        return error_prefix("NCCL send of %zu bytes to rank %d", bytes, peer);
-    return 0;
-#else
-    (void)l, (void)dev, (void)bytes, (void)after_stream, (void)t;
-    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
-#endif
-}
-
-int nccl_link_recv(nccl_links *l, int peer, void *dev, size_t bytes, nccl_ticket *t) {
-#ifdef DFLASH_HAVE_CUDA
-    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
-    if (nccl_cuda_recv(l->pair[peer], l->stream[peer], dev, bytes, &t->event))
-        return error_prefix("NCCL receive of %zu bytes from rank %d", bytes, peer);
-    return 0;
-#else
-    (void)l, (void)dev, (void)bytes, (void)t;
-    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
-#endif
-}
-
-int nccl_ticket_done(nccl_ticket *t) {
-#ifdef DFLASH_HAVE_CUDA
-    return nccl_cuda_event_query(t->event);
-#else
-    (void)t;
+    *impl = l;
     return 1;
 #endif
 }
 
-int nccl_ticket_wait(nccl_ticket *t) {
+static int nccl_send_dev(void *impl, int peer, const void *dev, size_t bytes, void **event) {
+    nccl_links *l = impl;
 #ifdef DFLASH_HAVE_CUDA
-    return nccl_cuda_event_sync(t->event);
+    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
+    if (nccl_cuda_send(l->pair[peer], l->stream[peer], dev, bytes, NULL, event))
+        return error_prefix("NCCL send of %zu bytes to rank %d", bytes, peer);
+    return 0;
 #else
-    (void)t;
+    (void)l, (void)dev, (void)bytes, (void)event;
+    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
+#endif
+}
+
+static int nccl_recv_dev(void *impl, int peer, void *dev, size_t bytes, void **event) {
+    nccl_links *l = impl;
+#ifdef DFLASH_HAVE_CUDA
+    if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
+    if (nccl_cuda_recv(l->pair[peer], l->stream[peer], dev, bytes, event))
+        return error_prefix("NCCL receive of %zu bytes from rank %d", bytes, peer);
+    return 0;
+#else
+    (void)l, (void)dev, (void)bytes, (void)event;
+    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
+#endif
+}
+
+static int nccl_event_done(void *event) {
+#ifdef DFLASH_HAVE_CUDA
+    return nccl_cuda_event_query(event);
+#else
+    (void)event;
+    return 1;
+#endif
+}
+
+static int nccl_event_wait(void *event) {
+#ifdef DFLASH_HAVE_CUDA
+    return nccl_cuda_event_sync(event);
+#else
+    (void)event;
     return 0;
 #endif
 }
 
-void nccl_ticket_free(nccl_ticket *t) {
+static void nccl_event_free(void *event) {
 #ifdef DFLASH_HAVE_CUDA
-    nccl_cuda_event_destroy(t->event);
+    nccl_cuda_event_destroy(event);
+#else
+    (void)event;
 #endif
-    t->event = NULL;
 }
 
-int nccl_links_check(nccl_links *l, char *msg, size_t n) {
+static int nccl_check(void *impl, char *msg, size_t n) {
+    nccl_links *l = impl;
 #ifdef DFLASH_HAVE_CUDA
     if (!l) return 0;
     char why[384];
@@ -145,14 +170,20 @@ int nccl_links_check(nccl_links *l, char *msg, size_t n) {
     return 0;
 }
 
-void nccl_links_close(nccl_links *l) {
-    if (!l) return;
-#ifdef DFLASH_HAVE_CUDA
-    for (int r = 0; r < l->size; r++)
-        if (l->pair[r]) nccl_cuda_destroy(l->pair[r], l->stream[r]);
-    if (l->all) nccl_cuda_destroy(l->all, NULL);
-#endif
-    free(l->pair);
-    free(l->stream);
-    free(l);
-}
+const payload_link_ops payload_link_nccl_ops = {
+    .name = "nccl",
+    .label = "NCCL",
+    .title = "NCCL, GPU memory to GPU memory",
+    .says = "features over NCCL, GPU to GPU; tokens, top-k and LSE over MPI",
+    .device = 1,
+    .open = nccl_open,
+    .close = nccl_close,
+    .post_send = payload_link_mpi_post_send,
+    .post_recv = payload_link_mpi_post_recv,
+    .send_dev = nccl_send_dev,
+    .recv_dev = nccl_recv_dev,
+    .event_done = nccl_event_done,
+    .event_wait = nccl_event_wait,
+    .event_free = nccl_event_free,
+    .check = nccl_check,
+};
