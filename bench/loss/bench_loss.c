@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
                       .vocab_tile = tiles ? (int)tile : 0, .topk_student = (int)K};
     loss_batch b = {.n = (int)n, .slots = (int)slots, .hidden = H, .vocab = V, .k = (int)k, .x = x, .lm_head = W,
                     .label = label, .mask = mask, .in_seq = in_seq, .t_idx = t_idx, .t_val = t_val, .t_lse = t_lse};
-    loss_rows rows = {.w = w, .ce = ce, .kl = kl, .cap = cap, .argmax = argmax, .s_topk_idx = K ? idx : NULL,
+    loss_rows rows = {.w = w, .term = {[LOSS_TERM_CE] = ce, [LOSS_TERM_KL] = kl, [LOSS_TERM_CAP] = cap}, .argmax = argmax, .s_topk_idx = K ? idx : NULL,
                       .s_topk_logp = K ? logp : NULL};
     size_t ws_bytes = naive ? 0 : loss_workspace_bytes(&plan, H, V, (int)k);
 

@@ -131,7 +131,8 @@ static void free_result(result *r) {
 }
 
 static loss_rows rows_of(result *r) {
-    loss_rows rows = {.w = r->w, .ce = r->ce, .kl = r->kl, .cap = r->cap, .argmax = r->argmax,
+    loss_rows rows = {.w = r->w, .term = {[LOSS_TERM_CE] = r->ce, [LOSS_TERM_KL] = r->kl, [LOSS_TERM_CAP] = r->cap},
+                      .argmax = r->argmax,
                       .s_topk_idx = r->K ? r->idx : NULL, .s_topk_logp = r->K ? r->logp : NULL};
     return rows;
 }

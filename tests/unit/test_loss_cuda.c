@@ -100,7 +100,7 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     // CPU reference: the fused ROWS path (itself checked against the naive loss in test_loss)
     outs ref = {xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4),
                 xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4)};
-    loss_rows rr = {ref.w, ref.ce, ref.kl, ref.cap, ref.argmax, K ? ref.idx : NULL, K ? ref.logp : NULL};
+    loss_rows rr = {ref.w, {ref.ce, ref.kl, ref.cap}, ref.argmax, K ? ref.idx : NULL, K ? ref.logp : NULL};
     loss_plan cplan = {.mode = LOSS_MODE_ROWS, .row_chunk = n, .vocab_tile = 0, .topk_student = K};
     void *cws = xalloc(loss_workspace_bytes(&cplan, H, V, k) + 256);
     void *cws_al = (void *)(((uintptr_t)cws + 255) & ~(uintptr_t)255);
@@ -113,8 +113,9 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     gb.label = up(label, (size_t)n * 4), gb.mask = up(mask, (size_t)n * 4), gb.in_seq = up(in_seq, (size_t)n);
     gb.t_idx = up(t_idx, (size_t)n * k * 4), gb.t_val = up(t_val, (size_t)n * k * 4);
     gb.t_lse = up(t_lse, (size_t)n * 4);
-    loss_rows gr = {backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4),
-                    backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4),
+    loss_rows gr = {backend_alloc(&gpu, n * 4),
+                    {backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4)},
+                    backend_alloc(&gpu, n * 4),
                     K ? backend_alloc(&gpu, (size_t)n * K * 4) : NULL,
                     K ? backend_alloc(&gpu, (size_t)n * K * 4) : NULL};
     void *gdx = backend_alloc(&gpu, (size_t)n * H * 2);
@@ -123,9 +124,9 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     outs got = {xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4),
                 xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4)};
     backend_copy_to_host(&gpu, got.w, gr.w, n * 4);
-    backend_copy_to_host(&gpu, got.ce, gr.ce, n * 4);
-    backend_copy_to_host(&gpu, got.kl, gr.kl, n * 4);
-    backend_copy_to_host(&gpu, got.cap, gr.cap, n * 4);
+    backend_copy_to_host(&gpu, got.ce, gr.term[LOSS_TERM_CE], n * 4);
+    backend_copy_to_host(&gpu, got.kl, gr.term[LOSS_TERM_KL], n * 4);
+    backend_copy_to_host(&gpu, got.cap, gr.term[LOSS_TERM_CAP], n * 4);
     backend_copy_to_host(&gpu, got.argmax, gr.argmax, n * 4);
     if (K) {
         backend_copy_to_host(&gpu, got.idx, gr.s_topk_idx, (size_t)n * K * 4);
@@ -163,7 +164,8 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     backend_free(&gpu, (void *)gb.x), backend_free(&gpu, (void *)gb.lm_head), backend_free(&gpu, (void *)gb.label);
     backend_free(&gpu, (void *)gb.mask), backend_free(&gpu, (void *)gb.in_seq), backend_free(&gpu, (void *)gb.t_idx);
     backend_free(&gpu, (void *)gb.t_val), backend_free(&gpu, (void *)gb.t_lse);
-    backend_free(&gpu, gr.w), backend_free(&gpu, gr.ce), backend_free(&gpu, gr.kl), backend_free(&gpu, gr.cap);
+    backend_free(&gpu, gr.w), backend_free(&gpu, gr.term[LOSS_TERM_CE]), backend_free(&gpu, gr.term[LOSS_TERM_KL]);
+    backend_free(&gpu, gr.term[LOSS_TERM_CAP]);
     backend_free(&gpu, gr.argmax);
     if (K) backend_free(&gpu, gr.s_topk_idx), backend_free(&gpu, gr.s_topk_logp);
     backend_free(&gpu, gdx), backend_free(&gpu, gws);

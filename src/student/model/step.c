@@ -15,7 +15,7 @@
 #include "common/kernels/ops_train.h"
 #include "student/model/grad_buckets.h"
 #include "student/model/metrics.h"
-#include "student/model/selector_op.h"
+#include "student/loss/loss_selector.h"
 
 const int step_tree_budgets[STEP_TREE_BUDGETS] = {8, 32, 128};
 #define STEP_TREE_TOPK 8 // student candidates per slot kept for the tree metric
@@ -70,7 +70,7 @@ struct student_work {
     float *h_sel_loss;                          // DFlash2's selector: sel_loss, sel_hit, sel_choice on the host
     int32_t *h_sel_choice;
     uint8_t *h_sel_hit;
-    float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_ce, *h_kl, *h_cap, *h_s_logp, *h_conv;
+    float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_term[LOSS_ROW_TERMS], *h_s_logp, *h_conv;
     uint8_t *h_in_seq;
     int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
     int n_layers;
@@ -180,9 +180,7 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->t_lse = arena_alloc(a, R * sizeof(float));
     w->in_seq = arena_alloc(a, R);
     w->rows.w = arena_alloc(a, R * sizeof(float));
-    w->rows.ce = arena_alloc(a, R * sizeof(float));
-    w->rows.kl = arena_alloc(a, R * sizeof(float));
-    w->rows.cap = arena_alloc(a, R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) w->rows.term[t] = arena_alloc(a, R * sizeof(float));
     w->rows.argmax = arena_alloc(a, R * sizeof(int32_t));
     w->rows.s_topk_idx = arena_alloc(a, R * K * sizeof(int32_t));
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
@@ -190,7 +188,7 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
         w->sel_loss = arena_alloc(a, R * sizeof(float));
         w->sel_hit = arena_alloc(a, R);
         w->sel_choice = arena_alloc(a, R * sizeof(int32_t));
-        w->sel_ws = arena_alloc(a, selector_op_workspace_bytes((int64_t)R, c->selector_rank, (int)c->selector_top_k));
+        w->sel_ws = arena_alloc(a, loss_selector_workspace_bytes((int64_t)R, c->selector_rank, (int)c->selector_top_k));
     }
     w->parts[2] = a->used - mark;
     mark = a->used;
@@ -250,9 +248,7 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
     w->h_t_val = xmalloc(R * k * sizeof(float));
     w->h_t_lse = xmalloc(R * sizeof(float));
     w->h_w = xmalloc(R * sizeof(float));
-    w->h_ce = xmalloc(R * sizeof(float));
-    w->h_kl = xmalloc(R * sizeof(float));
-    w->h_cap = xmalloc(R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) w->h_term[t] = xmalloc(R * sizeof(float));
     w->h_s_logp = xmalloc(R * K * sizeof(float));
     w->h_in_seq = xmalloc(R);
     w->h_blk_tokens = xmalloc(C * B * sizeof(int32_t));
@@ -267,8 +263,9 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
 void student_work_destroy(student_work *w) {
     if (!w) return;
     free(w->h_label); free(w->h_t_idx); free(w->h_argmax); free(w->h_s_idx); free(w->h_greedy);
-    free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w); free(w->h_ce); free(w->h_kl);
-    free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
+    free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w);
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) free(w->h_term[t]);
+    free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
     free(w->h_sel_loss); free(w->h_sel_choice); free(w->h_sel_hit);
     student_work_free_lists(w);
@@ -600,9 +597,7 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
     backend *be = d->be;
     int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK, Kr = step_topk(&d->cfg);
     backend_copy_to_host(be, w->h_w, w->rows.w, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_ce, w->rows.ce, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_kl, w->rows.kl, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_cap, w->rows.cap, (size_t)R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) backend_copy_to_host(be, w->h_term[t], w->rows.term[t], (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_argmax, w->rows.argmax, (size_t)R * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_idx, w->rows.s_topk_idx, (size_t)R * Kr * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_logp, w->rows.s_topk_logp, (size_t)R * Kr * sizeof(float));
@@ -623,17 +618,15 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
             int r = i * (B - 1) + (j - 1);
             double wr = w->h_w[r];
             st->sum_w += wr;
-            st->sum_w_ce += wr * w->h_ce[r];
-            st->sum_w_kl += wr * w->h_kl[r];
-            st->sum_w_cap += wr * w->h_cap[r];
+            for (int t = 0; t < LOSS_ROW_TERMS; t++) st->sum_w_term[t] += wr * w->h_term[t][r];
             if (w->h_mask[r] > 0) {
                 st->slot_scored[j]++;
                 st->slot_correct[j] += w->h_argmax[r] == w->h_label[r];
             }
             if (sel && w->h_mask[r] > 0) {
-                st->sum_w_sel += wr * w->h_sel_loss[r];
-                st->sel_scored++;
-                st->sel_miss += !w->h_sel_hit[r];
+                st->sum_w_term[LOSS_TERM_SEL] += wr * w->h_sel_loss[r];
+                st->term_scored[LOSS_TERM_SEL]++;
+                st->term_miss[LOSS_TERM_SEL] += !w->h_sel_hit[r];
             }
             if (w->h_in_seq[r]) n = j;
             am[j] = sel ? w->h_sel_choice[r] : w->h_argmax[r];
@@ -659,7 +652,7 @@ static int step_begin(drafter *d, const student_plan *p, student_work *w, const 
     return 0;
 }
 
-// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; selector_op.h, on the backend).
+// DFlash2's candidate selector on the chunk's scored rows (SPEC §3.1; loss_selector.h, on the backend).
 // Per row r = slot j of anchor i, candidates = the loss's sorted student top-k (their log-probs as
 // the unary term: a constant per row apart from the logits). Training term (rows with weight
 // w_r > 0): k-way CE with label y_r, prev = the label of slot j-1 (teacher forcing; the anchor's
@@ -675,9 +668,9 @@ static void chunk_selector(drafter *d, const loss_config *lc, student_work *w, i
                          .first = w->blk_tokens, .first_ld = B, .pred = d->sel_pred, .succ = d->sel_succ,
                          .proj = d->sel_proj, .lm_head = d->lm_head};
     selector_out out = {.loss = w->sel_loss, .hit = w->sel_hit, .choice = w->sel_choice};
-    selector_op_grads g = {.pred = grad_of(d, P_SEL(d, 0)), .succ = grad_of(d, P_SEL(d, 1)),
+    loss_selector_grads g = {.pred = grad_of(d, P_SEL(d, 0)), .succ = grad_of(d, P_SEL(d, 1)),
                            .proj = grad_of(d, P_SEL(d, 2)), .dx = dx};
-    selector_op_run(d->be, &sb, lc->selector_weight, w->sel_ws, &out, dx ? &g : NULL);
+    loss_selector_forward_backward(d->be, &sb, lc->selector_weight, w->sel_ws, &out, dx ? &g : NULL);
 }
 
 // One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:

@@ -210,11 +210,7 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
         log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
     }
     loss_config lc;
-    loss_config_default(&lc, (int)dc.block_size);
-    lc.alpha = cfg->loss_alpha, lc.lambda = cfg->loss_lambda, lc.selector_weight = cfg->loss_selector_weight;
-    if (cfg->loss_gamma > 0) lc.gamma = cfg->loss_gamma;
-    lc.weighting = strcmp(cfg->loss_weighting, "dpace") == 0 ? LOSS_WEIGHT_DPACE : LOSS_WEIGHT_DECAY;
-    lc.label_teacher = strcmp(cfg->loss_label, "teacher") == 0;
+    loss_config_make(&lc, cfg, (int)dc.block_size);
 
     // The source of batches.
     batch_schedule sc; // --mode eval: no step, one evaluation over all the (held-out) batches
