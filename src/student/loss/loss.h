@@ -8,7 +8,7 @@
 //         p_r = max(0, 1 - sum_I p_i), q_r = sum_{j not in I} q_j computed in log space over the
 //         non-top-k entries (never 1 - sum_I q_i), 0 log 0 = 0
 //   CAP = [g != y] q_g with g = argmax_j s_j (held constant)
-//   slot loss = (1 - alpha) CE + alpha KL + lambda CAP
+//   slot loss = (1 - alpha) CE + alpha KL + lambda CAP     (the row terms of loss_terms.h)
 // and the gradient of sum_r w_r * slot_loss_r with respect to x (unnormalised: the caller divides by
 // the step's total weight once, at the end). Logits exist only for one row chunk ([rows, V], mode
 // ROWS: 2 GEMMs) or one vocabulary tile at a time ([rows, tile], mode TILES: two passes, 3 GEMMs).

@@ -3,9 +3,10 @@
 //
 // Both backends carve the caller's workspace the same way (loss_work_carve, defined in loss.c), so
 // loss_workspace_bytes needs no backend: the layout is the union of what either one uses. The
-// per-row arithmetic after the vocabulary scan (LSE, CE, KL, CAP) and the weights of one anchor
-// are the inline functions at the end, compiled for the host and, under nvcc, for the device, so
-// both backends evaluate the very same formulas in double.
+// per-row arithmetic after the vocabulary scan (the LSE, each row term's value and its share of the
+// gradient: one case per term of loss_terms.h) and the weights of one anchor are the inline
+// functions at the end, compiled for the host and, under nvcc, for the device, so both backends
+// evaluate the very same formulas in double.
 #pragma once
 #include <math.h>
 #include <stddef.h>
