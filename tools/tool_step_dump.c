@@ -204,10 +204,15 @@ int tool_step_dump_main(int argc, char **argv) {
     if (!(st.sum_w > 0)) { fprintf(stderr, "error: %s: no anchor has a scored slot (sum of weights is 0)\n", pos[0]); return 1; }
 
     // Normalise by the sum of weights and write OUT.
-    // the loss the gradients are of (with DFlash2's selector term; 0 for a DFlash drafter), and every
-    // term reported on every line
-    float loss[1] = {(float)loss_terms_total(&lc, st.sum_w_term, st.sum_w)}, term[LOSS_TERMS];
-    for (int t = 0; t < LOSS_TERMS; t++) term[t] = (float)(st.sum_w_term[t] / st.sum_w);
+    // every term every drafter has, as written, and the loss the gradients are of: the sum of the
+    // written terms as written, plus a kind's (DFlash2's selector; 0 for a DFlash drafter)
+    float loss[1], term[LOSS_TERMS];
+    double total = -0.0; // (x + -0 = x)
+    for (int t = 0; t < LOSS_TERMS; t++) {
+        term[t] = (float)(st.sum_w_term[t] / st.sum_w);
+        total += loss_terms[t].always ? loss_term_coef(t, &lc) * term[t] : loss_term_coef(t, &lc) * st.sum_w_term[t] / st.sum_w;
+    }
+    loss[0] = (float)total;
     float *grads = xmalloc((size_t)d.numel * sizeof(float));
     backend_copy_to_host(&be, grads, d.grad, (size_t)d.numel * sizeof(float));
     for (int64_t i = 0; i < d.numel; i++) grads[i] = (float)(grads[i] / st.sum_w);
