@@ -597,7 +597,8 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
     backend *be = d->be;
     int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK, Kr = step_topk(&d->cfg);
     backend_copy_to_host(be, w->h_w, w->rows.w, (size_t)R * sizeof(float));
-    for (int t = 0; t < LOSS_ROW_TERMS; t++) backend_copy_to_host(be, w->h_term[t], w->rows.term[t], (size_t)R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++)
+        backend_copy_to_host(be, w->h_term[t], w->rows.term[t], (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_argmax, w->rows.argmax, (size_t)R * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_idx, w->rows.s_topk_idx, (size_t)R * Kr * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_logp, w->rows.s_topk_logp, (size_t)R * Kr * sizeof(float));
@@ -669,8 +670,8 @@ static void chunk_selector(drafter *d, const loss_config *lc, student_work *w, i
                          .proj = d->sel_proj, .lm_head = d->lm_head};
     selector_out out = {.loss = w->sel_loss, .hit = w->sel_hit, .choice = w->sel_choice};
     loss_selector_grads g = {.pred = grad_of(d, P_SEL(d, 0)), .succ = grad_of(d, P_SEL(d, 1)),
-                           .proj = grad_of(d, P_SEL(d, 2)), .dx = dx};
-    loss_selector_forward_backward(d->be, &sb, lc->selector_weight, w->sel_ws, &out, dx ? &g : NULL);
+                             .proj = grad_of(d, P_SEL(d, 2)), .dx = dx};
+    loss_selector_forward_backward(d->be, &sb, loss_term_coef(LOSS_TERM_SEL, lc), w->sel_ws, &out, dx ? &g : NULL);
 }
 
 // One chunk of C anchors: its blocks' forward and the fused loss on the scored rows (dx NULL:
