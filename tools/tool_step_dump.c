@@ -6,9 +6,11 @@
 //           target.lm_head.weight (absent = tied), and the batch: features f32 [S, n_feat*H],
 //           tokens i32 [S], loss_mask u8 [S], cu_seqlens i32 [n+1], anchors i32 [A] (used as given),
 //           topk_idx i32 [S, k], topk_val f32 [S, k], lse f32 [S]
-//   CONFIG  the drafter's config.json plus "loss": {"alpha", "lambda", "gamma", "weighting", "label"}
-//   OUT     loss, ce, kl, cap (f32 [1], normalised by the sum of weights) and grad.<name> for every
-//           trainable tensor (the gradient of the normalised loss)
+//   CONFIG  the drafter's config.json plus "loss": the loss.* keys ({"alpha", "lambda", "gamma", "weighting",
+//           "label", "selector_weight"}), read as the configuration's (loss_config.h)
+//   OUT     loss and each term every drafter has (loss_terms.h: ce, kl, cap) (f32 [1], normalised by
+//           the sum of weights) and grad.<name> for every trainable tensor (the gradient of the
+//           normalised loss)
 // Options pick the device and force the chunking (for the invariance tests): the result must not
 // depend on them beyond summation order.
 #include <cjson/cJSON.h>
@@ -27,6 +29,7 @@
 #include "common/data/safetensors.h"
 #include "student/model/drafter.h"
 #include "student/loss/loss_config.h"
+#include "student/loss/loss_terms.h"
 #include "student/model/plan.h"
 #include "student/model/step.h"
 #include "tools/tools.h"
@@ -111,12 +114,15 @@ int tool_step_dump_main(int argc, char **argv) {
     char *json = file_read_text(pos[1], SIZE_MAX);
     if (!json) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
     int rc = drafter_config_parse(&dc, json, pos[1]);
-    if (rc == 0) {
-        loss_config_default(&lc, (int)dc.block_size);
+    if (rc == 0) { // its "loss" object holds loss.* keys, read as the configuration's (loss_config.h)
+        config *keys = xmalloc(sizeof *keys);
+        config_defaults(keys);
         cJSON *root = cJSON_Parse(json);
         const cJSON *lo = root ? cJSON_GetObjectItemCaseSensitive(root, "loss") : NULL;
-        if (lo) rc = loss_config_parse(&lc, lo, pos[1]);
+        if (lo) rc = loss_config_parse_json(keys, lo, pos[1]);
         cJSON_Delete(root);
+        loss_config_make(&lc, keys, (int)dc.block_size);
+        free(keys);
     }
     free(json);
     if (rc) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
@@ -198,11 +204,15 @@ int tool_step_dump_main(int argc, char **argv) {
     if (!(st.sum_w > 0)) { fprintf(stderr, "error: %s: no anchor has a scored slot (sum of weights is 0)\n", pos[0]); return 1; }
 
     // Normalise by the sum of weights and write OUT.
-    float loss[1], ce[1] = {(float)(st.sum_w_ce / st.sum_w)}, kl[1] = {(float)(st.sum_w_kl / st.sum_w)},
-          cap[1] = {(float)(st.sum_w_cap / st.sum_w)};
-    // + DFlash2's selector term (0 for a DFlash drafter): the loss the gradients are of
-    loss[0] = (float)((1 - lc.alpha) * ce[0] + lc.alpha * kl[0] + lc.lambda * cap[0] +
-                      lc.selector_weight * st.sum_w_sel / st.sum_w);
+    // every term every drafter has, as written, and the loss the gradients are of: the sum of the
+    // written terms as written, plus a kind's (DFlash2's selector; 0 for a DFlash drafter)
+    float loss[1], term[LOSS_TERMS];
+    double total = -0.0; // (x + -0 = x)
+    for (int t = 0; t < LOSS_TERMS; t++) {
+        term[t] = (float)(st.sum_w_term[t] / st.sum_w);
+        total += loss_terms[t].always ? loss_term_coef(t, &lc) * term[t] : loss_term_coef(t, &lc) * st.sum_w_term[t] / st.sum_w;
+    }
+    loss[0] = (float)total;
     float *grads = xmalloc((size_t)d.numel * sizeof(float));
     backend_copy_to_host(&be, grads, d.grad, (size_t)d.numel * sizeof(float));
     for (int64_t i = 0; i < d.numel; i++) grads[i] = (float)(grads[i] / st.sum_w);
@@ -210,9 +220,9 @@ int tool_step_dump_main(int argc, char **argv) {
     safetensors_writer_init(&sw);
     int64_t one = 1;
     safetensors_writer_add(&sw, "loss", tensor_make(DT_F32, loss, DEVICE_CPU, 1, &one));
-    safetensors_writer_add(&sw, "ce", tensor_make(DT_F32, ce, DEVICE_CPU, 1, &one));
-    safetensors_writer_add(&sw, "kl", tensor_make(DT_F32, kl, DEVICE_CPU, 1, &one));
-    safetensors_writer_add(&sw, "cap", tensor_make(DT_F32, cap, DEVICE_CPU, 1, &one));
+    for (int t = 0; t < LOSS_TERMS; t++)
+        if (loss_terms[t].always)
+            safetensors_writer_add(&sw, loss_terms[t].metric, tensor_make(DT_F32, term + t, DEVICE_CPU, 1, &one));
     char (*names)[128] = xmalloc((size_t)d.n_params * sizeof *names);
     for (int i = 0; i < d.n_params; i++) {
         const drafter_param *p = &d.params[i];
@@ -225,10 +235,15 @@ int tool_step_dump_main(int argc, char **argv) {
     safetensors_writer_meta(&sw, "backend", be.name);
     rc = safetensors_writer_write(&sw, pos[2]);
     if (rc) fprintf(stderr, "error: %s\n", error_msg());
-    else
-        printf("step-dump: %d anchors in chunks of %d, loss mode %s, loss %.6f (ce %.6f kl %.6f cap %.6f), "
-               "peak %s (peak_bytes %zu), %s\n", A, plan.chunk_anchors, plan.loss.mode == LOSS_MODE_ROWS ? "rows" : "tiles",
-               loss[0], ce[0], kl[0], cap[0], bytes_format(hw, peak, sizeof peak), hw, be.name);
+    else {
+        char terms[256] = "";
+        for (int t = 0, n = 0; t < LOSS_TERMS && n < (int)sizeof terms; t++)
+            if (loss_terms[t].always)
+                n += snprintf(terms + n, sizeof terms - (size_t)n, "%s%s %.6f", n ? " " : "", loss_terms[t].metric, term[t]);
+        printf("step-dump: %d anchors in chunks of %d, loss mode %s, loss %.6f (%s), peak %s (peak_bytes %zu), %s\n", A,
+               plan.chunk_anchors, plan.loss.mode == LOSS_MODE_ROWS ? "rows" : "tiles", loss[0], terms,
+               bytes_format(hw, peak, sizeof peak), hw, be.name);
+    }
     safetensors_writer_free(&sw);
     for (int i = 0; i < 8; i++) free(copies[i]);
     free(names);

@@ -115,8 +115,9 @@ int main(int argc, char **argv) {
                       .vocab_tile = tiles ? (int)tile : 0, .topk_student = (int)K};
     loss_batch b = {.n = (int)n, .slots = (int)slots, .hidden = H, .vocab = V, .k = (int)k, .x = x, .lm_head = W,
                     .label = label, .mask = mask, .in_seq = in_seq, .t_idx = t_idx, .t_val = t_val, .t_lse = t_lse};
-    loss_rows rows = {.w = w, .ce = ce, .kl = kl, .cap = cap, .argmax = argmax, .s_topk_idx = K ? idx : NULL,
-                      .s_topk_logp = K ? logp : NULL};
+    loss_rows rows = {.w = w, .term = {[LOSS_TERM_CE] = ce, [LOSS_TERM_KL] = kl, [LOSS_TERM_CAP] = cap},
+                      .argmax = argmax, .s_topk_idx = K ? idx : NULL, .s_topk_logp = K ? logp : NULL};
+    for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) rows.term[t] = xcalloc((size_t)n, 4); // (freed at exit)
     size_t ws_bytes = naive ? 0 : loss_workspace_bytes(&plan, H, V, (int)k);
 
     long base_kb = status_kb("VmRSS");

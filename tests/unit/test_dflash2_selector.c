@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/data/safetensors.h"
-#include "student/model/selector.h"
+#include "student/loss/selector.h"
 #include "testing.h"
 
 #define TOL 1e-5

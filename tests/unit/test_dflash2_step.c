@@ -97,7 +97,7 @@ static double step(double *loss) { // gradients into d.grad (zeroed first); the 
     memset(&st, 0, sizeof st);
     backend_memset_zero(&be, d.grad, (size_t)d.numel * sizeof(float));
     CHECK_MSG(student_step(&d, &lc, &plan, w, &b, anchors, NA, &st) == 0, "student_step: %s", error_msg());
-    *loss = (1 - lc.alpha) * st.sum_w_ce + lc.alpha * st.sum_w_kl + lc.selector_weight * st.sum_w_sel;
+    *loss = (1 - lc.alpha) * st.sum_w_term[LOSS_TERM_CE] + lc.alpha * st.sum_w_term[LOSS_TERM_KL] + lc.selector_weight * st.sum_w_term[LOSS_TERM_SEL];
     return *loss;
 }
 
@@ -149,9 +149,9 @@ int main(void) {
     step(&l0);
     int64_t scored = 0;
     for (int j = 1; j < 5; j++) scored += st.slot_scored[j];
-    printf("  selector: %lld scored slots, %lld misses, weighted k-way CE %.4f\n", (long long)st.sel_scored,
-           (long long)st.sel_miss, st.sum_w_sel);
-    CHECK(st.sel_scored == scored && st.sel_miss > 0 && st.sel_miss < scored && st.sum_w_sel > 0);
+    printf("  selector: %lld scored slots, %lld misses, weighted k-way CE %.4f\n", (long long)st.term_scored[LOSS_TERM_SEL],
+           (long long)st.term_miss[LOSS_TERM_SEL], st.sum_w_term[LOSS_TERM_SEL]);
+    CHECK(st.term_scored[LOSS_TERM_SEL] == scored && st.term_miss[LOSS_TERM_SEL] > 0 && st.term_miss[LOSS_TERM_SEL] < scored && st.sum_w_term[LOSS_TERM_SEL] > 0);
     const drafter_param *pc = drafter_find(&d, "candidate_selector.predecessor_codebook");
     int used[V] = {0}, untouched_ok = 1, touched = 0;
     for (int t = 0; t < ST; t++) used[tokens[t]] = 1;

@@ -147,17 +147,17 @@ int main(void) {
 
     printf("%s vs %s\n", gpu.be.name, cpu.be.name);
     printf("  CPU step: sum w %.5g, w CE %.6g, w KL %.6g, w selector CE %.6g; %lld scored, %lld misses, chain %.3g\n",
-           cpu.st.sum_w, cpu.st.sum_w_ce, cpu.st.sum_w_kl, cpu.st.sum_w_sel, (long long)cpu.st.sel_scored,
-           (long long)cpu.st.sel_miss, cpu.st.tau_chain_sum);
+           cpu.st.sum_w, cpu.st.sum_w_term[LOSS_TERM_CE], cpu.st.sum_w_term[LOSS_TERM_KL], cpu.st.sum_w_term[LOSS_TERM_SEL], (long long)cpu.st.term_scored[LOSS_TERM_SEL],
+           (long long)cpu.st.term_miss[LOSS_TERM_SEL], cpu.st.tau_chain_sum);
     printf("  CUDA step: sum w %.5g, w CE %.6g, w KL %.6g, w selector CE %.6g; %lld scored, %lld misses, chain %.3g\n",
-           gpu.st.sum_w, gpu.st.sum_w_ce, gpu.st.sum_w_kl, gpu.st.sum_w_sel, (long long)gpu.st.sel_scored,
-           (long long)gpu.st.sel_miss, gpu.st.tau_chain_sum);
-    CHECK(cpu.st.sel_scored > 20 && cpu.st.sel_miss == 0); // k = V: every label is a candidate
-    CHECK(gpu.st.sel_scored == cpu.st.sel_scored && gpu.st.sel_miss == 0 && gpu.st.tau_chain_sum == cpu.st.tau_chain_sum);
+           gpu.st.sum_w, gpu.st.sum_w_term[LOSS_TERM_CE], gpu.st.sum_w_term[LOSS_TERM_KL], gpu.st.sum_w_term[LOSS_TERM_SEL], (long long)gpu.st.term_scored[LOSS_TERM_SEL],
+           (long long)gpu.st.term_miss[LOSS_TERM_SEL], gpu.st.tau_chain_sum);
+    CHECK(cpu.st.term_scored[LOSS_TERM_SEL] > 20 && cpu.st.term_miss[LOSS_TERM_SEL] == 0); // k = V: every label is a candidate
+    CHECK(gpu.st.term_scored[LOSS_TERM_SEL] == cpu.st.term_scored[LOSS_TERM_SEL] && gpu.st.term_miss[LOSS_TERM_SEL] == 0 && gpu.st.tau_chain_sum == cpu.st.tau_chain_sum);
     test_report("step sum w", rel(gpu.st.sum_w, cpu.st.sum_w), TOL_SUM);
-    test_report("step sum w CE", rel(gpu.st.sum_w_ce, cpu.st.sum_w_ce), TOL_SUM);
-    test_report("step sum w KL", rel(gpu.st.sum_w_kl, cpu.st.sum_w_kl), TOL_SUM);
-    test_report("step sum w selector CE", rel(gpu.st.sum_w_sel, cpu.st.sum_w_sel), TOL_SUM);
+    test_report("step sum w CE", rel(gpu.st.sum_w_term[LOSS_TERM_CE], cpu.st.sum_w_term[LOSS_TERM_CE]), TOL_SUM);
+    test_report("step sum w KL", rel(gpu.st.sum_w_term[LOSS_TERM_KL], cpu.st.sum_w_term[LOSS_TERM_KL]), TOL_SUM);
+    test_report("step sum w selector CE", rel(gpu.st.sum_w_term[LOSS_TERM_SEL], cpu.st.sum_w_term[LOSS_TERM_SEL]), TOL_SUM);
     const char *names[] = {"candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook",
                            "candidate_selector.hidden_projection.weight", "layers.0.attention_conv.base_kernel",
                            "layers.0.attention_conv.kernel_projection.weight", "layers.0.mlp_conv.base_kernel",

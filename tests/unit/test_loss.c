@@ -6,13 +6,20 @@
 //      (a) of the fused forward itself (fp32), and (b) of a double-precision loss written here
 //   3. fused (both modes, many chunk and tile sizes) against loss_naive_cpu on random problems
 //   4. edge cases: all weights 0, logits at the 1e4 scale, k = 1, k = V (p_r = 0), ties
+//   5. the terms' table and the settings: every term's key is a configuration key, its metric
+//      unique; the settings from the keys (loss_config_make), step-dump's "loss" object read by the
+//      configuration's parser, --mode eval's copy of a checkpoint's loss keys
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/backend/backend.h"
+#include "common/core/config.h"
 #include "student/loss/loss.h"
+#include "student/loss/loss_config.h"
 #include "testing.h"
 
 static backend be;
@@ -39,7 +46,8 @@ typedef struct {
 
 typedef struct {
     int K;
-    float *w, *ce, *kl, *cap, *logp, *dx;
+    float *w, *ce, *kl, *cap, *logp, *dx; // ce, kl, cap: term[LOSS_TERM_CE / _KL / _CAP]
+    float *term[LOSS_ROW_TERMS];
     int32_t *argmax, *idx;
 } result;
 
@@ -118,8 +126,9 @@ static loss_batch batch_of(const problem *p) {
 
 static result make_result(int n, int64_t H, int K) {
     result r = {.K = K};
-    r.w = calloc((size_t)n, sizeof(float)), r.ce = calloc((size_t)n, sizeof(float));
-    r.kl = calloc((size_t)n, sizeof(float)), r.cap = calloc((size_t)n, sizeof(float));
+    r.w = calloc((size_t)n, sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) r.term[t] = calloc((size_t)n, sizeof(float));
+    r.ce = r.term[LOSS_TERM_CE], r.kl = r.term[LOSS_TERM_KL], r.cap = r.term[LOSS_TERM_CAP];
     r.argmax = calloc((size_t)n, sizeof(int32_t));
     r.logp = calloc((size_t)n * K + 1, sizeof(float)), r.idx = calloc((size_t)n * K + 1, sizeof(int32_t));
     r.dx = calloc((size_t)n * H, sizeof(float));
@@ -127,12 +136,13 @@ static result make_result(int n, int64_t H, int K) {
 }
 
 static void free_result(result *r) {
-    free(r->w), free(r->ce), free(r->kl), free(r->cap), free(r->argmax), free(r->logp), free(r->idx), free(r->dx);
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) free(r->term[t]);
+    free(r->w), free(r->argmax), free(r->logp), free(r->idx), free(r->dx);
 }
 
 static loss_rows rows_of(result *r) {
-    loss_rows rows = {.w = r->w, .ce = r->ce, .kl = r->kl, .cap = r->cap, .argmax = r->argmax,
-                      .s_topk_idx = r->K ? r->idx : NULL, .s_topk_logp = r->K ? r->logp : NULL};
+    loss_rows rows = {.w = r->w, .argmax = r->argmax, .s_topk_idx = r->K ? r->idx : NULL, .s_topk_logp = r->K ? r->logp : NULL};
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) rows.term[t] = r->term[t];
     return rows;
 }
 
@@ -397,6 +407,7 @@ static int compare(const char *what, const result *f, const result *ref, int n, 
         bad += !close_rel(f->ce[r], ref->ce[r], 1e-5, 1);
         bad += !close_rel(f->kl[r], ref->kl[r], 1e-5, 1);
         bad += !close_rel(f->cap[r], ref->cap[r], 1e-5, 1e-3);
+        for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) bad += !close_rel(f->term[t][r], ref->term[t][r], 1e-5, 1);
         bad += f->argmax[r] != ref->argmax[r];
         for (int c = 0; c < f->K; c++) {
             bad += f->idx[r * f->K + c] != ref->idx[r * f->K + c];
@@ -559,6 +570,53 @@ static void test_edges(void) {
     }
 }
 
+// ----------------------------------------------------------------------------- 5. table, settings
+
+static void test_terms_and_settings(void) {
+    for (int t = 0; t < LOSS_TERMS; t++) {
+        int found = 0;
+        for (int i = 0; i < config_nkeys; i++) found |= strcmp(config_keys[i].key, loss_terms[t].key) == 0;
+        CHECK_MSG(found, "term %s: key %s is no configuration key", loss_terms[t].metric, loss_terms[t].key);
+        for (int u = 0; u < t; u++) CHECK(strcmp(loss_terms[t].metric, loss_terms[u].metric) != 0);
+        CHECK(loss_terms[t].always || loss_terms[t].miss_metric);
+    }
+    config *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    config_defaults(a);
+    loss_config lc;
+    loss_config_make(&lc, a, 16); // the defaults: SPEC §4
+    CHECK(lc.alpha == 0.15 && lc.lambda == 0.1 && lc.gamma == 7 && lc.weighting == LOSS_WEIGHT_DECAY &&
+          !lc.label_teacher && lc.selector_weight == 1);
+    loss_config_make(&lc, a, 32);
+    CHECK(lc.gamma == 10);
+    CHECK(loss_term_coef(LOSS_TERM_CE, &lc) == 1 - 0.15 && loss_term_coef(LOSS_TERM_SEL, &lc) == 1);
+    // step-dump's "loss" object, read as the configuration's loss.* keys
+    cJSON *o = cJSON_Parse("{\"alpha\": 0.4, \"lambda\": 0.3, \"gamma\": 3, \"weighting\": \"dpace\", "
+                           "\"label\": \"teacher\", \"selector_weight\": 0.7}");
+    CHECK(loss_config_parse_json(a, o, "cfg.json") == 0);
+    cJSON_Delete(o);
+    loss_config_make(&lc, a, 16);
+    CHECK(lc.alpha == 0.4 && lc.lambda == 0.3 && lc.gamma == 3 && lc.weighting == LOSS_WEIGHT_DPACE &&
+          lc.label_teacher && lc.selector_weight == 0.7);
+    // --mode eval: a checkpoint's loss keys over this job's
+    config_defaults(b);
+    loss_config_copy_keys(b, a);
+    loss_config lb;
+    loss_config_make(&lb, b, 16);
+    CHECK(memcmp(&lb, &lc, sizeof lc) == 0);
+    // bad values and unknown keys: one error naming the key
+    const char *bad[3] = {"{\"alpha\": 2}", "{\"weighting\": \"flat\"}", "{\"lr\": 1}"};
+    const char *named[3] = {"loss.alpha", "loss.weighting", "loss.lr"};
+    for (int i = 0; i < 3; i++) {
+        o = cJSON_Parse(bad[i]);
+        CHECK(loss_config_parse_json(b, o, "cfg.json") == -1);
+        CHECK_MSG(strstr(error_msg(), named[i]) && strstr(error_msg(), "cfg.json"), "%s", error_msg());
+        cJSON_Delete(o);
+    }
+    free(a);
+    free(b);
+    printf("  terms' table and settings: %d terms\n", LOSS_TERMS);
+}
+
 int main(void) {
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "backend_open: %s\n", error_msg());
@@ -568,6 +626,7 @@ int main(void) {
     test_finite_differences();
     test_vs_naive();
     test_edges();
+    test_terms_and_settings();
     backend_close(&be);
     return test_finish("test_loss");
 }

@@ -64,6 +64,7 @@ static void *up_bf16(const float *x, size_t n) {
 typedef struct {
     float *w, *ce, *kl, *cap, *logp, *dx;
     int32_t *argmax, *idx;
+    float *more[LOSS_ROW_TERMS]; // the row terms after CAP
 } outs;
 
 static int close_rel(double a, double b, double tol, double floor) { return fabs(a - b) <= tol * fmax(fabs(b), floor); }
@@ -99,8 +100,9 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
 
     // CPU reference: the fused ROWS path (itself checked against the naive loss in test_loss)
     outs ref = {xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4),
-                xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4)};
-    loss_rows rr = {ref.w, ref.ce, ref.kl, ref.cap, ref.argmax, K ? ref.idx : NULL, K ? ref.logp : NULL};
+                xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4), {0}};
+    loss_rows rr = {ref.w, {ref.ce, ref.kl, ref.cap}, ref.argmax, K ? ref.idx : NULL, K ? ref.logp : NULL};
+    for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) rr.term[t] = ref.more[t] = xalloc(n * 4);
     loss_plan cplan = {.mode = LOSS_MODE_ROWS, .row_chunk = n, .vocab_tile = 0, .topk_student = K};
     void *cws = xalloc(loss_workspace_bytes(&cplan, H, V, k) + 256);
     void *cws_al = (void *)(((uintptr_t)cws + 255) & ~(uintptr_t)255);
@@ -113,19 +115,25 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     gb.label = up(label, (size_t)n * 4), gb.mask = up(mask, (size_t)n * 4), gb.in_seq = up(in_seq, (size_t)n);
     gb.t_idx = up(t_idx, (size_t)n * k * 4), gb.t_val = up(t_val, (size_t)n * k * 4);
     gb.t_lse = up(t_lse, (size_t)n * 4);
-    loss_rows gr = {backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4),
-                    backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4),
+    loss_rows gr = {backend_alloc(&gpu, n * 4),
+                    {backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4)},
+                    backend_alloc(&gpu, n * 4),
                     K ? backend_alloc(&gpu, (size_t)n * K * 4) : NULL,
                     K ? backend_alloc(&gpu, (size_t)n * K * 4) : NULL};
+    for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) gr.term[t] = backend_alloc(&gpu, n * 4);
     void *gdx = backend_alloc(&gpu, (size_t)n * H * 2);
     void *gws = backend_alloc(&gpu, loss_workspace_bytes(&plan, H, V, k));
     loss_forward_backward(&gpu, &cfg, &plan, gws, &gb, &gr, gdx);
     outs got = {xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4),
-                xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4)};
+                xalloc((size_t)n * H * 4), xalloc(n * 4), xalloc((size_t)n * K * 4 + 4), {0}};
     backend_copy_to_host(&gpu, got.w, gr.w, n * 4);
-    backend_copy_to_host(&gpu, got.ce, gr.ce, n * 4);
-    backend_copy_to_host(&gpu, got.kl, gr.kl, n * 4);
-    backend_copy_to_host(&gpu, got.cap, gr.cap, n * 4);
+    backend_copy_to_host(&gpu, got.ce, gr.term[LOSS_TERM_CE], n * 4);
+    backend_copy_to_host(&gpu, got.kl, gr.term[LOSS_TERM_KL], n * 4);
+    backend_copy_to_host(&gpu, got.cap, gr.term[LOSS_TERM_CAP], n * 4);
+    for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) {
+        got.more[t] = xalloc(n * 4);
+        backend_copy_to_host(&gpu, got.more[t], gr.term[t], n * 4);
+    }
     backend_copy_to_host(&gpu, got.argmax, gr.argmax, n * 4);
     if (K) {
         backend_copy_to_host(&gpu, got.idx, gr.s_topk_idx, (size_t)n * K * 4);
@@ -143,6 +151,7 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     for (int r = 0; r < n; r++) {
         bad += !close_rel(got.w[r], ref.w[r], 1e-4, 1e-3) + !close_rel(got.ce[r], ref.ce[r], 1e-4, fl);
         bad += !close_rel(got.kl[r], ref.kl[r], 1e-4, fl) + !close_rel(got.cap[r], ref.cap[r], 1e-4, 1e-3);
+        for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) bad += !close_rel(got.more[t][r], ref.more[t][r], 1e-4, fl);
         bad += got.argmax[r] != ref.argmax[r];
         for (int c = 0; c < K; c++)
             bad += got.idx[r * K + c] != ref.idx[r * K + c] ||
@@ -163,7 +172,8 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     backend_free(&gpu, (void *)gb.x), backend_free(&gpu, (void *)gb.lm_head), backend_free(&gpu, (void *)gb.label);
     backend_free(&gpu, (void *)gb.mask), backend_free(&gpu, (void *)gb.in_seq), backend_free(&gpu, (void *)gb.t_idx);
     backend_free(&gpu, (void *)gb.t_val), backend_free(&gpu, (void *)gb.t_lse);
-    backend_free(&gpu, gr.w), backend_free(&gpu, gr.ce), backend_free(&gpu, gr.kl), backend_free(&gpu, gr.cap);
+    backend_free(&gpu, gr.w), backend_free(&gpu, gr.term[LOSS_TERM_CE]), backend_free(&gpu, gr.term[LOSS_TERM_KL]);
+    for (int t = LOSS_TERM_CAP; t < LOSS_ROW_TERMS; t++) backend_free(&gpu, gr.term[t]);
     backend_free(&gpu, gr.argmax);
     if (K) backend_free(&gpu, gr.s_topk_idx), backend_free(&gpu, gr.s_topk_logp);
     backend_free(&gpu, gdx), backend_free(&gpu, gws);
@@ -171,6 +181,8 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     for (int j = 0; j < 2; j++)
         free(o[j]->w), free(o[j]->ce), free(o[j]->kl), free(o[j]->cap), free(o[j]->logp), free(o[j]->dx),
             free(o[j]->argmax), free(o[j]->idx);
+    for (int j = 0; j < 2; j++)
+        for (int t = LOSS_TERM_CAP + 1; t < LOSS_ROW_TERMS; t++) free(o[j]->more[t]);
     free(dxh), free(cws), free(x), free(W), free(label), free(t_idx), free(mask), free(t_val), free(t_lse);
     free(in_seq);
 }

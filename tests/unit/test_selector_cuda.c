@@ -1,4 +1,4 @@
-// test_selector_cuda.c: DFlash2's candidate selector over a chunk (selector_op.h) on CUDA against
+// test_selector_cuda.c: DFlash2's candidate selector over a chunk (loss_selector.h) on CUDA against
 // the CPU reference (skipped, exit 77, without a CUDA device; runs in the emulator build). An odd
 // shape: V 37, H 21, k 5 candidates in rows of 8 (the loss's student top-K stride), rank 7, block 5
 // (4 slots), 5 anchors; candidates drawn from 12 of the 37 tokens, so rows share codebook rows (the
@@ -24,8 +24,8 @@
 
 #include "common/backend/backend.h"
 #include "common/core/half.h"
-#include "student/model/selector.h"
-#include "student/model/selector_op.h"
+#include "student/loss/loss_selector.h"
+#include "student/loss/selector.h"
 #include "testing.h"
 #include "testing_device.h"
 
@@ -109,10 +109,10 @@ int main(void) {
     float *c_gp = test_copy_floats(gp, (size_t)V * RK), *c_gs = test_copy_floats(gs, (size_t)V * RK),
           *c_gq = test_copy_floats(gq, (size_t)RK * H);
     float *c_dx = test_copy_floats(dx, (size_t)R * H);
-    selector_op_grads cg = {.pred = c_gp, .succ = c_gs, .proj = c_gq, .dx = c_dx};
-    size_t ws_bytes = selector_op_workspace_bytes(R, RK, K);
+    loss_selector_grads cg = {.pred = c_gp, .succ = c_gs, .proj = c_gq, .dx = c_dx};
+    size_t ws_bytes = loss_selector_workspace_bytes(R, RK, K);
     void *c_ws = xmalloc(ws_bytes);
-    selector_op_run(&cpu, &cb, 1.7, c_ws, &co, &cg);
+    loss_selector_forward_backward(&cpu, &cb, 1.7, c_ws, &co, &cg);
     // the inputs exercise every case: hits, misses, weight-0 rows, choices other than the argmax,
     // and the smallest score gap of a choice (the margin the exact comparison relies on)
     int hits = 0, misses = 0, not_first = 0;
@@ -148,12 +148,12 @@ int main(void) {
     gb.first = dev_up_raw(&gpu, first, sizeof first);
     selector_out go = {.loss = dev_alloc(&gpu, R * sizeof(float)), .hit = dev_alloc(&gpu, R),
                        .choice = dev_alloc(&gpu, R * sizeof(int32_t))};
-    selector_op_grads gg = {.pred = dev_up_raw(&gpu, gp, (size_t)V * RK * sizeof(float)),
+    loss_selector_grads gg = {.pred = dev_up_raw(&gpu, gp, (size_t)V * RK * sizeof(float)),
                             .succ = dev_up_raw(&gpu, gs, (size_t)V * RK * sizeof(float)),
                             .proj = dev_up_raw(&gpu, gq, (size_t)RK * H * sizeof(float)),
                             .dx = dev_up_bf16(&gpu, dx, (size_t)R * H)};
     void *g_ws = dev_alloc(&gpu, ws_bytes);
-    selector_op_run(&gpu, &gb, 1.7, g_ws, &go, &gg);
+    loss_selector_forward_backward(&gpu, &gb, 1.7, g_ws, &go, &gg);
     printf("%s vs %s\n", gpu.name, cpu.name);
     cmp_out(&gpu, "with gradients", &go, &co);
     cmp_f32(&gpu, "selector d predecessor_codebook (+=)", gg.pred, c_gp, (size_t)V * RK, TOL_F32);
@@ -167,7 +167,7 @@ int main(void) {
     // forward only: the same per-row results
     backend_memset_zero(&gpu, go.loss, R * sizeof(float));
     backend_memset_zero(&gpu, go.choice, R * sizeof(int32_t));
-    selector_op_run(&gpu, &gb, 1.7, g_ws, &go, NULL);
+    loss_selector_forward_backward(&gpu, &gb, 1.7, g_ws, &go, NULL);
     cmp_out(&gpu, "forward only", &go, &co);
 
     const void *dev[] = {gb.x, gb.pred, gb.succ, gb.proj, gb.lm_head, gb.cand, gb.u, gb.label, gb.w, gb.in_seq, gb.first,

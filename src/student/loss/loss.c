@@ -30,8 +30,7 @@
 #include "common/core/check.h"
 #include "common/kernels/vexp.h"
 #include "student/loss/loss_cuda.h"
-
-double loss_slot_weight(const loss_config *cfg, int k) { return loss_decay_weight(cfg, k); }
+#include "student/loss/loss_terms.h"
 
 // ---------------------------------------------------------------------------- workspace
 
@@ -62,8 +61,7 @@ size_t loss_work_carve(loss_work *w, void *workspace, const loss_plan *p, int64_
     w->s_top = carve(base, &off, rc * kk * sizeof(float));
     w->lse = carve(base, &off, rc * sizeof(double));
     w->tail_lse = carve(base, &off, rc * sizeof(double));
-    w->p_tail = carve(base, &off, rc * sizeof(double));
-    w->cap_c = carve(base, &off, rc * sizeof(double));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) w->aux[t] = loss_term_aux(t) ? carve(base, &off, rc * sizeof(double)) : NULL;
     w->topk_val = carve(base, &off, rc * K * sizeof(float));
     w->topk_idx = carve(base, &off, rc * K * sizeof(int32_t));
     // Only the CUDA path uses these (its dX is bf16; its top-K kernel keeps an LSE beside the list),
@@ -175,10 +173,10 @@ static void chunk_weights(const loss_config *cfg, const loss_batch *b, int64_t r
 }
 
 // dlogits_tile: overwrite the logits s[0..vt) (ids v0..) of row r / local row i with
-// d(w_r slot_loss_r)/ds. With A = w (1 - lambda c), c = [g != y] q_g:
-//   j in I:      A q_j - w alpha p_j
-//   j not in I:  A q_j - w alpha p_r q_j / q_r = exp(s_j - tail_lse) (A q_r - w alpha p_r)
-//   j = y:       - w (1 - alpha) more;   j = g: + w lambda c more
+// d(w_r slot_loss_r)/ds, the terms' sum g (loss_row_grad_make, loss_cuda.h). With A = w_r g.a:
+//   j in I:      A q_j - g.topk p_j
+//   j not in I:  A q_j - g.tail q_j / q_r = exp(s_j - tail_lse) (A q_r - g.tail)
+//   j = y:       + g.label more;   j = g: + g.argmax more
 // The tail form never forms p_r / q_r: q_j / q_r <= 1 and q_r <= 1, so nothing overflows however
 // small q_r is.
 static void dlogits_tile(const loss_config *cfg, const loss_batch *b, float *s, int64_t v0, int64_t vt, int64_t r,
@@ -192,8 +190,9 @@ static void dlogits_tile(const loss_config *cfg, const loss_batch *b, float *s, 
     const float *t_val = b->t_val + r * k;
     const float *st = w->s_top + i * k;
     const int32_t y = loss_row_label(cfg, b, r), g = w->run_arg[i];
-    const double alpha = cfg->alpha, lse = w->lse[i], tail_lse = w->tail_lse[i], c = w->cap_c[i];
-    const double A = wr * (1.0 - cfg->lambda * c);
+    const double lse = w->lse[i], tail_lse = w->tail_lse[i];
+    const loss_row_grad gr = loss_row_grad_make(cfg, w, i, wr);
+    const double A = wr * gr.a;
 
     for (int a = 0; a < k; a++)
         if (t_idx[a] >= v0 && t_idx[a] < v0 + vt) s[t_idx[a] - v0] = -INFINITY;
@@ -201,17 +200,17 @@ static void dlogits_tile(const loss_config *cfg, const loss_batch *b, float *s, 
         memset(s, 0, (size_t)vt * sizeof(float));
     } else {
         // s_j <= tail max <= tail_lse for every tail entry: the exponent is <= 0 (up to rounding)
-        const float ct = (float)(A * exp(tail_lse - lse) - wr * alpha * w->p_tail[i]), tl = (float)tail_lse;
+        const float ct = (float)(A * exp(tail_lse - lse) - gr.tail), tl = (float)tail_lse;
 #pragma omp simd
         for (int64_t j = 0; j < vt; j++) s[j] = ct * exp_le0(s[j] - tl);
     }
     for (int a = 0; a < k; a++) {
         if (!(t_idx[a] >= v0 && t_idx[a] < v0 + vt)) continue;
         double p = exp((double)t_val[a] - b->t_lse[r]);
-        s[t_idx[a] - v0] = (float)(A * exp((double)st[a] - lse) - wr * alpha * p);
+        s[t_idx[a] - v0] = (float)(A * exp((double)st[a] - lse) - gr.topk * p);
     }
-    if (y >= v0 && y < v0 + vt) s[y - v0] -= (float)(wr * (1.0 - alpha));
-    if (c != 0 && g >= v0 && g < v0 + vt) s[g - v0] += (float)(wr * cfg->lambda * c);
+    if (y >= v0 && y < v0 + vt) s[y - v0] += (float)gr.label;
+    if (gr.at_argmax && g >= v0 && g < v0 + vt) s[g - v0] += (float)gr.argmax;
 }
 
 // ---------------------------------------------------------------------------- CPU driver
@@ -327,7 +326,8 @@ void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan 
 void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_student, loss_rows *rows, float *dx) {
     const int64_t n = b->n, V = b->vocab, H = b->hidden;
     const int k = b->k, K = topk_student, slots = b->slots;
-    const double alpha = cfg->alpha, lambda = cfg->lambda;
+    double coef[LOSS_ROW_TERMS];
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) coef[t] = loss_term_coef(t, cfg);
     if (n == 0) return;
     float *logits = xmalloc((size_t)n * (size_t)V * sizeof(float));
     float *dlogits = xmalloc((size_t)n * (size_t)V * sizeof(float));
@@ -374,9 +374,10 @@ void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_studen
             }
             p_r[r] = ids_ok && n_tail > 0 ? fmax(0.0, 1.0 - sum_p) : 0.0;
             if (p_r[r] > 0) kl += p_r[r] * (log(p_r[r]) - log_qr[r]);
-            rows->ce[r] = (float)ce;
-            rows->kl[r] = (float)kl;
-            rows->cap[r] = (float)(g != y ? exp(m - lse[r]) : 0.0);
+            // each row term's value (loss_terms.h)
+            rows->term[LOSS_TERM_CE][r] = (float)ce;
+            rows->term[LOSS_TERM_KL][r] = (float)kl;
+            rows->term[LOSS_TERM_CAP][r] = (float)(g != y ? exp(m - lse[r]) : 0.0);
             rows->argmax[r] = g;
 
             // student top-K: keep a sorted list of the K best (ids ascend, so ties keep the lower id)
@@ -414,7 +415,7 @@ void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_studen
             if (!b->in_seq[mm]) continue;
             double C = 1;
             for (int64_t i = a0; i <= mm; i++)
-                if (b->in_seq[i]) C *= 0.5 + 0.5 * exp(-(double)rows->ce[i]);
+                if (b->in_seq[i]) C *= 0.5 + 0.5 * exp(-(double)rows->term[LOSS_TERM_CE][i]);
             sum += C;
         }
         rows->w[r] = (float)(b->mask[r] * sum);
@@ -446,7 +447,10 @@ void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_studen
                 double d_ce = q - (j == y);
                 double d_kl = top_pos[j] >= 0 ? q - exp((double)tv[top_pos[j]] - b->t_lse[r]) : q * (1.0 - rho);
                 double d_cap = c * ((j == g) - q);
-                d[j] = (float)(wr * ((1 - alpha) * d_ce + alpha * d_kl + lambda * d_cap));
+                double dt[LOSS_ROW_TERMS] = {[LOSS_TERM_CE] = d_ce, [LOSS_TERM_KL] = d_kl, [LOSS_TERM_CAP] = d_cap};
+                double sum = -0.0; // sum_t coef_t d_t, the coefficients from the terms' table
+                for (int t = 0; t < LOSS_ROW_TERMS; t++) sum += coef[t] * dt[t];
+                d[j] = (float)(wr * sum);
             }
             for (int a = 0; a < k; a++)
                 if (ti[a] >= 0 && ti[a] < V) top_pos[ti[a]] = -1;

@@ -8,7 +8,7 @@
 //         p_r = max(0, 1 - sum_I p_i), q_r = sum_{j not in I} q_j computed in log space over the
 //         non-top-k entries (never 1 - sum_I q_i), 0 log 0 = 0
 //   CAP = [g != y] q_g with g = argmax_j s_j (held constant)
-//   slot loss = (1 - alpha) CE + alpha KL + lambda CAP
+//   slot loss = (1 - alpha) CE + alpha KL + lambda CAP     (the row terms of loss_terms.h)
 // and the gradient of sum_r w_r * slot_loss_r with respect to x (unnormalised: the caller divides by
 // the step's total weight once, at the end). Logits exist only for one row chunk ([rows, V], mode
 // ROWS: 2 GEMMs) or one vocabulary tile at a time ([rows, tile], mode TILES: two passes, 3 GEMMs).
@@ -22,17 +22,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
-
-typedef enum { LOSS_WEIGHT_DECAY = 0, LOSS_WEIGHT_DPACE = 1 } loss_weighting;
-
-typedef struct {
-    double alpha;           // KL share (default 0.15)
-    double lambda;          // CAP weight (default 0.1)
-    double gamma;           // decay constant (7 for B = 16, 10 for B = 32)
-    loss_weighting weighting;
-    int label_teacher;      // 1: the label is the teacher's argmax instead of the data token
-    double selector_weight; // DFlash2: weight of the candidate selector's k-way CE (default 1; step.c adds it)
-} loss_config;
+#include "student/loss/loss_terms.h"
 
 typedef enum { LOSS_MODE_ROWS = 0, LOSS_MODE_TILES = 1 } loss_mode;
 
@@ -59,9 +49,11 @@ typedef struct {
     const float *t_lse;     // [n] teacher LSE
 } loss_batch;
 
-// Per-row results (device). ce/kl/cap are the unweighted terms; w the weight used.
+// Per-row results (device). term[t] the unweighted term t (loss_term_id < LOSS_ROW_TERMS); w the
+// weight used.
 typedef struct {
-    float *w, *ce, *kl, *cap;   // [n]
+    float *w;                   // [n]
+    float *term[LOSS_ROW_TERMS]; // [n] each
     int32_t *argmax;            // [n] student argmax
     int32_t *s_topk_idx;        // [n, K] student top-K ids (K = plan topk_student; may be NULL when K = 0)
     float *s_topk_logp;         // [n, K] their log-probabilities
@@ -78,6 +70,3 @@ void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan 
 // loss_naive_cpu: the same on the CPU with all [n, V] logits materialised at once (the usual
 // PyTorch way). The reference in tests and the baseline of bench/loss.
 void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_student, loss_rows *rows, float *dx);
-
-// loss_slot_weight: the decay weight exp(-(k-1)/gamma) of slot k (1..B-1).
-double loss_slot_weight(const loss_config *cfg, int k);

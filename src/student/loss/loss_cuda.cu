@@ -178,8 +178,9 @@ static __global__ void weights_kernel(int n_anchors, int64_t r0, loss_config cfg
 }
 
 // dlogits: overwrite each row's fp32 tile with bf16 d(w slot_loss)/ds packed at the start of the
-// row (see the top of the file), as dlogits_tile in loss.c: every entry first gets the tail form
-// exp(s_j - tail_lse) (A q_r - w alpha p_r) (the teacher's entries, hidden at -inf, get 0), then one
+// row (see the top of the file), as dlogits_tile in loss.c, from the terms' sum gr (loss_cuda.h):
+// every entry first gets the tail form exp(s_j - tail_lse) (A q_r - gr.tail) (the teacher's entries,
+// hidden at -inf, get 0), then one
 // thread writes the few special entries (the teacher's ids, the label, the argmax) with their
 // complete values, in order, so that coinciding ids are handled like on the CPU.
 static __global__ void __launch_bounds__(ROW_THREADS)
@@ -199,10 +200,11 @@ static __global__ void __launch_bounds__(ROW_THREADS)
         const int32_t *ti = b.t_idx + r * k;
         const float *tv = b.t_val + r * k;
         const int32_t y = loss_row_label(&cfg, &b, r), g = w.run_arg[i];
-        const double alpha = cfg.alpha, lse = w.lse[i], tail_lse = w.tail_lse[i], c = w.cap_c[i];
-        const double A = wr * (1.0 - cfg.lambda * c);
+        const double lse = w.lse[i], tail_lse = w.tail_lse[i];
+        const loss_row_grad gr = loss_row_grad_make(&cfg, &w, i, wr); // the terms' sum (loss_cuda.h)
+        const double A = wr * gr.a;
         const int tail = tail_lse != -INFINITY;
-        const float ct = tail ? (float)(A * exp(tail_lse - lse) - wr * alpha * w.p_tail[i]) : 0.0f;
+        const float ct = tail ? (float)(A * exp(tail_lse - lse) - gr.tail) : 0.0f;
         const float tl = tail ? (float)tail_lse : 0.0f;
 
         for (int a = tid; a < k; a += blockDim.x)
@@ -229,19 +231,19 @@ static __global__ void __launch_bounds__(ROW_THREADS)
             for (int a = 0; a < k; a++) {
                 const int64_t id = ti[a];
                 if (!(id >= v0 && id < v0 + vt)) continue;
-                double val = A * exp((double)st[a] - lse) - wr * alpha * exp((double)tv[a] - b.t_lse[r]);
-                if (id == y) val -= wr * (1.0 - alpha), y_done = 1;
-                if (c != 0 && id == g) val += wr * cfg.lambda * c, g_done = 1;
+                double val = A * exp((double)st[a] - lse) - gr.topk * exp((double)tv[a] - b.t_lse[r]);
+                if (id == y) val += gr.label, y_done = 1;
+                if (gr.at_argmax && id == g) val += gr.argmax, g_done = 1;
                 d[id - v0] = __float2bfloat16((float)val);
             }
             // the label and the argmax outside I: their tail value plus their term
             if (!y_done && y >= v0 && y < v0 + vt) {
                 double val = tail ? (double)ct * exp((double)w.s_lab[i] - tail_lse) : 0.0;
-                d[y - v0] = __float2bfloat16((float)(val - wr * (1.0 - alpha)));
+                d[y - v0] = __float2bfloat16((float)(val + gr.label));
             }
-            if (!g_done && c != 0 && g >= v0 && g < v0 + vt) {
+            if (!g_done && gr.at_argmax && g >= v0 && g < v0 + vt) {
                 double val = tail ? (double)ct * exp((double)w.run_max[i] - tail_lse) : 0.0;
-                d[g - v0] = __float2bfloat16((float)(val + wr * cfg.lambda * c));
+                d[g - v0] = __float2bfloat16((float)(val + gr.argmax));
             }
         }
         __syncthreads();

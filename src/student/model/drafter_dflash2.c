@@ -12,7 +12,7 @@
 // attention and the MLP each between a conv's prepare and finish; after the loss, the selector's
 // k-way CE on the scored rows; the chain and the decode walk follow the selector's greedy choice.
 // The convolutions' math is ops_dynconv (common/kernels/ops_dynconv.h), the selector's selector.h
-// (on the backend: selector_op.h).
+// (on the backend: student/loss/loss_selector.h, the loss term loss_terms.h names).
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +26,14 @@
 #include "common/kernels/ops.h"
 #include "common/kernels/ops_dynconv.h"
 #include "common/kernels/ops_train.h"
+#include "student/loss/loss_selector.h"
+#include "student/loss/loss_terms.h"
 #include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
 #include "student/model/drafter_dflash.h"
 #include "student/model/drafter_kind.h"
 #include "student/model/drafter_layout.h"
 #include "student/model/grad_buckets.h"
-#include "student/model/selector_op.h"
 #include "student/model/step.h"
 #include "student/model/step_work.h"
 
@@ -171,7 +172,7 @@ static void *dflash2_work_create(const drafter *d, arena *a, int64_t N, int64_t 
     k->sel_loss = arena_alloc(a, (size_t)R * sizeof(float));
     k->sel_hit = arena_alloc(a, (size_t)R);
     k->sel_choice = arena_alloc(a, (size_t)R * sizeof(int32_t));
-    k->sel_ws = arena_alloc(a, selector_op_workspace_bytes(R, c->selector_rank, (int)c->selector_top_k));
+    k->sel_ws = arena_alloc(a, loss_selector_workspace_bytes(R, c->selector_rank, (int)c->selector_top_k));
     if (!a->dry) {
         k->h_sel_loss = xcalloc((size_t)R, sizeof(float));
         k->h_sel_hit = xcalloc((size_t)R, 1);
@@ -282,7 +283,7 @@ static void dflash2_layer_backward(drafter *d, student_work *w, int l, int C) {
 // dflash2_row_topk: the selector's candidates are the loss's sorted student top-k.
 static int dflash2_row_topk(const drafter_config *c) { return (int)c->selector_top_k; }
 
-// dflash2_selector: the candidate selector on the chunk's scored rows (SPEC §3.1; selector_op.h, on
+// dflash2_selector: the candidate selector on the chunk's scored rows (SPEC §3.1; loss_selector.h, on
 // the backend): the selector's loss term. Per row r = slot j of anchor i, candidates = the loss's
 // sorted student top-k (their log-probs as the unary term: a constant per row apart from the
 // logits; the row stride is the step's student top-K, loss_rows). Training term (rows with weight
@@ -301,9 +302,9 @@ static void dflash2_selector(drafter *d, student_work *w, int C, void *dx) {
                          .succ = drafter_weight(d, dflash2_p_sel(c, 1)), .proj = drafter_weight(d, dflash2_p_sel(c, 2)),
                          .lm_head = d->lm_head};
     selector_out out = {.loss = k->sel_loss, .hit = k->sel_hit, .choice = k->sel_choice};
-    selector_op_grads g = {.pred = drafter_grad(d, dflash2_p_sel(c, 0)), .succ = drafter_grad(d, dflash2_p_sel(c, 1)),
-                           .proj = drafter_grad(d, dflash2_p_sel(c, 2)), .dx = dx};
-    selector_op_run(d->be, &sb, w->lc->selector_weight, k->sel_ws, &out, dx ? &g : NULL);
+    loss_selector_grads g = {.pred = drafter_grad(d, dflash2_p_sel(c, 0)), .succ = drafter_grad(d, dflash2_p_sel(c, 1)),
+                             .proj = drafter_grad(d, dflash2_p_sel(c, 2)), .dx = dx};
+    loss_selector_forward_backward(d->be, &sb, loss_term_coef(LOSS_TERM_SEL, w->lc), k->sel_ws, &out, dx ? &g : NULL);
 }
 
 // dflash2_decode_choice: the chain and the decode walk follow the selector's greedy choice (SPEC
@@ -318,9 +319,9 @@ static void dflash2_decode_choice(const drafter *d, student_work *w, int C, int3
     for (int r = 0; r < R; r++) {
         if (w->h_mask[r] > 0) {
             double wr = w->h_w[r];
-            st->sum_w_sel += wr * k->h_sel_loss[r];
-            st->sel_scored++;
-            st->sel_miss += !k->h_sel_hit[r];
+            st->sum_w_term[LOSS_TERM_SEL] += wr * k->h_sel_loss[r];
+            st->term_scored[LOSS_TERM_SEL]++;
+            st->term_miss[LOSS_TERM_SEL] += !k->h_sel_hit[r];
         }
         choice[r] = k->h_sel_choice[r];
     }

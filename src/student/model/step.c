@@ -113,9 +113,7 @@ static void student_work_carve(student_work *w, arena *a, const drafter *d, cons
     w->t_lse = arena_alloc(a, R * sizeof(float));
     w->in_seq = arena_alloc(a, R);
     w->rows.w = arena_alloc(a, R * sizeof(float));
-    w->rows.ce = arena_alloc(a, R * sizeof(float));
-    w->rows.kl = arena_alloc(a, R * sizeof(float));
-    w->rows.cap = arena_alloc(a, R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) w->rows.term[t] = arena_alloc(a, R * sizeof(float));
     w->rows.argmax = arena_alloc(a, R * sizeof(int32_t));
     w->rows.s_topk_idx = arena_alloc(a, R * K * sizeof(int32_t));
     w->rows.s_topk_logp = arena_alloc(a, R * K * sizeof(float));
@@ -178,9 +176,7 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
     w->h_t_val = xmalloc(R * k * sizeof(float));
     w->h_t_lse = xmalloc(R * sizeof(float));
     w->h_w = xmalloc(R * sizeof(float));
-    w->h_ce = xmalloc(R * sizeof(float));
-    w->h_kl = xmalloc(R * sizeof(float));
-    w->h_cap = xmalloc(R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) w->h_term[t] = xmalloc(R * sizeof(float));
     w->h_s_logp = xmalloc(R * K * sizeof(float));
     w->h_in_seq = xmalloc(R);
     w->h_blk_tokens = xmalloc(C * B * sizeof(int32_t));
@@ -195,8 +191,9 @@ student_work *student_work_create(drafter *d, const student_plan *p, arena *a) {
 void student_work_destroy(student_work *w) {
     if (!w) return;
     free(w->h_label); free(w->h_t_idx); free(w->h_argmax); free(w->h_s_idx); free(w->h_greedy);
-    free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w); free(w->h_ce); free(w->h_kl);
-    free(w->h_cap); free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
+    free(w->h_mask); free(w->h_t_val); free(w->h_t_lse); free(w->h_w);
+    for (int t = 0; t < LOSS_ROW_TERMS; t++) free(w->h_term[t]);
+    free(w->h_s_logp); free(w->h_in_seq); free(w->h_blk_tokens); free(w->h_pos_blk);
     free(w->h_pos_ctx); free(w->h_anchor_start); free(w->h_conv);
     free(w->h_choice);
     if (w->kind_work) w->kind->work_destroy(w->kind_work);
@@ -391,9 +388,8 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
     backend *be = d->be;
     int B = (int)d->cfg.block_size, R = C * (B - 1), K = STEP_TREE_TOPK, Kr = step_topk(&d->cfg);
     backend_copy_to_host(be, w->h_w, w->rows.w, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_ce, w->rows.ce, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_kl, w->rows.kl, (size_t)R * sizeof(float));
-    backend_copy_to_host(be, w->h_cap, w->rows.cap, (size_t)R * sizeof(float));
+    for (int t = 0; t < LOSS_ROW_TERMS; t++)
+        backend_copy_to_host(be, w->h_term[t], w->rows.term[t], (size_t)R * sizeof(float));
     backend_copy_to_host(be, w->h_argmax, w->rows.argmax, (size_t)R * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_idx, w->rows.s_topk_idx, (size_t)R * Kr * sizeof(int32_t));
     backend_copy_to_host(be, w->h_s_logp, w->rows.s_topk_logp, (size_t)R * Kr * sizeof(float));
@@ -409,9 +405,7 @@ static void chunk_stats(const drafter *d, student_work *w, int C, step_stats *st
             int r = i * (B - 1) + (j - 1);
             double wr = w->h_w[r];
             st->sum_w += wr;
-            st->sum_w_ce += wr * w->h_ce[r];
-            st->sum_w_kl += wr * w->h_kl[r];
-            st->sum_w_cap += wr * w->h_cap[r];
+            for (int t = 0; t < LOSS_ROW_TERMS; t++) st->sum_w_term[t] += wr * w->h_term[t][r];
             if (w->h_mask[r] > 0) {
                 st->slot_scored[j]++;
                 st->slot_correct[j] += w->h_argmax[r] == w->h_label[r];

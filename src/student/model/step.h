@@ -44,9 +44,10 @@ typedef struct {
 
 // What one step measured (host). Sums, so micro-batches and ranks add up.
 typedef struct step_stats {
-    double sum_w, sum_w_ce, sum_w_kl, sum_w_cap; // weighted sums over scored slots
-    double sum_w_sel;                            // DFlash2: ... of the selector's k-way CE (0 on a miss)
-    int64_t sel_scored, sel_miss;                // DFlash2: scored slots, those whose label is no candidate
+    double sum_w;                                // the weights' sum over scored slots
+    double sum_w_term[LOSS_TERMS];               // ... of w * each loss term (loss_terms.h)
+    int64_t term_scored[LOSS_TERMS];             // a kind's term (loss_terms[t].always 0): the slots it scored,
+    int64_t term_miss[LOSS_TERMS];               // ... those it missed (DFlash2's selector: label no candidate)
     int64_t anchors;
     int64_t slot_scored[STEP_MAX_SLOTS];         // slots k = 1..B-1 with mask 1
     int64_t slot_correct[STEP_MAX_SLOTS];        // ... whose argmax equals the label

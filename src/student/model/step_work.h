@@ -56,7 +56,7 @@ struct student_work {
     // host staging
     int32_t *h_label, *h_t_idx, *h_argmax, *h_s_idx, *h_greedy;
     int32_t *h_choice;                     // [R] the token the chain / decode walk follows (the kind's decode_choice)
-    float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_ce, *h_kl, *h_cap, *h_s_logp, *h_conv;
+    float *h_mask, *h_t_val, *h_t_lse, *h_w, *h_term[LOSS_ROW_TERMS], *h_s_logp, *h_conv;
     uint8_t *h_in_seq;
     int32_t *h_blk_tokens, *h_pos_blk, *h_pos_ctx, *h_anchor_start;
     int n_layers;

@@ -11,6 +11,7 @@
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/log.h"
+#include "student/loss/loss_terms.h"
 #include "student/train/students.h"
 
 int train_log_open(train_log *lg, const config *cfg, int append) {
@@ -46,12 +47,11 @@ double train_log_wall(const train_log *lg) { return lg->wall_before + (time_now(
 
 void train_stats_add(step_stats *a, const step_stats *b) {
     a->sum_w += b->sum_w;
-    a->sum_w_ce += b->sum_w_ce;
-    a->sum_w_kl += b->sum_w_kl;
-    a->sum_w_cap += b->sum_w_cap;
-    a->sum_w_sel += b->sum_w_sel;
-    a->sel_scored += b->sel_scored;
-    a->sel_miss += b->sel_miss;
+    for (int t = 0; t < LOSS_TERMS; t++) {
+        a->sum_w_term[t] += b->sum_w_term[t];
+        a->term_scored[t] += b->term_scored[t];
+        a->term_miss[t] += b->term_miss[t];
+    }
     a->anchors += b->anchors;
     for (int j = 0; j < STEP_MAX_SLOTS; j++) {
         a->slot_scored[j] += b->slot_scored[j];
@@ -66,30 +66,42 @@ void train_stats_add(step_stats *a, const step_stats *b) {
 }
 
 void train_stats_allreduce(step_stats *s, MPI_Comm comm) {
-    double d[6 + STEP_TREE_BUDGETS];
-    int64_t i[7 + 2 * STEP_MAX_SLOTS];
-    d[0] = s->sum_w, d[1] = s->sum_w_ce, d[2] = s->sum_w_kl, d[3] = s->sum_w_cap, d[4] = s->tau_chain_sum;
-    for (int t = 0; t < STEP_TREE_BUDGETS; t++) d[5 + t] = s->tau_tree_sum[t];
-    d[5 + STEP_TREE_BUDGETS] = s->sum_w_sel;
+    enum { ND = 2 + STEP_TREE_BUDGETS + LOSS_TERMS, NI = 5 + 2 * STEP_MAX_SLOTS + 2 * LOSS_TERMS };
+    double d[ND];
+    int64_t i[NI];
+    d[0] = s->sum_w, d[1] = s->tau_chain_sum;
+    memcpy(d + 2, s->tau_tree_sum, sizeof s->tau_tree_sum);
+    memcpy(d + 2 + STEP_TREE_BUDGETS, s->sum_w_term, sizeof s->sum_w_term);
     i[0] = s->anchors, i[1] = s->ctx_tokens, i[2] = s->block_tokens, i[3] = s->decode_tokens, i[4] = s->decode_steps;
     memcpy(i + 5, s->slot_scored, sizeof s->slot_scored);
     memcpy(i + 5 + STEP_MAX_SLOTS, s->slot_correct, sizeof s->slot_correct);
-    i[5 + 2 * STEP_MAX_SLOTS] = s->sel_scored, i[6 + 2 * STEP_MAX_SLOTS] = s->sel_miss;
-    students_allreduce(d, 6 + STEP_TREE_BUDGETS, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
-    students_allreduce(i, 7 + 2 * STEP_MAX_SLOTS, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
-    s->sum_w = d[0], s->sum_w_ce = d[1], s->sum_w_kl = d[2], s->sum_w_cap = d[3], s->tau_chain_sum = d[4];
-    for (int t = 0; t < STEP_TREE_BUDGETS; t++) s->tau_tree_sum[t] = d[5 + t];
+    memcpy(i + 5 + 2 * STEP_MAX_SLOTS, s->term_scored, sizeof s->term_scored);
+    memcpy(i + 5 + 2 * STEP_MAX_SLOTS + LOSS_TERMS, s->term_miss, sizeof s->term_miss);
+    students_allreduce(d, ND, MPI_DOUBLE, MPI_SUM, comm, "the students' statistics");
+    students_allreduce(i, NI, MPI_INT64_T, MPI_SUM, comm, "the students' statistics");
+    s->sum_w = d[0], s->tau_chain_sum = d[1];
+    memcpy(s->tau_tree_sum, d + 2, sizeof s->tau_tree_sum);
+    memcpy(s->sum_w_term, d + 2 + STEP_TREE_BUDGETS, sizeof s->sum_w_term);
     s->anchors = i[0], s->ctx_tokens = i[1], s->block_tokens = i[2], s->decode_tokens = i[3], s->decode_steps = i[4];
     memcpy(s->slot_scored, i + 5, sizeof s->slot_scored);
     memcpy(s->slot_correct, i + 5 + STEP_MAX_SLOTS, sizeof s->slot_correct);
-    s->sum_w_sel = d[5 + STEP_TREE_BUDGETS];
-    s->sel_scored = i[5 + 2 * STEP_MAX_SLOTS], s->sel_miss = i[6 + 2 * STEP_MAX_SLOTS];
+    memcpy(s->term_scored, i + 5 + 2 * STEP_MAX_SLOTS, sizeof s->term_scored);
+    memcpy(s->term_miss, i + 5 + 2 * STEP_MAX_SLOTS + LOSS_TERMS, sizeof s->term_miss);
 }
 
 double train_stats_loss(const step_stats *s, const loss_config *lc) {
+    return loss_terms_total(lc, s->sum_w_term, s->sum_w > 0 ? s->sum_w : 1);
+}
+
+// train_stats_terms_text: "  ce 1.2345  kl ..." of every term reported on every line, into buf.
+static const char *train_stats_terms_text(const step_stats *s, char *buf, size_t size) {
     double W = s->sum_w > 0 ? s->sum_w : 1;
-    return (1 - lc->alpha) * s->sum_w_ce / W + lc->alpha * s->sum_w_kl / W + lc->lambda * s->sum_w_cap / W +
-           lc->selector_weight * s->sum_w_sel / W;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < LOSS_TERMS && n < size; t++)
+        if (loss_terms[t].always)
+            n += (size_t)snprintf(buf + n, size - n, "  %s %.4f", loss_terms[t].metric, s->sum_w_term[t] / W);
+    return buf;
 }
 
 double train_stats_tau_decode(const step_stats *s) {
@@ -101,22 +113,27 @@ void train_stats_json(FILE *f, const step_stats *s, const loss_config *lc, int B
     if (s->decode_steps > 0)
         fprintf(f, "\"tau_decode\": %.4f, \"tau_decode_steps\": %lld, \"tau_decode_tokens\": %lld, ", train_stats_tau_decode(s),
                 (long long)s->decode_steps, (long long)s->decode_tokens);
-    fprintf(f, "\"loss\": %.6f, \"ce\": %.6f, \"kl\": %.6f, \"cap\": %.6f, \"acc\": [", train_stats_loss(s, lc),
-            s->sum_w_ce / W, s->sum_w_kl / W, s->sum_w_cap / W);
+    fprintf(f, "\"loss\": %.6f, ", train_stats_loss(s, lc));
+    for (int t = 0; t < LOSS_TERMS; t++)
+        if (loss_terms[t].always) fprintf(f, "\"%s\": %.6f, ", loss_terms[t].metric, s->sum_w_term[t] / W);
+    fprintf(f, "\"acc\": [");
     for (int j = 1; j < B; j++)
         fprintf(f, "%s%.4f", j > 1 ? ", " : "", s->slot_scored[j] ? (double)s->slot_correct[j] / (double)s->slot_scored[j] : 0.0);
     fprintf(f, "], \"tau_chain\": %.4f, \"tau_tree\": {", s->anchors ? s->tau_chain_sum / (double)s->anchors : 0);
     for (int t = 0; t < STEP_TREE_BUDGETS; t++)
         fprintf(f, "%s\"%d\": %.4f", t ? ", " : "", step_tree_budgets[t], s->anchors ? s->tau_tree_sum[t] / (double)s->anchors : 0);
     fprintf(f, "}, \"anchors\": %lld", (long long)s->anchors);
-    if (s->sel_scored > 0) // DFlash2: the selector's k-way CE and the share of slots whose label was no candidate
-        fprintf(f, ", \"sel\": %.6f, \"sel_miss\": %.4f", s->sum_w_sel / W, (double)s->sel_miss / (double)s->sel_scored);
+    for (int t = 0; t < LOSS_TERMS; t++) // a kind's term (DFlash2's selector): its mean and the share it missed
+        if (!loss_terms[t].always && s->term_scored[t] > 0)
+            fprintf(f, ", \"%s\": %.6f, \"%s\": %.4f", loss_terms[t].metric, s->sum_w_term[t] / W, loss_terms[t].miss_metric,
+                    (double)s->term_miss[t] / (double)s->term_scored[t]);
 }
 
 void train_log_eval_text(const char *what, const step_stats *s, const loss_config *lc) {
-    double W = s->sum_w > 0 ? s->sum_w : 1;
-    log_info("%s  tau_decode %.3f (%lld steps)  loss %.4f  ce %.4f  kl %.4f  acc@1 %.3f  tau_chain %.3f  tau_tree@%d %.3f", what,
-             train_stats_tau_decode(s), (long long)s->decode_steps, train_stats_loss(s, lc), s->sum_w_ce / W, s->sum_w_kl / W,
+    char terms[256];
+    log_info("%s  tau_decode %.3f (%lld steps)  loss %.4f%s  acc@1 %.3f  tau_chain %.3f  tau_tree@%d %.3f", what,
+             train_stats_tau_decode(s), (long long)s->decode_steps, train_stats_loss(s, lc),
+             train_stats_terms_text(s, terms, sizeof terms),
              s->slot_scored[1] ? (double)s->slot_correct[1] / (double)s->slot_scored[1] : 0.0,
              s->anchors ? s->tau_chain_sum / (double)s->anchors : 0, step_tree_budgets[STEP_TREE_BUDGETS - 1],
              s->anchors ? s->tau_tree_sum[STEP_TREE_BUDGETS - 1] / (double)s->anchors : 0);
@@ -144,9 +161,9 @@ void train_log_line(train_log *lg, const char *split, int64_t step, const step_s
         snprintf(what, sizeof what, "eval  step %5lld", (long long)step);
         train_log_eval_text(what, s, lc);
     } else {
-        double W = s->sum_w > 0 ? s->sum_w : 1;
-        log_info("step %5lld  loss %.4f  ce %.4f  kl %.4f  cap %.4f  tau %.3f  lr %.2e  |g| %.3f  %.0f block tok/s  wait %.0f%%",
-                 (long long)step, train_stats_loss(s, lc), s->sum_w_ce / W, s->sum_w_kl / W, s->sum_w_cap / W,
+        char terms[256];
+        log_info("step %5lld  loss %.4f%s  tau %.3f  lr %.2e  |g| %.3f  %.0f block tok/s  wait %.0f%%",
+                 (long long)step, train_stats_loss(s, lc), train_stats_terms_text(s, terms, sizeof terms),
                  s->anchors ? s->tau_chain_sum / (double)s->anchors : 0, lr, grad_norm,
                  seconds > 0 ? (double)s->block_tokens / seconds : 0, 100 * wait_frac);
     }

@@ -16,6 +16,7 @@
 #include "common/core/log.h"
 #include "common/data/dataset.h"
 #include "common/data/identity.h"
+#include "student/loss/loss_config.h"
 
 // The MASK token when drafter.mask_token_id is -1: a row of the target's vocabulary that no text
 // uses (docs/config.md, "Drafter defaults"). The Qwen3.5 / Qwen3.6 vocabulary (248320 rows): 248070,
@@ -310,10 +311,7 @@ int eval_config_prepare(config *cfg) {
         cfg->drafter_head_dim = run.drafter_head_dim, cfg->mask_token_id = run.mask_token_id;
         cfg->sliding_window = run.sliding_window, cfg->block_size = run.block_size;
         cfg->target_layer_ids = run.target_layer_ids, cfg->n_features = run.n_features;
-        cfg->loss_alpha = run.loss_alpha, cfg->loss_lambda = run.loss_lambda, cfg->loss_gamma = run.loss_gamma;
-        cfg->loss_selector_weight = run.loss_selector_weight;
-        memcpy(cfg->loss_weighting, run.loss_weighting, sizeof run.loss_weighting);
-        memcpy(cfg->loss_label, run.loss_label, sizeof run.loss_label);
+        loss_config_copy_keys(cfg, &run);
     }
     cfg->heldout_samples = BATCHPLAN_ALL_HELDOUT; // every sample of the data counts
     cfg->eval_batches = 0;

@@ -1,25 +1,25 @@
-// selector_op.c: dispatch of the chunk's candidate selector (selector_op.h) to the CPU reference
+// loss_selector.c: dispatch of the chunk's candidate selector (loss_selector.h) to the CPU reference
 // (here, row by row through selector.c, fp32 with double sums) or the CUDA kernels
-// (selector_op_cuda.cu), with the shape checks both rely on.
-#include "student/model/selector_op.h"
+// (loss_selector_cuda.cu), with the shape checks both rely on.
+#include "student/loss/loss_selector.h"
 
 #include "common/core/check.h"
 #include "common/kernels/ops_dispatch.h"
-#include "student/model/selector.h"
+#include "student/loss/selector.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "student/model/selector_op_cuda.h"
+#include "student/loss/loss_selector_cuda.h"
 #endif
 
 // The workspace, the same on both backends: Z [R, r] f32 and dZ [R, r] (act, sized as f32) for
 // CUDA; the CPU uses its first r + k floats (one row's z and scores).
-size_t selector_op_workspace_bytes(int64_t R, int64_t rank, int k) {
+size_t loss_selector_workspace_bytes(int64_t R, int64_t rank, int k) {
     return (size_t)(2 * R * rank + k) * sizeof(float);
 }
 
 // The CPU reference: per anchor, its rows in order, the training term (teacher-forced prev) and
 // the greedy choice (prev = the slot before's choice). z [r], s [k] scratch from the workspace.
 static void cpu_selector_run(const selector_batch *b, double scale, float *ws, const selector_out *out,
-                             const selector_op_grads *og) {
+                             const loss_selector_grads *og) {
     selector_weights sw = {.vocab = b->vocab, .hidden = b->hidden, .rank = b->rank, .k = b->k,
                            .pred = b->pred, .succ = b->succ, .proj = b->proj};
     float *z = ws, *s = ws + b->rank;
@@ -47,12 +47,13 @@ static void cpu_selector_run(const selector_batch *b, double scale, float *ws, c
     }
 }
 
-void selector_op_run(backend *be, const selector_batch *b, double scale, void *workspace, const selector_out *out,
-                     const selector_op_grads *g) {
+void loss_selector_forward_backward(backend *be, const selector_batch *b, double scale, void *workspace,
+                                    const selector_out *out, const loss_selector_grads *g) {
     if (b->anchors < 0 || b->slots < 1 || b->k < 1 || b->ld_cand < b->k || b->rank < 1 || b->hidden < 1 ||
         b->k > b->vocab || b->first_ld < 1)
         fatal("selector: bad shape anchors %d, slots %d, k %d (row stride %d), V %lld, H %lld, rank %lld", b->anchors,
               b->slots, b->k, b->ld_cand, (long long)b->vocab, (long long)b->hidden, (long long)b->rank);
     if (b->anchors == 0) return;
-    DISPATCH(be, cuda_selector_run(be, b, (float)scale, workspace, out, g), cpu_selector_run(b, scale, workspace, out, g));
+    DISPATCH(be, loss_selector_cuda_forward_backward(be, b, (float)scale, workspace, out, g),
+             cpu_selector_run(b, scale, workspace, out, g));
 }

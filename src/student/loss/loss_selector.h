@@ -1,6 +1,7 @@
-// selector_op.h: DFlash2's candidate selector (selector.h) over one chunk's scored rows, on either
-// backend: the CPU reference row by row (selector_op.c, calling selector.c), or the CUDA kernels
-// (selector_op_cuda.cu: act inputs, fp32 scores and gradients). What it computes, per anchor i of
+// loss_selector.h: the slot loss's selector term (loss_terms.h, LOSS_TERM_SEL; SPEC §3.1): DFlash2's
+// candidate selector (selector.h) over one chunk's scored rows, called by the step where the
+// drafter has a selector, on either backend: the CPU reference row by row (loss_selector.c, calling selector.c), or the CUDA kernels
+// (loss_selector_cuda.cu: act inputs, fp32 scores and gradients). What it computes, per anchor i of
 // the chunk and slot j = 1..B-1 (row r = i*(B-1) + j-1; rows outside the sequence, in_seq 0, are
 // skipped: loss 0, hit 0, choice -1):
 //   training (rows with w_r > 0): the k-way CE of the row's label among its candidates, prev = the
@@ -44,11 +45,12 @@ typedef struct {                 // gradients, accumulated (+=), device
     float *pred, *succ;          // [V, r] f32
     float *proj;                 // [r, H] f32
     void *dx;                    // [R, H] act
-} selector_op_grads;
+} loss_selector_grads;
 
-// selector_op_workspace_bytes: the device workspace of a chunk of up to R rows (either backend).
-size_t selector_op_workspace_bytes(int64_t R, int64_t rank, int k);
-// selector_op_run: the chunk's training term, hits and greedy choices into out; g NULL: forward
-// only (no gradient). scale = selector_weight (times w_r per row).
-void selector_op_run(backend *be, const selector_batch *b, double scale, void *workspace, const selector_out *out,
-                     const selector_op_grads *g);
+// loss_selector_workspace_bytes: the device workspace of a chunk of up to R rows (either backend).
+size_t loss_selector_workspace_bytes(int64_t R, int64_t rank, int k);
+// loss_selector_forward_backward: the chunk's training term, hits and greedy choices into out; g
+// NULL: forward only (no gradient). scale = the term's coefficient, loss.selector_weight (times w_r
+// per row).
+void loss_selector_forward_backward(backend *be, const selector_batch *b, double scale, void *workspace,
+                                    const selector_out *out, const loss_selector_grads *g);

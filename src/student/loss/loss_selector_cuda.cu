@@ -1,5 +1,5 @@
-// selector_op_cuda.cu: the chunk's candidate selector on the GPU (see selector_op.h; its CPU twin
-// is selector_op.c over selector.c). bf16 rows, codebooks, projection and lm_head; fp32 scores,
+// loss_selector_cuda.cu: the chunk's candidate selector on the GPU (see loss_selector.h; its CPU twin
+// is loss_selector.c over selector.c). bf16 rows, codebooks, projection and lm_head; fp32 scores,
 // softmax and gradients. R rows of k candidates, rank r, hidden H, C anchors of `slots` rows:
 //   Z [R, r] f32 = X P^T                      backend_gemm (bf16 in, fp32 out), once per chunk
 //   row kernel (one block per row):           scores s_c = u_c + sum_i pred[prev, i] Z[r, i] succ[c, i]
@@ -9,7 +9,7 @@
 //       part dx[r] += sum_c ds_c lm_head[c]
 //   walk kernel (one block per anchor):       the greedy choices slot after slot, prev = the choice
 //   dP [r, H] += dZ^T X, dX [R, H] += dZ P    backend_gemm (bf16 in, fp32 / bf16 accumulated out)
-// The workspace holds Z, then dZ (selector_op_workspace_bytes).
+// The workspace holds Z, then dZ (loss_selector_workspace_bytes).
 #include <math.h>
 #include <stdint.h>
 #include <cuda_bf16.h>
@@ -18,7 +18,7 @@
 #include "common/backend/check_cuda.h"
 #include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
-#include "student/model/selector_op_cuda.h"
+#include "student/loss/loss_selector_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 #define SEL_THREADS 128 // a multiple of 32: each warp scores candidates, the block shares a row
@@ -123,8 +123,9 @@ static __global__ void sel_walk_kernel(const selector_batch b, const float *Z, i
     }
 }
 
-extern "C" void cuda_selector_run(backend *be, const selector_batch *b, float scale, void *workspace,
-                                  const selector_out *out, const selector_op_grads *g) {
+extern "C" void loss_selector_cuda_forward_backward(backend *be, const selector_batch *b, float scale,
+                                                    void *workspace, const selector_out *out,
+                                                    const loss_selector_grads *g) {
     int R = b->anchors * b->slots, rk = (int)b->rank, H = (int)b->hidden;
     cudaStream_t st = stream_of(be);
     float *Z = (float *)workspace;

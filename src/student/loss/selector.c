@@ -1,6 +1,6 @@
 // selector.c: the DFlash2 candidate selector's CPU reference (see selector.h). Shapes: H hidden,
 // r rank, k candidates, V vocabulary; all fp32 host memory, sums in double.
-#include "student/model/selector.h"
+#include "student/loss/selector.h"
 
 #include <math.h>
 
