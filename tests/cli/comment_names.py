@@ -19,15 +19,8 @@ import sys
 # or a reference implementation's function). Only genuinely external names belong here.
 EXTERNAL = set()
 
-# Hits in files another change of the same round owns (issue 41), left for it: "file: name". An
-# entry that no longer hits fails the check, so the list cannot go stale; remove it then.
-PENDING = {
-    "src/student/model/drafter.h: drafter_copy_to_host",
-    "src/student/model/drafter_dflash2.c: ops_topk",
-}
-
 KEYWORDS = {"return", "else", "case", "goto", "do", "sizeof", "if", "while", "for", "switch", "typedef"}
-# this check and its test, which name the pending and the made-up stale names
+# this check and its test, which name the made-up stale names
 SELF = ("tests/cli/comment_names.py", "tests/cli/test_comment_names.sh")
 C_EXT = (".c", ".h", ".cu", ".cuh")
 OTHER_EXT = (".py", ".sh", ".cmake", ".txt")
@@ -82,7 +75,7 @@ def main(root):
                 tokens.update(TOKEN.findall(text))
     firsts = collections.Counter(n.split("_")[0] for n in public if "_" in n)
     prefixes = {p for p, count in firsts.items() if count >= 3}
-    hits, pending_seen = [], set()
+    hits = []
     for f in sorted(comments):
         for line, c in comments[f]:
             for m in NAME.finditer(c):
@@ -91,13 +84,7 @@ def main(root):
                     continue
                 if not call and not ("_" in name and name == name.lower() and name.split("_")[0] in prefixes):
                     continue
-                key = f"{f}: {name}"
-                if key in PENDING:
-                    pending_seen.add(key)
-                    continue
                 hits.append(f"{f}:{line + c.count(chr(10), 0, m.start())}: {name}{call or ''}")
-    for key in sorted(PENDING - pending_seen):
-        hits.append(f"{key}: no longer named (remove it from PENDING in tests/cli/comment_names.py)")
     for h in hits:
         print(h)
     if not hits:
