@@ -97,8 +97,12 @@ expect_fail_mpi empty-heldout "error: --mode eval: nothing to evaluate: the held
   mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/empty-held.h5" --eval.drafter="$TMP/run/drafter" --run.dir="$TMP/e-empty"
 [ ! -e "$TMP/e-empty/eval.json" ] && ok || bad "an empty held-out split wrote eval.json"
 # a DFlash2 export whose config.json names DFlashDraftModel: the selector and convolutions would be ignored
-expect_ok train-dflash2 mpirun -np 2 "$R" "${train[@]}" --train.steps=5 --checkpoint.every=0 --drafter.kind=dflash2 \
+expect_ok train-dflash2 mpirun -np 2 "$R" "${train[@]}" --train.steps=5 --checkpoint.every=5 --drafter.kind=dflash2 \
   --target.path="$TMP/target" --data.path="$TMP/data.h5" --run.dir="$TMP/run-d2"
+# a DFlash2 checkpoint is evaluated as DFlash2 (its state.json's drafter.kind), as its export is
+expect_ok dflash2-checkpoint mpirun -np 2 "$R" "${ev[@]}" --data.path="$TMP/data.h5" \
+  --eval.drafter="$TMP/run-d2/checkpoints/step-00000005" --run.dir="$TMP/e-d2ck"
+[ -s "$TMP/e-d2ck/eval.json" ] && ok || bad "dflash2 checkpoint: no eval.json"
 $PY -c "import json, sys; p = sys.argv[1]; c = json.load(open(p)); c['architectures'] = ['DFlashDraftModel']; json.dump(c, open(p, 'w'))" \
   "$TMP/run-d2/drafter/config.json"
 expect_fail_mpi kind-mismatch "is not one of a DFlashDraftModel drafter's (drafter.kind dflash" \

@@ -582,3 +582,11 @@ void config_test_slow(const config *c, int rank) {
     struct timespec ts = {(time_t)(c->test_slow_ms / 1000), (long)(c->test_slow_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
+
+void config_copy_keys(config *to, const config *from, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (int i = 0; i < config_nkeys; i++) {
+        const config_key *k = &config_keys[i];
+        if (strncmp(k->key, prefix, n) == 0) memcpy((char *)to + k->offset, (const char *)from + k->offset, k->size);
+    }
+}

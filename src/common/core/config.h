@@ -151,6 +151,9 @@ int config_data_count(const config *c);
 const char *config_data_path(const config *c, int i, double *weight);
 // config_hash: FNV-1a of the effective JSON, for checkpoints.
 uint64_t config_hash(const config *c);
+// config_copy_keys: every key of the table whose name starts with prefix ("loss.", "drafter.", or a
+// whole key's name), from `from` into `to`.
+void config_copy_keys(config *to, const config *from, const char *prefix);
 
 // config_test_slow: testing only: sleeps test.slow_ms when this rank is test.slow_teacher (-2: every rank);
 // called once per unit of work (a teacher's batch, a regenerate shard)

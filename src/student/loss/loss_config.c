@@ -25,10 +25,7 @@ void loss_config_default(loss_config *c, int block_size) {
 }
 
 void loss_config_copy_keys(config *to, const config *from) {
-    for (int i = 0; i < config_nkeys; i++) { // every row of the key table under loss.
-        const config_key *k = &config_keys[i];
-        if (strncmp(k->key, "loss.", 5) == 0) memcpy((char *)to + k->offset, (const char *)from + k->offset, k->size);
-    }
+    config_copy_keys(to, from, "loss."); // every row of the key table under loss.
 }
 
 int loss_config_parse_json(config *cfg, const void *json_object, const char *source) {

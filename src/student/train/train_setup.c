@@ -287,7 +287,7 @@ int eval_config_prepare(config *cfg) {
             for (int i = 0; i < dc.n_feat; i++) cfg->target_layer_ids.v[i] = dc.target_layer_ids[i];
         }
         cfg->block_size = dc.block_size;
-    } else { // a checkpoint: the shape, layers and loss of the run that wrote it (its state.json)
+    } else { // a checkpoint: the kind, shape, layers and loss of the run that wrote it (its state.json)
         snprintf(path, sizeof path, "%s/state.json", cfg->eval_drafter);
         char *text = file_read_text(path, 64 << 20);
         if (!text)
@@ -305,12 +305,9 @@ int eval_config_prepare(config *cfg) {
         int rc = config_load_json(&run, json, path);
         cJSON_free(json);
         if (rc) return error_prefix("eval.drafter");
-        memcpy(cfg->drafter_config_path, run.drafter_config_path, sizeof run.drafter_config_path);
-        cfg->drafter_layers = run.drafter_layers, cfg->drafter_intermediate = run.drafter_intermediate;
-        cfg->drafter_heads = run.drafter_heads, cfg->drafter_kv_heads = run.drafter_kv_heads;
-        cfg->drafter_head_dim = run.drafter_head_dim, cfg->mask_token_id = run.mask_token_id;
-        cfg->sliding_window = run.sliding_window, cfg->block_size = run.block_size;
-        cfg->target_layer_ids = run.target_layer_ids, cfg->n_features = run.n_features;
+        config_copy_keys(cfg, &run, "drafter."); // drafter.kind among them: a DFlash2 checkpoint is DFlash2
+        config_copy_keys(cfg, &run, "target.layer_ids");
+        config_copy_keys(cfg, &run, "target.n_features");
         loss_config_copy_keys(cfg, &run);
     }
     cfg->heldout_samples = BATCHPLAN_ALL_HELDOUT; // every sample of the data counts
