@@ -36,7 +36,7 @@
 #include "modes/mode.h"
 #include "modes/mode_claim.h"
 #include "student/model/drafter.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/train/train_setup.h"
 #include "teacher/target.h"
 #include "teacher/target_config.h"

@@ -44,7 +44,7 @@
 #include "student/model/drafter_config.h"
 #include "student/loss/loss_config.h"
 #include "student/train/optim.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/model/step.h"
 #include "tools/tools.h"
 

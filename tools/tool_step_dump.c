@@ -30,7 +30,7 @@
 #include "student/model/drafter.h"
 #include "student/loss/loss_config.h"
 #include "student/loss/loss_terms.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/model/step.h"
 #include "tools/tools.h"
 

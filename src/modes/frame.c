@@ -10,7 +10,7 @@
 #include "common/core/error.h"
 #include "common/core/log.h"
 #include "modes/mode.h"
-#include "student/train/plan_world.h"
+#include "modes/job_plan.h"
 #include "teacher/target.h"
 
 void mode_paths_add(mode_paths *p, const char *key, const char *path, int dir) {
@@ -88,9 +88,9 @@ int mode_groups_check(const world *w, const config *cfg) {
 int mode_plan_roles(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print, world *w,
                     backend *be) {
     int known = 1;
-    if (plan_world_roles(cfg, want, world_size, w, &known)) return -1;
+    if (job_plan_roles(cfg, want, world_size, w, &known)) return -1;
     char how[160];
-    plan_world_backend(cfg, ranks_on_host > 0 ? ranks_on_host : w->size, be, how, sizeof how);
+    job_plan_backend(cfg, ranks_on_host > 0 ? ranks_on_host : w->size, be, how, sizeof how);
     if (!print) return 0;
     char groups[96] = "";
     if (w->group_size > 1) snprintf(groups, sizeof groups, " in %d group(s) of %d", w->groups, w->group_size);

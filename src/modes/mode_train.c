@@ -13,7 +13,7 @@
 #include "common/core/error.h"
 #include "common/data/dataset.h"
 #include "student/train/checkpoint.h"
-#include "student/train/plan_world.h"
+#include "modes/job_plan.h"
 #include "student/train/train.h"
 #include "teacher/teacher_loop.h"
 
@@ -40,7 +40,7 @@ int mode_train_check_inputs(const world *w, const config *cfg) {
 }
 
 int mode_train_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
-    return plan_world(cfg, want, world_size, ranks_on_host, print);
+    return job_plan_train(cfg, want, world_size, ranks_on_host, print);
 }
 
 static void train_report(const config *cfg, char *buf, size_t n) {

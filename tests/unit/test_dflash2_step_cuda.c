@@ -31,7 +31,7 @@
 #include "student/loss/loss_config.h"
 #include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/model/step.h"
 #include "testing.h"
 #include "testing_device.h"

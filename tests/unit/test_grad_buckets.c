@@ -21,7 +21,7 @@
 #include "student/model/drafter_config.h"
 #include "student/model/grad_buckets.h"
 #include "student/loss/loss_config.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/model/step.h"
 #include "testing.h"
 

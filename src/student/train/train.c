@@ -27,7 +27,7 @@
 #include "student/loss/loss_config.h"
 #include "student/model/metrics.h"
 #include "student/train/optim.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/model/step.h"
 #include "student/train/students.h"
 #include "student/train/train_log.h"
@@ -214,7 +214,7 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     int grad_nccl = be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
     gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(payload_link_device(j->links), j->w->groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &gr);
-    if (plan_make(&j->dc, be, &pr, &j->plan, &bd)) { // (--plan prints it without a job: plan_world.c)
+    if (plan_make(&j->dc, be, &pr, &j->plan, &bd)) { // (--plan prints it without a job: job_plan.c)
         char a[32], b[32];
         if (gr.total && cfg->train_mem_budget > 0)
             return error_prefix("train.mem_budget %s less its GPU reserve %s (gpu_reserve.h)",

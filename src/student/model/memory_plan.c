@@ -1,5 +1,5 @@
-// plan.c: choose the chunking and the loss mode that fit a memory budget (see plan.h).
-#include "student/model/plan.h"
+// memory_plan.c: choose the chunking and the loss mode that fit a memory budget (see memory_plan.h).
+#include "student/model/memory_plan.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-// plan_world.h: --plan: the memory plan of every role of the configured world, from the
+// job_plan.h: --plan: the memory plan of every role of the configured world, from the
 // configuration and the target's config.json alone.
 //
 // One process plans the whole world: no MPI, no device opened, no weight read, no training set
@@ -17,17 +17,17 @@
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
-// plan_world: a training job's plan (run.mode train or eval: the mode table calls it for them) on
+// job_plan_train: a training job's plan (run.mode train or eval: the mode table calls it for them) on
 // stdout (print 0: plan, print nothing). want: the roles the mode's rule asks (world.h). world_size: the launcher's rank count
 // (-1 when there is no launcher: the configured counts are the world); ranks_on_host: the
 // launcher's ranks on this host (-1: unknown), for the CPU threads per rank. 0 when every role
 // fits its budget; -1 with error_set (one line; the plans were printed as far as they go) when
 // the roles do not fit the world, an input is missing or malformed, or a budget is too small.
-int plan_world(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);
-// plan_world_roles: the roles of the world planned into *w, assigned as the job assigns them:
+int job_plan_train(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);
+// job_plan_roles: the roles of the world planned into *w, assigned as the job assigns them:
 // world_size ranks (the launcher's), or without a launcher (world_size <= 0) the configured counts
 // (world_want_size; *known = 0 when the teacher count was left to the world size). -1 with error_set.
-int plan_world_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known);
-// plan_world_backend: the backend a rank of the job would open, described but not opened, with
+int job_plan_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known);
+// job_plan_backend: the backend a rank of the job would open, described but not opened, with
 // ranks_here ranks on the host; how[n]: one line saying what was planned for and why.
-void plan_world_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n);
+void job_plan_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n);

@@ -1,4 +1,4 @@
-// test_plan.c: the student's planner (student/model/plan.h) chooses by estimated step time (SPEC §5).
+// test_memory_plan.c: the student's planner (student/model/memory_plan.h) chooses by estimated step time (SPEC §5).
 //
 //   1. no budget: all anchors in one chunk, loss mode ROWS with all the rows
 //   2. the case (H 512, 2 layers, V 32000, B 16, 1024 tokens, 256 anchors): under the budget
@@ -28,7 +28,7 @@
 #include "common/backend/backend.h"
 #include "common/kernels/ops.h"
 #include "student/model/drafter_config.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "teacher/teacher_plan.h"
 #include "testing.h"
 
@@ -277,5 +277,5 @@ int main(void) {
     // 6, 7. the teacher's stages
     test_stage_split();
     test_stage_memory(&be);
-    return test_finish("test_plan");
+    return test_finish("test_memory_plan");
 }

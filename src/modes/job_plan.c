@@ -1,6 +1,6 @@
-// plan_world.c: --plan: every role's memory plan from the configuration and the target's
-// config.json, in one process, no device opened (see plan_world.h).
-#include "student/train/plan_world.h"
+// job_plan.c: --plan: every role's memory plan from the configuration and the target's
+// config.json, in one process, no device opened (see job_plan.h).
+#include "modes/job_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +13,13 @@
 #include "common/core/bytes.h"
 #include "common/core/error.h"
 #include "student/train/batch_source.h"
-#include "student/model/plan.h"
+#include "student/model/memory_plan.h"
 #include "student/train/train_setup.h"
 #include "teacher/teacher_plan.h"
 
 // The backend a rank of the job would open, described but not opened: the kind decides the
 // dtypes and the library workspace the planners count; threads the CPU work buffers.
-void plan_world_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
+void job_plan_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
     memset(be, 0, sizeof *be);
     int gpus = strcmp(cfg->device, "auto") == 0 ? backend_cuda_devices() : 0;
     int cuda = strcmp(cfg->device, "cuda") == 0 || gpus > 0;
@@ -75,7 +75,7 @@ static void plan_header(const config *cfg, const world *w, int t_known, const ch
            plan_ids(dc->target_layer_ids, dc->n_feat, ids, sizeof ids));
 }
 
-int plan_world_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known) {
+int job_plan_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known) {
     memset(w, 0, sizeof *w);
     *known = 1;
     if (world_size > 0) return world_assign(w, 0, world_size, want); // the launcher's world, as the job checks it
@@ -83,7 +83,7 @@ int plan_world_roles(const config *cfg, const world_want *want, int world_size, 
     return world_assign(w, 0, size, want);
 }
 
-int plan_world(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
+int job_plan_train(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
     int eval = strcmp(cfg->mode, "eval") == 0, offline = want->offline;
     if (!cfg->target_path[0])
         return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
@@ -91,13 +91,13 @@ int plan_world(const config *cfg, const world_want *want, int world_size, int ra
     // The roles and teacher groups, as the job assigns them (the mode's rule: world.h).
     world w;
     int t_known = 1;
-    if (plan_world_roles(cfg, want, world_size, &w, &t_known)) return -1;
+    if (job_plan_roles(cfg, want, world_size, &w, &t_known)) return -1;
     if (train_check_roles(&w, cfg)) return -1;
     int T = w.teachers, S = w.students;
 
     backend be;
     char how[160];
-    plan_world_backend(cfg, ranks_on_host > 0 ? ranks_on_host : T + S, &be, how, sizeof how);
+    job_plan_backend(cfg, ranks_on_host > 0 ? ranks_on_host : T + S, &be, how, sizeof how);
     target_config tc;
     teacher_contract ct;
     drafter_config dc;

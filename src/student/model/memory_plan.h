@@ -1,4 +1,4 @@
-// plan.h: the student's memory planner (SPEC §5).
+// memory_plan.h: the student's memory planner (SPEC §5).
 //
 // Given a budget in bytes, the planner takes, among the plans that fit, the one with the least
 // estimated step time (plan_step_seconds): for each anchors per chunk C (one per number of chunks),
@@ -50,7 +50,7 @@ int plan_make(const drafter_config *c, const backend *be, const plan_request *r,
 // keys an anchor sees on average (half its sequence, capped by a sliding window, plus its block),
 // the loss (2 lm_head GEMMs in mode ROWS, 3 in TILES, at the efficiency of the rows or tile width
 // per GEMM, and one or two scans of the logits), a fixed cost per op of each chunk and loss
-// sub-chunk, and the context's projections; rates from a table per backend kind (plan.c).
+// sub-chunk, and the context's projections; rates from a table per backend kind (memory_plan.c).
 double plan_step_seconds(const drafter_config *c, const backend *be, const plan_request *r, const student_plan *p);
 // plan_print: the per-rank breakdown, one line per part, then the chosen C and loss mode.
 void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t budget);
