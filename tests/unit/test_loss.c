@@ -24,15 +24,6 @@
 
 static backend be;
 
-static uint64_t lcg = 20251130;
-static double rand_pm1(void) { // uniform in [-1, 1)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0;
-}
-static int rand_int(int n) { // uniform in [0, n)
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
 
 // ----------------------------------------------------------------------------- problems
 
@@ -68,8 +59,8 @@ static problem make_problem(int anchors, int slots, int64_t H, int64_t V, int k,
     p.label = malloc((size_t)n * sizeof(int32_t));
     p.t_idx = malloc((size_t)n * k * sizeof(int32_t));
     p.in_seq = malloc((size_t)n);
-    for (int64_t i = 0; i < n * H; i++) p.x[i] = (float)(ax * rand_pm1());
-    for (int64_t i = 0; i < V * H; i++) p.W[i] = (float)(aw * rand_pm1());
+    for (int64_t i = 0; i < n * H; i++) p.x[i] = (float)(ax * test_rand_pm1());
+    for (int64_t i = 0; i < V * H; i++) p.W[i] = (float)(aw * test_rand_pm1());
     double *t = malloc((size_t)V * sizeof(double));
     int *used = malloc((size_t)V * sizeof(int));
     for (int r = 0; r < n; r++) {
@@ -80,7 +71,7 @@ static problem make_problem(int anchors, int slots, int64_t H, int64_t V, int k,
         for (int64_t j = 0; j < V; j++) {
             double acc = 0;
             for (int64_t h = 0; h < H; h++) acc += (double)p.W[j * H + h] * p.x[r * H + (h + 1) % H];
-            t[j] = 0.7 * acc + 0.5 * rand_pm1();
+            t[j] = 0.7 * acc + 0.5 * test_rand_pm1();
             used[j] = 0;
         }
         double tm = -INFINITY, z = 0;
@@ -99,10 +90,10 @@ static problem make_problem(int anchors, int slots, int64_t H, int64_t V, int k,
         // NO_TAIL: the LSE of the top-k alone, nudged down so that sum_I p_i >= 1 and p_r = max(0, .) = 0
         p.t_lse[r] = (float)(teacher == TEACHER_NO_TAIL ? tm + log(ztop) - 1e-6 : tm + log(z));
         if (r % 2 == 0 || k == V) {
-            p.label[r] = p.t_idx[r * k + rand_int(k)];
+            p.label[r] = p.t_idx[r * k + test_rand_below(k)];
         } else {
             int64_t j;
-            do j = rand_int((int)V);
+            do j = test_rand_below((int)V);
             while (used[j]);
             p.label[r] = (int32_t)j;
         }
@@ -618,6 +609,7 @@ static void test_terms_and_settings(void) {
 }
 
 int main(void) {
+    test_rand_seed(20251130); // the stream this test always drew
     if (backend_open(&be, "cpu", 0) != 0) {
         fprintf(stderr, "backend_open: %s\n", error_msg());
         return 1;

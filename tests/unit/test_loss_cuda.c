@@ -25,15 +25,6 @@
 
 static backend cpu, gpu;
 
-static uint64_t lcg = 77001;
-static double rand_pm1(void) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(lcg >> 40) / (double)(1ull << 24) * 2.0 - 1.0;
-}
-static int rand_int(int n) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    return (int)((lcg >> 33) % (uint64_t)n);
-}
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
@@ -41,24 +32,6 @@ static void *xalloc(size_t bytes) {
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) exit(1);
     return p;
-}
-
-static void *up(const void *x, size_t bytes) {
-    void *d = backend_alloc(&gpu, bytes ? bytes : 1);
-    if (!d) {
-        fprintf(stderr, "%s\n", error_msg());
-        exit(1);
-    }
-    backend_copy_to_device(&gpu, d, x, bytes);
-    return d;
-}
-
-static void *up_bf16(const float *x, size_t n) {
-    uint16_t *h = xalloc(n * 2);
-    for (size_t i = 0; i < n; i++) h[i] = bf16_from_f32(x[i]);
-    void *d = up(h, n * 2);
-    free(h);
-    return d;
 }
 
 typedef struct {
@@ -75,21 +48,21 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
     int n = anchors * slots;
     double amp = huge ? 20 : 0.5;
     float *x = xalloc((size_t)n * H * 4), *W = xalloc((size_t)V * H * 4);
-    for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] = f32_from_bf16(bf16_from_f32((float)(amp * rand_pm1())));
-    for (int64_t i = 0; i < (int64_t)V * H; i++) W[i] = f32_from_bf16(bf16_from_f32((float)(amp * rand_pm1())));
+    for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] = f32_from_bf16(bf16_from_f32((float)(amp * test_rand_pm1())));
+    for (int64_t i = 0; i < (int64_t)V * H; i++) W[i] = f32_from_bf16(bf16_from_f32((float)(amp * test_rand_pm1())));
     int32_t *label = xalloc((size_t)n * 4), *t_idx = xalloc((size_t)n * k * 4);
     float *mask = xalloc((size_t)n * 4), *t_val = xalloc((size_t)n * k * 4), *t_lse = xalloc((size_t)n * 4);
     uint8_t *in_seq = xalloc((size_t)n);
     for (int r = 0; r < n; r++) {
         // teacher: k distinct ids (a random start and a stride coprime to V), descending values
-        int start = rand_int(V), stride = 1 + rand_int(V);
+        int start = test_rand_below(V), stride = 1 + test_rand_below(V);
         while (gcd(stride, V) != 1) stride++;
         for (int a = 0; a < k; a++) {
             t_idx[r * k + a] = k == V ? a : (int32_t)(((int64_t)start + (int64_t)a * stride) % V);
             t_val[r * k + a] = (float)(5.0 - 0.3 * a);
         }
         t_lse[r] = 6.5f;
-        label[r] = r % 2 ? t_idx[r * k + rand_int(k)] : rand_int(V);
+        label[r] = r % 2 ? t_idx[r * k + test_rand_below(k)] : test_rand_below(V);
         in_seq[r] = !(r % slots == slots - 1 && r / slots == anchors - 1);
         mask[r] = in_seq[r] && r % 5 != 3 ? 1.0f : 0.0f;
     }
@@ -110,11 +83,12 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
 
     // GPU
     loss_batch gb = b;
-    gb.x = up_bf16(x, (size_t)n * H);
-    gb.lm_head = up_bf16(W, (size_t)V * H);
-    gb.label = up(label, (size_t)n * 4), gb.mask = up(mask, (size_t)n * 4), gb.in_seq = up(in_seq, (size_t)n);
-    gb.t_idx = up(t_idx, (size_t)n * k * 4), gb.t_val = up(t_val, (size_t)n * k * 4);
-    gb.t_lse = up(t_lse, (size_t)n * 4);
+    gb.x = dev_up_bf16(&gpu, x, (size_t)n * H);
+    gb.lm_head = dev_up_bf16(&gpu, W, (size_t)V * H);
+    gb.label = dev_up_raw(&gpu, label, (size_t)n * 4), gb.mask = dev_up_raw(&gpu, mask, (size_t)n * 4);
+    gb.in_seq = dev_up_raw(&gpu, in_seq, (size_t)n);
+    gb.t_idx = dev_up_raw(&gpu, t_idx, (size_t)n * k * 4), gb.t_val = dev_up_raw(&gpu, t_val, (size_t)n * k * 4);
+    gb.t_lse = dev_up_raw(&gpu, t_lse, (size_t)n * 4);
     loss_rows gr = {backend_alloc(&gpu, n * 4),
                     {backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4), backend_alloc(&gpu, n * 4)},
                     backend_alloc(&gpu, n * 4),
@@ -188,6 +162,7 @@ static void run_case(int anchors, int slots, int H, int V, int k, int K, int hug
 }
 
 int main(void) {
+    test_rand_seed(77001); // the stream this test always drew
     int open_rc = test_open_devices(&cpu, &gpu);
     if (open_rc) return open_rc;
     printf("%s vs %s\n", gpu.name, cpu.name);
