@@ -37,12 +37,15 @@ run=$TMP/shared
 mpirun -np 2 "$R" "${base[@]}" --run.dir="$run" --train.steps=100000000 --checkpoint.every=5 \
   --test.slow_teacher=0 --test.slow_ms=20 >"$TMP/first.out" 2>"$TMP/first.err" &
 first=$!
-for _ in $(seq 1 1200); do # until it has logged (a hang bound: at most 120 s on a busy machine)
-  grep -qs '"step": 5,' "$run/metrics.jsonl" && break
+# until it has logged and its step-5 checkpoint is in place (published by a rename: complete when
+# there), so that the resume below has one to resume from (a hang bound: at most 120 s on a busy machine)
+for _ in $(seq 1 1200); do
+  grep -qs '"step": 5,' "$run/metrics.jsonl" && [ -d "$run/checkpoints/step-00000005" ] && break
   kill -0 "$first" 2>/dev/null || break
   sleep 0.1
 done
-grep -qs '"step": 5,' "$run/metrics.jsonl" && ok || { bad "the first job did not start"; cat "$TMP/first.err" >&2; }
+grep -qs '"step": 5,' "$run/metrics.jsonl" && [ -d "$run/checkpoints/step-00000005" ] && ok ||
+  { bad "the first job did not start or wrote no checkpoint"; cat "$TMP/first.err" >&2; }
 kill -STOP "$first" 2>/dev/null # hold the first still (its ranks keep the lock): nothing of it changes the files now
 for p in $(pgrep -P "$first"); do kill -STOP "$p"; done
 before=$(md5sum "$run/metrics.jsonl" "$run/config.json" | cut -c1-32 | tr '\n' ' ')
