@@ -3,7 +3,7 @@
 // (teacher_stage_select) and a target_decoder over them (target_decode.h: a stage caches its own
 // layers only, embeds only on the first stage, computes the next tokens only on the last).
 //
-// The group's first stage drives: regenerate.c calls regen_link_add / _step / _remove / _reset
+// The group's first stage drives: regenerate.c calls regen_link_add_batch / _step / _remove / _reset
 // there as it would call the decoder, and each call is applied on this stage, then sent on to the
 // next stage as one host message of the payload link (payload_link.h; below), applied there and sent on, so every stage's decoder goes
 // through the same calls in the same order and holds the same slots. The last stage sends the
