@@ -27,7 +27,8 @@ void regen_link_init(regen_link *l, const world *w, target_decoder *d, payload_l
     l->x_bytes = (size_t)d->m->cfg.hidden * dtype_size(ops_act_dtype(d->m->be));
     if (l->G > 1) {
         size_t R = (size_t)d->rows;
-        l->cap = 4 * 8 + pad8(R * 4) + R * 8 + R * l->x_bytes; // R >= max_seqs draws
+        size_t S = (size_t)d->max_seqs;
+        l->cap = 4 * 8 + pad8(R * 4) + pad8(S * 4) + S * 8 + R * l->x_bytes; // R tokens, <= max_seqs lengths and draws
         l->buf = xmalloc(l->cap);
     }
 }
@@ -52,9 +53,10 @@ static void link_rows(regen_link *l, int peer, int R, int send) {
                   error_msg());
 }
 
-// Send op on to the next stage: R ids, n_u draws and, for ADD and STEP, the R rows of the residual
-// stream this stage's layers left in the decoder's work buffer.
-static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t *ids, const double *u, int n_u) {
+// Send op on to the next stage: R ids, for ADD the n prompt lengths plen, n_u draws and, for ADD and
+// STEP, the R rows of the residual stream this stage's layers left in the decoder's work buffer.
+static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t *ids, const int *plen,
+                      const double *u, int n_u) {
     int64_t *h = (int64_t *)l->buf;
     h[0] = op;
     h[1] = R;
@@ -63,6 +65,10 @@ static void link_send(regen_link *l, int64_t op, int R, int64_t n, const int32_t
     char *p = l->buf + 4 * 8;
     if (R > 0 && ids) memcpy(p, ids, (size_t)R * 4);
     p += pad8((size_t)R * 4);
+    if (op == OP_ADD) {
+        memcpy(p, plen, (size_t)n * 4);
+        p += pad8((size_t)n * 4);
+    }
     if (u) {
         memcpy(p, u, (size_t)n_u * 8);
         p += (size_t)n_u * 8;
@@ -81,11 +87,13 @@ static void link_reply(regen_link *l, int32_t *next, int k) {
     payload_link_recv(l->link, l->head + l->G - 1, TAG_REGEN, next, (size_t)k * sizeof(int32_t), NULL);
 }
 
-int regen_link_add(regen_link *l, const int32_t *prompt, int plen, const double *u, int32_t *next) {
-    int s = target_decoder_add(l->d, prompt, plen, u, next);
+int regen_link_add_batch(regen_link *l, int k, const int32_t *ids, const int *plen, const double *u, int32_t *next) {
+    int s = target_decoder_add_batch(l->d, k, ids, plen, u, next);
     if (s < 0 || l->G == 1) return s;
-    link_send(l, OP_ADD, plen, 0, prompt, u, 1);
-    link_reply(l, next, 1);
+    int R = 0;
+    for (int i = 0; i < k; i++) R += plen[i];
+    link_send(l, OP_ADD, R, k, ids, plen, u, k);
+    link_reply(l, next, k);
     return s;
 }
 
@@ -93,29 +101,31 @@ int regen_link_step(regen_link *l, const int32_t *tokens, const double *u, int32
     int n = l->d->n_seq;
     if (target_decoder_step_sample(l->d, tokens, u, next) < 0) return -1;
     if (l->G == 1) return 0;
-    link_send(l, OP_STEP, n, n, tokens, u, n);
+    link_send(l, OP_STEP, n, n, tokens, NULL, u, n);
     link_reply(l, next, n);
     return 0;
 }
 
 void regen_link_remove(regen_link *l, int s) {
     target_decoder_remove(l->d, s);
-    if (l->G > 1) link_send(l, OP_REMOVE, 0, s, NULL, NULL, 0);
+    if (l->G > 1) link_send(l, OP_REMOVE, 0, s, NULL, NULL, NULL, 0);
 }
 
 void regen_link_reset(regen_link *l) {
     target_decoder_reset(l->d);
-    if (l->G > 1) link_send(l, OP_RESET, 0, 0, NULL, NULL, 0);
+    if (l->G > 1) link_send(l, OP_RESET, 0, 0, NULL, NULL, NULL, 0);
 }
 
 void regen_link_stop(regen_link *l) {
-    if (l->G > 1 && l->next >= 0) link_send(l, OP_STOP, 0, 0, NULL, NULL, 0);
+    if (l->G > 1 && l->next >= 0) link_send(l, OP_STOP, 0, 0, NULL, NULL, NULL, 0);
 }
 
 int regen_link_follow(regen_link *l) {
     target_decoder *d = l->d;
     int32_t *ids = xmalloc((size_t)d->rows * sizeof(int32_t));
-    double *u = xmalloc((size_t)d->rows * sizeof(double));
+    double *u = xmalloc((size_t)d->max_seqs * sizeof(double));
+    int *plen = xmalloc((size_t)d->max_seqs * sizeof(int));
+    int32_t *next = xmalloc((size_t)d->max_seqs * sizeof(int32_t));
     int rc = 0;
     for (;;) {
         payload_link_recv(l->link, l->prev, TAG_REGEN, l->buf, l->cap, NULL);
@@ -129,15 +139,18 @@ int regen_link_follow(regen_link *l) {
         const char *p = l->buf + 4 * 8;
         if (R > 0) memcpy(ids, p, (size_t)R * 4);
         p += pad8((size_t)R * 4);
+        if (op == OP_ADD) {
+            memcpy(plen, p, (size_t)n * 4);
+            p += pad8((size_t)n * 4);
+        }
         memcpy(u, p, (size_t)n_u * 8);
         p += (size_t)n_u * 8;
         const double *draws = n_u ? u : NULL;
         if ((op == OP_ADD || op == OP_STEP) && l->on_link) link_rows(l, l->prev, R, 0);
         else if (op == OP_ADD || op == OP_STEP) backend_copy_to_device(d->m->be, d->w.x, p, (size_t)R * l->x_bytes);
-        int32_t next[1];
         switch (op) {
-        case OP_ADD: // the prompt's rows; the last stage's next token into next[0]
-            rc = target_decoder_add(d, ids, R, draws, next) < 0 ? -1 : 0;
+        case OP_ADD: // the prompts' rows; the last stage's next tokens into next[0..n-1]
+            rc = target_decoder_add_batch(d, (int)n, ids, plen, draws, next) < 0 ? -1 : 0;
             break;
         case OP_STEP: // the last stage writes the next tokens over ids (after uploading them)
             rc = target_decoder_step_sample(d, ids, draws, ids);
@@ -152,11 +165,13 @@ int regen_link_follow(regen_link *l) {
             rc = error_set("regenerate: stage message of unknown kind %lld", (long long)op);
         }
         if (rc < 0) break;
-        if (l->last && op == OP_ADD) payload_link_send(l->link, l->head, TAG_REGEN, next, sizeof(int32_t));
+        if (l->last && op == OP_ADD) payload_link_send(l->link, l->head, TAG_REGEN, next, (size_t)n * sizeof(int32_t));
         else if (l->last && op == OP_STEP) payload_link_send(l->link, l->head, TAG_REGEN, ids, (size_t)R * sizeof(int32_t));
-        else if (!l->last) link_send(l, op, R, n, ids, draws, n_u);
+        else if (!l->last) link_send(l, op, R, n, ids, plen, draws, n_u);
     }
     free(ids);
     free(u);
+    free(plen);
+    free(next);
     return rc;
 }

@@ -3,7 +3,7 @@
 // (teacher_stage_select) and a target_decoder over them (target_decode.h: a stage caches its own
 // layers only, embeds only on the first stage, computes the next tokens only on the last).
 //
-// The group's first stage drives: regenerate.c calls regen_link_add / _step / _remove / _reset
+// The group's first stage drives: regenerate.c calls regen_link_add_batch / _step / _remove / _reset
 // there as it would call the decoder, and each call is applied on this stage, then sent on to the
 // next stage as one host message of the payload link (payload_link.h; below), applied there and sent on, so every stage's decoder goes
 // through the same calls in the same order and holds the same slots. The last stage sends the
@@ -11,10 +11,12 @@
 //
 // A message from stage k to k+1 (world ranks, tag TAG_REGEN, protocol.h):
 //   int64[4]  op (ADD, STEP, REMOVE, RESET, STOP), R, n, has_u
-//   int32[R]  ADD: the prompt (R = its length); STEP: the step's tokens (R = n_seq)   (padded to 8)
-//   f64[R]    the draws when has_u (sampling; only the last stage uses them)
+//   int32[R]  ADD: the n prompts packed (R = their tokens); STEP: the step's tokens (R = n = n_seq)
+//             (padded to 8)
+//   int32[n]  ADD only: the prompts' lengths (padded to 8)
+//   f64[n]    the draws when has_u (sampling; only the last stage uses them)
 //   act[R, H] the residual stream after stage k's layers (ADD, STEP), copied from the device
-// REMOVE carries the slot in n; the reply of the last stage is int32[R] (ADD: R = 1).
+// REMOVE carries the slot in n; the reply of the last stage is int32[n] (ADD: one per prompt).
 // When the link carries device blocks (NCCL: every rank on a GPU of its own) the rows go GPU to GPU
 // instead, as a device block right after the message (which then ends before them), from and into
 // the decoder's w.x.
@@ -42,8 +44,8 @@ typedef struct {
 void regen_link_init(regen_link *l, const world *w, target_decoder *d, payload_link *link);
 void regen_link_free(regen_link *l);
 
-// On the first stage, as target_decoder_add / _step_sample / _remove / _reset (target_decode.h):
-int regen_link_add(regen_link *l, const int32_t *prompt, int plen, const double *u, int32_t *next);
+// On the first stage, as target_decoder_add_batch / _step_sample / _remove / _reset (target_decode.h):
+int regen_link_add_batch(regen_link *l, int k, const int32_t *ids, const int *plen, const double *u, int32_t *next);
 int regen_link_step(regen_link *l, const int32_t *tokens, const double *u, int32_t *next);
 void regen_link_remove(regen_link *l, int s);
 void regen_link_reset(regen_link *l);

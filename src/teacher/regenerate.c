@@ -468,7 +468,9 @@ typedef struct {
     int64_t *slot_of;  // [max_seqs] the shard prompt in each slot
     int32_t *cur;      // [max_seqs] each slot's newest token (fed at the next step)
     int32_t *next;     // [max_seqs]
-    double *u;         // [max_seqs] a step's draws, one per slot (sampling only)
+    double *u;         // [max_seqs] a step's draws, one per slot, or a prefill pack's (sampling only)
+    int32_t *pack;     // [decoder rows] a prefill pack's prompts, one after another
+    int *plen;         // [max_seqs] their lengths
     int64_t tokens;    // generated so far (all shards of this rank)
 } shard_state;
 
@@ -491,7 +493,8 @@ static void regen_draw(regen *g, shard_state *st, int64_t j, double *u) {
     if (g->smp.temperature > 0.0f) *u = rng_uniform(&st->r[j]);
 }
 
-// Decode the shard's prompts with continuous batching: a free slot takes the next waiting prompt.
+// Decode the shard's prompts with continuous batching: the free slots take the next waiting prompts,
+// prefilled together as one pack (target_decoder_add_batch).
 // done counts this rank's prompts; the progress line counts the job's: the shards claim in order,
 // so every prompt before this shard's is claimed by some rank, and its rate and ETA are the job's.
 static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *done) {
@@ -500,17 +503,31 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
     int64_t waiting = 0, finished = 0;
     regen_link_reset(&g->link);
     while (finished < st->cnt) {
-        while (d->n_seq < g->max_seqs && waiting < st->cnt) { // refill the free slots
-            int64_t j = waiting++;
-            rng_init(&st->r[j], (uint64_t)g->cfg->regen_seed, (uint64_t)(st->first + j), REGEN_RNG_ID);
-            if (prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts) < 0) return -1;
-            double u = 0;
-            regen_draw(g, st, j, &u);
-            int s = regen_link_add(&g->link, g->pi.s.ids, (int)g->pi.s.n, sampling ? &u : NULL, &st->cur[d->n_seq]);
-            if (s < 0) return -1;
-            st->slot_of[s] = j;
-            if (regen_emit(g, st, j, st->cur[s])) {
-                regen_link_remove(&g->link, s); // s is the last slot: nothing moves
+        while (d->n_seq < g->max_seqs && waiting < st->cnt) { // refill the free slots, one prefill pack
+            // the waiting prompts that fit the free slots and the decoder's work buffers (rows tokens;
+            // one prompt always fits: it is at most max_len <= rows)
+            int s0 = d->n_seq, k = 0, T = 0;
+            while (s0 + k < g->max_seqs && waiting < st->cnt && T + g->pi.len[st->first + waiting] <= d->rows) {
+                int64_t j = waiting++;
+                rng_init(&st->r[j], (uint64_t)g->cfg->regen_seed, (uint64_t)(st->first + j), REGEN_RNG_ID);
+                if (prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts) < 0) return -1;
+                memcpy(st->pack + T, g->pi.s.ids, (size_t)g->pi.s.n * sizeof(int32_t));
+                st->plen[k] = (int)g->pi.s.n;
+                T += st->plen[k];
+                st->u[k] = 0;
+                regen_draw(g, st, j, &st->u[k]);
+                st->slot_of[s0 + k++] = j;
+            }
+            if (regen_link_add_batch(&g->link, k, st->pack, st->plen, sampling ? st->u : NULL, &st->cur[s0]) < 0)
+                return -1;
+            for (int s = s0 + k - 1; s >= s0; s--) { // from the top: the sequence moved into s has been handled
+                if (!regen_emit(g, st, st->slot_of[s], st->cur[s])) continue;
+                int last = d->n_seq - 1;
+                regen_link_remove(&g->link, s);
+                if (s != last) {
+                    st->slot_of[s] = st->slot_of[last];
+                    st->cur[s] = st->cur[last];
+                }
                 finished++;
                 (*done)++;
                 progress_update(pg, st->first + finished);
@@ -622,6 +639,8 @@ static int regen_run_shards(regen *g, const world *w) {
     st.cur = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.next = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.u = xmalloc((size_t)g->max_seqs * sizeof(double));
+    st.pack = xmalloc((size_t)g->dec.rows * sizeof(int32_t));
+    st.plen = xmalloc((size_t)g->max_seqs * sizeof(int));
     progress pg;
     progress_start(&pg, "regenerate (the job's prompts, in the order claimed)", g->pi.n);
     double t0 = time_now(), t_line = t0;
@@ -677,6 +696,8 @@ static int regen_run_shards(regen *g, const world *w) {
     free(st.cur);
     free(st.next);
     free(st.u);
+    free(st.pack);
+    free(st.plen);
     return rc;
 }
 

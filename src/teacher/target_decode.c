@@ -153,18 +153,25 @@ static float *decoder_rec_at(const target_decoder *d, int i, int s) {
 }
 
 // Attention of cache slot a over w->q, w->k, w->v (after RoPE) into w->att, storing the new keys and
-// values in the cache: a prefill of sequence seq (seq >= 0) at positions 0..R-1 with causal
-// attention over the prompt, or a step (seq < 0) of R = n_seq rows, row s at position len[s].
-static void decoder_attend(target_decoder *d, int a, int seq, int R) {
+// values in the cache: a prefill (n_pre >= 1) of n_pre packed sequences into slots s0.. (sequence i
+// at rows cu_host[i]..cu_host[i+1]-1, positions from 0) with causal attention over each prompt, or a
+// step (n_pre = 0) of R = n_seq rows, row s at position len[s].
+static void decoder_attend(target_decoder *d, int a, int s0, int n_pre, int R) {
     const target_config *c = &d->m->cfg;
     backend *be = d->m->be;
     target_work *w = &d->w;
     int hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
+    size_t row = (size_t)kvd * dtype_size(ops_act_dtype(be));
     float scale = 1.0f / sqrtf((float)hd);
-    if (seq >= 0) {
-        ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, seq, 0), kvd, w->k, kvd, R, kvd);
-        ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, seq, 0), kvd, w->v, kvd, R, kvd);
-        ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, 1, R, nq, nkv, hd, scale);
+    if (n_pre > 0) {
+        for (int i = 0; i < n_pre; i++) { // each prompt's keys and values to its slot's positions 0..
+            int r0 = d->cu_host[i], P = d->cu_host[i + 1] - r0;
+            ops_copy_2d(be, decoder_cache_at(d, d->k_cache, a, s0 + i, 0), kvd, (char *)w->k + (size_t)r0 * row, kvd, P,
+                        kvd);
+            ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, s0 + i, 0), kvd, (char *)w->v + (size_t)r0 * row, kvd, P,
+                        kvd);
+        }
+        ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_pre, R, nq, nkv, hd, scale);
         return;
     }
     // w->pos holds len[s], the new token's position: its key and value go there, its query attends to 0..len[s]
@@ -174,23 +181,25 @@ static void decoder_attend(target_decoder *d, int a, int seq, int R) {
 }
 
 // The decoder layers over R rows already embedded in w->x, positions in w->pos, boundaries in
-// w->cu_seqlens.
-//   seq >= 0: a prefill of sequence seq (R = its prompt length, rows = positions 0..R-1, one
-//             sequence): keys and values go to the cache at positions 0..R-1, causal attention over
-//             the prompt; a linear layer runs from sequence seq's (zeroed) state and leaves the
-//             prompt's final state there.
-//   seq < 0:  a decode step (R = n_seq, row s = sequence s's new token at position len[s], each row
+// w->cu_seqlens (and d->cu_host).
+//   n_pre >= 1: a prefill of n_pre packed prompts into slots s0 .. s0+n_pre-1 (R = their tokens;
+//             prompt i's rows are positions 0..plen-1): keys and values go to each slot's cache at
+//             positions 0..plen-1, causal attention within each prompt; a linear layer runs each
+//             prompt from its slot's (zeroed) state and leaves the prompt's final state there (the
+//             slots' states are contiguous, as the mixer takes them).
+//   n_pre = 0: a decode step (R = n_seq, row s = sequence s's new token at position len[s], each row
 //             its own sequence): its key and value go to the cache at position len[s], one query
 //             over positions 0..len[s]; a linear layer advances the states of sequences 0..R-1 by
 //             one token (the caller then counts the position: len[s] += 1).
-static void decoder_layers(target_decoder *d, int seq, int R) {
+static void decoder_layers(target_decoder *d, int s0, int n_pre, int R) {
     target_model *m = d->m;
     const target_config *c = &m->cfg;
     backend *be = m->be;
     target_work *w = &d->w;
     const target_mixer *mix = c->table->mixer; // the architecture's layer code (target_arch.h)
     int H = (int)c->hidden;
-    int n_seq = seq >= 0 ? 1 : R, s0 = seq >= 0 ? seq : 0;
+    int n_seq = n_pre > 0 ? n_pre : R;
+    if (n_pre == 0) s0 = 0;
     int64_t l0, l1;
     target_stage_range(m, &l0, &l1);
     for (int l = (int)l0; l < (int)l1; l++) {
@@ -201,7 +210,7 @@ static void decoder_layers(target_decoder *d, int seq, int R) {
             mix->forward(m, l, w, R, n_seq, decoder_conv_at(d, d->slot[l], s0), decoder_rec_at(d, d->slot[l], s0));
         } else { // attention: the architecture's halves around the attention over the cache
             mix->attn_project(m, l, w, R);
-            decoder_attend(d, d->slot[l], seq, R);
+            decoder_attend(d, d->slot[l], s0, n_pre, R);
             mix->attn_finish(m, l, w, R);
         }
         ops_add(be, w->x, w->xn, (int64_t)R * H);
@@ -256,24 +265,47 @@ static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n,
     return 0;
 }
 
-// Prefill slot s with prompt[0:P] (checked by the caller): its linear layers' state zeroed, keys and
-// values at positions 0..P-1, the prompt's last hidden state in d->last row s.
-static void decoder_prefill_seq(target_decoder *d, int s, const int32_t *prompt, int P) {
+// Prefill slots s0 .. s0+k-1 with k packed prompts (checked by the caller): ids[0:T] (host), prompt i
+// plen[i] tokens, T <= rows. One pass of the layers over the T rows (each weight read once for the
+// pack): the slots' linear states zeroed, keys and values at positions 0..plen[i]-1 of slot s0+i,
+// each prompt's last hidden state in d->last row s0+i.
+static void decoder_prefill_pack(target_decoder *d, int s0, int k, const int32_t *ids, const int *plen) {
     backend *be = d->m->be;
     const target_config *c = &d->m->cfg;
     int H = (int)c->hidden;
     size_t e = dtype_size(ops_act_dtype(be));
-    for (int i = 0; i < d->n_lin; i++) { // every linear layer starts the sequence from zero
-        backend_memset_zero(be, decoder_conv_at(d, i, s), decoder_conv_elems(c) * e);
-        backend_memset_zero(be, decoder_rec_at(d, i, s), decoder_rec_elems(c) * sizeof(float));
+    for (int i = 0; i < d->n_lin; i++) { // every linear layer starts the sequences from zero (slots contiguous)
+        backend_memset_zero(be, decoder_conv_at(d, i, s0), (size_t)k * decoder_conv_elems(c) * e);
+        backend_memset_zero(be, decoder_rec_at(d, i, s0), (size_t)k * decoder_rec_elems(c) * sizeof(float));
     }
-    for (int t = 0; t < P; t++) d->pos_host[t] = t;
     d->cu_host[0] = 0;
-    d->cu_host[1] = P;
-    decoder_upload(d, prompt, P, 1);
-    decoder_layers(d, s, P);
-    d->len[s] = P;
-    ops_copy_2d(be, (char *)d->last + (size_t)s * H * e, H, (char *)d->w.x + (size_t)(P - 1) * H * e, H, 1, H);
+    for (int i = 0; i < k; i++) {
+        for (int t = 0; t < plen[i]; t++) d->pos_host[d->cu_host[i] + t] = t;
+        d->cu_host[i + 1] = d->cu_host[i] + plen[i];
+    }
+    int T = d->cu_host[k];
+    decoder_upload(d, ids, T, k);
+    decoder_layers(d, s0, k, T);
+    for (int i = 0; i < k; i++) {
+        d->len[s0 + i] = plen[i];
+        ops_copy_2d(be, (char *)d->last + (size_t)(s0 + i) * H * e, H,
+                    (char *)d->w.x + (size_t)(d->cu_host[i + 1] - 1) * H * e, H, 1, H);
+    }
+}
+
+// Prefill prompts[0..n_seq-1] into slots 0.. in packs of at most rows tokens (consecutive prompts);
+// the ids are packed in pack (host [rows]).
+static void decoder_prefill_all(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
+                                int32_t *pack) {
+    for (int s = 0; s < n_seq;) {
+        int k = 0, T = 0;
+        while (s + k < n_seq && T + plen[s + k] <= d->rows) {
+            memcpy(pack + T, prompts[s + k], (size_t)plen[s + k] * sizeof(int32_t));
+            T += plen[s + k++];
+        }
+        decoder_prefill_pack(d, s, k, pack, plen + s);
+        s += k;
+    }
 }
 
 int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
@@ -285,8 +317,10 @@ int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *p
             return error_set("prompt %d has %d tokens: the decoder caches 1..%d positions", s, plen[s], d->max_len);
         if (decoder_check_ids(d, prompts[s], plen[s], "prompt", s)) return -1;
     }
+    int32_t *pack = xmalloc((size_t)d->rows * sizeof(int32_t));
+    decoder_prefill_all(d, n_seq, prompts, plen, pack);
+    free(pack);
     d->n_seq = n_seq;
-    for (int s = 0; s < n_seq; s++) decoder_prefill_seq(d, s, prompts[s], plen[s]);
     decoder_head(d, d->last, n_seq, NULL, next);
     return 0;
 }
@@ -306,7 +340,7 @@ int target_decoder_step_sample(target_decoder *d, const int32_t *tokens, const d
     for (int s = 0; s <= n; s++) d->cu_host[s] = s; // every row its own sequence of one token
     for (int s = 0; s < n; s++) d->pos_host[s] = d->len[s]; // positions continue from the prompt
     decoder_upload(d, tokens, n, n);
-    decoder_layers(d, -1, n);
+    decoder_layers(d, 0, 0, n);
     for (int s = 0; s < n; s++) d->len[s]++;
     decoder_head(d, d->w.x, n, u, next);
     return 0;
@@ -336,19 +370,32 @@ int target_decoder_generate(target_decoder *d, int n_seq, const int32_t *const *
 
 // ----------------------------------------------------------------------------- continuous batching
 
-int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const double *u, int32_t *next) {
-    int s = d->n_seq;
+int target_decoder_add_batch(target_decoder *d, int k, const int32_t *ids, const int *plen, const double *u,
+                             int32_t *next) {
+    int s0 = d->n_seq;
     if (u && !d->sampling) return error_set("decoder: a sampled prompt on a decoder made for greedy decoding");
-    if (s >= d->max_seqs) return error_set("decoder: all %d slots hold a sequence", d->max_seqs);
-    if (plen < 1 || plen > d->max_len)
-        return error_set("a prompt of %d tokens: the decoder caches 1..%d positions per sequence", plen, d->max_len);
-    if (decoder_check_ids(d, prompt, plen, "prompt of slot", s)) return -1;
-    decoder_prefill_seq(d, s, prompt, plen);
-    d->n_seq = s + 1;
-    const target_config *c = &d->m->cfg;
+    if (s0 >= d->max_seqs) return error_set("decoder: all %d slots hold a sequence", d->max_seqs);
+    if (k < 1 || s0 + k > d->max_seqs)
+        return error_set("decoder: %d prompts to add, %d of its %d slots are free", k, d->max_seqs - s0, d->max_seqs);
+    int64_t T = 0;
+    for (int i = 0; i < k; i++) {
+        if (plen[i] < 1 || plen[i] > d->max_len)
+            return error_set("a prompt of %d tokens: the decoder caches 1..%d positions per sequence", plen[i],
+                             d->max_len);
+        if (decoder_check_ids(d, ids + T, plen[i], "prompt of slot", s0 + i)) return -1;
+        T += plen[i];
+    }
+    if (T > d->rows)
+        return error_set("decoder: a prefill pack of %lld tokens, its work buffers hold %d", (long long)T, d->rows);
+    decoder_prefill_pack(d, s0, k, ids, plen);
+    d->n_seq = s0 + k;
     size_t e = dtype_size(ops_act_dtype(d->m->be));
-    decoder_head(d, (char *)d->last + (size_t)s * (size_t)c->hidden * e, 1, u, next);
-    return s;
+    decoder_head(d, (char *)d->last + (size_t)s0 * (size_t)d->m->cfg.hidden * e, k, u, next);
+    return s0;
+}
+
+int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const double *u, int32_t *next) {
+    return target_decoder_add_batch(d, 1, prompt, &plen, u, next);
 }
 
 // bytes of device memory from src to dst, through the act-dtype copy (every size here is a whole

@@ -3,8 +3,9 @@
 // make-data).
 //
 // A decoder holds up to max_seqs sequences decoded in lockstep. Each sequence is prefilled with its
-// prompt (the packed forward's layer code over the prompt's tokens, one sequence at a time, keys and
-// values after RoPE stored in the cache), then every step feeds one token per sequence: only the new
+// prompt (the packed forward's layer code over the prompt's tokens, keys and values after RoPE stored
+// in the cache; several prompts are prefilled as one pack of variable-length sequences, at most
+// `rows` tokens, in one pass over the weights), then every step feeds one token per sequence: only the new
 // token's layer outputs are computed, its query attends to the cached keys/values of its own
 // sequence, and RoPE positions continue from the prompt (a sequence's positions are 0, 1, 2, ...).
 // Sequences may have prompts of different lengths; each keeps its own position.
@@ -13,15 +14,19 @@
 // above (gated attention: the mixer's attn_project, the attention, its attn_finish; target_arch.h);
 // each Gated DeltaNet layer keeps, per sequence, the conv's last K-1 inputs and the delta rule's
 // fp32 state (transformers' conv_state and recurrent_state), zeroed at the prefill. A prefill runs
-// the packed forward's mixer (target_mixer_qwen3_5) over the prompt as one sequence with that
-// sequence's state; a step runs it over n_seq rows, each its own sequence of one token.
+// the packed forward's mixer (target_mixer_qwen3_5) over its pack, each prompt one sequence with its
+// slot's state; a step runs it over n_seq rows, each its own sequence of one token.
 //
 // Continuous batching (regenerate.h): the live sequences always occupy slots 0 .. n_seq-1.
-// target_decoder_add prefills one new prompt into slot n_seq while the others keep their caches;
+// target_decoder_add_batch prefills k new prompts into slots n_seq .. n_seq+k-1 (one pack) while the
+// others keep their caches;
 // target_decoder_remove ends the sequence of slot s and moves the last live sequence into that slot
 // (its cached keys/values and linear states are copied), so a step always runs over n_seq rows.
 // A sequence's numbers do not depend on the slot it sits in nor on its neighbours, except through
-// GEMM rounding over a different number of rows.
+// GEMM rounding over a different number of rows (a prompt prefilled alone or in a pack: on the CPU
+// the same bits while the pack has at most 32 rows, gemm_rows.c; on CUDA, and past 32 rows, cuBLAS /
+// OpenBLAS may sum in another order, and the Gated DeltaNet's form on CUDA follows the pack's
+// tokens per sequence).
 //
 // The greedy token is the argmax of the lm_head logits (lowest id on ties), computed over vocabulary
 // tiles by the teacher's running top-k (k = 1): the same rule as topk_idx[t][0] of target_forward.
@@ -35,7 +40,8 @@
 // output is w.x, the caller sends it on; next is left as it was). regen_link.h drives the stages.
 //
 // Memory: one arena on the backend, sized up front for max_seqs x max_len cached positions and the
-// work buffers of a max_len-token prefill; nothing is allocated while decoding.
+// work buffers of a prefill pack of rows = max(max_len, max_seqs) tokens and up to max_seqs
+// sequences; nothing is allocated while decoding.
 //
 // Backend: CPU (fp32) or CUDA (bf16 activations, fp32 states and softmax). Everything runs through
 // the backend ops on the device: the layers (ops.h, ops_hybrid.h, ops_moe.h, backend_gemm), the
@@ -97,7 +103,8 @@ void target_decoder_free(target_decoder *d);
 
 // target_decoder_prefill: start n_seq sequences (1..max_seqs) with prompts[s][0:plen[s]] (host),
 // 1 <= plen[s] <= max_len, ids in [0, V). next[s] (host) = each sequence's greedy next token.
-// Replaces whatever was cached. -1 with error_set on bad input.
+// Replaces whatever was cached; consecutive prompts are prefilled in packs of at most rows tokens.
+// -1 with error_set on bad input.
 int target_decoder_prefill(target_decoder *d, int n_seq, const int32_t *const *prompts, const int *plen,
                            int32_t *next);
 // target_decoder_step: append tokens[s] (host, one per sequence) to every sequence and compute
@@ -121,6 +128,13 @@ static inline void target_decoder_reset(target_decoder *d) { d->n_seq = 0; }
 // sampled with the draw *u (as target_decoder_step_sample). Returns the slot (the old n_seq), or -1
 // with error_set when every slot is taken or the prompt is bad.
 int target_decoder_add(target_decoder *d, const int32_t *prompt, int plen, const double *u, int32_t *next);
+// target_decoder_add_batch: target_decoder_add of k prompts in one pass over the weights: prompt i
+// is plen[i] tokens of ids (host, packed one after another, sum plen <= rows), into slot n_seq + i;
+// next[i] its next token (u NULL: greedy; else sampled with the draw u[i]). Returns the first slot
+// (the old n_seq), or -1 with error_set when fewer than k slots are free, the pack exceeds the work
+// buffers (rows tokens) or a prompt is bad. k = 1 is target_decoder_add.
+int target_decoder_add_batch(target_decoder *d, int k, const int32_t *ids, const int *plen, const double *u,
+                             int32_t *next);
 // target_decoder_remove: end the sequence in slot s (0 <= s < n_seq); the sequence of slot n_seq-1,
 // when s is not that slot, moves into slot s (the caller renumbers it). n_seq decreases by one.
 void target_decoder_remove(target_decoder *d, int s);
