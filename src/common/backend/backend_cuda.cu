@@ -1,8 +1,10 @@
-// backend_cuda.cu: the CUDA backend — one device per rank, one stream, one cuBLAS handle.
+// backend_cuda.cu: the CUDA backend — one device per rank, one stream, one cuBLAS handle (and a
+// copy stream beside the stream for backend_copy_async).
 //
 // Written C-style (this file is C++ only because nvcc compiles .cu as C++); everything it exports
 // has C linkage through backend_cuda.h. All work is ordered on the backend's stream; the copies
-// to and from host memory synchronise it, because the host buffer may be reused on return.
+// to and from host memory synchronise it, because the host buffer may be reused on return (the
+// asynchronous copies of the pinned block are the exception: their events say when).
 //
 // The CUDA runtime's "current device" is per host thread: a thread other than the one that called
 // backend_open must cudaSetDevice(be->device_id) before touching this backend's memory. The
