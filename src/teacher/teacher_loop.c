@@ -118,9 +118,19 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
     if (G > 1 && stage_link_init(&sl, w, be, link, n_buf, T, m.cfg.hidden, D)) return -1;
     size_t max_bytes = wire_bytes(T, T, k, D);
     int n_pay = last ? n_buf : 0; // the payload ring of the last stage
-    char **bufs = xmalloc((size_t)(n_pay + 1) * sizeof(char *));
+    // The payload ring: pinned host buffers (backend_host_alloc) the outputs are copied into
+    // asynchronously, each with the event its send waits for.
+    char **bufs = xcalloc((size_t)n_pay + 1, sizeof(char *));
+    void **copied = xcalloc((size_t)n_pay + 1, sizeof(void *));
     payload_ticket *sends = xcalloc((size_t)n_pay + 1, sizeof(payload_ticket));
-    for (int i = 0; i < n_pay; i++) bufs[i] = xmalloc(max_bytes);
+    for (int i = 0; i < n_pay; i++) {
+        if (!(bufs[i] = backend_host_alloc(be, max_bytes))) {
+            for (int j = 0; j < i; j++) backend_host_free(be, bufs[j]), backend_event_free(be, copied[j]);
+            free(bufs), free(copied), free(sends);
+            return error_prefix("teacher rank %d: its payload ring (%d buffers)", w->rank, n_pay);
+        }
+        copied[i] = backend_event_new(be);
+    }
     int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)T);
     dtype act = ops_act_dtype(be);
@@ -165,21 +175,29 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
                          .features_on_link = on_link};
         wire_write_header(bufs[slot], &wb);
         wire_layout(bufs[slot], &wb);
-        memcpy(wb.tokens, tokens, (size_t)S * sizeof(int32_t));
-        memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
-        memcpy(wb.mask, mask, (size_t)S);
+        // The outputs into the slot's pinned buffer by asynchronous copies on the copy stream, after
+        // the forward (backend_copy_async), then the host's part of the payload while they run. A
+        // CUDA forward writes its features in bf16 (the wire's dtype, converted on the device); the
+        // CPU's fp32 ones are converted here.
         if (on_link) { // GPU to GPU: into this slot's device buffer, sent below
             backend_copy_to_device(be, feat_dev[slot], tw.features, size_mul(S, D) * 2);
         } else if (act == DT_BF16) {
-            backend_copy_to_host(be, wb.features, tw.features, size_mul(S, D) * 2);
+            backend_copy_async(be, BACKEND_STREAM_COPY, wb.features, tw.features, size_mul(S, D) * 2);
         } else { // fp32 on the CPU: bf16 on the wire
             backend_copy_to_host(be, feat_raw, tw.features, size_mul(S, D) * sizeof(float));
             convert_from_f32(wb.features, DT_BF16, feat_raw, (int64_t)S * D);
         }
-        backend_copy_to_host(be, wb.topk_idx, tw.topk_idx, size_mul(S, k) * sizeof(int32_t));
-        backend_copy_to_host(be, wb.topk_val, tw.topk_val, size_mul(S, k) * sizeof(float));
-        backend_copy_to_host(be, wb.lse, tw.lse, (size_t)S * sizeof(float));
+        backend_copy_async(be, BACKEND_STREAM_COPY, wb.topk_idx, tw.topk_idx, size_mul(S, k) * sizeof(int32_t));
+        backend_copy_async(be, BACKEND_STREAM_COPY, wb.topk_val, tw.topk_val, size_mul(S, k) * sizeof(float));
+        backend_copy_async(be, BACKEND_STREAM_COPY, wb.lse, tw.lse, (size_t)S * sizeof(float));
+        backend_event_record(be, copied[slot], BACKEND_STREAM_COPY);
+        memcpy(wb.tokens, tokens, (size_t)S * sizeof(int32_t));
+        memcpy(wb.cu, cu, ((size_t)n_seq + 1) * sizeof(int32_t));
+        memcpy(wb.mask, mask, (size_t)S);
         config_test_slow(cfg, w->rank); // testing: a slow teacher
+        // the send posts once the copies are in (the next forward, which rewrites what they read,
+        // starts after it and overlaps the send)
+        backend_event_sync(be, copied[slot]);
         int reply = (int)h.reply;
         size_t bytes = wire_bytes(S, n_seq, k, on_link ? 0 : D);
         if (cfg->check_payloads) wire_seal(bufs[slot], bytes); // checked by the student on arrival
@@ -204,8 +222,9 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
     if (G > 1) snprintf(role, sizeof role, " (group %d stage %d)", w->group, w->stage);
     log_info("teacher %d%s: served %lld batches, busy %.0f%% of %.1fs", w->rank, role, (long long)served,
              el > 0 ? 100 * busy / el : 0, el);
-    for (int i = 0; i < n_pay; i++) free(bufs[i]);
+    for (int i = 0; i < n_pay; i++) backend_host_free(be, bufs[i]), backend_event_free(be, copied[i]);
     free(bufs);
+    free(copied);
     free(sends);
     free(tokens);
     free(cu);

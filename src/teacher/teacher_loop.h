@@ -2,8 +2,9 @@
 //
 // The teacher waits for requests from the students (protocol.h), builds the named batch from the
 // batch plan that every rank derives from the seed, runs the target forward and sends the payload
-// (wire.h) back over the payload link (payload_link.h) from a ring of buffers, so it computes the
-// next batch while the last one is in flight. It stops when every
+// (wire.h) back over the payload link (payload_link.h) from a ring of pinned host buffers, filled
+// by asynchronous copies after the forward (backend.h), so it computes the next batch while the
+// last one is in flight. It stops when every
 // student has sent WIRE_STOP, and logs how many batches it served. A teacher of G ranks
 // (world.teacher_group_size) is a pipeline: its first stage takes the requests and reads the
 // batches, each stage runs its layers and passes the batch on (teacher_group.h), the last sends

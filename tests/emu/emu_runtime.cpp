@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +42,11 @@ size_t emu_smem_limit(const void *kernel) {
 static const size_t SMEM_OPTIN_MAX = 227 * 1024; // sm_90: 227 KiB per block
 
 static cudaError_t fail(cudaError_t e) { return last_error = e; }
+
+// the copy log (its own section, at the end): what the stream entry points tell it
+static void copy_log_copy(const void *dst, const void *src, size_t n, bool async_api, cudaStream_t s);
+static void copy_log_queued(cudaStream_t s); // other work queued on s
+static void copy_log_waited(cudaStream_t s, bool every); // the host waits for s (every: for all streams)
 
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = last_error;
@@ -113,7 +119,10 @@ cudaError_t cudaGetDevice(int *d) {
     *d = current_device;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    copy_log_waited(nullptr, true);
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     if (!valid_device(d)) return fail(cudaErrorInvalidDevice);
@@ -230,11 +239,14 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b) {
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind) {
+    copy_log_copy(dst, src, n, false, nullptr);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t) {
-    return cudaMemcpy(dst, src, n, k);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t s) {
+    copy_log_copy(dst, src, n, true, s);
+    if (n) memmove(dst, src, n);
+    return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                               enum cudaMemcpyKind, cudaStream_t) {
@@ -246,7 +258,10 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
     if (n) memset(p, v, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { return cudaMemset(p, v, n); }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    copy_log_queued(s);
+    return cudaMemset(p, v, n);
+}
 
 // ---------------------------------------------------------------------------- streams and events
 
@@ -256,12 +271,19 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) { return cudaStreamCreate(s); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    copy_log_queued(s); // (a copy still pending there was never waited for)
     delete (int *)s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    copy_log_waited(s, false);
+    return cudaSuccess;
+}
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned int) {
+    copy_log_queued(s);
+    return cudaSuccess;
+}
 // An event: its flags and the host time of its last record (work has finished by then).
 struct emu_event {
     unsigned flags;
@@ -281,7 +303,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete (emu_event *)e;
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    copy_log_queued(s);
     ((emu_event *)e)->t = host_seconds();
     return cudaSuccess;
 }
@@ -707,3 +730,92 @@ ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, nc
 }
 ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+// ---------------------------------------------------------------------------- the copy log: pinned and asynchronous copies
+//
+// DFLASH_EMU_COPY_LOG=FILE appends one line per copy between host and device memory (cudaMemcpy,
+// cudaMemcpyAsync) to FILE, from every process alike (one write(2) per line, O_APPEND):
+//     copy RANK DIR BYTES pinned=P async=A
+// RANK: OMPI_COMM_WORLD_RANK (-1 outside mpirun); DIR: h2d or d2h; P = 1 when the host side lies
+// inside one cudaHostAlloc'd buffer; A = 1 when the copy was a cudaMemcpyAsync that the host did not
+// wait for at once: the next thing on its stream was other work (another copy, a memset, an event
+// record or wait; kernels and cuBLAS calls are not seen here, so a copy followed by a kernel and a
+// cudaStreamSynchronize counts as waited for), not cudaStreamSynchronize or cudaDeviceSynchronize.
+// A cudaMemcpy is never asynchronous. On a GPU a copy from pageable memory is staged and the host
+// waits for it whatever the call; the log states both halves. tests/gpu/test_payload_pinned_cuda.sh
+// counts the payload copies of a training job that are not pinned and asynchronous.
+
+namespace {
+struct copy_rec {
+    bool h2d, pinned;
+    size_t bytes;
+};
+std::mutex copy_mu;
+std::map<cudaStream_t, copy_rec> copy_pending; // the last copy of a stream, until what follows it says
+bool copy_exit_set;
+}
+
+static bool emu_pinned_range(const void *p, size_t bytes) {
+    std::lock_guard<std::mutex> g(pinned_mu);
+    auto it = pinned_allocs.upper_bound((void *)p);
+    if (it == pinned_allocs.begin()) return false;
+    --it;
+    const char *base = (const char *)it->first, *q = (const char *)p;
+    return q >= base && (size_t)(q - base) <= it->second && bytes <= it->second - (size_t)(q - base);
+}
+
+static void copy_log_write(const copy_rec &r, bool async) {
+    const char *path = getenv("DFLASH_EMU_COPY_LOG");
+    if (!path || !*path) return;
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    char line[160];
+    int n = snprintf(line, sizeof line, "copy %s %s %zu pinned=%d async=%d\n", rank && *rank ? rank : "-1",
+                     r.h2d ? "h2d" : "d2h", r.bytes, r.pinned ? 1 : 0, async ? 1 : 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)n) != n) fprintf(stderr, "cuda emulator: cannot write %s\n", path);
+    close(fd);
+}
+
+static void copy_log_at_exit(void) { // copies nobody waited for
+    std::lock_guard<std::mutex> g(copy_mu);
+    for (auto &kv : copy_pending) copy_log_write(kv.second, true);
+    copy_pending.clear();
+}
+
+static void copy_log_queued_locked(cudaStream_t s) {
+    auto it = copy_pending.find(s);
+    if (it == copy_pending.end()) return;
+    copy_log_write(it->second, true);
+    copy_pending.erase(it);
+}
+
+static void copy_log_queued(cudaStream_t s) {
+    if (!getenv("DFLASH_EMU_COPY_LOG")) return;
+    std::lock_guard<std::mutex> g(copy_mu);
+    copy_log_queued_locked(s);
+}
+
+static void copy_log_waited(cudaStream_t s, bool every) {
+    if (!getenv("DFLASH_EMU_COPY_LOG")) return;
+    std::lock_guard<std::mutex> g(copy_mu);
+    for (auto it = copy_pending.begin(); it != copy_pending.end();)
+        if (every || it->first == s) {
+            copy_log_write(it->second, false);
+            it = copy_pending.erase(it);
+        } else {
+            ++it;
+        }
+}
+
+static void copy_log_copy(const void *dst, const void *src, size_t n, bool async_api, cudaStream_t s) {
+    if (!getenv("DFLASH_EMU_COPY_LOG")) return;
+    bool dst_dev = emu_device_range(dst, n ? n : 1), src_dev = emu_device_range(src, n ? n : 1);
+    std::lock_guard<std::mutex> g(copy_mu);
+    if (async_api) copy_log_queued_locked(s); // the copy before it on s was not waited for
+    if (dst_dev == src_dev || n == 0) return;  // device to device, or host to host: not logged
+    copy_rec r = {dst_dev, emu_pinned_range(dst_dev ? src : dst, n), n};
+    if (!copy_exit_set) copy_exit_set = true, atexit(copy_log_at_exit);
+    if (!async_api) copy_log_write(r, false);
+    else copy_pending[s] = r;
+}

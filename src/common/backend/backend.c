@@ -5,6 +5,7 @@
 #include "common/backend/backend.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/backend/backend_cpu.h"
@@ -137,4 +138,56 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 #endif
         cpu_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
     if (be->timer) be->timer->end(be, prof, __func__, 2.0 * m * n * k);
+}
+
+// pinned host memory and async copies (backend.h): on the CPU plain memory, copies at the call and
+// events that are always complete (a byte each, so that every event is a distinct pointer to free)
+
+void *backend_host_alloc(backend *be, size_t bytes) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes);
+#endif
+    return cpu_alloc(be, bytes);
+}
+
+void backend_host_free(backend *be, void *p) {
+    ON_CUDA(be, cuda_host_free(be, p));
+    cpu_free(be, p);
+}
+
+void backend_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes) {
+    ON_CUDA(be, cuda_copy_async(be, stream, dst, src, bytes));
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+void *backend_event_new(backend *be) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_event_new(be);
+#endif
+    return xcalloc(1, 1);
+}
+
+void backend_event_free(backend *be, void *ev) {
+    ON_CUDA(be, cuda_event_free(be, ev));
+    free(ev);
+}
+
+void backend_event_record(backend *be, void *ev, int stream) {
+    ON_CUDA(be, cuda_event_record(be, ev, stream));
+}
+
+int backend_event_done(backend *be, void *ev) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_event_done(be, ev);
+#endif
+    (void)ev;
+    return 1;
+}
+
+void backend_event_sync(backend *be, void *ev) {
+    ON_CUDA(be, cuda_event_sync(be, ev));
+}
+
+void backend_stream_wait(backend *be, void *ev) {
+    ON_CUDA(be, cuda_stream_wait(be, ev));
 }

@@ -47,6 +47,35 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
                   const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
                   dtype ab_dt, dtype c_dt);
 
+// pinned host memory and async copies
+//
+// What the payloads use (teacher_loop.c's send ring, batch_source.c's receive buffers): host buffers
+// the device copies to and from by DMA, copies the host does not wait for, and events that order
+// them. On the CPU backend they are plain: malloc'd memory, memcpy at the call, events that are
+// always complete; so a CPU job runs the same code with the same bytes.
+//
+// backend_host_alloc: host memory for transfers (page-locked by cudaHostAlloc on CUDA; 256-byte
+// aligned malloc on the CPU); NULL with error_set when it cannot be had. backend_host_free: NULL is
+// a no-op.
+void *backend_host_alloc(backend *be, size_t bytes);
+void backend_host_free(backend *be, void *p);
+// stream: BACKEND_STREAM_MAIN or BACKEND_STREAM_COPY (backend_type.h).
+// backend_copy_async: bytes from src to dst (host or device memory; the direction comes from the
+// pointers) on `stream`, returning at once on CUDA. The host side should be backend_host_alloc'd
+// (else the copy is staged and synchronous on a GPU) and must stay untouched until an event
+// recorded after the copy has completed.
+void backend_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes);
+// backend_event_new / _free: an event (never NULL). backend_event_record: ev completes once the
+// work queued so far on `stream` is done. backend_event_done: 1 when it has (or was never recorded),
+// else 0. backend_event_sync: the host waits for it. backend_stream_wait: the backend's stream runs
+// its later work only after ev (the host does not wait).
+void *backend_event_new(backend *be);
+void backend_event_free(backend *be, void *ev);
+void backend_event_record(backend *be, void *ev, int stream);
+int backend_event_done(backend *be, void *ev);
+void backend_event_sync(backend *be, void *ev);
+void backend_stream_wait(backend *be, void *ev);
+
 #ifdef __cplusplus
 }
 #endif

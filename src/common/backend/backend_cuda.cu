@@ -1,8 +1,10 @@
-// backend_cuda.cu: the CUDA backend — one device per rank, one stream, one cuBLAS handle.
+// backend_cuda.cu: the CUDA backend — one device per rank, one stream, one cuBLAS handle (and a
+// copy stream beside the stream for backend_copy_async).
 //
 // Written C-style (this file is C++ only because nvcc compiles .cu as C++); everything it exports
 // has C linkage through backend_cuda.h. All work is ordered on the backend's stream; the copies
-// to and from host memory synchronise it, because the host buffer may be reused on return.
+// to and from host memory synchronise it, because the host buffer may be reused on return (the
+// asynchronous copies of the pinned block are the exception: their events say when).
 //
 // The CUDA runtime's "current device" is per host thread: a thread other than the one that called
 // backend_open must cudaSetDevice(be->device_id) before touching this backend's memory. The
@@ -21,6 +23,8 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *cublas_workspace;
+    cudaStream_t copy_stream;       // the async copies beside the stream (cuda_copy_async)
+    cudaEvent_t posted;             // the stream's work when a copy was posted to copy_stream
     void *op_state[CUDA_OP_STATES]; // the op modules' own state (cuda_op_state)
     void (*op_state_free[CUDA_OP_STATES])(backend *be, void *state);
 } cuda_state;
@@ -74,6 +78,8 @@ extern "C" int cuda_open(backend *be, int local_rank) {
 
     cuda_state *st = (cuda_state *)xcalloc(1, sizeof *st);
     cuda_check(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    cuda_check(cudaStreamCreateWithFlags(&st->copy_stream, cudaStreamNonBlocking));
+    cuda_check(cudaEventCreateWithFlags(&st->posted, cudaEventDisableTiming));
     cublas_check(cublasCreate(&st->cublas));
     cublas_check(cublasSetStream(st->cublas, st->stream));
     // Default math mode: CUBLAS_COMPUTE_32F GEMMs stay true fp32 (no TF32) unless asked for.
@@ -96,10 +102,13 @@ extern "C" void cuda_close(backend *be) {
     if (!st) return;
     cuda_check(cudaSetDevice(be->device_id));
     cuda_check(cudaStreamSynchronize(st->stream));
+    cuda_check(cudaStreamSynchronize(st->copy_stream));
     for (int i = 0; i < CUDA_OP_STATES; i++)
         if (st->op_state[i] && st->op_state_free[i]) st->op_state_free[i](be, st->op_state[i]);
     cublas_check(cublasDestroy(st->cublas));
     cuda_check(cudaFree(st->cublas_workspace));
+    cuda_check(cudaEventDestroy(st->posted));
+    cuda_check(cudaStreamDestroy(st->copy_stream));
     cuda_check(cudaStreamDestroy(st->stream));
     free(st);
     be->impl = NULL;
@@ -158,6 +167,77 @@ extern "C" void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_byt
     cuda_check(cudaMemGetInfo(&f, &t));
     if (free_bytes) *free_bytes = f;
     if (total_bytes) *total_bytes = t;
+}
+
+// ---------------------------------------------------------------------------- pinned host memory and async copies
+
+extern "C" void *cuda_host_alloc(backend *be, size_t bytes) {
+    cuda_check(cudaSetDevice(be->device_id));
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 256, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        char want[32];
+        error_set("cannot pin %s of host memory for %s: %s", bytes_format(bytes, want, sizeof want), be->name,
+                  cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cuda_host_free(backend *be, void *p) {
+    (void)be;
+    if (p) cuda_check(cudaFreeHost(p));
+}
+
+static cudaStream_t cuda_stream_of(backend *be, int stream) {
+    cuda_state *st = cuda_state_of(be);
+    return stream == BACKEND_STREAM_COPY ? st->copy_stream : st->stream;
+}
+
+// On the copy stream a copy waits for what the backend's stream had queued when it was posted (the
+// forward that wrote what it reads, the step that still reads what it overwrites).
+extern "C" void cuda_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cuda_state *st = cuda_state_of(be);
+    if (stream == BACKEND_STREAM_COPY) {
+        cuda_check(cudaEventRecord(st->posted, st->stream));
+        cuda_check(cudaStreamWaitEvent(st->copy_stream, st->posted, 0));
+    }
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream_of(be, stream)));
+}
+
+extern "C" void *cuda_event_new(backend *be) {
+    (void)be;
+    cudaEvent_t ev;
+    cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return (void *)ev;
+}
+
+extern "C" void cuda_event_free(backend *be, void *ev) {
+    (void)be;
+    if (ev) cuda_check(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+extern "C" void cuda_event_record(backend *be, void *ev, int stream) {
+    cuda_check(cudaEventRecord((cudaEvent_t)ev, cuda_stream_of(be, stream)));
+}
+
+extern "C" int cuda_event_done(backend *be, void *ev) {
+    (void)be;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) return 0;
+    cuda_check(e);
+    return 1;
+}
+
+extern "C" void cuda_event_sync(backend *be, void *ev) {
+    (void)be;
+    cuda_check(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+extern "C" void cuda_stream_wait(backend *be, void *ev) {
+    cuda_check(cudaStreamWaitEvent(cuda_state_of(be)->stream, (cudaEvent_t)ev, 0));
 }
 
 // Row-major C = op(A) op(B) is, read column-major, C^T = op(B)^T op(A)^T: a row-major [r, c]

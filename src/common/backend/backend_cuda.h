@@ -42,6 +42,19 @@ enum { CUDA_OP_STATE_MOE, CUDA_OP_STATES };
 void *cuda_op_state(backend *be, int slot);
 void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(backend *be, void *state));
 
+// pinned host memory and async copies (backend.h's block of the same name): cudaHostAlloc'd
+// buffers, cudaMemcpyAsync on the backend's stream or its copy stream (stream: BACKEND_STREAM_MAIN
+// or BACKEND_STREAM_COPY), events (cudaEvent_t, timing off).
+void *cuda_host_alloc(backend *be, size_t bytes);
+void cuda_host_free(backend *be, void *p);
+void cuda_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes);
+void *cuda_event_new(backend *be);
+void cuda_event_free(backend *be, void *ev);
+void cuda_event_record(backend *be, void *ev, int stream);
+int cuda_event_done(backend *be, void *ev);
+void cuda_event_sync(backend *be, void *ev);
+void cuda_stream_wait(backend *be, void *ev);
+
 #ifdef __cplusplus
 }
 #endif

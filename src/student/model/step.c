@@ -293,14 +293,17 @@ static int chunk_backward(drafter *d, student_work *w, int C, int hooks) {
     return 0;
 }
 
+void *student_work_features(student_work *w) { return w->features; }
+
 // Upload the batch's features in the compute dtype and the context positions.
 static void batch_upload(drafter *d, student_work *w, const student_batch *b) {
     backend *be = d->be;
     dtype act = ops_act_dtype(be);
     size_t e = dtype_size(act);
     int64_t n = (int64_t)b->S * b->features.shape[1], chunk = 1 << 20;
-    if (b->features.device != DEVICE_CPU) { // received GPU to GPU (NCCL) in the compute dtype: one copy
-        backend_copy_to_device(be, w->features, b->features.data, (size_t)n * e);
+    if (b->features.device != DEVICE_CPU) { // on the device in the compute dtype: one copy (none when
+        // batch_source uploaded them into w->features itself)
+        if (b->features.data != w->features) backend_copy_to_device(be, w->features, b->features.data, (size_t)n * e);
         n = 0;
     }
     void *conv = xmalloc((size_t)chunk * e);

@@ -68,6 +68,10 @@ size_t student_work_bytes(const drafter *d, const student_plan *p);
 size_t student_work_parts(const drafter *d, const student_plan *p, size_t parts[STEP_WORK_PARTS]);
 student_work *student_work_create(drafter *d, const student_plan *p, arena *a);
 void student_work_destroy(student_work *w);
+// student_work_features: the device buffer a step reads its batch's features from ([max_tokens,
+// n_feat * hidden], the compute dtype); a batch whose features are this buffer is used in place
+// (batch_source uploads the features of a payload that came over MPI into it).
+void *student_work_features(student_work *w);
 
 // step_grad_hook: gradient bucket b (student/model/grad_buckets.h) is final: every kernel that writes it
 // in this step has been queued on the backend. 0, or -1 (error_set: the step fails with it).

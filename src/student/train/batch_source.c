@@ -82,9 +82,17 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     s->outstanding = xcalloc((size_t)T, sizeof(int));
     s->served = xcalloc((size_t)T, sizeof(int64_t));
     s->n_buf = n_buf;
-    s->bufs = xmalloc((size_t)n_buf * sizeof(char *));
+    // the payloads land in pinned host buffers (backend_host_alloc), each with the event of the
+    // upload that last read it
+    s->be = be;
+    s->bufs = xcalloc((size_t)n_buf, sizeof(char *));
     s->buf_free = xmalloc((size_t)n_buf * sizeof(int));
-    for (int i = 0; i < n_buf; i++) s->bufs[i] = xmalloc(max_bytes), s->buf_free[i] = 1;
+    s->uploaded = xcalloc((size_t)n_buf, sizeof(void *));
+    for (int i = 0; i < n_buf; i++) {
+        if (!(s->bufs[i] = backend_host_alloc(be, max_bytes))) fatal("student: its payload buffers: %s", error_msg());
+        s->buf_free[i] = 1;
+        s->uploaded[i] = backend_event_new(be);
+    }
     // per item in flight: a ring of n_buf (each requested, unconsumed item holds a buffer)
     s->buf_of = xmalloc((size_t)n_buf * sizeof(int));
     s->teacher_of = xmalloc((size_t)n_buf * sizeof(int));
@@ -97,12 +105,17 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     s->link = link;
     s->on_link = payload_link_device(link);
     if (s->on_link) {
-        s->be = be;
         s->feat_bytes = feat_bytes;
         s->feat_dev = xcalloc((size_t)n_buf, sizeof(void *));
         s->tickets = xcalloc((size_t)n_buf, sizeof(payload_ticket));
         for (int i = 0; i < n_buf; i++) s->feat_dev[i] = backend_alloc(be, feat_bytes);
     }
+}
+
+void batch_source_upload_into(batch_source *s, void *dev, size_t bytes) {
+    if (!s->live || s->on_link || s->be->kind != BACKEND_CUDA) return;
+    s->up_dev = dev;
+    s->up_bytes = bytes;
 }
 
 void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes) {
@@ -189,6 +202,7 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
         if (b < 0) return 0; // every buffer holds a batch not yet consumed
         int64_t n = s->next_request++;
         int64_t r = n % s->n_buf;
+        backend_event_sync(s->be, s->uploaded[b]); // the upload of the batch it held has read it
         s->buf_of[r] = b, s->teacher_of[r] = best;
         s->landed[r] = s->arrived[r] = s->posted[r] = 0, s->bytes_of[r] = 0;
         payload_link_post_recv(s->link, source_data_rank(s, best), TAG_DATA, s->bufs[b], s->max_bytes, &s->recv[n % s->n_buf]);
@@ -233,6 +247,14 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
             return error_set("teacher %d sent batch %lld/%lld, expected %lld/%lld", t, (long long)wb->kind,
                              (long long)wb->index, (long long)it.kind, (long long)it.index);
         if (wb->features_on_link) s->features_dev = s->feat_dev[s->buf_of[n % s->n_buf]];
+        if (s->up_dev) { // from the pinned buffer onto the device, in order on the backend's stream
+            if (size_mul(wb->S, wb->D) * 2 > s->up_bytes)
+                return error_set("teacher %d: features of %lld x %lld exceed the student's feature buffer", t,
+                                 (long long)wb->S, (long long)wb->D);
+            backend_copy_async(s->be, BACKEND_STREAM_MAIN, s->up_dev, wb->features, size_mul(wb->S, wb->D) * 2);
+            backend_event_record(s->be, s->uploaded[s->buf_of[n % s->n_buf]], BACKEND_STREAM_MAIN);
+            s->features_dev = s->up_dev;
+        }
         if (t < 1024) s->last_peak[t] = wb->peak_bytes;
         return source_pump(s, sc); // keep the teachers busy while this batch is computed
     }
@@ -290,8 +312,12 @@ void batch_source_free(batch_source *s) {
         log_info("transport.check_payloads: %lld payloads matched their teachers' CRC-32C (the largest %zu bytes)",
                  (long long)s->sealed, s->sealed_max);
     if (s->live) {
-        for (int i = 0; i < s->n_buf; i++) free(s->bufs[i]);
-        free(s->bufs); free(s->buf_free); free(s->buf_of); free(s->teacher_of); free(s->recv);
+        for (int i = 0; i < s->n_buf; i++) {
+            backend_event_sync(s->be, s->uploaded[i]);
+            backend_event_free(s->be, s->uploaded[i]);
+            backend_host_free(s->be, s->bufs[i]);
+        }
+        free(s->bufs); free(s->uploaded); free(s->buf_free); free(s->buf_of); free(s->teacher_of); free(s->recv);
         free(s->landed); free(s->arrived); free(s->bytes_of); free(s->posted); free(s->blocked);
         free(s->outstanding); free(s->served);
         for (int i = 0; s->on_link && i < s->n_buf; i++) {

@@ -77,13 +77,16 @@ typedef struct {
     int64_t last_peak[1024];     // teachers' reported peak bytes
     payload_link *link;          // the teachers' link
     int on_link;                 // its device blocks carry the features (else every payload comes whole)
-    backend *be;                 // owns feat_dev
+    backend *be;                 // owns bufs (pinned host memory), feat_dev, the events
     size_t feat_bytes;           // one batch's features, bf16
     void **feat_dev;             // [n_buf] GPU buffers for the features (on_link)
     payload_ticket *tickets;     // [n_buf] their receives
     int *posted;                 // its features' receive is enqueued
     int *blocked;                // [T] scratch of the progress pass
-    void *features_dev;          // the batch batch_source_get returned: its features in GPU memory (on_link)
+    void *features_dev;          // the batch batch_source_get returned: its features in GPU memory (on_link, up_dev)
+    void **uploaded;             // [n_buf] the upload that last read each buffer (an event of be)
+    void *up_dev;                // over MPI on a CUDA backend: the device buffer the features are uploaded into
+    size_t up_bytes;             // its size
     // offline
     featreader *fr;
     batchplan *bp;
@@ -97,9 +100,16 @@ int batch_source_buffers(const config *cfg, const world *w);
 // first rank, its payload comes from the last), `credits` requests outstanding per teacher
 // (protocol_credits), n_buf payload buffers (in flight and arrived, not yet consumed: the per-item
 // state is a ring of that size), over link; when it carries device blocks, one GPU buffer of
-// feat_bytes per payload buffer, from be.
+// feat_bytes per payload buffer, from be. The payload buffers are be's pinned host memory
+// (backend_host_alloc; plain memory on the CPU).
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf,
                             payload_link *link, size_t feat_bytes, backend *be);
+// batch_source_upload_into: over MPI (no device blocks) on a CUDA backend, batch_source_get uploads
+// each batch's features (bf16, the compute dtype) from its pinned buffer into dev (bytes long; a
+// larger batch is an error naming its teacher) asynchronously on the backend's stream, and returns
+// dev in features_dev: no host conversion, no wait. Elsewhere a no-op. dev is the step's own
+// feature buffer (student_work's features), which the step then uses as it is.
+void batch_source_upload_into(batch_source *s, void *dev, size_t bytes);
 // batch_source_init_offline: batches packed from fr by the plan bp (fr and bp stay the caller's).
 void batch_source_init_offline(batch_source *s, featreader *fr, batchplan *bp, size_t max_bytes);
 // batch_source_start_at: the first item to request and consume (a resumed run skips the groups

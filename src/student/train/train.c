@@ -267,10 +267,11 @@ static int train_source(train_job *j, int n_buf, size_t feat_bytes) {
     if (eval) batch_schedule_eval_only(&j->sc);                      // all the (held-out) batches
     int64_t D = (int64_t)j->ct.n_feat * j->tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, j->ct.topk, D);
-    if (j->live)
+    if (j->live) {
         batch_source_init_live(&j->src, w, protocol_credits(cfg, w->group_size), max_bytes, n_buf, j->links, feat_bytes,
                                j->be);
-    else batch_source_init_offline(&j->src, j->fr, &j->bp, max_bytes);
+        batch_source_upload_into(&j->src, student_work_features(j->sw), feat_bytes); // over MPI on a GPU: uploaded as they come
+    } else batch_source_init_offline(&j->src, j->fr, &j->bp, max_bytes);
 
     // Run directory and metrics (first student).
     j->lg = (train_log){0};
