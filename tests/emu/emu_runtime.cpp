@@ -393,11 +393,19 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
 static std::mutex pinned_mu;
 static std::map<void *, size_t> pinned_allocs;
 
+// DFLASH_EMU_PINNED_BYTES: the page-locked memory the system grants (default: no limit); past it
+// cudaHostAlloc fails as a GPU's does when the OS refuses to pin more (cudaErrorMemoryAllocation).
+static size_t pinned_total;
+
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
+    *p = NULL;
+    std::lock_guard<std::mutex> g(pinned_mu);
+    const char *lim = getenv("DFLASH_EMU_PINNED_BYTES");
+    if (lim && *lim && pinned_total + bytes > (size_t)strtoull(lim, NULL, 10)) return fail(cudaErrorMemoryAllocation);
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return fail(cudaErrorMemoryAllocation);
-    std::lock_guard<std::mutex> g(pinned_mu);
     pinned_allocs[*p] = bytes;
+    pinned_total += bytes;
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }
@@ -409,6 +417,7 @@ cudaError_t cudaFreeHost(void *p) {
         fprintf(stderr, "cuda emulator: cudaFreeHost of %p, which cudaHostAlloc did not return\n", p);
         abort();
     }
+    pinned_total -= it->second;
     pinned_allocs.erase(it);
     free(p);
     return cudaSuccess;

@@ -55,4 +55,17 @@ for f in fails: print("FAIL:", f, file=sys.stderr)
 sys.exit(1 if fails else 0)
 PY
 grep -q '"loss"' "$TMP/run/metrics.jsonl" 2>/dev/null && ok || bad "no losses in metrics.jsonl"
+
+# The system refuses to pin (DFLASH_EMU_PINNED_BYTES: the emulator grants 64 KiB): the buffers are
+# pageable, with one warning, and the job trains as before (the same weights: only the copies differ)
+export DFLASH_EMU_PINNED_BYTES=65536
+expect_ok "train with pinning refused" mpirun -x DFLASH_EMU_COPY_LOG -x DFLASH_EMU_PINNED_BYTES -np 2 "$R" --mode train \
+  --device cuda --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1 --drafter.block_size=8 \
+  --drafter.layers=1 --train.steps=6 --train.lr=3e-3 --train.max_anchors=16 --train.log_interval=2 \
+  --train.eval_interval=6 --train.eval_batches=2 --data.max_tokens_per_batch=256 --data.heldout_samples=8 \
+  --teacher.topk=8 --transport.payload=mpi --run.dir="$TMP/run-pageable"
+grep -q "cannot pin .* using pageable memory" "$TMP/err" && ok || bad "no warning that pinning was refused: $(grep -i warn "$TMP/err")"
+cmp -s "$TMP/run/drafter/model.safetensors" "$TMP/run-pageable/drafter/model.safetensors" && ok ||
+  bad "the drafter trained with pageable buffers differs from the pinned run's"
+unset DFLASH_EMU_PINNED_BYTES
 finish

@@ -9,6 +9,7 @@
 // The CUDA runtime's "current device" is per host thread: a thread other than the one that called
 // backend_open must cudaSetDevice(be->device_id) before touching this backend's memory. The
 // allocation and memory-info entry points do it themselves.
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "common/backend/backend_cuda.h"
@@ -17,6 +18,7 @@
 extern "C" {
 #include "common/core/bytes.h"
 #include "common/core/error.h"
+#include "common/core/log.h"
 }
 
 typedef struct {
@@ -171,23 +173,48 @@ extern "C" void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_byt
 
 // ---------------------------------------------------------------------------- pinned host memory and async copies
 
+// Transfer buffers are page-locked when the system grants it. When it refuses (pinned memory is
+// limited by the OS and the container, and a 27B job's rings are tens of GiB), the buffer is
+// pageable instead, with one warning: the job runs, its copies are then staged by the driver (no
+// overlap). A header of HOST_HDR bytes before the block records which, for cuda_host_free.
+#define HOST_HDR 256
+enum { HOST_PINNED = 0x50494e44, HOST_PAGEABLE = 0x50414745 };
+
 extern "C" void *cuda_host_alloc(backend *be, size_t bytes) {
     cuda_check(cudaSetDevice(be->device_id));
-    void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 256, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        char want[32];
-        error_set("cannot pin %s of host memory for %s: %s", bytes_format(bytes, want, sizeof want), be->name,
-                  cudaGetErrorString(e));
+    char want[32];
+    if (bytes > SIZE_MAX - 2 * HOST_HDR) {
+        error_set("%s: %zu bytes of transfer buffers is past what a size holds", be->name, bytes);
         return NULL;
     }
-    return p;
+    size_t total = bytes + HOST_HDR;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, total, cudaHostAllocDefault);
+    if (e == cudaSuccess) {
+        *(uint32_t *)p = HOST_PINNED;
+        return (char *)p + HOST_HDR;
+    }
+    (void)cudaGetLastError();
+    static int warned;
+    if (!warned++)
+        log_warn("cannot pin %s of host memory for %s (%s): using pageable memory, whose copies are not "
+                 "asynchronous (fewer payload buffers, transport.slots, pin less)",
+                 bytes_format(bytes, want, sizeof want), be->name, cudaGetErrorString(e));
+    p = aligned_alloc(HOST_HDR, (total + HOST_HDR - 1) / HOST_HDR * HOST_HDR);
+    if (!p) {
+        error_set("out of host memory: %s for %s's transfer buffers", bytes_format(bytes, want, sizeof want), be->name);
+        return NULL;
+    }
+    *(uint32_t *)p = HOST_PAGEABLE;
+    return (char *)p + HOST_HDR;
 }
 
 extern "C" void cuda_host_free(backend *be, void *p) {
     (void)be;
-    if (p) cuda_check(cudaFreeHost(p));
+    if (!p) return;
+    char *base = (char *)p - HOST_HDR;
+    if (*(uint32_t *)base == HOST_PINNED) cuda_check(cudaFreeHost(base));
+    else free(base);
 }
 
 static cudaStream_t cuda_stream_of(backend *be, int stream) {
