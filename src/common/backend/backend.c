@@ -120,6 +120,59 @@ void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
     cpu_mem_info(be, free_bytes, total_bytes);
 }
 
+// ---------------------------------------------------------------- pinned host memory and async copies
+// (the CPU twins are here: host memory, copies done at once, every event complete)
+
+static char cpu_event; // what every CPU event points at
+
+void *backend_host_alloc_pinned(backend *be, size_t bytes) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_host_alloc_pinned(be, bytes);
+#endif
+    return cpu_alloc(be, bytes);
+}
+
+void backend_host_free_pinned(backend *be, void *p) {
+    ON_CUDA(be, cuda_host_free_pinned(be, p));
+    cpu_free(be, p);
+}
+
+void backend_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes) {
+    ON_CUDA(be, cuda_copy_to_host_async(be, dst_host, src, bytes));
+    if (bytes) memcpy(dst_host, src, bytes);
+}
+
+void backend_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes) {
+    ON_CUDA(be, cuda_copy_to_device_async(be, dst, src_host, bytes));
+    if (bytes) memcpy(dst, src_host, bytes);
+}
+
+backend_event *backend_event_create(backend *be) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return (backend_event *)cuda_event_create(be);
+#endif
+    return (backend_event *)&cpu_event;
+}
+
+void backend_event_destroy(backend *be, backend_event *ev) {
+    if (!ev) return;
+    ON_CUDA(be, cuda_event_destroy(be, ev));
+}
+
+void backend_event_record(backend *be, backend_event *ev) { ON_CUDA(be, cuda_event_record(be, ev)); }
+
+int backend_event_query(backend *be, backend_event *ev) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_event_query(be, ev);
+#endif
+    (void)ev;
+    return 1;
+}
+
+void backend_event_sync(backend *be, backend_event *ev) { ON_CUDA(be, cuda_event_sync(be, ev)); }
+
+void backend_event_wait(backend *be, backend_event *ev) { ON_CUDA(be, cuda_event_wait(be, ev)); }
+
 void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
                   const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
                   dtype ab_dt, dtype c_dt) {

@@ -47,6 +47,33 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
                   const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
                   dtype ab_dt, dtype c_dt);
 
+// ---------------------------------------------------------------- pinned host memory and async copies
+// backend_host_alloc_pinned: page-locked host memory on CUDA (cudaHostAlloc: copies to and from it
+// are DMA and truly asynchronous), 256-byte aligned host memory on the CPU; NULL (error_set) when
+// it cannot be had. Host memory, never counted against the device. backend_host_free_pinned: NULL
+// is a no-op.
+void *backend_host_alloc_pinned(backend *be, size_t bytes);
+void backend_host_free_pinned(backend *be, void *p);
+// backend_copy_to_host_async: device src to pinned dst_host on the backend's copy stream, after the
+// work queued so far on its stream (src is final there); the host does not wait.
+// backend_copy_to_device_async: pinned src_host to device dst on the copy stream, after the copies
+// queued before it (not after the backend's stream: dst must be one its queued work no longer
+// uses). Either host buffer stays untouched until an event recorded after the copy has completed.
+// The CPU backend copies at once (memcpy).
+void backend_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes);
+void backend_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes);
+// Events on the copy stream: backend_event_record marks the async copies queued so far;
+// backend_event_query is 1 once they have finished, else 0 (the host does not wait);
+// backend_event_sync waits on the host; backend_event_wait makes the backend's stream wait (the
+// host does not). On the CPU every event has completed.
+typedef struct backend_event backend_event;
+backend_event *backend_event_create(backend *be);
+void backend_event_destroy(backend *be, backend_event *ev);
+void backend_event_record(backend *be, backend_event *ev);
+int backend_event_query(backend *be, backend_event *ev);
+void backend_event_sync(backend *be, backend_event *ev);
+void backend_event_wait(backend *be, backend_event *ev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,8 @@ typedef struct {
     void *cublas_workspace;
     void *op_state[CUDA_OP_STATES]; // the op modules' own state (cuda_op_state)
     void (*op_state_free[CUDA_OP_STATES])(backend *be, void *state);
+    cudaStream_t copy;      // the async copies' stream (NULL until the first one)
+    cudaEvent_t copy_after; // the work queued on `stream` before a copy to the host
 } cuda_state;
 
 static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
@@ -98,6 +100,11 @@ extern "C" void cuda_close(backend *be) {
     cuda_check(cudaStreamSynchronize(st->stream));
     for (int i = 0; i < CUDA_OP_STATES; i++)
         if (st->op_state[i] && st->op_state_free[i]) st->op_state_free[i](be, st->op_state[i]);
+    if (st->copy) {
+        cuda_check(cudaStreamSynchronize(st->copy));
+        cuda_check(cudaEventDestroy(st->copy_after));
+        cuda_check(cudaStreamDestroy(st->copy));
+    }
     cublas_check(cublasDestroy(st->cublas));
     cuda_check(cudaFree(st->cublas_workspace));
     cuda_check(cudaStreamDestroy(st->stream));
@@ -184,4 +191,85 @@ extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, i
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ab_type, ldb, a,
                               ab_type, lda, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
+}
+
+// ---------------------------------------------------------------- pinned host memory and async copies
+
+extern "C" void *cuda_host_alloc_pinned(backend *be, size_t bytes) {
+    cuda_check(cudaSetDevice(be->device_id));
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 256, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        char want[32];
+        error_set("cannot pin %s of host memory for %s: %s", bytes_format(bytes, want, sizeof want), be->name,
+                  cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cuda_host_free_pinned(backend *be, void *p) {
+    (void)be;
+    if (p) cuda_check(cudaFreeHost(p));
+}
+
+// The copy stream, made on first use (non-blocking: it never waits for the legacy default stream).
+static cudaStream_t cuda_copy_stream(backend *be) {
+    cuda_state *st = cuda_state_of(be);
+    if (!st->copy) {
+        cuda_check(cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
+        cuda_check(cudaEventCreateWithFlags(&st->copy_after, cudaEventDisableTiming));
+    }
+    return st->copy;
+}
+
+extern "C" void cuda_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes) {
+    cudaStream_t copy = cuda_copy_stream(be);
+    cuda_state *st = cuda_state_of(be);
+    if (!bytes) return;
+    cuda_check(cudaEventRecord(st->copy_after, st->stream)); // src is final after the work queued so far
+    cuda_check(cudaStreamWaitEvent(copy, st->copy_after, 0));
+    cuda_check(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, copy));
+}
+
+extern "C" void cuda_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes) {
+    cudaStream_t copy = cuda_copy_stream(be);
+    if (bytes) cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, copy));
+}
+
+extern "C" void *cuda_event_create(backend *be) {
+    cuda_check(cudaSetDevice(be->device_id));
+    cudaEvent_t e;
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+}
+
+extern "C" void cuda_event_destroy(backend *be, void *ev) {
+    (void)be;
+    cuda_check(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+extern "C" void cuda_event_record(backend *be, void *ev) {
+    cuda_check(cudaEventRecord((cudaEvent_t)ev, cuda_copy_stream(be)));
+}
+
+extern "C" int cuda_event_query(backend *be, void *ev) {
+    (void)be;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError(); // not an error: the copies are still running
+        return 0;
+    }
+    cuda_check(e);
+    return 1;
+}
+
+extern "C" void cuda_event_sync(backend *be, void *ev) {
+    (void)be;
+    cuda_check(cudaEventSynchronize((cudaEvent_t)ev));
+}
+
+extern "C" void cuda_event_wait(backend *be, void *ev) {
+    cuda_check(cudaStreamWaitEvent(cuda_state_of(be)->stream, (cudaEvent_t)ev, 0));
 }

@@ -42,6 +42,19 @@ enum { CUDA_OP_STATE_MOE, CUDA_OP_STATES };
 void *cuda_op_state(backend *be, int slot);
 void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(backend *be, void *state));
 
+// ---------------------------------------------------------------- pinned host memory and async copies
+// (backend.h's; events are cudaEvent_t, the copy stream the backend's second one, made on first use)
+void *cuda_host_alloc_pinned(backend *be, size_t bytes);
+void cuda_host_free_pinned(backend *be, void *p);
+void cuda_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes);
+void cuda_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes);
+void *cuda_event_create(backend *be);
+void cuda_event_destroy(backend *be, void *ev);
+void cuda_event_record(backend *be, void *ev);
+int cuda_event_query(backend *be, void *ev);
+void cuda_event_sync(backend *be, void *ev);
+void cuda_event_wait(backend *be, void *ev);
+
 #ifdef __cplusplus
 }
 #endif

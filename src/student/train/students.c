@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/backend/backend.h"
 #include "common/comm/msg.h"
 #include "common/comm/nccl_reduce.h"
 #include "common/comm/watchdog.h"
+#include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -32,16 +34,38 @@ void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const cha
     watchdog_wait_end();
 }
 
+// MPI on a GPU: one chunk of the pinned ring and the piece of d->grad it carries.
+enum { SLOT_FREE, SLOT_TO_HOST, SLOT_REDUCING, SLOT_TO_DEVICE };
+typedef struct {
+    float *host;       // [chunk] pinned
+    backend_event *ev; // the copy to the host (SLOT_TO_HOST), then back (SLOT_TO_DEVICE)
+    MPI_Request req;   // SLOT_REDUCING: the MPI_Iallreduce
+    int64_t offset, count;
+    int state;
+} grad_slot;
+
 struct students_grads {
     drafter *d;
     MPI_Comm comm;
     nccl_reduce *nccl; // NULL: MPI
-    grad_buckets gb;   // NCCL: the buckets, in the order the backward finishes them
-    float *host;       // MPI on a GPU: [numel] staging buffer
+    grad_buckets gb;   // NCCL and MPI on a GPU: the buckets, in the order the backward finishes them
+    grad_slot slot[STUDENTS_GRAD_CHUNKS]; // MPI on a GPU: the ring (slot[0].host NULL: in place)
+    int64_t chunk;     // elements of one chunk
+    int head, used;    // the oldest slot in use, and how many are
     int started;       // NCCL: buckets issued since the last finish (an error then aborts them)
     int log;           // the first student: logs the path, and at the end how much overlapped
-    int64_t during, total; // NCCL: bucket sums started during the backward, and in all
+    int64_t during, total; // bucket sums started during the backward, and in all
 };
+
+int64_t students_grads_chunk(int64_t numel) {
+    int64_t c = (numel + STUDENTS_GRAD_CHUNKS - 1) / STUDENTS_GRAD_CHUNKS;
+    c = (c + 63) / 64 * 64;
+    return c < STUDENTS_GRAD_CHUNK_MAX ? c : STUDENTS_GRAD_CHUNK_MAX;
+}
+
+size_t students_grads_pinned_bytes(int64_t numel) {
+    return size_mul(size_mul(students_grads_chunk(numel), sizeof(float)), STUDENTS_GRAD_CHUNKS);
+}
 
 int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const char *want, int log) {
     *out = NULL;
@@ -59,17 +83,107 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
         free(g);
         return error_set("transport.grad_allreduce = nccl, but NCCL cannot sum the students' gradients: %s", why);
     }
-    if (g->nccl && grad_buckets_plan(&g->gb, d)) {
+    if ((g->nccl || !cpu) && grad_buckets_plan(&g->gb, d)) {
         students_grads_close(g, 1);
         return -1;
     }
-    if (!g->nccl && !cpu) g->host = xmalloc(size_mul(d->numel, sizeof(float)));
+    if (!g->nccl && !cpu) {
+        g->chunk = students_grads_chunk(d->numel);
+        for (int i = 0; i < STUDENTS_GRAD_CHUNKS; i++) {
+            grad_slot *sl = &g->slot[i];
+            if (!(sl->host = backend_host_alloc_pinned(d->be, size_mul(g->chunk, sizeof(float))))) {
+                students_grads_close(g, 1);
+                return error_prefix("the gradient all-reduce's pinned host ring");
+            }
+            sl->ev = backend_event_create(d->be);
+        }
+    }
     if (log && g->nccl)
         log_info("gradients: summed over NCCL, GPU to GPU, in fp32, in %d buckets started as the last micro-batch's "
                  "backward finishes each", g->gb.n_buckets);
     else if (log)
         log_info("gradients: summed over MPI %s (NCCL not used: %s)", cpu ? "in place" : "through host memory", why);
+    if (log && !g->nccl && !cpu) {
+        char c[32], all[32];
+        log_info("gradients: over MPI in %d buckets started as the last micro-batch's backward finishes each, through "
+                 "a ring of %d pinned host chunks of %s (%s of host memory), copied asynchronously",
+                 g->gb.n_buckets, STUDENTS_GRAD_CHUNKS, bytes_format(size_mul(g->chunk, sizeof(float)), c, sizeof c),
+                 bytes_format(students_grads_pinned_bytes(d->numel), all, sizeof all));
+    }
     *out = g;
+    return 0;
+}
+
+// ---------------------------------------------------------------- MPI on a GPU: the pinned ring
+// Each slot goes FREE -> TO_HOST -> REDUCING -> TO_DEVICE -> FREE; slots are taken and freed in ring
+// order, and their MPI_Iallreduces started in that order (the order of the pieces, the same on every
+// student: MPI collectives on one communicator must be started in the same order everywhere).
+
+// ring_progress: moves every slot that can on, without waiting; 1 when the ring is empty.
+static int ring_progress(students_grads *g) {
+    backend *be = g->d->be;
+    int may_reduce = 1; // no earlier piece still on its way to the host
+    for (int k = 0; k < g->used; k++) {
+        grad_slot *sl = &g->slot[(g->head + k) % STUDENTS_GRAD_CHUNKS];
+        if (sl->state == SLOT_TO_HOST) {
+            if (!may_reduce || !backend_event_query(be, sl->ev)) {
+                may_reduce = 0;
+                continue;
+            }
+            int n_req = 0;
+            msg_iallreduce(sl->host, sl->count, MPI_FLOAT, MPI_SUM, g->comm, &sl->req, &n_req); // count <= chunk: one piece
+            sl->state = SLOT_REDUCING;
+        }
+        if (sl->state == SLOT_REDUCING) {
+            int done = 0;
+            mpi_check(MPI_Test(&sl->req, &done, MPI_STATUS_IGNORE));
+            if (!done) continue;
+            backend_copy_to_device_async(be, g->d->grad + sl->offset, sl->host, size_mul(sl->count, sizeof(float)));
+            backend_event_record(be, sl->ev);
+            sl->state = SLOT_TO_DEVICE;
+        }
+    }
+    while (g->used > 0) { // free from the oldest on
+        grad_slot *sl = &g->slot[g->head];
+        if (sl->state != SLOT_TO_DEVICE || !backend_event_query(be, sl->ev)) break;
+        sl->state = SLOT_FREE;
+        g->head = (g->head + 1) % STUDENTS_GRAD_CHUNKS, g->used--;
+    }
+    return g->used == 0;
+}
+
+// ring_wait: progress until at most `most` slots are in use, sleeping between tries (10 us doubling
+// to 1 ms, as world_wait), under the watchdog: a student that hangs is named after run.rank_timeout.
+static void ring_wait(students_grads *g, int most) {
+    ring_progress(g);
+    if (g->used <= most) return;
+    watchdog_wait_begin(students_first, students_last, 1, "the gradient all-reduce (MPI, pinned chunks)");
+    long ns = 10000;
+    while (ring_progress(g), g->used > most) {
+        struct timespec t = {0, ns};
+        nanosleep(&t, NULL);
+        if (ns < 1000000) ns *= 2;
+    }
+    watchdog_wait_end();
+}
+
+// One bucket over MPI: each range cut into pieces of at most a chunk, each copied to a free chunk
+// after the backward queued so far (which finished the bucket's gradients).
+static int grads_issue_mpi(void *ctx, const grad_range *r, int n) {
+    students_grads *g = ctx;
+    backend *be = g->d->be;
+    for (int i = 0; i < n; i++)
+        for (int64_t off = r[i].offset; off < r[i].offset + r[i].count; off += g->chunk) {
+            int64_t left = r[i].offset + r[i].count - off;
+            ring_wait(g, STUDENTS_GRAD_CHUNKS - 1);
+            grad_slot *sl = &g->slot[(g->head + g->used) % STUDENTS_GRAD_CHUNKS];
+            sl->offset = off, sl->count = left < g->chunk ? left : g->chunk;
+            backend_copy_to_host_async(be, sl->host, g->d->grad + off, size_mul(sl->count, sizeof(float)));
+            backend_event_record(be, sl->ev);
+            sl->state = SLOT_TO_HOST;
+            g->used++;
+        }
+    ring_progress(g);
     return 0;
 }
 
@@ -83,28 +197,29 @@ static int grads_issue(void *ctx, const grad_range *r, int n) {
     return nccl_reduce_group(g->nccl, 0);
 }
 
+static grad_issue_fn grads_issue_of(const students_grads *g) { return g->nccl ? grads_issue : grads_issue_mpi; }
+
 static int grads_ready(void *ctx, int bucket) {
     students_grads *g = ctx;
-    return grad_buckets_ready(&g->gb, bucket, grads_issue, g);
+    return grad_buckets_ready(&g->gb, bucket, grads_issue_of(g), g);
 }
 
 void students_grads_arm(students_grads *g, student_work *w, int on) {
-    if (g && g->nccl) student_work_set_grad_hook(w, on ? grads_ready : NULL, g);
+    if (g && (g->nccl || g->slot[0].host)) student_work_set_grad_hook(w, on ? grads_ready : NULL, g);
 }
 
 int students_grads_finish(students_grads *g) {
     drafter *d = g->d;
-    if (!g->nccl && !g->host) { // the CPU backend: in place
+    if (!g->nccl && !g->slot[0].host) { // the CPU backend: in place
         students_allreduce(d->grad, d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
         return 0;
     }
-    if (!g->nccl) {
-        backend_copy_to_host(d->be, g->host, d->grad, size_mul(d->numel, sizeof(float)));
-        students_allreduce(g->host, d->numel, MPI_FLOAT, MPI_SUM, g->comm, "the gradient all-reduce");
-        backend_copy_to_device(d->be, d->grad, g->host, size_mul(d->numel, sizeof(float)));
+    g->during += g->gb.next, g->total += g->gb.n_buckets;
+    if (!g->nccl) { // the buckets not issued yet, then every piece back on the device
+        if (grad_buckets_finish(&g->gb, grads_issue_mpi, g)) return -1;
+        ring_wait(g, 0);
         return 0;
     }
-    g->during += g->gb.next, g->total += g->gb.n_buckets;
     if (grad_buckets_finish(&g->gb, grads_issue, g) || nccl_reduce_join(g->nccl, d->be)) return -1;
     // The host waits here, under the watchdog, so that a student that hangs is named after
     // run.rank_timeout rather than leaving the others' next copy to the host blocked for ever.
@@ -122,6 +237,15 @@ void students_grads_close(students_grads *g, int abort) {
                  (long long)g->total);
     nccl_reduce_close(g->nccl, abort || g->started);
     grad_buckets_free(&g->gb);
-    free(g->host);
+    int reducing = 0; // after an error: an MPI_Iallreduce a peer never joins cannot be freed
+    for (int i = 0; i < STUDENTS_GRAD_CHUNKS; i++) {
+        grad_slot *sl = &g->slot[i];
+        if (sl->state == SLOT_REDUCING) reducing = 1;
+        if (sl->ev) backend_event_sync(g->d->be, sl->ev); // no copy still uses the chunk
+    }
+    for (int i = 0; i < STUDENTS_GRAD_CHUNKS && !reducing; i++) {
+        backend_event_destroy(g->d->be, g->slot[i].ev);
+        backend_host_free_pinned(g->d->be, g->slot[i].host);
+    }
     free(g);
 }
