@@ -54,16 +54,16 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 // is a no-op.
 void *backend_host_alloc_pinned(backend *be, size_t bytes);
 void backend_host_free_pinned(backend *be, void *p);
-// backend_copy_to_host_async: device src to pinned dst_host on the backend's copy stream, after the
-// work queued so far on its stream (src is final there); the host does not wait.
-// backend_copy_to_device_async: pinned src_host to device dst on the copy stream, after the copies
-// queued before it (not after the backend's stream: dst must be one its queued work no longer
-// uses). Either host buffer stays untouched until an event recorded after the copy has completed.
-// The CPU backend copies at once (memcpy).
+// backend_copy_to_host_async: device src to pinned dst_host on the backend's copy stream to the host,
+// after the work queued so far on its stream (src is final there); the host does not wait.
+// backend_copy_to_device_async: pinned src_host to device dst on the copy stream to the device, after
+// the copies queued on it before (not after the backend's stream: dst must be one its queued work no
+// longer uses). Either host buffer stays untouched until an event recorded after the copy has
+// completed. The CPU backend copies at once (memcpy).
 void backend_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes);
 void backend_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes);
-// Events on the copy stream: backend_event_record marks the async copies queued so far;
-// backend_event_query is 1 once they have finished, else 0 (the host does not wait);
+// Events: backend_event_record marks the last async copy queued, and those queued before it in its
+// direction; backend_event_query is 1 once they have finished, else 0 (the host does not wait);
 // backend_event_sync waits on the host; backend_event_wait makes the backend's stream wait (the
 // host does not). On the CPU every event has completed.
 typedef struct backend_event backend_event;

@@ -23,8 +23,9 @@ typedef struct {
     void *cublas_workspace;
     void *op_state[CUDA_OP_STATES]; // the op modules' own state (cuda_op_state)
     void (*op_state_free[CUDA_OP_STATES])(backend *be, void *state);
-    cudaStream_t copy;      // the async copies' stream (NULL until the first one)
+    cudaStream_t copy[2];   // the async copies' streams, to the host and to the device (NULL until the first)
     cudaEvent_t copy_after; // the work queued on `stream` before a copy to the host
+    int copy_last;          // the direction of the last async copy (0 to the host, 1 to the device)
 } cuda_state;
 
 static cuda_state *cuda_state_of(backend *be) { return (cuda_state *)be->impl; }
@@ -100,10 +101,12 @@ extern "C" void cuda_close(backend *be) {
     cuda_check(cudaStreamSynchronize(st->stream));
     for (int i = 0; i < CUDA_OP_STATES; i++)
         if (st->op_state[i] && st->op_state_free[i]) st->op_state_free[i](be, st->op_state[i]);
-    if (st->copy) {
-        cuda_check(cudaStreamSynchronize(st->copy));
+    if (st->copy[0]) {
+        for (int i = 0; i < 2; i++) {
+            cuda_check(cudaStreamSynchronize(st->copy[i]));
+            cuda_check(cudaStreamDestroy(st->copy[i]));
+        }
         cuda_check(cudaEventDestroy(st->copy_after));
-        cuda_check(cudaStreamDestroy(st->copy));
     }
     cublas_check(cublasDestroy(st->cublas));
     cuda_check(cudaFree(st->cublas_workspace));
@@ -214,18 +217,21 @@ extern "C" void cuda_host_free_pinned(backend *be, void *p) {
     if (p) cuda_check(cudaFreeHost(p));
 }
 
-// The copy stream, made on first use (non-blocking: it never waits for the legacy default stream).
-static cudaStream_t cuda_copy_stream(backend *be) {
+// The copy streams, made on first use (non-blocking: they never wait for the legacy default stream):
+// one per direction, so that a piece going back to the device never queues behind a copy to the host
+// that waits for the backward (the copy engines run both directions at once).
+static cudaStream_t cuda_copy_stream(backend *be, int to_device) {
     cuda_state *st = cuda_state_of(be);
-    if (!st->copy) {
-        cuda_check(cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
+    if (!st->copy[0]) {
+        for (int i = 0; i < 2; i++) cuda_check(cudaStreamCreateWithFlags(&st->copy[i], cudaStreamNonBlocking));
         cuda_check(cudaEventCreateWithFlags(&st->copy_after, cudaEventDisableTiming));
     }
-    return st->copy;
+    st->copy_last = to_device;
+    return st->copy[to_device];
 }
 
 extern "C" void cuda_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes) {
-    cudaStream_t copy = cuda_copy_stream(be);
+    cudaStream_t copy = cuda_copy_stream(be, 0);
     cuda_state *st = cuda_state_of(be);
     if (!bytes) return;
     cuda_check(cudaEventRecord(st->copy_after, st->stream)); // src is final after the work queued so far
@@ -234,7 +240,7 @@ extern "C" void cuda_copy_to_host_async(backend *be, void *dst_host, const void 
 }
 
 extern "C" void cuda_copy_to_device_async(backend *be, void *dst, const void *src_host, size_t bytes) {
-    cudaStream_t copy = cuda_copy_stream(be);
+    cudaStream_t copy = cuda_copy_stream(be, 1);
     if (bytes) cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, copy));
 }
 
@@ -251,7 +257,8 @@ extern "C" void cuda_event_destroy(backend *be, void *ev) {
 }
 
 extern "C" void cuda_event_record(backend *be, void *ev) {
-    cuda_check(cudaEventRecord((cudaEvent_t)ev, cuda_copy_stream(be)));
+    cuda_state *st = cuda_state_of(be);
+    cuda_check(cudaEventRecord((cudaEvent_t)ev, cuda_copy_stream(be, st->copy_last)));
 }
 
 extern "C" int cuda_event_query(backend *be, void *ev) {

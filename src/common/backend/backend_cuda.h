@@ -43,7 +43,7 @@ void *cuda_op_state(backend *be, int slot);
 void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(backend *be, void *state));
 
 // ---------------------------------------------------------------- pinned host memory and async copies
-// (backend.h's; events are cudaEvent_t, the copy stream the backend's second one, made on first use)
+// (backend.h's; events are cudaEvent_t, the copy streams one per direction, made on first use)
 void *cuda_host_alloc_pinned(backend *be, size_t bytes);
 void cuda_host_free_pinned(backend *be, void *p);
 void cuda_copy_to_host_async(backend *be, void *dst_host, const void *src, size_t bytes);
