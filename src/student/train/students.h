@@ -20,12 +20,14 @@ void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const cha
 // of the backward. MPI on the CPU backend: the whole gradient at once, in place. MPI on a GPU (MPI
 // need not be CUDA-aware): the same buckets, each as the backward finishes it, cut into pieces of
 // at most one chunk of a ring of STUDENTS_GRAD_CHUNKS pinned host chunks; each piece is copied to its
-// chunk asynchronously (after the backward queued so far), MPI_Iallreduce'd in place there (every
-// student starts the pieces in the same order) and copied back asynchronously, while the backward
-// goes on; a piece waits for a free chunk when the ring is full. The sums are those of one
-// all-reduce of the whole gradient: MPI_SUM of fp32 is element by element, so cutting the gradient
-// into pieces changes which messages carry an element, not what is added to it (bit for bit with two
-// students, whose sum is one addition; see docs/distributed.md for more).
+// chunk asynchronously (after the backward queued so far), MPI_Iallreduce'd in place there (on a
+// duplicate of comm, every student starting the pieces in the same order) and copied back
+// asynchronously, while the backward goes on; a piece that finds the ring full stays pending until a
+// chunk is free (the backward never waits; the finish does, under the watchdog). The sums are those
+// of one all-reduce of the whole gradient: MPI_SUM of fp32 is element by element, and Open MPI's
+// in-place MPI_Iallreduce adds every element in the same order whatever the count, so cutting the
+// gradient into pieces changes which message carries an element, not what is added to it (bit for
+// bit with two students, whose sum is one addition, in any MPI; see docs/distributed.md).
 #define STUDENTS_GRAD_CHUNKS 4
 #define STUDENTS_GRAD_CHUNK_MAX ((int64_t)16 << 20) // elements of one chunk at most (64 MiB of fp32)
 // students_grads_chunk: the elements of one chunk for a gradient of numel elements: a quarter of it
