@@ -13,6 +13,7 @@
 #include "common/core/bytes.h"
 #include "common/core/error.h"
 #include "student/train/batch_source.h"
+#include "student/train/students.h"
 #include "student/model/memory_plan.h"
 #include "student/train/train_setup.h"
 #include "teacher/teacher_plan.h"
@@ -130,6 +131,9 @@ int job_plan_train(const config *cfg, const world_want *want, int world_size, in
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve sr;
     int grad_nccl = be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    // the pinned ring of the gradient all-reduce over MPI on a GPU (host memory; auto: if NCCL declines)
+    if (be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "nccl") != 0)
+        pr.host_pinned = students_grads_pinned_bytes(drafter_param_numel(&dc));
     gpu_reserve_make(&sr, be.kind == BACKEND_CUDA, gpu_reserve_student_comms(ring, w.groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &sr);
     student_plan plan;

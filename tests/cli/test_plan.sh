@@ -39,6 +39,11 @@ has tiny-cuda "library workspaces +32.0 MiB"
 has tiny-cuda "NCCL receive ring +[1-9]"
 expect_ok tiny-cuda-mpi "$R" "${tiny[@]}" --device cuda --transport.payload=mpi --plan
 has tiny-cuda-mpi "NCCL receive ring +0 B"
+# two students summing over MPI on a GPU: the pinned host ring of the gradient all-reduce, outside the total
+expect_ok tiny-cuda-grad-mpi "$R" "${tiny[@]}" --device cuda --world.students=2 --train.batches_per_step=2 --transport.grad_allreduce=mpi --plan
+has tiny-cuda-grad-mpi "^  pinned host memory +[0-9.]+ [KMG]?i?B  \([0-9]+ bytes; host memory, not in the total"
+expect_ok tiny-cuda-grad-nccl "$R" "${tiny[@]}" --device cuda --world.students=2 --train.batches_per_step=2 --transport.grad_allreduce=nccl --plan
+[ "$(count '^  pinned host memory')" = 0 ] && ok || bad "grad_allreduce nccl: --plan reports pinned host memory"
 
 # under mpirun: the same plan, printed once, for the launcher's world (2 ranks: 1 teacher + 1 student)
 expect_ok tiny-mpirun mpirun -np 2 "$R" "${tiny[@]}" --device cpu --plan

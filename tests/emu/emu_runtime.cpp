@@ -243,7 +243,9 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     if (n) memmove(dst, src, n);
     return cudaSuccess;
 }
+static void emu_note_async_copy(void *dst, const void *src, size_t n); // the pinned-copy count, below
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind, cudaStream_t s) {
+    emu_note_async_copy(dst, src, n);
     copy_log_copy(dst, src, n, true, s);
     if (n) memmove(dst, src, n);
     return cudaSuccess;
@@ -439,6 +441,46 @@ static void emu_need_device(const void *p, size_t bytes, const char *what, long 
     if (idx >= 0) fprintf(stderr, "[%ld]", idx);
     fprintf(stderr, " (%p, %zu bytes) is not inside device memory\n", p, bytes);
     abort();
+}
+
+// ---------------------------------------------------------------------------- pinned host memory and async copies
+// cudaMemcpyAsync between device memory and host memory is counted by the kind of host memory:
+// pinned (inside a cudaHostAlloc'd block: the copy is asynchronous on a GPU) or pageable (a GPU
+// stages it and the host waits). With DFLASH_EMU_COPY_REPORT=1 each process prints at exit
+// `cuda emulator: async copies with host memory: N pinned (B bytes), M pageable`, so that a test
+// can tell that a path's copies went through pinned buffers.
+
+static std::mutex copies_mu;
+static long long copies_pinned, copies_pinned_bytes, copies_pageable;
+
+static bool emu_pinned_range(const void *p, size_t bytes) {
+    std::lock_guard<std::mutex> g(pinned_mu);
+    auto it = pinned_allocs.upper_bound((void *)p);
+    if (it == pinned_allocs.begin()) return false;
+    --it;
+    const char *base = (const char *)it->first, *q = (const char *)p;
+    return q >= base && (size_t)(q - base) <= it->second && bytes <= it->second - (size_t)(q - base);
+}
+
+static void emu_copy_report(void) {
+    std::lock_guard<std::mutex> g(copies_mu);
+    fprintf(stderr, "cuda emulator: async copies with host memory: %lld pinned (%lld bytes), %lld pageable\n",
+            copies_pinned, copies_pinned_bytes, copies_pageable);
+}
+
+static void emu_note_async_copy(void *dst, const void *src, size_t n) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char *r = getenv("DFLASH_EMU_COPY_REPORT");
+        if (r && strcmp(r, "1") == 0) atexit(emu_copy_report);
+    });
+    bool dev_dst = emu_device_range(dst, n), dev_src = emu_device_range(src, n);
+    if (!n || dev_dst == dev_src) return; // device to device, or host to host
+    const void *host = dev_dst ? src : dst;
+    bool pinned = emu_pinned_range(host, n);
+    std::lock_guard<std::mutex> g(copies_mu);
+    if (pinned) copies_pinned++, copies_pinned_bytes += (long long)n;
+    else copies_pageable++;
 }
 
 cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa[],
@@ -762,15 +804,6 @@ struct copy_rec {
 std::mutex copy_mu;
 std::map<cudaStream_t, copy_rec> copy_pending; // the last copy of a stream, until what follows it says
 bool copy_exit_set;
-}
-
-static bool emu_pinned_range(const void *p, size_t bytes) {
-    std::lock_guard<std::mutex> g(pinned_mu);
-    auto it = pinned_allocs.upper_bound((void *)p);
-    if (it == pinned_allocs.begin()) return false;
-    --it;
-    const char *base = (const char *)it->first, *q = (const char *)p;
-    return q >= base && (size_t)(q - base) <= it->second && bytes <= it->second - (size_t)(q - base);
 }
 
 static void copy_log_write(const copy_rec &r, bool async) {

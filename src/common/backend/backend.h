@@ -49,7 +49,8 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 
 // pinned host memory and async copies
 //
-// What the payloads use (teacher_loop.c's send ring, batch_source.c's receive buffers): host buffers
+// What the payloads use (teacher_loop.c's send ring, batch_source.c's receive buffers) and the MPI
+// gradient all-reduce on a GPU (students.c's ring of pinned chunks): host buffers
 // the device copies to and from by DMA, copies the host does not wait for, and events that order
 // them. On the CPU backend they are plain: malloc'd memory, memcpy at the call, events that are
 // always complete; so a CPU job runs the same code with the same bytes.
@@ -59,7 +60,7 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 // a no-op.
 void *backend_host_alloc(backend *be, size_t bytes);
 void backend_host_free(backend *be, void *p);
-// stream: BACKEND_STREAM_MAIN or BACKEND_STREAM_COPY (backend_type.h).
+// stream: BACKEND_STREAM_MAIN, BACKEND_STREAM_COPY or BACKEND_STREAM_TO_DEVICE (backend_type.h).
 // backend_copy_async: bytes from src to dst (host or device memory; the direction comes from the
 // pointers) on `stream`, returning at once on CUDA. The host side should be backend_host_alloc'd
 // (else the copy is staged and synchronous on a GPU) and must stay untouched until an event

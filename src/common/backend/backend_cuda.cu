@@ -26,6 +26,7 @@ typedef struct {
     cublasHandle_t cublas;
     void *cublas_workspace;
     cudaStream_t copy_stream;       // the async copies beside the stream (cuda_copy_async)
+    cudaStream_t to_device;         // the async copies to the device that wait for nothing but each other
     cudaEvent_t posted;             // the stream's work when a copy was posted to copy_stream
     void *op_state[CUDA_OP_STATES]; // the op modules' own state (cuda_op_state)
     void (*op_state_free[CUDA_OP_STATES])(backend *be, void *state);
@@ -81,6 +82,7 @@ extern "C" int cuda_open(backend *be, int local_rank) {
     cuda_state *st = (cuda_state *)xcalloc(1, sizeof *st);
     cuda_check(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     cuda_check(cudaStreamCreateWithFlags(&st->copy_stream, cudaStreamNonBlocking));
+    cuda_check(cudaStreamCreateWithFlags(&st->to_device, cudaStreamNonBlocking));
     cuda_check(cudaEventCreateWithFlags(&st->posted, cudaEventDisableTiming));
     cublas_check(cublasCreate(&st->cublas));
     cublas_check(cublasSetStream(st->cublas, st->stream));
@@ -107,10 +109,12 @@ extern "C" void cuda_close(backend *be) {
     cuda_check(cudaStreamSynchronize(st->copy_stream));
     for (int i = 0; i < CUDA_OP_STATES; i++)
         if (st->op_state[i] && st->op_state_free[i]) st->op_state_free[i](be, st->op_state[i]);
+    cuda_check(cudaStreamSynchronize(st->to_device));
     cublas_check(cublasDestroy(st->cublas));
     cuda_check(cudaFree(st->cublas_workspace));
     cuda_check(cudaEventDestroy(st->posted));
     cuda_check(cudaStreamDestroy(st->copy_stream));
+    cuda_check(cudaStreamDestroy(st->to_device));
     cuda_check(cudaStreamDestroy(st->stream));
     free(st);
     be->impl = NULL;
@@ -219,7 +223,7 @@ extern "C" void cuda_host_free(backend *be, void *p) {
 
 static cudaStream_t cuda_stream_of(backend *be, int stream) {
     cuda_state *st = cuda_state_of(be);
-    return stream == BACKEND_STREAM_COPY ? st->copy_stream : st->stream;
+    return stream == BACKEND_STREAM_COPY ? st->copy_stream : stream == BACKEND_STREAM_TO_DEVICE ? st->to_device : st->stream;
 }
 
 // On the copy stream a copy waits for what the backend's stream had queued when it was posted (the

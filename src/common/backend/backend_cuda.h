@@ -44,7 +44,7 @@ void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(ba
 
 // pinned host memory and async copies (backend.h's block of the same name): cudaHostAlloc'd
 // buffers, cudaMemcpyAsync on the backend's stream or its copy stream (stream: BACKEND_STREAM_MAIN
-// or BACKEND_STREAM_COPY), events (cudaEvent_t, timing off).
+// BACKEND_STREAM_COPY or BACKEND_STREAM_TO_DEVICE), events (cudaEvent_t, timing off).
 void *cuda_host_alloc(backend *be, size_t bytes);
 void cuda_host_free(backend *be, void *p);
 void cuda_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes);

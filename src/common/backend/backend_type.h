@@ -9,9 +9,12 @@ typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } backend_kind;
 struct backend;
 
 // pinned host memory and async copies: where an async copy or an event record goes (backend.h): the
-// backend's stream (in order with its kernels), or its copy stream (beside it; a copy there starts
-// after all the work queued on the backend's stream when it was posted).
-enum { BACKEND_STREAM_MAIN = 0, BACKEND_STREAM_COPY = 1 };
+// backend's stream (in order with its kernels); its copy stream (beside it; a copy there starts
+// after all the work queued on the backend's stream when it was posted: a payload or a gradient
+// bucket the forward or backward has just written); or its stream of copies to the device (beside
+// it, in order only with each other: a piece going back to the device never queues behind a copy
+// to the host that waits for the backward; its destination must be one the queued work no longer uses).
+enum { BACKEND_STREAM_MAIN = 0, BACKEND_STREAM_COPY = 1, BACKEND_STREAM_TO_DEVICE = 2 };
 
 // A timer around each backend_gemm on a backend (NULL: none): what profile.h's prof_enable installs,
 // so the backend times its GEMMs without knowing the profiler. begin returns a token for end (-1:

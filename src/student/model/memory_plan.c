@@ -24,6 +24,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->adam = r->adam ? 2 * numel * sizeof(float) : 0;
     bd->ema = r->ema ? numel * sizeof(float) : 0;
     bd->links = r->link_bytes;
+    bd->host_pinned = r->host_pinned;
     bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
 }
 
@@ -236,6 +237,9 @@ void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, con
     fprintf(f, "  %-26s %12s  (%zu bytes)\n", "total", bytes_format(bd->total, b, sizeof b), bd->total);
     fprintf(f, "plan_total_bytes %zu\n", bd->total);
     if (budget) fprintf(f, "  %-26s %12s\n", "budget", bytes_format(budget, b, sizeof b));
+    if (bd->host_pinned)
+        fprintf(f, "  %-26s %12s  (%zu bytes; host memory, not in the total: the gradient all-reduce over MPI)\n",
+                "pinned host memory", bytes_format(bd->host_pinned, b, sizeof b), bd->host_pinned);
     fprintf(f, "  anchors per chunk %d, loss mode %s, rows per loss chunk %d, vocabulary tile %d\n", p->chunk_anchors,
             p->loss.mode == LOSS_MODE_ROWS ? "rows (2 GEMMs)" : "tiles (3 GEMMs)", p->loss.row_chunk, p->loss.vocab_tile);
     fprintf(f, "  estimated step time %.3g s (%d anchors)\n", bd->est_s, bd->anchors);

@@ -27,6 +27,8 @@ typedef struct {
     int force_row_chunk;      // > 0: rows per loss chunk (a multiple of B-1)
     int force_vocab_tile;     // > 0: vocabulary tile in mode TILES
     size_t link_bytes;        // the NCCL receive ring (GPU memory; 0 when the payloads come over MPI)
+    size_t host_pinned;       // pinned host memory beside the plan (the MPI gradient ring on a GPU,
+                              // students_grads_pinned_bytes): reported, never in the device's total
 } plan_request;
 
 typedef struct {
@@ -35,6 +37,7 @@ typedef struct {
     size_t library;                                                   // cuBLAS workspace (CUDA)
     size_t links;                                                     // NCCL receive ring
     size_t total;
+    size_t host_pinned;       // pinned host memory (plan_request's), not in total
     double est_s;             // the chosen plan's estimated step time (plan_step_seconds)
     int anchors;              // ... for this many anchors per step
     int has_runner_up;        // the fastest plan of another C or loss mode that fits
@@ -52,7 +55,8 @@ int plan_make(const drafter_config *c, const backend *be, const plan_request *r,
 // per GEMM, and one or two scans of the logits), a fixed cost per op of each chunk and loss
 // sub-chunk, and the context's projections; rates from a table per backend kind (memory_plan.c).
 double plan_step_seconds(const drafter_config *c, const backend *be, const plan_request *r, const student_plan *p);
-// plan_print: the per-rank breakdown, one line per part, then the chosen C and loss mode.
+// plan_print: the per-rank breakdown, one line per part (then pinned host memory, when there is
+// any, on a line of its own outside the device's total), then the chosen C and loss mode.
 void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t budget);
 // plan_print_titled: the same under another first line (--plan names the ranks and the device).
 void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, const student_plan *p, size_t budget);

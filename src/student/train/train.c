@@ -208,6 +208,9 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = j->ct.topk,
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = j->tc.tie_embeddings, .force_mode = -1};
     if (j->live && payload_link_device(j->links)) pr.link_bytes = (size_t)n_buf * feat_bytes;
+    // the pinned ring of the gradient all-reduce over MPI on a GPU (host memory; auto: if NCCL declines)
+    if (be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "nccl") != 0)
+        pr.host_pinned = students_grads_pinned_bytes(drafter_param_numel(&j->dc));
     plan_breakdown bd;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve gr;
