@@ -38,6 +38,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
+# Open MPI refuses root without these (the lent machine and containers run as root), and a part may
+# start more ranks than cores: set here for every part, the emulator dry run with this machine's
+# libraries included (scripts/gpu-env.sh sets them too when it provides the libraries)
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
 SELF=$ROOT/tests/gpu/check.sh
 LIB="python3 $ROOT/tests/gpu/check_lib.py"
 
