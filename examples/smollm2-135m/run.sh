@@ -86,14 +86,15 @@ stage2() {
   local t0=$SECONDS
   say "Python environment, stage 2 of 2 (evaluation: torch for the CPU, dflash, h5py, matplotlib): about 3 minutes, 4 GB"
   pip_group "torch 2.15.0 (the wheel, without its dependencies: 540 MB)" "40 s" --no-deps torch==2.15.0
-  pip_group "the CUDA runtime libraries torch's libraries link (CUDA 13.2: cuBLAS, cuDNN, NCCL, ...; 2.6 GB)" "2 minutes" \
+  say "  (pip then says torch requires triton and cuda-bindings, which are not installed: left out on purpose)"
+  pip_group "the CUDA runtime libraries torch's libraries link (CUDA 13.2: cuBLAS, cuDNN, NCCL, ...; 2.8 GB)" "1 minute" \
     filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
     "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,nvjitlink,nvrtc,cusparse]==13.2.2" nvidia-cudnn-cu13==9.26.0.51 \
     nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
   if ! "$py" -c "import torch; torch.ones(1) @ torch.ones(1)" 2>/dev/null; then
     pip_group "torch does not import without its other dependencies here: torch==2.15.0 with all of them" "5 minutes" torch==2.15.0
   fi
-  pip_group "evaluation and curve: dflash (its model code only), h5py, matplotlib" "30 s" h5py matplotlib
+  pip_group "evaluation and curve: h5py, matplotlib" "15 s" h5py matplotlib
   pip_group "the dflash package (--no-deps: its benchmark's datasets and pins are not used)" "5 s" --no-deps dflash==0.1.0
   stage2_ok || { echo "error: run.sh: $W/venv lacks a package of stage 2 after installing it" >&2; return 1; }
   say "Python environment, stage 2: ready in $(( SECONDS - t0 )) s, $(du -sh "$W/venv" | cut -f1) in all"
