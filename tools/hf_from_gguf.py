@@ -42,6 +42,8 @@ import os
 import sys
 import time
 
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # no "PyTorch was not found": none is needed
+
 
 def die(msg):
     sys.exit(f"error: hf_from_gguf: {msg}")
@@ -257,10 +259,11 @@ def main():
     gen.eos_token_id = stop if len(stop) > 1 else stop[0]
 
     os.makedirs(a.out, exist_ok=True)
+    # config.json last: a directory with it is complete (what the check above and run.sh look for)
+    tok.save_pretrained(a.out)
+    gen.save_pretrained(a.out)
     write_safetensors(os.path.join(a.out, "model.safetensors"), tensors, "F32" if a.dtype == "float32" else "BF16")
     cfg.save_pretrained(a.out)
-    gen.save_pretrained(a.out)
-    tok.save_pretrained(a.out)
     n = sum(int(np.prod(w.shape)) for w in tensors.values())
     print(f"hf_from_gguf: LlamaForCausalLM {cfg.num_hidden_layers} layers, H {cfg.hidden_size}, "
           f"V {cfg.vocab_size}, {n / 1e6:.1f} M parameters ({a.dtype}) -> {a.out}; stop ids {stop} "

