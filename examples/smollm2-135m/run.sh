@@ -166,8 +166,25 @@ say "evaluation on the recorded held-out prompts: --mode eval"
 "$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
 say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
-"$py" "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
-  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" | tee "$W/spec_decode.log" | tail -5
+# eta_prompts: spec_decode.py's output in full to WORKDIR/spec_decode.log; here a line per decoded
+# prompt with the count and the time left at the rate so far, then its summary lines
+eta_prompts() {
+  trap '' INT TERM
+  local t0=$SECONDS n=0 k=0 l
+  while IFS= read -r l; do
+    printf '%s\n' "$l" >>"$W/spec_decode.log"
+    if [[ $l =~ ^prompts:\ ([0-9]+)\  ]]; then n=${BASH_REMATCH[1]}; t0=$SECONDS; printf '%s\n' "$l"
+    elif [[ $l =~ ^(sample\ [0-9]+:\ prompt\ [0-9]+,\ new\ [0-9]+,\ steps\ [0-9]+).*(mean\ acceptance\ [0-9.]+,\ ==\ greedy\ generate:\ [a-zA-Z]+) ]]; then
+      k=$(( k + 1 ))
+      printf '== %s   %s, %s: %d of %d, about %d min left\n' "$(date +%H:%M:%S)" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
+        "$k" "$n" $(( n > k ? (SECONDS - t0) * (n - k) / k / 60 : 0 ))
+    elif [[ ! $l =~ ^sample ]]; then printf '%s\n' "$l"
+    fi
+  done
+}
+: >"$W/spec_decode.log"
+"$py" -u "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
+  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" 2>&1 | eta_prompts
 
 "$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md" --spec "$W/spec_decode.log"
 say "done: drafter in $W/run/drafter, curve in $W/run/curve.png and $W/run/curve.md"
