@@ -136,6 +136,7 @@ if ! stage2_ok; then
   stage2_pid=$!
 fi
 say "training: $STEPS steps, $LAYERS-layer $KIND drafter, $ANCHORS anchors, from the offline features"
+left() { if [ "$1" -ge 120 ]; then echo "$(( $1 / 60 )) min"; else echo "$1 s"; fi; } # left SECONDS: "N min" or "N s"
 # eta_steps: the trainer's lines as they are, each step line followed by the time left at this rate
 # (ignores INT/TERM: a Ctrl-C stops the ranks through mpirun_stop.sh, and this keeps reading to the end)
 eta_steps() {
@@ -146,8 +147,8 @@ eta_steps() {
     [[ $l =~ step\ +([0-9]+)\ +loss ]] || continue
     s=${BASH_REMATCH[1]}
     if [ "$s0" -lt 0 ]; then s0=$s t0=$SECONDS; continue; fi
-    [ "$s" -gt "$s0" ] && printf '== %s   step %s of %s, about %d min left at this rate\n' "$(date +%H:%M:%S)" "$s" "$STEPS" \
-      $(( (SECONDS - t0) * (STEPS - s) / (s - s0) / 60 ))
+    [ "$s" -gt "$s0" ] && printf '== %s   step %s of %s, about %s left at this rate\n' "$(date +%H:%M:%S)" "$s" "$STEPS" \
+      "$(left $(( (SECONDS - t0) * (STEPS - s) / (s - s0) )))"
   done
 }
 "$mpirun" -np 1 --bind-to none "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
@@ -176,8 +177,8 @@ eta_prompts() {
     if [[ $l =~ ^prompts:\ ([0-9]+)\  ]]; then n=${BASH_REMATCH[1]}; t0=$SECONDS; printf '%s\n' "$l"
     elif [[ $l =~ ^(sample\ [0-9]+:\ prompt\ [0-9]+,\ new\ [0-9]+,\ steps\ [0-9]+).*(mean\ acceptance\ [0-9.]+,\ ==\ greedy\ generate:\ [a-zA-Z]+) ]]; then
       k=$(( k + 1 ))
-      printf '== %s   %s, %s: %d of %d, about %d min left\n' "$(date +%H:%M:%S)" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
-        "$k" "$n" $(( n > k ? (SECONDS - t0) * (n - k) / k / 60 : 0 ))
+      printf '== %s   %s, %s: %d of %d, about %s left\n' "$(date +%H:%M:%S)" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
+        "$k" "$n" "$(left $(( n > k ? (SECONDS - t0) * (n - k) / k : 0 )))"
     elif [[ ! $l =~ ^sample ]]; then printf '%s\n' "$l"
     fi
   done
