@@ -460,6 +460,7 @@ static int regen_setup(regen *g, const world *w) {
 // most at[j + 1] - at[j]: what it can need, reply_need).
 typedef struct {
     int64_t first, cnt;
+    int64_t base; // the job's prompts whose parts were on disk when this shard began (progress)
     int64_t *at;       // [per + 1]
     int32_t *reply;    // [reply_cap]
     int32_t *rlen;
@@ -530,7 +531,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
                 }
                 finished++;
                 (*done)++;
-                progress_update(pg, st->first + finished);
+                progress_update(pg, st->base + finished);
             }
         }
         if (d->n_seq == 0) continue;
@@ -552,7 +553,7 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
             }
             finished++;
             (*done)++;
-            progress_update(pg, st->first + finished);
+            progress_update(pg, st->base + finished);
         }
     }
     return 0;
@@ -560,6 +561,18 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
 
 static void part_path(char *buf, size_t n, const regen *g, int64_t s) {
     snprintf(buf, n, "%s/part-%05lld-of-%05lld.h5", g->parts, (long long)s, (long long)g->n_shards);
+}
+
+// The job's prompts whose parts are on disk now, whoever decoded them: what the progress line counts
+// from when a shard begins (a part is renamed into place complete, so its presence is its end).
+static int64_t regen_parts_done(const regen *g) {
+    char path[CONFIG_STR + 96];
+    int64_t n = 0;
+    for (int64_t s = 0; s < g->n_shards; s++) {
+        part_path(path, sizeof path, g, s);
+        if (access(path, F_OK) == 0) n += (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+    }
+    return n;
 }
 
 // 1 when shard s's part is already there (made with these settings), 0 when not, -1 on a mismatch.
@@ -642,7 +655,7 @@ static int regen_run_shards(regen *g, const world *w) {
     st.pack = xmalloc((size_t)g->dec.rows * sizeof(int32_t));
     st.plen = xmalloc((size_t)g->max_seqs * sizeof(int));
     progress pg;
-    progress_start(&pg, "regenerate (the job's prompts, in the order claimed)", g->pi.n);
+    progress_start(&pg, "regenerate (the job's prompts: parts on disk + this shard's)", g->pi.n);
     double t0 = time_now(), t_line = t0;
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
@@ -664,9 +677,11 @@ static int regen_run_shards(regen *g, const world *w) {
             skipped++;
             done += st.cnt;
             tokens0 = st.tokens;
-            progress_update(&pg, st.first + st.cnt);
+            progress_update(&pg, regen_parts_done(g));
             continue;
         }
+        st.base = regen_parts_done(g);
+        progress_update(&pg, st.base);
         st.at[0] = 0;
         for (int64_t j = 0; j < st.cnt; j++) st.at[j + 1] = st.at[j] + reply_need(g, st.first + j);
         memset(st.rlen, 0, (size_t)st.cnt * sizeof(int32_t));
