@@ -38,7 +38,9 @@ fi
 echo "== job: mpirun -np 3 dflash_rank --config examples/tiny/train.json"
 # Open MPI refuses to run as root and to put 3 ranks on fewer cores unless told; both are fine here.
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-mpirun -np 3 --oversubscribe --bind-to none ./build/dflash_rank --config examples/tiny/train.json
+# --run.resume=true: a second run of this script continues the first (a finished one: nothing to do,
+# its result shown again) instead of being refused for the run.dir it left
+mpirun -np 3 --oversubscribe --bind-to none ./build/dflash_rank --config examples/tiny/train.json --run.resume=true
 # The headline: the held-out decoding acceptance length (tau_decode, what serving sees) at the first and
 # the last evaluation, from the summary line of metrics.jsonl.
 summary=$(grep '"summary": true' "$out/run/metrics.jsonl" | tail -1)
