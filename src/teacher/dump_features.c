@@ -167,8 +167,9 @@ static int dump_index(const config *cfg, const featfile_info *info, int64_t n_sh
     fprintf(f, "  \"target_layer_ids\": [");
     for (int i = 0; i < info->n_feat; i++) fprintf(f, "%s%lld", i ? ", " : "", (long long)info->layer_ids[i]);
     // features = HF hidden_states[id + 1] (target.h): the last layer's after the final norm
-    fprintf(f, "],\n  \"feature_convention\": \"hidden_states[id+1]\",\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"shards\": [\n",
-            (long long)info->hidden, info->topk, (long long)n_samples);
+    // min_loss_tokens: the rule that chose the samples (data.min_loss_tokens), which training compares
+    fprintf(f, "],\n  \"feature_convention\": \"hidden_states[id+1]\",\n  \"hidden_size\": %lld,\n  \"topk\": %d,\n  \"samples\": %lld,\n  \"min_loss_tokens\": %lld,\n  \"shards\": [\n",
+            (long long)info->hidden, info->topk, (long long)n_samples, (long long)cfg->min_loss_tokens);
     for (int64_t s = 0; s < n_shards; s++) {
         char p[CONFIG_STR + 64];
         shard_path(p, sizeof p, ".", s, n_shards);

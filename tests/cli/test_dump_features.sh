@@ -3,7 +3,8 @@
 # the feature file has the documented datasets and attributes (read back with h5py), matches
 # teacher-dump on the same sequences, has the last layer's features (id 2 of 3) after the final
 # norm (hidden_states[id+1], SPEC section 2), resumes without redoing finished shards, and refuses shards
-# made with other settings.
+# made with other settings; its index records data.min_loss_tokens, and training under another
+# rule is refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
@@ -101,6 +102,17 @@ ls "$TMP"/feat/*.tmp* >/dev/null 2>&1 && bad "temporary files left in features.d
 # A shard made with other settings is refused, naming it.
 expect_fail_mpi other-settings "features-00000-of-00004.h5 was made with top-5, this run has top-6" \
   mpirun -np 2 "$R" "${args[@]}" --teacher.topk=6
+# The index records the rule that chose its samples (data.min_loss_tokens), and training from the
+# features under another rule is refused, naming the key: it would train on other samples than it says.
+"$PY" -c "import json,sys; sys.exit(json.load(open(sys.argv[1])).get('min_loss_tokens') != 2)" "$TMP/feat/features.json" \
+  && ok || bad "features.json does not record min_loss_tokens 2"
+train=(--mode train --device cpu --target.path="$TMP/target" --data.path="$TMP/train.h5" --data.features="$TMP/feat"
+       --target.layer_ids=0,2 --teacher.topk=5 --drafter.block_size=4 --train.max_anchors=8 --train.steps=1
+       --data.max_tokens_per_batch=100 --data.heldout_samples=2 --train.eval_interval=100000000)
+expect_fail_mpi min-loss-tokens "data.min_loss_tokens 20: data.features $TMP/feat was dumped with data.min_loss_tokens 2" \
+  mpirun -np 1 "$R" "${train[@]}" --data.min_loss_tokens=20 --run.dir="$TMP/r-min"
+[ ! -e "$TMP/r-min/metrics.jsonl" ] && ok || bad "a refused run wrote metrics.jsonl"
+expect_ok train-same-rule mpirun -np 1 "$R" "${train[@]}" --run.dir="$TMP/r-same"
 # Missing inputs are named.
 expect_fail no-target "dump-features needs target.path" "$R" --mode dump-features --data.path="$TMP/train.h5" --features.dir="$TMP/f2"
 finish

@@ -65,6 +65,7 @@ struct featreader {
     run_identity identity;    // what the index records (identity.h)
     int sealed;               // the index carries its checksum (crc32c.h)
     int post_norm_last;       // features.json says "feature_convention": "hidden_states[id+1]"
+    int64_t min_loss_tokens;  // features.json "min_loss_tokens" (data.min_loss_tokens of the dump); -1: not recorded
     int n_open;               // shards open now
     uint64_t clock;
     // the training sets dumped (the index's "sets"; one set of every sample when it has none)
@@ -346,6 +347,9 @@ static int fr_parse_index(featreader *r, const char *dir, const char *text) {
     r->n_feat = n_ids;
     const cJSON *conv = cJSON_GetObjectItemCaseSensitive(root, "feature_convention");
     r->post_norm_last = cJSON_IsString(conv) && strcmp(conv->valuestring, "hidden_states[id+1]") == 0;
+    r->min_loss_tokens = -1; // dumps before 2026-12 record none
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(root, "min_loss_tokens"))
+        rc = fr_json_int(root, "min_loss_tokens", path, 2, &r->min_loss_tokens);
     // the recorded identity: the index's "identity" (dumps since issue 27), else what older ones hold
     const cJSON *idj = cJSON_GetObjectItemCaseSensitive(root, "identity");
     if (rc == 0 && idj) rc = identity_from_json(idj, path, &r->identity);
@@ -578,6 +582,7 @@ const int64_t *featreader_layer_ids(const featreader *r, int *n) {
 }
 
 int featreader_post_norm_last(const featreader *r) { return r->post_norm_last; }
+int64_t featreader_min_loss_tokens(const featreader *r) { return r->min_loss_tokens; }
 
 const run_identity *featreader_identity(const featreader *r) { return &r->identity; }
 

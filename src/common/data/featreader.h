@@ -27,6 +27,9 @@ const int64_t *featreader_layer_ids(const featreader *r, int *n);
 // featreader_post_norm_last: features.json declares the convention hidden_states[id+1] (the last
 // layer's features after the final norm, SPEC §2); 0 for directories written before it.
 int featreader_post_norm_last(const featreader *r);
+// featreader_min_loss_tokens: the data.min_loss_tokens the samples were chosen with at dump time
+// (features.json "min_loss_tokens"), or -1 when the index records none (dumps before 2026-12).
+int64_t featreader_min_loss_tokens(const featreader *r);
 // featreader_identity: the identity the index records (identity.h): its "identity" object, or for an
 // index written before it the target architecture, hidden size, layer ids, convention and sample count.
 const run_identity *featreader_identity(const featreader *r);

@@ -211,6 +211,22 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
                 *fr = NULL;
                 return rc;
             }
+        // the features hold the samples usable under the dump's rule: another rule here would train on
+        // (and hold out) other samples than it says
+        int64_t rule = featreader_min_loss_tokens(*fr);
+        if (rule != cfg->min_loss_tokens && (rule >= 0 || cfg->min_loss_tokens != 2)) {
+            int rc = rule >= 0
+                         ? error_set("data.min_loss_tokens %lld: data.features %s was dumped with data.min_loss_tokens "
+                                     "%lld, so it holds the samples usable under that rule; dump the features again "
+                                     "with %lld, or train with %lld", (long long)cfg->min_loss_tokens,
+                                     cfg->data_features, (long long)rule, (long long)cfg->min_loss_tokens, (long long)rule)
+                         : error_set("data.min_loss_tokens %lld: data.features %s records no data.min_loss_tokens (dumped "
+                                     "before 2026-12); dump the features again with %lld", (long long)cfg->min_loss_tokens,
+                                     cfg->data_features, (long long)cfg->min_loss_tokens);
+            featreader_close(*fr);
+            *fr = NULL;
+            return rc;
+        }
         n_samples = featreader_samples(*fr);
         lengths = xmalloc((size_t)(n_samples + 1) * sizeof(int64_t));
         for (int64_t i = 0; i < n_samples; i++) lengths[i] = featreader_len(*fr, i);
