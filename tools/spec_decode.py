@@ -180,6 +180,7 @@ def main():
     warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    sys.stdout.reconfigure(line_buffering=True)  # every line as it is printed, also into a pipe or a log
     print("$ python3 " + " ".join(sys.argv))
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"dflash {importlib.metadata.version('dflash')}, device cpu" +
