@@ -154,10 +154,6 @@ fi
 
 say "regeneration: $NP teacher ranks answer every prompt (greedy, at most $MAX_NEW new tokens)"
 regen "$W/regen.h5" "$W/prompts.jsonl"
-say "regeneration of the evaluation sets, one per category: held out ($W/prompts-heldout) and from another source ($W/prompts-eval)"
-for f in "$W"/prompts-heldout/*.ids "$W"/prompts-eval/*.ids; do
-  regen "${f%.ids}.h5" "$f" --regenerate.heldout=0 >"${f%.ids}.regen.log" 2>&1 || { cat "${f%.ids}.regen.log" >&2; exit 1; }
-done
 
 if [ ! -f "$W/features/features.json" ]; then
   say "offline features: dump-features on $NP ranks -> $W/features"
@@ -200,6 +196,11 @@ elif ! stage2_ok; then
   stage2
 fi
 
+# (after the training, so that the first step does not wait for them)
+say "regeneration of the evaluation sets, one per category: held out ($W/prompts-heldout), another source ($W/prompts-eval)"
+for f in "$W"/prompts-heldout/*.ids "$W"/prompts-eval/*.ids; do
+  regen "${f%.ids}.h5" "$f" --regenerate.heldout=0 >"${f%.ids}.regen.log" 2>&1 || { cat "${f%.ids}.regen.log" >&2; exit 1; }
+done
 say "evaluation on the recorded held-out prompts: --mode eval"
 "$mpirun" -np 2 --bind-to none "$bin/dflash_rank" --mode eval --target.path="$W/target" --data.path="$W/regen.h5" \
   --eval.drafter="$W/run/drafter" --run.dir="$W/eval" --run.overwrite=true
