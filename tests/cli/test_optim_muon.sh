@@ -6,8 +6,9 @@
 #     total, and an AdamW plan none;
 #   - stopped at step 20 and resumed, the Muon run gives exactly the uninterrupted run's losses (its
 #     momentum is the checkpointed m buffer);
-#   - a resume with another optimizer is refused naming train.optimizer; a bad value is refused
-#     naming the key.
+#   - a resume with another optimizer is refused naming train.optimizer, also from a checkpoint
+#     whose configuration predates the key (which resumes as the AdamW run it was); a bad value is
+#     refused naming the key.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -48,9 +49,18 @@ expect_ok muon-resumed mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut" --tra
 c=$(losses "$TMP/cut/metrics.jsonl")
 [ "$a" = "$c" ] && ok || bad "the resumed Muon run's losses differ: $c"
 
-# another optimizer on resume; a bad value
+# another optimizer on resume is refused, also from a checkpoint written before train.optimizer
+# existed (its keys removed from state.json, the seal remade), which resumes as AdamW
 expect_ok adamw-stopped mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut2" --test.stop_at_step=10
-expect_fail_mpi resume-other "train.optimizer" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut2" --run.resume=true --train.optimizer=muon
+expect_fail_mpi resume-other "train.optimizer \"adamw\" -> \"muon\"" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut2" --run.resume=true --train.optimizer=muon
+st="$TMP/cut2/checkpoints/step-00000010/state.json"
+sed -i '/^\t\t"optimizer":\t"adamw",$/d; /^\t\t"muon_momentum":\t0.95,$/d' "$st"
+grep -q '"optimizer"\|"muon_momentum"' "$st" && bad "state.json still holds the optimizer keys" || ok
+$PY "$SRC/tests/cli/crc32c_reseal.py" json "$st"
+expect_fail_mpi resume-older-other "train.optimizer \"adamw\" -> \"muon\"" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut2" --run.resume=true --train.optimizer=muon
+expect_ok resume-older mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/cut2" --run.resume=true
+grep -q "resuming from" "$TMP/err" && ok || bad "the older checkpoint did not resume"
+[ "$(losses "$TMP/cut2/metrics.jsonl")" = "$b" ] && ok || bad "the older checkpoint resumed to other losses: $(losses "$TMP/cut2/metrics.jsonl")"
 expect_fail bad-value "train.optimizer" "$R" "${base[@]}" --run.dir="$TMP/bad" --train.optimizer=sgd
 [ ! -e "$TMP/bad" ] && ok || bad "a refused configuration created run.dir"
 
