@@ -1,6 +1,6 @@
 // test_optim_muon_cuda.c: optim_step with train.optimizer = muon on CUDA against the CPU backend
 // (skipped, exit 77, without a GPU): the same flat buffer of odd shapes (a norm [5], W 7x13, 13x7,
-// a [1, 5] matrix, 64x96, 96x64, a codebook [6, 4], a conv base kernel [2, 3, 4]), the same inputs,
+// a [1, 5] matrix, 64x96, 96x64 (24x40, 40x24 in the emulator), a codebook [6, 4], a conv base kernel [2, 3, 4]), the same inputs,
 // three steps with the global-norm clip active; after each, the weights, m and v of every tensor.
 // The GPU path: the Muon element-wise kernels of optim_cuda.cu, the Newton-Schulz GEMMs on cuBLAS
 // (fp32, no TF32), the norm kept on the device.
@@ -35,8 +35,10 @@ static void make_params(void) {
     drafter_param_push(params, &n, &off, "q_proj.weight", 2, (int64_t[]){7, 13}, 0, 0);
     drafter_param_push(params, &n, &off, "o_proj.weight", 2, (int64_t[]){13, 7}, 0, 0);
     drafter_param_push(params, &n, &off, "vec.weight", 2, (int64_t[]){1, 5}, 0, 0);
-    drafter_param_push(params, &n, &off, "up_proj.weight", 2, (int64_t[]){64, 96}, 0, 0);
-    drafter_param_push(params, &n, &off, "down_proj.weight", 2, (int64_t[]){96, 64}, 0, 0);
+    // (smaller in the emulator, where a kernel runs 10^3-10^5 times slower)
+    int64_t a = TEST_EMU_SIZE(64, 24), b = TEST_EMU_SIZE(96, 40);
+    drafter_param_push(params, &n, &off, "up_proj.weight", 2, (int64_t[]){a, b}, 0, 0);
+    drafter_param_push(params, &n, &off, "down_proj.weight", 2, (int64_t[]){b, a}, 0, 0);
     drafter_param_push(params, &n, &off, "candidate_selector.successor_codebook", 2, (int64_t[]){6, 4}, 0, 0);
     drafter_param_push(params, &n, &off, "mlp_conv.base_kernel", 3, (int64_t[]){2, 3, 4}, 0, 1);
     numel = off;
@@ -100,8 +102,11 @@ int main(void) {
             }
             double *ug = xcalloc((size_t)n, sizeof(double)), *uc = xcalloc((size_t)n, sizeof(double));
             for (int64_t k = 0; k < n; k++) ug[k] = (double)hw[o + k] - w0[o + k], uc[k] = (double)w[o + k] - w0[o + k];
+            double big = 0;
+            for (int64_t k = 0; k < n; k++) big = fmax(big, fabs(uc[k]));
+            CHECK_MSG(big > 1e-4, "step %d %s: the CPU's Muon update is %g", step, p->name, big);
             char op[128];
-            snprintf(op, sizeof op, "step %d %s update (Muon)", step, p->name);
+            snprintf(op, sizeof op, "step %d %s update (Muon; max %.3g)", step, p->name, big);
             test_report(op, rel(ug, uc, n), 1e-4);
             cmp_f("m (Muon)", p->name, step, hm + o, oc.m + o, n, 1e-6);
             free(ug), free(uc);
