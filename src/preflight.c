@@ -37,6 +37,7 @@
 #include "modes/mode_claim.h"
 #include "student/model/drafter.h"
 #include "student/model/memory_plan.h"
+#include "student/train/optim.h"
 #include "student/train/train_setup.h"
 #include "teacher/target.h"
 #include "teacher/target_config.h"
@@ -310,6 +311,7 @@ static int64_t pf_student_need(pf_ctx *x, char *detail, size_t n, pf_result *res
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors,
                        .k = x->ct.topk, .adam = 1, .ema = cfg->ema_decay > 0, .tied = x->tc.tie_embeddings,
                        .force_mode = -1};
+    if (strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&x->dc);
     student_plan plan;
     plan_breakdown bd;
     if (plan_make(&x->dc, &x->be, &pr, &plan, &bd)) {

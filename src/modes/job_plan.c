@@ -13,6 +13,7 @@
 #include "common/core/bytes.h"
 #include "common/core/error.h"
 #include "student/train/batch_source.h"
+#include "student/train/optim.h"
 #include "student/train/students.h"
 #include "student/model/memory_plan.h"
 #include "student/train/train_setup.h"
@@ -122,6 +123,7 @@ int job_plan_train(const config *cfg, const world_want *want, int world_size, in
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = ct.topk,
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
+    if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&dc);
     // the NCCL receive ring when the features would travel GPU to GPU (transport.payload auto or nccl)
     int ring = !offline && be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
     // (batch_source_buffers of them, as student_train counts it)

@@ -71,6 +71,8 @@ const config_key config_keys[] = {
     {"train.weight_decay", CFG_FLOAT, F(weight_decay), "0", "AdamW decoupled weight decay", NULL, 0, 10},
     {"train.grad_clip", CFG_FLOAT, F(grad_clip), "1", "global gradient-norm clip; 0 = none", NULL, 0, 1e9},
     {"train.divergence_factor", CFG_FLOAT, F(divergence_factor), "100", "a training step whose loss or gradient norm exceeds this many times max(1, its running mean over the earlier steps; 100 for the first step of a fresh run) stops the run like a NaN does (before the update); 0 = off", NULL, 0, 1e30},
+    {"train.optimizer", CFG_STRING, F(optimizer), "adamw", "adamw (every tensor), or muon: Muon (momentum, then Newton-Schulz orthogonalisation, scaled to AdamW's update size so train.lr serves both) on the drafter's 2-D projection matrices and AdamW on the rest (docs/student.md, Optimizers)", "adamw|muon", NOLIM},
+    {"train.muon_momentum", CFG_FLOAT, F(muon_momentum), "0.95", "train.optimizer muon: the momentum of Muon's matrices (Nesterov)", NULL, 0, 0.999},
     {"train.ema", CFG_FLOAT, F(ema_decay), "0", "EMA decay of the weights (e.g. 0.999; below 1); 0 = no EMA", NULL, 0, 1},
     {"train.mem_budget", CFG_BYTES, F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, SIZES},
     {"train.log_interval", CFG_INT, F(log_interval), "10", "steps between metrics lines", NULL, 1, 1e9},

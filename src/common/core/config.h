@@ -81,6 +81,8 @@ typedef struct {
     int64_t batches_per_step;       // packed batches per optimizer step, over all students
     int64_t max_anchors;            // per batch
     double lr, warmup_frac, weight_decay, grad_clip, ema_decay;
+    char optimizer[16];             // adamw | muon (train.optimizer)
+    double muon_momentum;           // train.muon_momentum
     double divergence_factor; // train.divergence_factor (train.c: train_diverged)
     int64_t train_mem_budget;       // bytes, 0 = no limit
     int64_t log_interval, eval_interval, eval_batches;

@@ -23,6 +23,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->frozen = total - bd->weights_master - bd->grads - bd->weights_compute;
     bd->adam = r->adam ? 2 * numel * sizeof(float) : 0;
     bd->ema = r->ema ? numel * sizeof(float) : 0;
+    bd->optim_scratch = r->adam ? r->optim_scratch : 0;
     bd->links = r->link_bytes;
     bd->host_pinned = r->host_pinned;
     bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
@@ -39,8 +40,8 @@ static size_t plan_total(const drafter_config *c, const backend *be, const stude
     bd->context = parts[1];
     bd->chunk = parts[2];
     bd->loss = parts[3];
-    bd->total = bd->weights_master + bd->grads + bd->weights_compute + bd->adam + bd->ema + bd->frozen + bd->receive +
-                bd->context + bd->chunk + bd->loss + bd->library + bd->links;
+    bd->total = bd->weights_master + bd->grads + bd->weights_compute + bd->adam + bd->ema + bd->optim_scratch +
+                bd->frozen + bd->receive + bd->context + bd->chunk + bd->loss + bd->library + bd->links;
     return bd->total;
 }
 
@@ -224,16 +225,19 @@ void plan_print(FILE *f, const plan_breakdown *bd, const student_plan *p, size_t
 
 void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, const student_plan *p, size_t budget) {
     char b[32];
+    static const char muon_row[] = "Muon scratch"; // printed only with Muon: an AdamW plan reads as before
     struct { const char *name; size_t v; } rows[] = {
         {"weights (fp32 master)", bd->weights_master}, {"gradients (fp32)", bd->grads},
         {"weights (compute copy)", bd->weights_compute}, {"AdamW moments", bd->adam}, {"EMA", bd->ema},
+        {muon_row, bd->optim_scratch},
         {"frozen embed + lm_head", bd->frozen}, {"receive buffers", bd->receive},
         {"context + K/V + grads", bd->context}, {"chunk activations", bd->chunk}, {"loss workspace", bd->loss},
         {"library workspaces", bd->library}, {"NCCL receive ring", bd->links},
     };
     fprintf(f, "%s\n", title);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        fprintf(f, "  %-26s %12s  (%zu bytes)\n", rows[i].name, bytes_format(rows[i].v, b, sizeof b), rows[i].v);
+        if (rows[i].v || rows[i].name != muon_row)
+            fprintf(f, "  %-26s %12s  (%zu bytes)\n", rows[i].name, bytes_format(rows[i].v, b, sizeof b), rows[i].v);
     fprintf(f, "  %-26s %12s  (%zu bytes)\n", "total", bytes_format(bd->total, b, sizeof b), bd->total);
     fprintf(f, "plan_total_bytes %zu\n", bd->total);
     if (budget) fprintf(f, "  %-26s %12s\n", "budget", bytes_format(budget, b, sizeof b));

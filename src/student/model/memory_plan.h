@@ -21,6 +21,8 @@ typedef struct {
     int k;                    // teacher top-k
     int adam;                 // count AdamW moments (training), 0 for step-dump
     int ema;                  // count an EMA copy on the device
+    size_t optim_scratch;     // the optimizer's device scratch beyond its moments (train.optimizer muon:
+                              // optim_muon_plan_bytes, the Newton-Schulz matrices); 0 for AdamW
     int tied;                 // the target ties lm_head to the embedding
     int force_chunk;          // > 0: use this C (tests), still checked against the budget
     int force_mode;           // -1 planner's choice, else LOSS_MODE_ROWS / LOSS_MODE_TILES
@@ -33,6 +35,7 @@ typedef struct {
 
 typedef struct {
     size_t weights_master, grads, weights_compute, adam, ema, frozen; // drafter state
+    size_t optim_scratch;                                             // plan_request's
     size_t receive, context, chunk, loss;                             // step work (student_work_parts)
     size_t library;                                                   // cuBLAS workspace (CUDA)
     size_t links;                                                     // NCCL receive ring

@@ -525,14 +525,23 @@ int checkpoint_check_resume(const char *run_dir, int64_t step, const config *cfg
     char *now_json = config_to_json(cfg);
     cJSON *now = cJSON_Parse(now_json);
     cJSON_free(now_json);
+    // the defaults: a key the checkpoint's configuration lacks (added to the trainer since) was its default then
+    config dc;
+    config_defaults(&dc);
+    char *def_json = config_to_json(&dc);
+    cJSON *def = cJSON_Parse(def_json);
+    cJSON_free(def_json);
     enum { CAP = 256 };
     char(*ka)[96] = xmalloc(sizeof(char[96]) * CAP), (*kb)[96] = xmalloc(sizeof(char[96]) * CAP);
-    char **va = xcalloc(CAP, sizeof(char *)), **vb = xcalloc(CAP, sizeof(char *));
+    char(*kd)[96] = xmalloc(sizeof(char[96]) * CAP);
+    char **va = xcalloc(CAP, sizeof(char *)), **vb = xcalloc(CAP, sizeof(char *)), **vd = xcalloc(CAP, sizeof(char *));
     int na = resume_flatten(saved, "", ka, va, 0, CAP), nb = resume_flatten(now, "", kb, vb, 0, CAP);
+    int nd = resume_flatten(def, "", kd, vd, 0, CAP);
     char refused[1024] = "", changed[1024] = "";
     int nr = 0, nc = 0;
     for (int i = 0; i < nb; i++) {
         const char *before = resume_lookup(ka, va, na, kb[i]);
+        if (!before) before = resume_lookup(kd, vd, nd, kb[i]);
         if (before && strcmp(before, vb[i]) == 0) continue;
         if (resume_key_in(kb[i], resume_silent_keys)) continue;
         char *list = resume_key_in(kb[i], resume_schedule_keys) ? changed : refused;
@@ -543,7 +552,9 @@ int checkpoint_check_resume(const char *run_dir, int64_t step, const config *cfg
     }
     for (int i = 0; i < na; i++) cJSON_free(va[i]);
     for (int i = 0; i < nb; i++) cJSON_free(vb[i]);
-    free(ka), free(kb), free(va), free(vb);
+    for (int i = 0; i < nd; i++) cJSON_free(vd[i]);
+    free(ka), free(kb), free(kd), free(va), free(vb), free(vd);
+    cJSON_Delete(def);
     cJSON_Delete(now);
     cJSON_Delete(root);
     if (nr)

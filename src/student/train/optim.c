@@ -1,9 +1,14 @@
-// optim.c: AdamW, clipping, schedule and EMA (see optim.h). The CPU loops are the reference of the
-// CUDA kernels in optim_cuda.cu.
+// optim.c: AdamW, Muon, clipping, schedule and EMA (see optim.h). The CPU loops are the reference of
+// the CUDA kernels in optim_cuda.cu; Muon's Newton-Schulz products are backend_gemm's (OpenBLAS sgemm
+// on the CPU, cuBLAS fp32 on a GPU).
 #include "student/train/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "common/core/check.h"
+#include "student/model/drafter_kind.h"
 
 #ifdef DFLASH_HAVE_CUDA
 #include "student/train/optim_cuda.h"
@@ -11,7 +16,84 @@
 
 void optim_config_default(optim_config *c) {
     *c = (optim_config){.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0, .clip = 1.0,
-                        .warmup_frac = 0.04, .total_steps = 1000, .ema_decay = 0};
+                        .warmup_frac = 0.04, .total_steps = 1000, .ema_decay = 0, .muon = 0, .muon_momentum = 0.95};
+}
+
+// Muon's quintic Newton-Schulz coefficients and its normaliser's epsilon (Keller Jordan's).
+#define MUON_A 3.4445f
+#define MUON_B (-4.7750f)
+#define MUON_C 2.0315f
+#define MUON_STEPS 5
+
+int optim_muon_takes(const drafter_param *p) {
+    return p->ndim == 2 && p->shape[0] > 1 && p->shape[1] > 1 && !p->is_norm && !p->is_delta &&
+           !strstr(p->name, "codebook");
+}
+
+// optim_muon_sizes: the largest rows*cols and min(rows, cols)^2 among the Muon matrices; their count.
+static int optim_muon_sizes(const drafter_param *params, int n_params, int64_t *max_mn, int64_t *max_rr) {
+    int n = 0;
+    *max_mn = *max_rr = 0;
+    for (int i = 0; i < n_params; i++) {
+        const drafter_param *p = &params[i];
+        if (!optim_muon_takes(p)) continue;
+        int64_t r = p->shape[0] < p->shape[1] ? p->shape[0] : p->shape[1];
+        if (p->numel > *max_mn) *max_mn = p->numel;
+        if (r * r > *max_rr) *max_rr = r * r;
+        n++;
+    }
+    return n;
+}
+
+// optim_muon_carve: the scratch of optim.h's layout from a (a dry arena counts it).
+static void optim_muon_carve(optim *o, arena *a, int64_t max_mn, int64_t max_rr) {
+    o->ns_x = arena_alloc(a, size_mul(max_mn, sizeof(float)));
+    o->ns_y = arena_alloc(a, size_mul(max_mn, sizeof(float)));
+    o->ns_a = arena_alloc(a, size_mul(max_rr, sizeof(float)));
+    o->ns_b = arena_alloc(a, size_mul(max_rr, sizeof(float)));
+    o->ns_ss = arena_alloc(a, sizeof(double));
+}
+
+size_t optim_muon_bytes(const drafter_param *params, int n_params) {
+    int64_t max_mn, max_rr;
+    if (!optim_muon_sizes(params, n_params, &max_mn, &max_rr)) return 0;
+    arena a;
+    arena_init_dry(&a, "Muon scratch (plan)");
+    optim o;
+    optim_muon_carve(&o, &a, max_mn, max_rr);
+    return a.used;
+}
+
+size_t optim_muon_plan_bytes(const drafter_config *c) {
+    int n = c->kind->param_list(c, NULL);
+    drafter_param *list = xcalloc((size_t)n, sizeof *list);
+    c->kind->param_list(c, list);
+    size_t bytes = optim_muon_bytes(list, n);
+    free(list);
+    return bytes;
+}
+
+void optim_muon_init(optim *o, const drafter_param *params, int n_params, arena *a) {
+    int64_t max_mn, max_rr;
+    int n = optim_muon_sizes(params, n_params, &max_mn, &max_rr);
+    if (!n) return;
+    o->mat = xcalloc((size_t)n, sizeof *o->mat);
+    for (int i = 0; i < n_params; i++)
+        if (optim_muon_takes(&params[i]))
+            o->mat[o->n_mat++] = (optim_muon_mat){params[i].offset, params[i].shape[0], params[i].shape[1]};
+    for (int i = 0; i < n; i++) { // the AdamW spans between them need them in order (a kind's list is)
+        int64_t end = o->mat[i].offset + o->mat[i].rows * o->mat[i].cols;
+        if ((i > 0 && o->mat[i].offset < o->mat[i - 1].offset + o->mat[i - 1].rows * o->mat[i - 1].cols) || end > o->n)
+            fatal("optim_muon_init: matrix %d (offset %lld) out of order or past the %lld elements", i,
+                  (long long)o->mat[i].offset, (long long)o->n);
+    }
+    optim_muon_carve(o, a, max_mn, max_rr);
+}
+
+void optim_free(optim *o) {
+    free(o->mat);
+    o->mat = NULL;
+    o->n_mat = 0;
 }
 
 size_t optim_bytes(int64_t n, int ema) {
@@ -60,8 +142,19 @@ double optim_step(optim *o, float *master, float *grad, double sum_w) {
     double lr = optim_lr(c, o->step);
     o->step++;
     double bc1 = 1.0 - pow(c->beta1, (double)o->step), bc2 = 1.0 - pow(c->beta2, (double)o->step);
-    optim_adamw(o->be, master, grad, o->m, o->v, o->n, (float)lr, (float)c->beta1, (float)c->beta2, (float)c->eps,
-                (float)c->weight_decay, (float)(scale * clip), (float)bc1, (float)bc2);
+    // AdamW on everything but the Muon matrices (all of it without Muon), then Muon on each of them
+    int64_t from = 0;
+    for (int i = 0; i <= o->n_mat; i++) {
+        int64_t to = i < o->n_mat ? o->mat[i].offset : o->n;
+        if (to > from)
+            optim_adamw(o->be, master + from, grad + from, o->m + from, o->v + from, to - from, (float)lr,
+                        (float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay,
+                        (float)(scale * clip), (float)bc1, (float)bc2);
+        if (i == o->n_mat) break;
+        const optim_muon_mat *t = &o->mat[i];
+        optim_muon_update(o, t, master + t->offset, grad + t->offset, o->m + t->offset, (float)lr, (float)(scale * clip));
+        from = t->offset + t->rows * t->cols;
+    }
     if (o->ema) optim_ema_update(o->be, o->ema, master, o->n, (float)c->ema_decay);
     backend_memset_zero(o->be, grad, (size_t)o->n * sizeof(float));
     return norm;
@@ -104,4 +197,97 @@ void optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float 
 #endif
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1 - decay) * w[i];
+}
+
+// ---------------------------------------------------------------------------------------------- Muon
+
+float *optim_muon_ns(optim *o, int64_t rows, int64_t cols) {
+    backend *be = o->be;
+    const int tall = rows > cols;
+    const int R = (int)rows, C = (int)cols, r = tall ? C : R; // r: the side of A and B
+    float *x = o->ns_x, *y = o->ns_y;
+    for (int s = 0; s < MUON_STEPS; s++) {
+        if (tall) // A = X^T X
+            backend_gemm(be, 1, 0, r, r, R, 1.0f, x, C, x, C, 0.0f, o->ns_a, r, DT_F32, DT_F32);
+        else      // A = X X^T
+            backend_gemm(be, 0, 1, r, r, C, 1.0f, x, C, x, C, 0.0f, o->ns_a, r, DT_F32, DT_F32);
+        // B = c A A + b A
+        backend_gemm(be, 0, 0, r, r, r, MUON_C, o->ns_a, r, o->ns_a, r, 0.0f, o->ns_b, r, DT_F32, DT_F32);
+        optim_axpby(be, o->ns_b, o->ns_a, (int64_t)r * r, MUON_B, 1.0f);
+        if (tall) // Y = X B^T ((B X^T)^T)
+            backend_gemm(be, 0, 1, R, C, C, 1.0f, x, C, o->ns_b, r, 0.0f, y, C, DT_F32, DT_F32);
+        else      // Y = B X
+            backend_gemm(be, 0, 0, R, C, R, 1.0f, o->ns_b, r, x, C, 0.0f, y, C, DT_F32, DT_F32);
+        optim_axpby(be, y, x, rows * cols, MUON_A, 1.0f); // Y += a X
+        float *t = x;
+        x = y, y = t;
+    }
+    return x;
+}
+
+void optim_muon_update(optim *o, const optim_muon_mat *t, float *w, const float *g, float *m, float lr, float gscale) {
+    const optim_config *c = &o->cfg;
+    int64_t n = t->rows * t->cols;
+    optim_muon_momentum(o->be, o->ns_x, m, g, n, gscale, (float)c->muon_momentum, o->ns_ss);
+    optim_muon_normalise(o->be, o->ns_x, n, o->ns_ss);
+    const float *out = optim_muon_ns(o, t->rows, t->cols);
+    double side = (double)(t->rows > t->cols ? t->rows : t->cols);
+    optim_muon_apply(o->be, w, out, n, (float)(1.0 - (double)lr * c->weight_decay), (float)((double)lr * 0.2 * sqrt(side)));
+}
+
+void optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale, float mu, double *ss) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) {
+        cuda_optim_muon_momentum(be, x, m, g, n, gscale, mu, ss);
+        return;
+    }
+#endif
+    (void)be;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = mu * m[i] + gi;
+        m[i] = mi;
+        x[i] = gi + mu * mi;
+        s += (double)x[i] * x[i];
+    }
+    *ss = s;
+}
+
+void optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) {
+        cuda_optim_muon_normalise(be, x, n, ss);
+        return;
+    }
+#endif
+    (void)be;
+    float inv = (float)(1.0 / (sqrt(*ss) + 1e-7));
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) {
+        cuda_optim_axpby(be, y, x, n, alpha, beta);
+        return;
+    }
+#endif
+    (void)be;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i] + beta * y[i];
+}
+
+void optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) {
+        cuda_optim_muon_apply(be, w, o, n, decay, lr_scaled);
+        return;
+    }
+#endif
+    (void)be;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - lr_scaled * o[i];
 }

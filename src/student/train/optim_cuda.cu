@@ -1,5 +1,6 @@
-// optim_cuda.cu: AdamW, EMA and the squared gradient norm on the GPU (the CPU twins are in optim.c).
-// fp32 throughout: the master weights, moments and gradients are fp32 buffers.
+// optim_cuda.cu: AdamW, EMA, the squared gradient norm and Muon's element-wise steps on the GPU (the
+// CPU twins are in optim.c; Muon's GEMMs are backend_gemm's cuBLAS). fp32 throughout: the master
+// weights, moments and gradients are fp32 buffers. Muon's squared norm stays on the device.
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "student/train/optim_cuda.h"
@@ -66,5 +67,71 @@ __global__ static void optim_ema_kernel(float *ema, const float *w, int64_t n, f
 extern "C" void cuda_optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
     if (n <= 0) return;
     optim_ema_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(ema, w, n, decay);
+    cuda_check_launch();
+}
+
+// Muon: m = mu m + s g; x = s g + mu m; *ss += sum x^2 (per block in double, one atomicAdd each).
+__global__ static void optim_muon_momentum_kernel(float *x, float *m, const float *g, int64_t n, float gscale, float mu,
+                                                  double *ss) {
+    __shared__ double part[256];
+    double s = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float gi = g[i] * gscale;
+        float mi = mu * m[i] + gi;
+        m[i] = mi;
+        float xi = gi + mu * mi;
+        x[i] = xi;
+        s += (double)xi * xi;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(ss, part[0]);
+}
+
+extern "C" void cuda_optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale,
+                                         float mu, double *ss) {
+    cuda_check(cudaMemsetAsync(ss, 0, sizeof(double), optim_stream(be)));
+    if (n <= 0) return;
+    int blocks = optim_blocks(n, 256);
+    if (blocks > 4096) blocks = 4096;
+    optim_muon_momentum_kernel<<<blocks, 256, 0, optim_stream(be)>>>(x, m, g, n, gscale, mu, ss);
+    cuda_check_launch();
+}
+
+__global__ static void optim_muon_normalise_kernel(float *x, int64_t n, const double *ss) {
+    float inv = (float)(1.0 / (sqrt(*ss) + 1e-7));
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= inv;
+}
+
+extern "C" void cuda_optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
+    if (n <= 0) return;
+    optim_muon_normalise_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(x, n, ss);
+    cuda_check_launch();
+}
+
+__global__ static void optim_axpby_kernel(float *y, const float *x, int64_t n, float alpha, float beta) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = alpha * x[i] + beta * y[i];
+}
+
+extern "C" void cuda_optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
+    if (n <= 0) return;
+    optim_axpby_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(y, x, n, alpha, beta);
+    cuda_check_launch();
+}
+
+__global__ static void optim_muon_apply_kernel(float *w, const float *o, int64_t n, float decay, float lr_scaled) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        w[i] = w[i] * decay - lr_scaled * o[i];
+}
+
+extern "C" void cuda_optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
+    if (n <= 0) return;
+    optim_muon_apply_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(w, o, n, decay, lr_scaled);
     cuda_check_launch();
 }

@@ -207,6 +207,7 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = j->ct.topk,
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = j->tc.tie_embeddings, .force_mode = -1};
+    if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&j->dc);
     if (j->live && payload_link_device(j->links)) pr.link_bytes = (size_t)n_buf * feat_bytes;
     // the pinned ring of the gradient all-reduce over MPI on a GPU (host memory; auto: if NCCL declines)
     if (be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "nccl") != 0)
@@ -243,10 +244,13 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     optim_config_default(oc);
     oc->lr = cfg->lr, oc->warmup_frac = cfg->warmup_frac, oc->weight_decay = cfg->weight_decay, oc->clip = cfg->grad_clip;
     oc->total_steps = cfg->steps, oc->ema_decay = cfg->ema_decay;
+    oc->muon = strcmp(cfg->optimizer, "muon") == 0, oc->muon_momentum = cfg->muon_momentum;
     j->opt = (optim){0};
     if (!eval) {
-        if (arena_init(&j->opt_mem, "optimizer", be, optim_bytes(d->numel, cfg->ema_decay > 0))) return -1;
+        size_t scratch = oc->muon ? optim_muon_bytes(d->params, d->n_params) : 0;
+        if (arena_init(&j->opt_mem, "optimizer", be, optim_bytes(d->numel, cfg->ema_decay > 0) + scratch)) return -1;
         optim_init(&j->opt, oc, be, d->numel, &j->opt_mem, d->master);
+        if (oc->muon) optim_muon_init(&j->opt, d->params, d->n_params, &j->opt_mem);
     }
     if (cfg->resume && j->resume_found) { // every student loads the same checkpoint
         int verified = 0;
@@ -511,6 +515,7 @@ static int train_finish(train_job *j, int rc) {
     if (j->fr) featreader_close(j->fr);
     student_work_destroy(j->sw);
     arena_free(&j->work);
+    optim_free(&j->opt);
     arena_free(&j->opt_mem);
     drafter_free(&j->d);
     batchplan_free(&j->bp);
