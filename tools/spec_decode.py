@@ -120,6 +120,48 @@ def first_region(mask):
     return r0, r1
 
 
+def data_jobs(path, pick_arg, samples, max_new_tokens, tool):
+    """The prompts of a training set as this tool decodes them (also imported by tools/vllm_check.py):
+    a list of (name, prompt ids, new tokens, the data's continuation) and the set's root attributes.
+    pick_arg heldout|last|first|None (None: heldout when the set has /heldout, else last), samples as
+    --samples, max_new_tokens caps each turn's length; the trainer's usable-sample rule applies."""
+    jobs = []
+    tokens, offsets, mask, attrs, heldout, rule = read_set(path)
+    n = len(offsets) - 1
+    pick = pick_arg or ("heldout" if heldout is not None else "last")
+    if pick == "heldout" and heldout is None:
+        sys.exit(f"{tool}: {path} has no /heldout (--pick last takes its last samples instead)")
+    if pick == "heldout":  # the set's recorded split, the samples training and --mode eval hold out
+        k = len(heldout) if samples is None or samples <= 0 else min(samples, len(heldout))
+        idx = heldout[:k]
+        print(f"held-out split of {path}: {len(heldout)} samples ({rule}); decoding {k} of them")
+    else:
+        want = 16 if samples is None else samples
+        k = n if want <= 0 else min(want, n)
+        idx = range(n - k, n) if pick == "last" else range(k)
+    short = 0
+    for i in idx:
+        s, e = int(offsets[i]), int(offsets[i + 1])
+        m = mask[s:e]
+        if not ((m[:-1] == 1) & (m[1:] == 1)).any():  # the trainer's rule (SPEC §7, data.min_loss_tokens 2): no anchor
+            short += 1
+            continue
+        reg = first_region(mask[s:e])
+        if reg is None or reg[0] == 0 or reg[1] - reg[0] < 2:
+            print(f"sample {i}: no prompt or a turn under 2 tokens, skipped")
+            continue
+        r0, r1 = reg
+        m = r1 - r0 if max_new_tokens is None else min(max_new_tokens, r1 - r0)
+        jobs.append((f"sample {i}", tokens[s:s + r0], m, tokens[s + r0:s + r0 + m]))
+    if short:
+        print(f"{short} of the {k} picked samples have no valid anchor (two consecutive loss tokens): "
+              f"skipped, as the trainer rejects them (its tau_decode walks the same samples)")
+    print(f"prompts: {len(jobs)} samples of {path} ({pick} {k} of {n}), the prompt = the tokens before "
+          f"the first loss_mask=1, decoded for the turn's length" +
+          ("" if max_new_tokens is None else f" capped at {max_new_tokens}"))
+    return jobs, attrs
+
+
 def write_subset(path, seqs, masks, attrs):
     import h5py
     with h5py.File(path, "w") as f:
@@ -196,39 +238,7 @@ def main():
     jobs = []
     attrs = None
     if args.data:
-        tokens, offsets, mask, attrs, heldout, rule = read_set(args.data)
-        n = len(offsets) - 1
-        pick = args.pick or ("heldout" if heldout is not None else "last")
-        if pick == "heldout" and heldout is None:
-            sys.exit(f"spec_decode: {args.data} has no /heldout (--pick last takes its last samples instead)")
-        if pick == "heldout":  # the set's recorded split, the samples training and --mode eval hold out
-            k = len(heldout) if args.samples is None or args.samples <= 0 else min(args.samples, len(heldout))
-            idx = heldout[:k]
-            print(f"held-out split of {args.data}: {len(heldout)} samples ({rule}); decoding {k} of them")
-        else:
-            want = 16 if args.samples is None else args.samples
-            k = n if want <= 0 else min(want, n)
-            idx = range(n - k, n) if pick == "last" else range(k)
-        short = 0
-        for i in idx:
-            s, e = int(offsets[i]), int(offsets[i + 1])
-            m = mask[s:e]
-            if not ((m[:-1] == 1) & (m[1:] == 1)).any():  # the trainer's rule (SPEC §7, data.min_loss_tokens 2): no anchor
-                short += 1
-                continue
-            reg = first_region(mask[s:e])
-            if reg is None or reg[0] == 0 or reg[1] - reg[0] < 2:
-                print(f"sample {i}: no prompt or a turn under 2 tokens, skipped")
-                continue
-            r0, r1 = reg
-            m = r1 - r0 if args.max_new_tokens is None else min(args.max_new_tokens, r1 - r0)
-            jobs.append((f"sample {i}", tokens[s:s + r0], m, tokens[s + r0:s + r0 + m]))
-        if short:
-            print(f"{short} of the {k} picked samples have no valid anchor (two consecutive loss tokens): "
-                  f"skipped, as the trainer rejects them (its tau_decode walks the same samples)")
-        print(f"prompts: {len(jobs)} samples of {args.data} ({pick} {k} of {n}), the prompt = the tokens before "
-              f"the first loss_mask=1, decoded for the turn's length" +
-              ("" if args.max_new_tokens is None else f" capped at {args.max_new_tokens}"))
+        jobs, attrs = data_jobs(args.data, args.pick, args.samples, args.max_new_tokens, "spec_decode")
     else:
         if args.max_new_tokens is None:
             ap.error("--random needs --max-new-tokens")
