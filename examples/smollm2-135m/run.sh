@@ -31,7 +31,8 @@
 # NP (ranks for regeneration and dump-features, default 2),
 # PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
 # decodes at once; more slots amortize each step's pass over the weights), PIP_ARGS (extra pip install
-# arguments, e.g. --no-cache-dir). Every stage prints its progress: a line per pip package group with
+# arguments, e.g. --no-cache-dir), VLLM (0: no vLLM check of a DFlash drafter). Every stage prints its
+# progress: a line per pip package group with
 # its usual and its actual time, the C stages' progress lines with the time left, the training's
 # step lines each followed by the time left at the rate so far.
 set -euo pipefail
@@ -242,5 +243,16 @@ for f in "$W"/prompts-eval/*.h5; do
 done
 "$py" "$here/eval_table.py" "$W/eval-by-category.md" "held out=$W/eval-heldout" "another source=$W/eval-eval"
 
+# A real engine: vLLM (CPU) serves a DFlash drafter (tools/vllm_check.py: lossless against vLLM without
+# the drafter, vLLM's acceptance beside tau_decode); VLLM=0 skips it. vLLM serves DFlash2 only on its GPU
+# runner (V2, Triton), not here.
+if [ "$KIND" = dflash ] && [ "${VLLM:-1}" != 0 ]; then
+  say "a real engine: vLLM (CPU) serves the drafter on 16 held-out prompts (its venv $W/vllm-venv: about 2 minutes, 6.3 GB)"
+  "$root/tools/vllm_install.sh" "$W/vllm-venv"
+  "$W/vllm-venv/bin/python" "$root/tools/vllm_check.py" --target "$W/target" --drafter "$W/run/drafter" \
+    --data "$W/regen.h5" --limit 16 --eval-json "$W/eval/eval.json" --work "$W/vllm" 2>&1 | tee "$W/vllm_check.log"
+elif [ "$KIND" != dflash ]; then
+  say "vLLM check skipped: vLLM serves $KIND only on its GPU runner (V2, Triton), not on a CPU"
+fi
 "$py" "$here/curve.py" "$W/run/metrics.jsonl" "$W/run/curve.png" "$W/run/curve.md"
 say "done: drafter in $W/run/drafter, curve in $W/run/curve.png and $W/run/curve.md"
