@@ -25,9 +25,9 @@
 #   7. the curve: tau_decode against step and wall time, WORKDIR/run/curve.png and a table
 #
 # Every step is skipped when its output is there (a killed run.sh continues); the training itself
-# resumes from its last checkpoint. Sizes: PROMPTS (training prompts, default 3000), CHAT_SHARE (% of them
-# chitchat, default 25; a tenth HumanEval up to 164, the rest Magpie), MAX_NEW (256),
-# STEPS (3000), LAYERS (1), ANCHORS (256), KIND (drafter.kind: dflash2, the default, or dflash),
+# resumes from its last checkpoint. Sizes: PROMPTS (training prompts, default 1500), CHAT_SHARE (% of them
+# chitchat, default 25; a tenth HumanEval up to 164, the rest Magpie), MAX_NEW (192),
+# STEPS (2400), LAYERS (1), ANCHORS (64), KIND (drafter.kind: dflash2, the default, or dflash),
 # NP (ranks for regeneration and dump-features, default 2),
 # PROMPT_MAX (1024: longer templated prompts are dropped, counted), SEQS (32: sequences each teacher
 # decodes at once; more slots amortize each step's pass over the weights), PIP_ARGS (extra pip install
@@ -41,8 +41,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mkdir -p "$1"
 W=$(cd "$1" && pwd)
-PROMPTS=${PROMPTS:-3000} CHAT_SHARE=${CHAT_SHARE:-25} MAX_NEW=${MAX_NEW:-256} STEPS=${STEPS:-3000} LAYERS=${LAYERS:-1}
-ANCHORS=${ANCHORS:-256} KIND=${KIND:-dflash2} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
+PROMPTS=${PROMPTS:-1500} CHAT_SHARE=${CHAT_SHARE:-25} MAX_NEW=${MAX_NEW:-192} STEPS=${STEPS:-2400} LAYERS=${LAYERS:-1}
+ANCHORS=${ANCHORS:-64} KIND=${KIND:-dflash2} NP=${NP:-2} PROMPT_MAX=${PROMPT_MAX:-1024} SEQS=${SEQS:-32}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 say() { echo "== $(date +%H:%M:%S) $*"; }
 
