@@ -227,20 +227,26 @@ static void jacobi_eig(double *s, int n, double *ev) {
     for (int i = 0; i < n; i++) ev[i] = s[i * n + i];
 }
 
-static void test_singular_values(int R, int C) {
+// one_matrix_optim: an optimizer over one [R, C] weight w under c (c->muon set), its moments and
+// Muon's scratch carved from a fresh arena *a.
+static void one_matrix_optim(int R, int C, const optim_config *c, float *w, optim *o, arena *a) {
     drafter_param p[1];
     int np = 0;
     int64_t off = 0;
     drafter_param_push(p, &np, &off, "w.weight", 2, (int64_t[]){R, C}, 0, 0);
+    CHECK(arena_init(a, "one matrix", &be, optim_bytes(off, 0) + optim_muon_bytes(p, 1)) == 0);
+    optim_init(o, c, &be, off, a, w);
+    optim_muon_init(o, p, 1, a);
+}
+
+static void test_singular_values(int R, int C) {
     optim_config c;
     optim_config_default(&c);
     c.muon = 1;
     arena a;
-    CHECK(arena_init(&a, "ns test", &be, optim_bytes(off, 0) + optim_muon_bytes(p, 1)) == 0);
-    float *w = xcalloc((size_t)off, 4);
+    float *w = xcalloc((size_t)R * C, 4);
     optim o;
-    optim_init(&o, &c, &be, off, &a, w);
-    optim_muon_init(&o, p, 1, &a);
+    one_matrix_optim(R, C, &c, w, &o, &a);
     double ss = 0;
     for (int i = 0; i < R * C; i++) o.ns_x[i] = (float)test_rand_pm1(), ss += (double)o.ns_x[i] * o.ns_x[i];
     for (int i = 0; i < R * C; i++) o.ns_x[i] = (float)(o.ns_x[i] / sqrt(ss));
@@ -293,19 +299,13 @@ static void test_fixture(void) {
         CHECK_MSG(ok, "fixture case %d: tensors missing or mis-shaped", i);
         if (!ok) break;
         int R = (int)e[0]->shape[0], C = (int)e[0]->shape[1];
-        drafter_param p[1];
-        int np = 0;
-        int64_t off = 0;
-        drafter_param_push(p, &np, &off, "w.weight", 2, (int64_t[]){R, C}, 0, 0);
         optim_config c;
         optim_config_default(&c);
         c.muon = 1, c.weight_decay = hyper[1], c.muon_momentum = hyper[2];
         arena a;
-        CHECK(arena_init(&a, "fixture", &be, optim_bytes(off, 0) + optim_muon_bytes(p, 1)) == 0);
         float *w = test_copy_floats(e[0]->data, (size_t)R * C), *m = test_copy_floats(e[2]->data, (size_t)R * C);
         optim o;
-        optim_init(&o, &c, &be, off, &a, w);
-        optim_muon_init(&o, p, 1, &a);
+        one_matrix_optim(R, C, &c, w, &o, &a);
         optim_muon_update(&o, &o.mat[0], w, e[1]->data, m, hyper[0], 1.0f);
         const float *w_in = e[0]->data, *w_ref = e[3]->data;
         double *got = xcalloc((size_t)R * C, sizeof(double)), *ref = xcalloc((size_t)R * C, sizeof(double));
