@@ -41,12 +41,12 @@ print((w[40] - w[10]) / 30)")
     || { echo "$name: training failed ($S/$name.log)"; return 1; }
   for set in eval heldout; do
     taskset -c "$core" mpirun -np 2 --bind-to none "$B/dflash_rank" --mode eval --target.path="$W/target" \
-      --data.sets="$(ls "$W"/prompts-$set/*.h5 | paste -sd,)" --eval.drafter="$S/$name/drafter" \
+      --data.sets="$(printf '%s\n' "$W"/prompts-$set/*.h5 | paste -sd,)" --eval.drafter="$S/$name/drafter" \
       --run.dir="$S/$name-$set" --run.overwrite=true >"$S/$name-$set.log" 2>&1
   done
   echo "$(date +%T) $name: $st s a step, $steps steps; tau_decode: recorded held-out $(tau "$S/$name/metrics.jsonl")," \
     "held-out categories $(tau "$S/$name-heldout/eval.json"), another source $(tau "$S/$name-eval/eval.json")"
 }
 echo "$(date +%T) $1 | $3, $BUDGET s each (load $(cut -d' ' -f1-3 /proc/loadavg))"
-# shellcheck disable=SC2086 # ARGS are word-split on purpose: several overrides in one string
-one 0 "$1" $2 & one 1 "$3" $4 & wait
+read -ra args1 <<<"$2"; read -ra args2 <<<"$4" # ARGS: several overrides in one string, split at blanks
+one 0 "$1" "${args1[@]}" & one 1 "$3" "${args2[@]}" & wait
