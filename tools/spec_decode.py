@@ -162,12 +162,17 @@ def data_jobs(path, pick_arg, samples, max_new_tokens, tool):
     return jobs, attrs
 
 
-def write_subset(path, seqs, masks, attrs):
+def write_subset(path, seqs, masks, attrs, datasets=None):
+    """A training set (SPEC §7) of the sequences seqs and their loss masks, the root attributes attrs and
+    any further datasets (name -> array, e.g. heldout, finish_reason) as given; also used by the examples'
+    set tools (examples/smollm2-135m/half_set.py, merge_sets.py)."""
     import h5py
     with h5py.File(path, "w") as f:
         f.create_dataset("tokens", data=np.concatenate(seqs).astype(np.int32))
         f.create_dataset("offsets", data=np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64))
         f.create_dataset("loss_mask", data=np.concatenate(masks).astype(np.uint8))
+        for k, v in (datasets or {}).items():
+            f.create_dataset(k, data=v)
         for k, v in attrs.items():
             if isinstance(v, (str, bytes)):  # a fixed-length string, as the C writer stores it
                 b = v.encode() if isinstance(v, str) else v
