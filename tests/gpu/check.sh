@@ -27,6 +27,9 @@
 #   groups      (9) a teacher group of 2 stages (world.teacher_group_size=2) on the one GPU against one
 #               teacher rank: equal losses over 24 steps
 #   memory      (4) dflash_tool mem-check: anchors 1 -> 16 x under one budget, plan vs measured
+#   vllm        (10) a Python with vLLM given (DFLASH_CHECK_VLLM_PYTHON; else SKIP): vLLM serves a toy drafter
+#               of ours (DFlash2 on a GPU, DFlash on a CPU) by tools/vllm_check.py: lossless 64/64, its
+#               acceptance beside --mode eval's tau_decode on the same 64 sequences
 #   bench       (5) bench_attn (the attention: tensor-core tiles vs scalar kernels), bench/gpu_student.py
 #                   (PyTorch full / chunked+checkpoint / ours) and bench_loss
 # Everything goes to $OUT: check.log (all output), summary.json (one object per part: name, status,
@@ -413,6 +416,38 @@ part_memory() {
   return $rc
 }
 
+# vllm (10): a real engine serves a drafter of ours on a toy pair. Needs a Python with vllm and h5py
+# (DFLASH_CHECK_VLLM_PYTHON, default python3): the lent machine has neither a network nor room in `carry`
+# for vLLM's 6 GB, so there it SKIPs; on a GPU it serves DFlash2 (vLLM's GPU runner), on a CPU DFlash
+part_vllm() {
+  local py=${DFLASH_CHECK_VLLM_PYTHON:-python3} kind=dflash2 R=$BUILD/dflash_rank T=$BUILD/dflash_tool V=$WORK/vtoy
+  emu_mode && { note "the emulator has no GPU for vLLM"; return 77; }
+  "$py" -c "import vllm, h5py" 2>/dev/null ||
+    { note "no Python with vllm and h5py (set DFLASH_CHECK_VLLM_PYTHON; docs/gpu-check.md)"; return 77; }
+  gpu_mode || kind=dflash # vLLM's CPU (V1) runner refuses DFlash2's candidate head
+  mkdir -p "$V"
+  # head_dim 64: vLLM's CPU attention has no kernel for the usual toys' 16
+  "$T" make-target "$V/target" --arch qwen3 --layers 2 --hidden 128 --heads 2 --kv-heads 1 --vocab 256 --seed 11 >/dev/null &&
+    "$T" make-data "$V/data.h5" --target "$V/target" --samples 64 --prompt-len 8 --gen-len 40 --seed 3 >/dev/null ||
+    { note "make-target/make-data failed"; return 1; }
+  echo "mpirun -np 2 dflash_rank --mode train --device $DEV --drafter.kind=$kind --train.steps=96, then --mode eval"
+  mpirun -np 2 "$R" --mode train --device "$DEV" --target.path="$V/target" --data.path="$V/data.h5" "${TOY_ARGS[@]}" \
+    --drafter.kind=$kind --train.steps=96 --run.dir="$V/run" >"$WORK/vllm-train.log" 2>&1 &&
+    mpirun -np 2 "$R" --mode eval --device "$DEV" --target.path="$V/target" --data.path="$V/data.h5" \
+      --eval.drafter="$V/run/drafter" --run.dir="$V/eval" >"$WORK/vllm-eval.log" 2>&1 ||
+    { tail -5 "$WORK/vllm-train.log" "$WORK/vllm-eval.log"; note "training or --mode eval of the toy drafter failed"; return 1; }
+  # every sample: the set has no /heldout, so --mode eval walks them all
+  "$py" "$ROOT/tools/vllm_check.py" --target "$V/target" --drafter "$V/run/drafter" --data "$V/data.h5" --pick all \
+    --eval-json "$V/eval/eval.json" --work "$V/vllm" 2>&1 | tee "$WORK/vllm.out"
+  local rc=${PIPESTATUS[0]} line
+  line=$(grep -h '^vllm: ' "$WORK/vllm.out")
+  num kind "$kind"
+  num vllm "${line#vllm: }"
+  num tau_decode "$(grep -o '"tau_decode": [0-9.]*' "$V/eval/eval.json" | cut -d' ' -f2)"
+  note "$kind drafter: ${line:-no summary line}"
+  [ "$rc" -eq 0 ]
+}
+
 part_bench() {
   local bad=0 args t0=$SECONDS
   # the DFlash attention alone, tensor-core tiles against the scalar kernels (CPU: the tiny preset)
@@ -501,7 +536,7 @@ START=$SECONDS
 meta() { $LIB put "$WORK/meta.num" "$1" "$2"; }
 # summary [final]: $OUT/summary.json from what has run ("complete": false until the end)
 summary() { $LIB summary "$WORK" "$OUT" "${1:-}" || echo "check: could not write $OUT/summary.json"; }
-N_PARTS=10 # deps build ops reference e2e transport grads groups memory bench
+N_PARTS=11 # deps build ops reference e2e transport grads groups memory vllm bench
 finish() {
   local rc=$?
   trap '' PIPE # the tee may be gone (a signal to the whole process group): finish anyway
@@ -612,5 +647,6 @@ run_part transport $((90 * SLOW))
 run_part grads $((120 * SLOW))
 run_part groups $((90 * SLOW))
 run_part memory $((150 * SLOW))
+run_part vllm $((240 * SLOW))
 run_part bench $((300 * SLOW)) "$((LIMIT_TOTAL - (SECONDS - START) - 15))"
 ! grep -q "	FAIL	" "$WORK/parts.tsv"
