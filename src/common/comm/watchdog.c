@@ -235,6 +235,26 @@ static int peer_stopped(double now, const char *what, char *msg, size_t n) {
     return 0;
 }
 
+// A rank among first..last (first < 0: any rank of this host) that is stopped (state T) now: the
+// wait's timeout names it, when the peer was stopped before this rank began to wait (peer_stopped
+// counts the stop from the wait's first look, which comes later). -1 when none; its pid in *pid.
+static int stopped_now(int first, int last, long long *pid) {
+    char st = 0;
+    if (wd.started) {
+        int lo = first < 0 ? 0 : first, hi = first < 0 || last >= wd.w.size ? wd.w.size - 1 : last;
+        for (int r = lo; r <= hi; r++)
+            if (r != wd.w.rank && wd.start_ns[r] && proc_start(wd.peers[r].pid, &st, NULL, 0) == wd.start_ns[r] &&
+                st == 'T')
+                return *pid = wd.peers[r].pid, r;
+        return -1;
+    }
+    for (int i = 0; i < n_sib; i++)
+        if ((first < 0 || (sib[i].rank >= first && sib[i].rank <= last)) && proc_start(sib[i].pid, &st, NULL, 0) &&
+            st == 'T')
+            return *pid = sib[i].pid, sib[i].rank;
+    return -1;
+}
+
 static const char *rank_role_name(int r) { return !wd.roles ? "" : r < wd.w.teachers ? "teacher " : "student "; }
 
 // One line, then exit 1: mpirun ends the job when a rank exits without MPI_Finalize.
@@ -286,8 +306,13 @@ static void *watchdog_loop(void *arg) {
         // a wait that timed out: the same rule (the teachers of a hung student time out together)
         if (waiting && wd.timeout_s > 0 && waited > wd.timeout_s * wd.wait_patience &&
             !watchdog_defer(wd.wait_first, &wd.hang_deferred)) {
-            int f = wd.wait_first, l = wd.wait_last;
-            if (f == l && f >= 0)
+            int f = wd.wait_first, l = wd.wait_last, t;
+            long long tpid = 0;
+            if ((t = stopped_now(f, l, &tpid)) >= 0)
+                snprintf(msg, sizeof msg, "%srank %d (pid %lld, on this host) is stopped (SIGSTOP) and sent nothing for %.0f s "
+                         "while this rank waited for %s (run.rank_timeout %g s): it is hung or unreachable",
+                         rank_role_name(t), t, tpid, waited, what, wd.timeout_s);
+            else if (f == l && f >= 0)
                 snprintf(msg, sizeof msg, "%srank %d (on %s) sent nothing for %.0f s while this rank waited for %s "
                          "(run.rank_timeout %g s): it is hung or unreachable", rank_role_name(f), f,
                          wd.peers ? wd.peers[f].host : "?", waited, what, wd.timeout_s);
