@@ -309,7 +309,7 @@ static void *watchdog_loop(void *arg) {
             int f = wd.wait_first, l = wd.wait_last, t;
             long long tpid = 0;
             if ((t = stopped_now(f, l, &tpid)) >= 0)
-                snprintf(msg, sizeof msg, "%srank %d (pid %lld, on this host) is stopped (SIGSTOP) and sent nothing for %.0f s "
+                snprintf(msg, sizeof msg, "%srank %d (pid %lld, on this host, stopped by SIGSTOP) sent nothing for %.0f s "
                          "while this rank waited for %s (run.rank_timeout %g s): it is hung or unreachable",
                          rank_role_name(t), t, tpid, waited, what, wd.timeout_s);
             else if (f == l && f >= 0)
