@@ -445,6 +445,7 @@ static int dump_shards(const world *w, const config *cfg, dump_rank *d, dump_ctx
             break;
         }
         rc = dump_shard_write(w, d, c, &k, path, s, first, last);
+        if (rc == 0) config_test_slow(cfg, w->rank); // testing: a slow teacher
         if (rc == DUMP_STOPPED) {
             rc = 0, res->stopped = 1;
             break;

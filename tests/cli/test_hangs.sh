@@ -73,7 +73,13 @@ hang() {
 hang "train, a student stopped at start" 2 1 start "${train[@]}" --train.steps=50
 hang "train, a teacher stopped at start" 2 0 start "${train[@]}" --train.steps=50
 hang "dump-features, a rank stopped at start" 2 1 start "${dump[@]}"
-# (every batch slowed by 50 ms: the dump must still be running when the rank is stopped, on any machine)
-hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}" --test.slow_teacher=-2 --test.slow_ms=50
+# (every shard slowed by 500 ms, 2 s for each rank's 4: the dump must still be running when the rank is
+# stopped, on any machine)
+hang "dump-features, a rank stopped while dumping" 3 2 "rank(s)" "${dump[@]}" --test.slow_teacher=-2 --test.slow_ms=500
+# (rank 0 slowed by 1.5 s a shard, 9 s for its 6: rank 1 is stopped once its shards are written, seconds
+# before rank 0 begins to wait for it; rank 0 must still name it, whichever of the wait's timeout and the
+# stop's own count comes first: watchdog.c names a stopped rank in both)
+hang "dump-features, a rank stopped before the others wait for it" 2 1 "r1\] dump-features: .* shard(s) of .* on this rank" \
+  "${dump[@]}" --test.slow_teacher=0 --test.slow_ms=1500
 hang "check, a rank stopped at start" 2 1 start --mode check "${common[@]}" --data.path="$TMP/data.h5"
 finish
