@@ -7,12 +7,14 @@ WORKDIR's prompts: the training mix (prompts_messages.jsonl), the held-out categ
 the other source (prompts-eval/). Compared as magpie.py collect compares (lowercase, letters and digits only;
 also the first 48 such characters). Written as chat JSONL for tools/prepare_data.py --prompts-only; prints the
 counts."""
-import glob, json, os, re, sys
+import glob, json, os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from magpie import norm  # collect's comparison: lowercase, letters and digits only
 
 if len(sys.argv) != 4:
     sys.exit("usage: more_prompts.py WORKDIR NEW_MAGPIE.jsonl OUT.jsonl")
 W, newf, out = sys.argv[1:4]
-norm = lambda t: re.sub(r"[^a-z0-9]+", "", t.lower())
 
 
 def rows(path):
