@@ -692,7 +692,7 @@ static const target_arch *mt_arch_find(const char *name, int *multimodal) {
     for (int i = 0; i < target_n_archs; i++) {
         const target_arch *A = target_archs[i];
         size_t n = strlen(A->name);
-        if (strncmp(name, A->name, n) != 0) continue;
+        if (strncmp(name, A->name, n) != 0 || !A->mixer->to_json) continue; // families make-target does not write
         for (const target_arch_class *k = A->classes; k->class_name; k++)
             if (strcmp(name + n, k->multimodal ? "_vl" : "") == 0) {
                 *multimodal = k->multimodal;
@@ -709,7 +709,7 @@ static const char *mt_arch_names(char *s, size_t n, int family, int moe) {
     s[0] = '\0';
     for (int i = 0; i < target_n_archs; i++) {
         const target_arch *A = target_archs[i];
-        if ((family >= 0 && A->family != family) || (moe >= 0 && A->moe != moe)) continue;
+        if ((family >= 0 && A->family != family) || (moe >= 0 && A->moe != moe) || !A->mixer->to_json) continue;
         for (int mm = 0; mm < 2; mm++)
             for (const target_arch_class *k = A->classes; k->class_name; k++)
                 if (k->multimodal == mm) {

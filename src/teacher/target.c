@@ -4,6 +4,7 @@
 #include "teacher/target.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,8 +17,10 @@
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_arch.h"
 #include "common/kernels/ops_hybrid.h" // the zero-centred RMSNorm (target_norm)
 #include "teacher/target_arch.h"
+#include "teacher/target_quant.h"
 
 // ----------------------------------------------------------------------------- loading
 
@@ -66,7 +69,15 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
         int first = list->n;
         target_tensor_add(list, &L->input_norm, 0, 1, H, 0, 0, "%slayers.%lld.input_layernorm.weight", P, ll);
         c->table->mixer->layer_tensors(m, l, P, list);
-        target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
+        if (c->sandwich_norms) { // Gemma: a norm on the mixer's output, and one on each side of the MLP
+            target_tensor_add(list, &L->post_mixer_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight",
+                              P, ll);
+            target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.pre_feedforward_layernorm.weight", P, ll);
+            target_tensor_add(list, &L->post_mlp_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_feedforward_layernorm.weight",
+                              P, ll);
+        } else {
+            target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
+        }
         c->table->mlp->layer_tensors(m, l, P, list, d);
         for (int i = first; i < list->n; i++) list->t[i].layer = l;
     }
@@ -124,9 +135,9 @@ size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, i
     m.layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
     target_tensor_list list;
     target_tensor_list_build(&m, &list, NULL);
-    // each buffer is carved at ARENA_ALIGN: count the padding too, plus inv_freq (parts live in
-    // their parent's buffer)
-    size_t bytes = (size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN;
+    // each buffer is carved at ARENA_ALIGN: count the padding too, plus inv_freq and the sliding
+    // layers' inv_freq_local when they have a base of their own (parts live in their parent's buffer)
+    size_t bytes = ((size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN) * (c->rope_theta_local > 0 ? 2 : 1);
     for (int i = 0; i < list.n; i++)
         if (list.t[i].parent < 0) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
     free(list.t);
@@ -227,6 +238,39 @@ static void target_upload(backend *be, void *dst, dtype dt, const void *src, dty
     free(tmp);
 }
 
+// target_upload_transposed: src [batch, rows, cols] (host, src_dt) into dst [batch, cols, rows] (device, dt):
+// each matrix transposed (a file tensor stored [..., in, out]), a block of destination rows at a time
+// through a bounded staging buffer.
+static void target_upload_transposed(backend *be, void *dst, dtype dt, const void *src, dtype src_dt, int64_t batch,
+                                     int64_t rows, int64_t cols) {
+    const int64_t chunk = 1 << 20;
+    int64_t nb = chunk / rows > 0 ? chunk / rows : 1; // destination rows (source columns) per block
+    if (nb > cols) nb = cols;
+    float *tmp = xmalloc((size_t)(nb * rows) * sizeof(float)), *seg = xmalloc((size_t)nb * sizeof(float));
+    void *conv = dt == DT_F32 ? NULL : xmalloc((size_t)(nb * rows) * dtype_size(dt));
+    size_t se = dtype_size(src_dt), de = dtype_size(dt);
+    for (int64_t b = 0; b < batch; b++) {
+        const char *s = (const char *)src + (size_t)(b * rows * cols) * se;
+        char *d = (char *)dst + (size_t)(b * rows * cols) * de;
+        for (int64_t c0 = 0; c0 < cols; c0 += nb) {
+            int64_t n = cols - c0 < nb ? cols - c0 : nb;
+            for (int64_t r = 0; r < rows; r++) { // source row r, columns c0 .. c0+n: destination column r
+                convert_to_f32(seg, s + (size_t)(r * cols + c0) * se, src_dt, n);
+                for (int64_t j = 0; j < n; j++) tmp[j * rows + r] = seg[j];
+            }
+            const void *out = tmp;
+            if (conv) {
+                convert_from_f32(conv, dt, tmp, n * rows);
+                out = conv;
+            }
+            backend_copy_to_device(be, d + (size_t)(c0 * rows) * de, out, (size_t)(n * rows) * de);
+        }
+    }
+    free(conv);
+    free(seg);
+    free(tmp);
+}
+
 int target_load(target_model *m, const char *dir, backend *be) { return target_load_stage(m, dir, be, 0, -1); }
 
 int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0, int64_t l1) {
@@ -247,28 +291,46 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
     target_tensor_list list;
     target_tensor_list_build(m, &list, &d);
     int n = list.n, rc = 0;
-    const st_entry **found = xcalloc((size_t)n, sizeof *found);
+    target_quant_tensor *found = xcalloc((size_t)n, sizeof *found); // how each is stored (target_quant.h)
+    size_t quant_disk = 0;
+    int n_quant = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         const target_tensor *t = &list.t[i];
         if (t->alloc_only) continue; // a buffer its parts fill
-        const st_entry *e = safetensors_dir_find(&d, t->name);
+        // as it is, or quantised (fp8 + its weight_scale_inv, mxfp4 NAME_blocks + NAME_scales; companions checked)
+        target_quant_tensor *q = &found[i];
+        if (target_quant_lookup(&c->quant, &d, t->name, q)) {
+            rc = error_prefix("target %s", dir);
+            break;
+        }
+        const st_entry *e = q->w;
         char want[64], have[64];
         if (!e) {
             rc = error_set("target %s: missing tensor %s", dir, t->name);
             break;
         }
-        if (e->dt != DT_BF16 && e->dt != DT_F16 && e->dt != DT_F32) {
+        if (q->kind != TARGET_QUANT_PLAIN) quant_disk += target_quant_disk_bytes(q), n_quant++;
+        else if (e->dt != DT_BF16 && e->dt != DT_F16 && e->dt != DT_F32) {
             rc = error_set("target %s: tensor %s has dtype %s (want BF16, F16 or F32)", dir, t->name, dtype_name(e->dt));
             break;
         }
-        int same = e->ndim == t->ndim;
-        for (int j = 0; same && j < t->ndim; j++) same = e->shape[j] == t->shape[j];
+        int64_t expect[3] = {t->shape[0], t->shape[1], t->shape[2]};
+        if (t->transpose && q->kind == TARGET_QUANT_PLAIN && t->ndim >= 2) { // stored [..., in, out]
+            expect[t->ndim - 2] = t->shape[t->ndim - 1];
+            expect[t->ndim - 1] = t->shape[t->ndim - 2];
+        }
+        int same = q->ndim == t->ndim; // the de-quantised shape
+        for (int j = 0; same && j < t->ndim; j++) same = q->shape[j] == expect[j];
         if (!same) {
             rc = error_set("target %s: tensor %s has shape %s, config.json implies %s", dir, t->name,
-                           shape_str(e->ndim, e->shape, have, sizeof have), shape_str(t->ndim, t->shape, want, sizeof want));
+                           shape_str(q->ndim, q->shape, have, sizeof have), shape_str(t->ndim, expect, want, sizeof want));
             break;
         }
-        found[i] = e;
+    }
+    if (rc == 0 && n_quant > 0 && log_rank() == 0) {
+        char qd[64], b[32];
+        log_info("target %s: %s checkpoint: %d tensors stored quantised (%s on disk), de-quantised at load", dir,
+                 target_quant_describe(&c->quant, qd, sizeof qd), n_quant, bytes_format(quant_disk, b, sizeof b));
     }
     if (rc == 0) rc = target_check_layer_count(c, &d, dir);
     // transformers ties the head to the embedding after loading (tie_weights), whatever the files hold
@@ -287,7 +349,16 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
                 dtype tdt = t->f32 ? DT_F32 : dt;
                 void *p = t->parent >= 0 ? (char *)*list.t[t->parent].dst + (size_t)t->offset * dtype_size(tdt)
                                          : arena_alloc(&m->weights, target_tensor_bytes(t, dt));
-                if (!t->alloc_only) target_upload(be, p, tdt, found[i]->data, found[i]->dt, target_tensor_numel(t));
+                if (t->alloc_only) {
+                } else if (found[i].kind == TARGET_QUANT_PLAIN && t->transpose && t->ndim >= 2) { // [..., in, out] in the file
+                    int64_t out = t->shape[t->ndim - 2], in = t->shape[t->ndim - 1];
+                    target_upload_transposed(be, p, tdt, found[i].w->data, found[i].w->dt,
+                                             target_tensor_numel(t) / (out * in), in, out);
+                } else if (found[i].kind == TARGET_QUANT_PLAIN) {
+                    target_upload(be, p, tdt, found[i].w->data, found[i].w->dt, target_tensor_numel(t));
+                } else if (target_quant_upload(be, p, tdt, &found[i])) { // de-quantised a chunk of rows at a time
+                    fatal("target %s: %s", dir, error_msg());
+                }
                 if (t->dst) *t->dst = p;
             }
             if (c->tie_embeddings) m->lm_head = m->embed;
@@ -296,6 +367,15 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
             target_rope_inv_freq(c, inv);
             m->inv_freq = arena_alloc(&m->weights, inv_bytes);
             backend_copy_to_device(be, m->inv_freq, inv, inv_bytes);
+            m->inv_freq_local = m->inv_freq;
+            if (c->rope_theta_local > 0) { // the sliding layers' base, default RoPE (no scaling)
+                target_config lc = *c;
+                lc.rope_theta = c->rope_theta_local;
+                lc.rope_llama3 = lc.rope_linear = lc.rope_yarn = 0;
+                target_rope_inv_freq(&lc, inv);
+                m->inv_freq_local = arena_alloc(&m->weights, inv_bytes);
+                backend_copy_to_device(be, m->inv_freq_local, inv, inv_bytes);
+            }
             free(inv);
             char b[32];
             log_debug("target %s: %s, %lld layers, H %lld, V %lld, weights %s on %s", dir, c->arch_name,
@@ -432,7 +512,8 @@ void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_
     int H = (int)m->cfg.hidden;
     target_linear(be, w->gate, w->xn, w_gate, T, H, I);
     target_linear(be, w->up, w->xn, w_up, T, H, I);
-    ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
+    if (m->cfg.mlp_act == TARGET_ACT_GELU_TANH) ops_geglu_tanh(be, w->gate, w->gate, w->up, (int64_t)T * I);
+    else ops_swiglu(be, w->gate, w->gate, w->up, (int64_t)T * I);
     target_linear(be, out, w->gate, w_down, T, I, H);
 }
 
@@ -473,6 +554,14 @@ void target_mlp_block(const target_model *m, int l, target_work *w, int T) {
     int H = (int)m->cfg.hidden;
     target_norm(m, w->xn, w->x, L->post_norm, T, H);
     m->cfg.table->mlp->forward(m, l, w, T);
+    if (L->post_mlp_norm) target_norm(m, w->xn, w->xn, L->post_mlp_norm, T, H); // Gemma's sandwich
+    ops_add(m->be, w->x, w->xn, (int64_t)T * H);
+}
+
+void target_mixer_residual(const target_model *m, int l, target_work *w, int T) {
+    int H = (int)m->cfg.hidden;
+    const void *post = m->layers[l].post_mixer_norm;
+    if (post) target_norm(m, w->xn, w->xn, post, T, H); // Gemma's sandwich
     ops_add(m->be, w->x, w->xn, (int64_t)T * H);
 }
 
@@ -480,7 +569,39 @@ void target_mixer_block(const target_model *m, int l, target_work *w, int T, int
     int H = (int)m->cfg.hidden;
     target_norm(m, w->xn, w->x, m->layers[l].input_norm, T, H);
     m->cfg.table->mixer->forward(m, l, w, T, n_seq, NULL, NULL);
-    ops_add(m->be, w->x, w->xn, (int64_t)T * H);
+    target_mixer_residual(m, l, w, T);
+}
+
+float target_attn_scale(const target_config *c) {
+    double s = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)c->head_dim);
+    // YaRN's factor multiplies cos and sin: with RoPE on the whole head, q.k by its square
+    // (target_config_parse refuses a factor other than 1 with partial RoPE)
+    double af = c->rope_attention_factor > 0 ? c->rope_attention_factor : 1.0;
+    return (float)(s * af * af);
+}
+
+const float *target_layer_inv_freq(const target_model *m, int l) {
+    return m->cfg.layer_window[l] > 0 && m->inv_freq_local ? m->inv_freq_local : m->inv_freq;
+}
+
+void target_attention(const target_model *m, int l, target_work *w, int T, int n_seq) {
+    const target_config *c = &m->cfg;
+    ops_attention_ext(m->be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, (int)c->n_heads, (int)c->n_kv_heads,
+                      (int)c->head_dim, target_attn_scale(c), c->layer_window[l], m->layers[l].sinks);
+}
+
+void target_embed(const target_model *m, void *x, const int32_t *tokens, int T) {
+    const target_config *c = &m->cfg;
+    ops_embed(m->be, x, m->embed, tokens, T, (int)c->hidden);
+    if (c->embed_scale > 0) { // Gemma: times sqrt(H) in the weights' dtype (transformers casts the scale)
+        float s = (float)c->embed_scale;
+        if (ops_act_dtype(m->be) == DT_BF16) s = f32_from_bf16(bf16_from_f32(s));
+        ops_scale(m->be, x, s, (int64_t)T * c->hidden);
+    }
+}
+
+void target_logits_cap(const target_model *m, float *logits, int ld, int R, int C) {
+    if (m->cfg.final_softcap > 0) ops_softcap_f32(m->be, logits, ld, R, C, (float)m->cfg.final_softcap);
 }
 
 int target_forward(target_model *m, const target_outputs *o, target_work *w, const int32_t *tokens,
@@ -520,7 +641,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
 
     int64_t l0, l1; // a stage of a group: its layers only (target.h)
     target_stage_range(m, &l0, &l1);
-    if (l0 == 0) ops_embed(be, w->x, m->embed, w->tokens, T, H); // else w->x holds the previous stage's stream
+    if (l0 == 0) target_embed(m, w->x, w->tokens, T); // else w->x holds the previous stage's stream
     for (int l = (int)l0; l < (int)l1; l++) {
         // the token mixer block (the architecture's attention, or a hybrid's mixers), then the MLP block
         target_mixer_block(m, l, w, T, n_seq);
@@ -549,6 +670,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
         int vc = V - v0 < w->vocab_tile ? V - v0 : w->vocab_tile;
         backend_gemm(be, 0, 1, T, vc, H, 1.0f, w->xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H,
                      0.0f, w->logits, vc, dt, DT_F32);
+        target_logits_cap(m, w->logits, vc, T, vc);
         ops_topk_lse_update(be, w->logits, vc, v0, T, vc, k, w->topk_val, w->topk_idx, w->m, w->s);
         for (int r = 0; r < n_logits; r++)
             backend_copy_to_host(be, logits_out + (size_t)r * V + v0, w->logits + (size_t)logits_rows[r] * vc,

@@ -36,6 +36,22 @@ typedef struct {
     void *exp_gate_up;        // [E, 2*Ie, H] gate rows then up rows, per expert
     void *exp_down;           // [E, H, Ie]
     void *shared_gate;        // [1, H]       mlp.shared_expert_gate.weight
+    // attention biases (cfg.qkv_bias: Qwen2, GLM-4.5, gpt-oss; cfg.o_bias: gpt-oss)
+    void *bq, *bk, *bv, *bo;  // [nq*hd], [nkv*hd], [nkv*hd], [H]
+    float *sinks;             // [nq] f32     self_attn.sinks (cfg.attn_sinks: gpt-oss)
+    void *post_mixer_norm;    // [H]          Gemma's post_attention_layernorm (cfg.sandwich_norms); post_norm is
+    void *post_mlp_norm;      // [H]          then pre_feedforward_layernorm, this post_feedforward_layernorm
+    // MoE variants: the router's bias (gpt-oss) or score-correction bias (DeepSeek-V3, GLM-4.5), the
+    // experts' biases (gpt-oss)
+    void *router_bias;        // [E]          mlp.router.bias (act)
+    float *score_bias;        // [E] f32      mlp.gate.e_score_correction_bias
+    void *exp_gate_up_bias;   // [E, 2*Ie]
+    void *exp_down_bias;      // [E, H]
+    // multi-head latent attention (DeepSeek-V3): q through a low-rank q_a / q_b (or wq when
+    // q_lora_rank is null), k and v from a shared latent
+    void *w_q_a, *q_a_norm, *w_q_b; // [q_lora, H], [q_lora], [nq*(nope+rope), q_lora]
+    void *w_kv_a, *kv_a_norm;       // [kv_lora + rope, H], [kv_lora]
+    void *w_kv_b;                   // [nq*(nope+v), kv_lora]
 } target_layer;
 
 typedef struct target_model {
@@ -47,6 +63,7 @@ typedef struct target_model {
     void *final_norm;        // [H]
     void *lm_head;           // [V, H] (== embed when tied)
     float *inv_freq;         // [rope_dim/2] f32, device
+    float *inv_freq_local;   // the sliding layers' (cfg.rope_theta_local > 0), else == inv_freq
     // The layers this rank holds, [layer_begin, layer_end): a pipeline stage of a teacher group
     // (world.teacher_group_size); 0, 0 = the whole model. The first stage holds the embedding, the
     // last the final norm and the lm_head (the embedding again when they are tied); m->layers is
@@ -112,6 +129,7 @@ typedef struct target_work {
     void *moe_route_work;                       // ops_moe_route's scratch
     void *moe_xs, *moe_gu, *moe_act, *moe_ys;   // [R, H], [R, 2Ie], [R, Ie], [R, H] act
     void *moe_shared, *moe_sgate;               // [T, H], [T] act: the shared expert's output and gate
+    void *router_act;                           // [T, E] act: the router's logits with its bias (gpt-oss), before fp32
     int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
     float *m, *s;                               // running LSE state [max_tokens]
     // outputs (device)
@@ -159,6 +177,9 @@ typedef struct {
     int64_t offset; // elements into the parent's buffer
     int alloc_only; // a buffer for parts, not a file tensor
     int64_t layer;  // the decoder layer it belongs to; -1 the embedding, -2 the final norm and lm_head
+    int transpose;  // the file holds the last two dims swapped ([..., in, out]: gpt-oss's experts as transformers
+                    // saves them); shape is the device's [..., out, in], the swap done at upload. Plain (BF16/F16/
+                    // F32) file tensors only: a quantised one (MXFP4 blocks) is stored [..., out, in] already
 } target_tensor;
 
 // A growing list of tensors (target.c frees it).
@@ -189,6 +210,21 @@ void target_swiglu_mlp(const target_model *m, const void *w_gate, const void *w_
 void target_mlp_block(const target_model *m, int l, target_work *w, int T);
 // target_mixer_block: the token mixer half of layer l in the packed forward: w->x += mixer(norm(w->x)).
 void target_mixer_block(const target_model *m, int l, target_work *w, int T, int n_seq);
+// target_mixer_residual: the end of the mixer half: w->x += (post_mixer_norm)(w->xn), the norm when
+// the layer has one (Gemma).
+void target_mixer_residual(const target_model *m, int l, target_work *w, int T);
+// target_attn_scale: the attention's q.k scale: cfg.attn_scale or head_dim^-0.5, times YaRN's
+// attention factor squared.
+float target_attn_scale(const target_config *c);
+// target_layer_inv_freq: the RoPE frequencies of layer l (the sliding layers' own base, Gemma 3).
+const float *target_layer_inv_freq(const target_model *m, int l);
+// target_attention: causal attention of layer l over w->q, w->k, w->v into w->att, with the
+// layer's window (cfg.layer_window), sinks and the model's scale (ops_attention_ext).
+void target_attention(const target_model *m, int l, target_work *w, int T, int n_seq);
+// target_embed: x [T, H] = the embedding rows of tokens (device), times cfg.embed_scale (Gemma).
+void target_embed(const target_model *m, void *x, const int32_t *tokens, int T);
+// target_logits_cap: the final soft-cap (cfg.final_softcap) on an f32 logits tile [R, C] (stride ld).
+void target_logits_cap(const target_model *m, float *logits, int ld, int R, int C);
 
 // target_norm: the model's RMSNorm: zero-centred ((1 + w), Qwen3.5) or plain (w).   act [R, D]
 void target_norm(const target_model *m, void *out, const void *in, const void *w, int R, int D);

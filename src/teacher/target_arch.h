@@ -101,7 +101,11 @@ typedef struct target_arch {
     int64_t default_head_dim;    // > 0: the class defaults head_dim: required; 0: absent = hidden_size / heads
     int64_t default_max_positions; // max_position_embeddings
     double default_partial_rotary; // partial_rotary_factor; 0: none (RoPE on the whole head, a factor must be 1)
+    double default_rope_theta;   // rope_theta when absent; 0: 10000
+    double default_rope_theta_local; // > 0: the family's sliding layers have a RoPE base of their own
+                                 // (rope_local_base_freq, rope_parameters.sliding_attention), this when absent
     int no_intermediate;         // 1: no intermediate_size (every MLP is sparse)
+    int default_tie;             // tie_word_embeddings when absent (Gemma: true)
     // The MASK token of a drafter whose mask_token_id is -1, for a vocabulary of mask_vocab rows
     // (0: the rule's fallback, the last row)
     int64_t mask_vocab, mask_token;
@@ -113,7 +117,32 @@ typedef struct target_arch {
 extern const target_mixer target_mixer_qwen3;   // target_dense.c: per-head q_norm/k_norm before RoPE
 extern const target_mixer target_mixer_llama;   // target_dense.c: no per-head norms
 extern const target_mixer target_mixer_qwen3_5; // target_qwen3_5.c: gated attention + Gated DeltaNet
-extern const target_mlp target_mlp_swiglu;      // target.c: down(silu(gate(x)) * up(x))
+extern const target_mlp target_mlp_swiglu;      // target.c: down(act(gate(x)) * up(x)) (silu, or GeGLU: cfg.mlp_act)
+
+// target_dense.c: the dense attention's parts, for the families that use it with their own parse
+// (Gemma 3, GLM-4.5, gpt-oss): tensors (biases, q/k norms, sinks as the config says), the
+// projections with RoPE, the output projection, and the whole mixer (target_attention between).
+void target_dense_layer_tensors(struct target_model *m, int64_t l, const char *prefix, struct target_tensor_list *list);
+void target_dense_attn_project(const struct target_model *m, int l, struct target_work *w, int T);
+void target_dense_attn_finish(const struct target_model *m, int l, struct target_work *w, int T);
+void target_dense_forward(const struct target_model *m, int l, struct target_work *w, int T, int n_seq,
+                          void *conv_state, float *rec_state);
+// target_moe.c: the shared parts of the mixture-of-experts MLPs.
+// target_moe_required: a positive integer under any of names (NULL-terminated; aliases must agree);
+// missing is an error naming the first.
+int target_moe_required(const struct cJSON *root, const char *src, const char *const *names, int64_t *out);
+// target_moe_work_carve: the routed rows' buffers of target_work (router logits, the route, the
+// gathered rows, the experts' products) for cfg.n_experts, n_experts_tok, moe_intermediate.
+void target_moe_work_carve(struct target_work *w, arena *a, const struct target_model *m, int max_tokens);
+// target_moe_sigmoid.c: the MoE MLP of DeepSeek-V3 / Kimi-K2 and GLM-4.5 (sigmoid routing with a
+// score-correction bias within the best expert groups, scaled weights, shared experts added), with
+// the dense SwiGLU on the first first_k_dense_replace layers; tables deepseek_v3 and glm4_moe.
+extern const target_mlp target_mlp_moe_sigmoid;
+// target_parse_window: 'sliding_window' (absent or null: 0, else a positive count of keys).
+int target_parse_window(const struct cJSON *root, const char *src, int64_t *window);
+// target_parse_layer_types: 'layer_types' (when given): full_attention, or sliding_attention when
+// window > 0 (that layer's cfg.layer_window = window); anything else refused naming the entry.
+int target_parse_layer_types(struct target_config *c, const struct cJSON *root, const char *src, int64_t window);
 
 static inline const target_arch_class *target_arch_class_of(const target_arch *A, int multimodal) {
     for (const target_arch_class *k = A->classes; k->class_name; k++)

@@ -25,6 +25,7 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "teacher/target_arch.h"
+#include "teacher/target_quant.h"
 #include "teacher/target_registry.h"
 
 // ---------------------------------------------------------------- typed field access
@@ -128,6 +129,7 @@ int64_t target_config_params(const target_config *c) {
     // attention: q (x2 with the gate), k, v, o and the per-head norms
     int64_t q = tc_mul(c->n_heads, hd), kv = tc_mul(c->n_kv_heads, hd);
     int64_t attn = tc_mul(H, tc_add(tc_add(tc_mul(q, c->gated_attention ? 2 : 1), tc_mul(kv, 2)), q));
+    attn = tc_add(attn, tc_mul(tc_add(tc_add(q, kv), H), 2)); // biases (q, k, v, o) and sinks, when present
     // Gated DeltaNet: qkv, z, a, b, the convolution and the output
     int64_t lk = tc_mul(c->lin_k_heads, c->lin_k_dim), lv = tc_mul(c->lin_v_heads, c->lin_v_dim);
     int64_t lin_c = tc_add(tc_mul(lk, 2), lv);
@@ -135,8 +137,15 @@ int64_t target_config_params(const target_config *c) {
                          tc_mul(lv, H));
     // MLPs: the dense SwiGLU, the experts and their router, the shared expert and its gate
     int64_t dense = tc_mul(tc_mul(H, c->intermediate), 3);
-    int64_t experts = tc_mul(c->n_experts, tc_add(tc_mul(tc_mul(H, c->moe_intermediate), 3), H));
+    // per expert: its three matrices, its router row and bias, its biases (gpt-oss: 2 Ie + H)
+    int64_t experts = tc_mul(c->n_experts, tc_add(tc_add(tc_mul(tc_mul(H, c->moe_intermediate), 3), H),
+                                                  tc_mul(tc_add(c->moe_intermediate, H), 2)));
     int64_t shared = tc_add(tc_mul(tc_mul(H, c->shared_intermediate), 3), H);
+    // MLA (DeepSeek-V3): q_a, q_b, kv_a, kv_b, o and the two latent norms; the score-correction bias
+    int64_t qk_out = tc_mul(c->n_heads, hd), kva = tc_add(c->kv_lora, c->rope_dim);
+    int64_t mla = c->kv_lora == 0 ? 0 : tc_add(tc_add(tc_mul(c->q_lora, tc_add(tc_add(H, qk_out), 1)), tc_mul(kva, tc_add(H, 1))),
+                                             tc_mul(c->n_heads, tc_add(tc_mul(c->kv_lora, tc_add(c->qk_nope, c->v_head)), tc_mul(c->v_head, H))));
+    attn = tc_add(tc_add(attn, mla), c->n_experts);
     int64_t layer = tc_add(tc_add(tc_add(attn, lin), tc_add(dense, experts)), tc_add(shared, tc_mul(H, 2)));
     int64_t total = tc_add(tc_mul(layer, c->n_layers), tc_mul(tc_mul(c->vocab, H), 2));
     return tc_add(total, tc_add(H, tc_mul(hd, 2)));
@@ -149,7 +158,59 @@ int64_t target_config_mask_token(const target_config *c) {
 
 // ---------------------------------------------------------------- RoPE
 
-// tc_parse_rope: rope_theta and llama3 scaling from rope_scaling / rope_parameters / rope_theta.
+// tc_parse_yarn: YaRN (transformers' _compute_yarn_parameters) from the rope object at field:
+// factor (required), original_max_position_embeddings (required), beta_fast 32, beta_slow 1,
+// truncate true, and the cos/sin factor: attention_factor, else from mscale / mscale_all_dim when
+// both are given and non-zero, else 0.1 ln(factor) + 1 (1 for factor <= 1).
+static int tc_parse_yarn(target_config *c, const cJSON *rope, const char *field, const char *src) {
+    char name[128];
+    int found = 0;
+    snprintf(name, sizeof name, "%s.factor", field);
+    if (json_get_double(rope, "factor", name, src, &c->rope_factor, &found)) return -1;
+    if (!found) return error_set("%s: missing '%s' (required by rope type yarn)", src, name);
+    if (!(c->rope_factor > 0.0) || !isfinite(c->rope_factor))
+        return error_set("%s: '%s' must be a finite number > 0, got %g", src, name, c->rope_factor);
+    snprintf(name, sizeof name, "%s.original_max_position_embeddings", field);
+    found = 0;
+    if (json_get_int(rope, "original_max_position_embeddings", name, src, &c->rope_original_max_positions, &found))
+        return -1;
+    if (!found) return error_set("%s: missing '%s' (required by rope type yarn)", src, name);
+    if (c->rope_original_max_positions <= 0)
+        return error_set("%s: '%s' must be positive, got %lld", src, name, (long long)c->rope_original_max_positions);
+    c->rope_beta_fast = 32.0, c->rope_beta_slow = 1.0, c->rope_truncate = 1;
+    snprintf(name, sizeof name, "%s.beta_fast", field);
+    if (json_get_double(rope, "beta_fast", name, src, &c->rope_beta_fast, NULL)) return -1;
+    snprintf(name, sizeof name, "%s.beta_slow", field);
+    if (json_get_double(rope, "beta_slow", name, src, &c->rope_beta_slow, NULL)) return -1;
+    if (c->rope_beta_fast == 0) c->rope_beta_fast = 32.0; // Python's `or`: 0 means the default
+    if (c->rope_beta_slow == 0) c->rope_beta_slow = 1.0;
+    if (!isfinite(c->rope_beta_fast) || !isfinite(c->rope_beta_slow) || c->rope_beta_fast < 0 || c->rope_beta_slow < 0)
+        return error_set("%s: '%s.beta_fast' and 'beta_slow' must be finite and positive", src, field);
+    snprintf(name, sizeof name, "%s.truncate", field);
+    if (json_get_bool(rope, "truncate", src, &c->rope_truncate, NULL)) return -1;
+    double mscale = 0, mscale_all = 0, af = 0;
+    int have_af = 0;
+    snprintf(name, sizeof name, "%s.mscale", field);
+    if (json_get_double(rope, "mscale", name, src, &mscale, NULL)) return -1;
+    snprintf(name, sizeof name, "%s.mscale_all_dim", field);
+    if (json_get_double(rope, "mscale_all_dim", name, src, &mscale_all, NULL)) return -1;
+    snprintf(name, sizeof name, "%s.attention_factor", field);
+    if (json_get_double(rope, "attention_factor", name, src, &af, &have_af)) return -1;
+    c->rope_mscale = mscale, c->rope_mscale_all_dim = mscale_all;
+    if (!have_af) {
+        double f = c->rope_factor;
+        if (mscale != 0 && mscale_all != 0)
+            af = (f <= 1 ? 1.0 : 0.1 * mscale * log(f) + 1.0) / (f <= 1 ? 1.0 : 0.1 * mscale_all * log(f) + 1.0);
+        else af = f <= 1 ? 1.0 : 0.1 * log(f) + 1.0;
+    }
+    if (!(af > 0.0) || !isfinite(af)) return error_set("%s: '%s' must be a finite number > 0, got %g", src, name, af);
+    c->rope_yarn = 1;
+    c->rope_attention_factor = af;
+    return 0;
+}
+
+// tc_parse_rope: rope_theta and llama3 / linear / yarn scaling from rope_scaling / rope_parameters /
+// rope_theta, and the sliding layers' base where the family has one.
 static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     const cJSON *scaling = json_field(root, "rope_scaling");
     const cJSON *params = json_field(root, "rope_parameters");
@@ -167,18 +228,25 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
         json_value_str(rope, s, sizeof s);
         return error_set("%s: '%s' wants an object, got %s", src, field, s);
     }
-    // transformers 5 may nest the parameters per layer type: {"full_attention": {...}}.
+    // transformers 5 may nest the parameters per layer type: {"full_attention": {...}} and, for the
+    // families with sliding layers of their own base (Gemma 3), {"sliding_attention": {...}}.
+    const cJSON *local = NULL;
+    const char *local_field = NULL;
     if (rope && json_field(rope, "full_attention") && cJSON_IsObject(json_field(rope, "full_attention"))) {
+        int sliding_ok = c->table->default_rope_theta_local > 0;
         for (const cJSON *k = rope->child; k; k = k->next)
-            if (strcmp(k->string, "full_attention") != 0)
-                return error_set("%s: '%s' has an entry for layer type '%s': only full_attention is supported",
-                                 src, field, k->string);
+            if (strcmp(k->string, "full_attention") != 0 && !(sliding_ok && strcmp(k->string, "sliding_attention") == 0))
+                return error_set("%s: '%s' has an entry for layer type '%s': only full_attention%s is supported",
+                                 src, field, k->string, sliding_ok ? " and sliding_attention" : "");
+        local = json_field(rope, "sliding_attention");
+        local_field = strcmp(field, "rope_scaling") == 0 ? "rope_scaling.sliding_attention" : "rope_parameters.sliding_attention";
         rope = json_field(rope, "full_attention");
         field = strcmp(field, "rope_scaling") == 0 ? "rope_scaling.full_attention" : "rope_parameters.full_attention";
     }
 
     char name[96];
-    c->rope_theta = 10000.0;
+    c->rope_attention_factor = 1.0;
+    c->rope_theta = c->table->default_rope_theta > 0 ? c->table->default_rope_theta : 10000.0;
     if (json_get_double(root, "rope_theta", "rope_theta", src, &c->rope_theta, NULL)) return -1;
     if (rope) {
         snprintf(name, sizeof name, "%s.rope_theta", field);
@@ -186,10 +254,32 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     }
     if (!(c->rope_theta > 1.0) || !isfinite(c->rope_theta))
         return error_set("%s: 'rope_theta' must be a finite number > 1, got %g", src, c->rope_theta);
+    // the sliding layers' own base: rope_local_base_freq (the legacy key) or sliding_attention's
+    // rope_theta, default rope (no scaling) on those layers
+    c->rope_theta_local = c->table->default_rope_theta_local;
+    if (c->rope_theta_local > 0) {
+        if (json_get_double(root, "rope_local_base_freq", "rope_local_base_freq", src, &c->rope_theta_local, NULL))
+            return -1;
+        if (local && cJSON_IsObject(local)) {
+            const char *lt = "default";
+            snprintf(name, sizeof name, "%s.rope_theta", local_field);
+            if (json_get_double(local, "rope_theta", name, src, &c->rope_theta_local, NULL)) return -1;
+            snprintf(name, sizeof name, "%s.rope_type", local_field);
+            if (json_get_string(local, "rope_type", name, src, &lt)) return -1;
+            if (strcmp(lt, "default") != 0)
+                return error_set("%s: '%s' is \"%s\": the sliding layers support the default RoPE only", src, name, lt);
+        }
+        if (!(c->rope_theta_local > 1.0) || !isfinite(c->rope_theta_local))
+            return error_set("%s: the sliding layers' rope_theta must be a finite number > 1, got %g", src,
+                             c->rope_theta_local);
+    }
 
     // partial_rotary_factor: RoPE on the first int(head_dim * factor) dims of a head, for the
     // architectures whose config class has the key (Qwen3.5: its default is 0.25); the others rotate
     // the whole head.
+    // The rotary part of a head: head_dim, or the dims the architecture's parse set (DeepSeek-V3's
+    // MLA: qk_rope_head_dim of a qk head of qk_nope + qk_rope, transformers' head_dim there).
+    int64_t rot_head = c->rope_dim > 0 ? c->rope_dim : c->head_dim;
     int hybrid = c->table->default_partial_rotary > 0;
     double partial = hybrid ? c->table->default_partial_rotary : 1.0;
     if (json_get_double(root, "partial_rotary_factor", "partial_rotary_factor", src, &partial, NULL)) return -1;
@@ -201,11 +291,11 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
         return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported for %s",
                          src, partial, c->arch_name);
     c->partial_rotary = partial;
-    c->rope_dim = (int64_t)((double)c->head_dim * partial); // Python's int(): truncation
+    c->rope_dim = (int64_t)((double)rot_head * partial); // Python's int(): truncation
     if (!(partial > 0.0 && partial <= 1.0) || c->rope_dim < 2 || c->rope_dim % 2 != 0)
         return error_set("%s: 'partial_rotary_factor' %g gives %lld rotary dims of head_dim %lld: need an even"
                          " number >= 2 (0 < factor <= 1)",
-                         src, partial, (long long)c->rope_dim, (long long)c->head_dim);
+                         src, partial, (long long)c->rope_dim, (long long)rot_head);
 
     c->rope_llama3 = 0;
     c->rope_factor = 1.0;
@@ -223,9 +313,20 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
     if (json_get_string(rope, "rope_type", name, src, &type)) return -1;
     if (json_field(rope, "rope_type")) type_field = "rope_type";
     if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "linear") == 0) { // inv_freq / factor (Gemma 3's global layers)
+        int found = 0;
+        snprintf(name, sizeof name, "%s.factor", field);
+        if (json_get_double(rope, "factor", name, src, &c->rope_factor, &found)) return -1;
+        if (!found) return error_set("%s: missing '%s' (required by rope type linear)", src, name);
+        if (!(c->rope_factor >= 1.0) || !isfinite(c->rope_factor))
+            return error_set("%s: '%s' must be a finite number >= 1, got %g", src, name, c->rope_factor);
+        c->rope_linear = 1;
+        return 0;
+    }
+    if (strcmp(type, "yarn") == 0) return tc_parse_yarn(c, rope, field, src);
     if (strcmp(type, "llama3") != 0)
-        return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default and llama3", src, field,
-                         type_field, type);
+        return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default, linear, yarn and llama3", src,
+                         field, type_field, type);
 
     c->rope_llama3 = 1;
     static const char *const keys[3] = {"factor", "low_freq_factor", "high_freq_factor"};
@@ -327,22 +428,35 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
 
     // transformers ties on the loaded class's own config: the wrapper's top level for
     // Qwen3_5ForConditionalGeneration (text_config's value is not read), the text config otherwise.
-    c->tie_embeddings = 0;
+    c->tie_embeddings = A->default_tie;
     if (json_get_bool(top, "tie_word_embeddings", top_src, &c->tie_embeddings, NULL)) return -1;
 
-    const char *act = "silu";
-    if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
-    if (strcmp(act, "silu") != 0)
-        return error_set("%s: 'hidden_act' is \"%s\": only silu is supported", src, act);
-
-    if (tc_refuse_true(root, "attention_bias", src, "biases in q/k/v/o_proj are not supported")) return -1;
-    if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
-    if (tc_refuse_true(root, "use_sliding_window", src, "sliding-window attention is not supported for the target"))
-        return -1;
-    // the architecture's own keys: its mixer's (layer types, the hybrid's shapes), its MLP's (experts)
+    // the architecture's own keys: its mixer's (layer types, windows, biases, the hybrid's shapes),
+    // its MLP's (experts, the activation)
     if (A->mixer->parse && A->mixer->parse(c, root, src)) return -1;
     if (A->mlp->parse && A->mlp->parse(c, root, src)) return -1;
+    // what no architecture's parse took is refused (each family says what it has)
+    if (!c->mlp_act) {
+        const char *act = "silu";
+        if (json_get_string(root, "hidden_act", "hidden_act", src, &act)) return -1;
+        if (strcmp(act, "silu") != 0)
+            return error_set("%s: 'hidden_act' is \"%s\": only silu is supported for %s", src, act, c->arch_name);
+        c->mlp_act = TARGET_ACT_SILU;
+    }
+    if (!c->qkv_bias && !c->o_bias &&
+        tc_refuse_true(root, "attention_bias", src, "biases in q/k/v/o_proj are not supported for this architecture"))
+        return -1;
+    if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
+    int windowed = 0;
+    for (int64_t i = 0; i < c->n_layers && i < TARGET_MAX_LAYERS; i++) windowed |= c->layer_window[i] > 0;
+    if (!windowed && tc_refuse_true(root, "use_sliding_window", src,
+                                    "sliding-window attention is not supported for this architecture"))
+        return -1;
     if (tc_parse_rope(c, root, src)) return -1;
+    if (c->rope_attention_factor != 1.0 && c->rope_dim < c->head_dim) // target_attn_scale: it scales all of q.k
+        return error_set("%s: the rope scaling's attention factor is %g with RoPE on %lld of %lld head dims: only 1 is"
+                         " supported with partial RoPE", src, c->rope_attention_factor, (long long)c->rope_dim,
+                         (long long)c->head_dim);
     int64_t params = target_config_params(c);
     if (params < 0 || params > TARGET_MAX_PARAMS) {
         char n[48];
@@ -358,7 +472,7 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
     if (json_get_string(top, "torch_dtype", "torch_dtype", top_src, &dt)) return -1;
     if (json_get_string(top, "dtype", "dtype", top_src, &dt)) return -1;
     snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", dt);
-    return 0;
+    return target_quant_parse(&c->quant, top, top_src); // quantization_config (top level or text_config)
 }
 
 // A key given twice in obj or an object inside it (Python's json keeps the last one silently; a
@@ -433,6 +547,29 @@ void target_rope_inv_freq(const target_config *c, float *inv_freq) {
     for (int64_t i = 0; i < dim / 2; i++) {
         float e = (float)(2 * i) / (float)dim;
         inv_freq[i] = 1.0f / powf(base, e);
+    }
+    if (c->rope_linear) {
+        for (int64_t i = 0; i < dim / 2; i++) inv_freq[i] /= (float)c->rope_factor;
+        return;
+    }
+    if (c->rope_yarn) { // _compute_yarn_parameters: a ramp between interpolated and extrapolated
+        double base_d = c->rope_theta, omax = (double)c->rope_original_max_positions;
+        double low = (double)dim * log(omax / (c->rope_beta_fast * 2 * M_PI)) / (2 * log(base_d));
+        double high = (double)dim * log(omax / (c->rope_beta_slow * 2 * M_PI)) / (2 * log(base_d));
+        if (c->rope_truncate) low = floor(low), high = ceil(high);
+        if (low < 0) low = 0;
+        if (high > (double)(dim - 1)) high = (double)(dim - 1);
+        if (low == high) high += 0.001; // transformers: prevent a singularity
+        float factor = (float)c->rope_factor;
+        for (int64_t i = 0; i < dim / 2; i++) {
+            float pos_freq = powf(base, (float)(2 * i) / (float)dim); // base ** (arange(0, dim, 2) / dim)
+            float extra = 1.0f / pos_freq, inter = 1.0f / (factor * pos_freq);
+            float ramp = ((float)i - (float)low) / (float)(high - low);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float ext_factor = 1.0f - ramp;
+            inv_freq[i] = inter * (1.0f - ext_factor) + extra * ext_factor;
+        }
+        return;
     }
     if (!c->rope_llama3) return;
     float factor = (float)c->rope_factor;

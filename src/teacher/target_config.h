@@ -11,9 +11,14 @@
 #pragma once
 #include <stdint.h>
 
+#include "teacher/target_quant.h"
+
 // The attention family a config reports (tests and make-target read it; the teacher's code reads the
 // table, target_arch.h).
-typedef enum { ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2 } target_family;
+typedef enum {
+    ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2, ARCH_QWEN2 = 3, ARCH_MISTRAL = 4, ARCH_GEMMA3 = 5,
+    ARCH_GPT_OSS = 6, ARCH_DEEPSEEK_V3 = 7, ARCH_GLM4_MOE = 8
+} target_family;
 
 struct target_arch;
 struct cJSON;
@@ -78,7 +83,39 @@ typedef struct target_config {
     int norm_topk_prob;       // renormalise the top-k router weights (always for Qwen3.5-MoE)
     int64_t sparse_step;      // decoder_sparse_step (Qwen3-MoE; 1 for Qwen3.5-MoE)
     uint8_t layer_sparse[TARGET_MAX_LAYERS]; // 1: layer i's MLP is the MoE block, 0: the dense SwiGLU MLP
+    // The attention and frame variants of the families beyond Qwen / Llama (issue 48); zero: absent.
+    // The architecture's parse sets them; the shared parse refuses the keys no architecture took
+    // (attention_bias true, a hidden_act other than silu, use_sliding_window true).
+    int qkv_bias;             // q/k/v_proj have biases (Qwen2, GLM-4.5 attention_bias, gpt-oss)
+    int o_bias;               // o_proj has a bias (gpt-oss)
+    int attn_sinks;           // self_attn.sinks [nq]: a per-head logit in the softmax's denominator (gpt-oss)
+    int mlp_act;              // TARGET_ACT_*: the dense MLP's activation (0: not set by the architecture: silu)
+    int sandwich_norms;       // Gemma: post_attention_layernorm on the mixer's output, pre_/post_feedforward_layernorm
+                              // around the MLP (the pre-MLP norm is then pre_feedforward_layernorm)
+    double embed_scale;       // the embedding is multiplied by this (Gemma: sqrt(hidden_size)); 0: none
+    double final_softcap;     // logits = cap * tanh(logits / cap) before the top-k and LSE (Gemma); 0: none
+    double attn_scale;        // the attention's q.k scale; 0: head_dim^-0.5
+    double rope_theta_local;  // the sliding layers' RoPE base (Gemma's rope_local_base_freq); 0: rope_theta
+    int rope_linear;          // rope_scaling type linear: inv_freq / rope_factor (Gemma 3's global layers)
+    // rope_scaling type yarn (gpt-oss, DeepSeek-V3): rope_factor, rope_original_max_positions and these
+    int rope_yarn, rope_truncate;
+    double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim;
+    double rope_attention_factor; // YaRN's cos/sin factor (1 otherwise: set by target_config_parse)
+    int32_t layer_window[TARGET_MAX_LAYERS]; // > 0: layer i's attention is a sliding window of that many keys
+    // DeepSeek-V3 / Kimi-K2 and GLM-4.5 (target_moe_sigmoid.c, target_deepseek_v3.c); zero otherwise.
+    // The sigmoid router: the experts in n_group groups, each token keeps the topk_group best groups;
+    // the routed weights times routed_scaling_factor; shared_intermediate = n_shared_experts * moe_intermediate
+    int64_t n_group, topk_group;
+    double routed_scaling;
+    // multi-head latent attention (DeepSeek-V3): q_lora_rank (0: q_proj), kv_lora_rank, qk_nope_head_dim,
+    // v_head_dim; head_dim = qk_nope + qk_rope (rope_dim = qk_rope_head_dim), n_kv_heads = n_heads
+    int64_t q_lora, kv_lora, qk_nope, v_head;
+    int rope_interleave;      // RoPE on the pairs (2i, 2i+1) of the rotary dims (rope_interleave)
+    target_quant quant;       // quantization_config: how quantised weights are stored (target_quant.h)
 } target_config;
+
+// The dense MLP's activation: down(act(gate(x)) * up(x)).
+enum { TARGET_ACT_SILU = 1, TARGET_ACT_GELU_TANH = 2 };
 
 // target_layer_is_sparse: layer l's MLP is the mixture of experts.
 static inline int target_layer_is_sparse(const target_config *c, int64_t l) { return c->moe && c->layer_sparse[l]; }

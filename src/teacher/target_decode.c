@@ -156,13 +156,15 @@ static float *decoder_rec_at(const target_decoder *d, int i, int s) {
 // values in the cache: a prefill (n_pre >= 1) of n_pre packed sequences into slots s0.. (sequence i
 // at rows cu_host[i]..cu_host[i+1]-1, positions from 0) with causal attention over each prompt, or a
 // step (n_pre = 0) of R = n_seq rows, row s at position len[s].
-static void decoder_attend(target_decoder *d, int a, int s0, int n_pre, int R) {
+static void decoder_attend(target_decoder *d, int l, int a, int s0, int n_pre, int R) {
     const target_config *c = &d->m->cfg;
     backend *be = d->m->be;
     target_work *w = &d->w;
     int hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
     size_t row = (size_t)kvd * dtype_size(ops_act_dtype(be));
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = target_attn_scale(c);
+    int window = c->layer_window[l];
+    const float *sinks = d->m->layers[l].sinks;
     if (n_pre > 0) {
         for (int i = 0; i < n_pre; i++) { // each prompt's keys and values to its slot's positions 0..
             int r0 = d->cu_host[i], P = d->cu_host[i + 1] - r0;
@@ -171,13 +173,14 @@ static void decoder_attend(target_decoder *d, int a, int s0, int n_pre, int R) {
             ops_copy_2d(be, decoder_cache_at(d, d->v_cache, a, s0 + i, 0), kvd, (char *)w->v + (size_t)r0 * row, kvd, P,
                         kvd);
         }
-        ops_attention_causal(be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_pre, R, nq, nkv, hd, scale);
+        target_attention(d->m, l, w, R, n_pre);
         return;
     }
     // w->pos holds len[s], the new token's position: its key and value go there, its query attends to 0..len[s]
     void *kc = decoder_cache_at(d, d->k_cache, a, 0, 0), *vc = decoder_cache_at(d, d->v_cache, a, 0, 0);
     ops_kv_append(be, kc, vc, w->k, w->v, w->pos, R, d->max_len, kvd);
-    ops_attention_decode(be, w->att, w->q, kc, vc, w->pos, R, nq, nkv, hd, d->max_len, scale, d->att_work);
+    ops_attention_decode_ext(be, w->att, w->q, kc, vc, w->pos, R, nq, nkv, hd, d->max_len, scale, window, sinks,
+                             d->att_work);
 }
 
 // The decoder layers over R rows already embedded in w->x, positions in w->pos, boundaries in
@@ -194,7 +197,6 @@ static void decoder_attend(target_decoder *d, int a, int s0, int n_pre, int R) {
 static void decoder_layers(target_decoder *d, int s0, int n_pre, int R) {
     target_model *m = d->m;
     const target_config *c = &m->cfg;
-    backend *be = m->be;
     target_work *w = &d->w;
     const target_mixer *mix = c->table->mixer; // the architecture's layer code (target_arch.h)
     int H = (int)c->hidden;
@@ -210,10 +212,10 @@ static void decoder_layers(target_decoder *d, int s0, int n_pre, int R) {
             mix->forward(m, l, w, R, n_seq, decoder_conv_at(d, d->slot[l], s0), decoder_rec_at(d, d->slot[l], s0));
         } else { // attention: the architecture's halves around the attention over the cache
             mix->attn_project(m, l, w, R);
-            decoder_attend(d, d->slot[l], s0, n_pre, R);
+            decoder_attend(d, l, d->slot[l], s0, n_pre, R);
             mix->attn_finish(m, l, w, R);
         }
-        ops_add(be, w->x, w->xn, (int64_t)R * H);
+        target_mixer_residual(m, l, w, R);
         target_mlp_block(m, l, w, R);
     }
 }
@@ -237,6 +239,7 @@ static void decoder_head(target_decoder *d, const void *h, int n, const double *
         float *lg = full ? d->logits + v0 : d->logits;
         backend_gemm(be, 0, 1, n, vc, H, 1.0f, d->w.xn, H, (const char *)m->lm_head + (size_t)v0 * H * e, H, 0.0f, lg,
                      ld, dt, DT_F32);
+        target_logits_cap(m, lg, ld, n, vc);
         if (!full) ops_topk_lse_update(be, lg, ld, v0, n, vc, 1, d->top_val, d->top_idx, d->run_m, d->run_s);
     }
     if (full) {
@@ -253,7 +256,7 @@ static void decoder_upload(target_decoder *d, const int32_t *tokens, int R, int 
     backend_copy_to_device(be, d->w.tokens, tokens, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.pos, d->pos_host, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.cu_seqlens, d->cu_host, ((size_t)n_seq + 1) * sizeof(int32_t));
-    if (target_stage_is_first(d->m)) ops_embed(be, d->w.x, d->m->embed, d->w.tokens, R, (int)d->m->cfg.hidden);
+    if (target_stage_is_first(d->m)) target_embed(d->m, d->w.x, d->w.tokens, R);
 }
 
 static int decoder_check_ids(const target_decoder *d, const int32_t *ids, int n, const char *what, int seq) {

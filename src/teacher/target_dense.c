@@ -1,26 +1,30 @@
-// target_dense.c: the dense attention of Qwen3 and Llama targets (transformers' models/qwen3,
-// models/llama) and their tables, qwen3 and llama (target_arch.h). The residual frame, the SwiGLU
-// MLP and the lm_head are target.c's.
+// target_dense.c: the dense attention of Qwen3, Llama, Qwen2 and Mistral targets (transformers'
+// models/qwen3, llama, qwen2, mistral) and their tables, qwen3, llama, qwen2 and mistral
+// (target_arch.h); its parts serve the other families with this attention (Gemma 3, GLM-4.5,
+// gpt-oss: target_mixer_dense). The residual frame, the SwiGLU MLP and the lm_head are target.c's.
 //
 // Per token (nq query heads, nkv kv heads, head_dim hd):
-//   q = q_proj(x), k = k_proj(x), v = v_proj(x)     per head
-//   Qwen3: q = q_norm(q), k = k_norm(k)             per-head RMSNorm of hd (c->qk_norm)
-//   RoPE on q and k (rope_theta, llama3 scaling: m->inv_freq)
-//   out = o_proj(causal GQA attention(q, k, v)), scale hd^-0.5
+//   q = q_proj(x) (+ bq), k = k_proj(x) (+ bk), v = v_proj(x) (+ bv)   per head (biases: c->qkv_bias)
+//   q = q_norm(q), k = k_norm(k)                    per-head RMSNorm of hd (c->qk_norm: Qwen3, Gemma 3)
+//   RoPE on q and k, on the first rope_dim dims of a head (rope_theta, llama3 / linear / yarn
+//   scaling: m->inv_freq; a sliding layer of Gemma 3: m->inv_freq_local)
+//   out = o_proj(causal GQA attention(q, k, v)) (+ bo), scale target_attn_scale (hd^-0.5 unless the
+//   family says), a sliding window where c->layer_window says, sinks where c->attn_sinks says
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_arch.h"
+#include "common/kernels/ops_hybrid.h" // ops_rope_partial
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 
-// dense_parse: every layer is full attention (a layer_types list, when given, must say so for each
-// of num_hidden_layers layers).
-static int dense_parse(target_config *c, const cJSON *root, const char *src) {
+int target_parse_layer_types(target_config *c, const cJSON *root, const char *src, int64_t window) {
     const cJSON *types = json_field(root, "layer_types");
     if (!types) return 0;
     char s[160];
@@ -30,11 +34,61 @@ static int dense_parse(target_config *c, const cJSON *root, const char *src) {
         return error_set("%s: 'layer_types' has %d entries for %lld layers ('num_hidden_layers')", src,
                          cJSON_GetArraySize(types), (long long)c->n_layers);
     int i = 0;
-    for (const cJSON *t = types->child; t; t = t->next, i++)
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0) {
-            json_value_str(t, s, sizeof s);
-            return error_set("%s: 'layer_types[%d]' is %s: only full_attention is supported", src, i, s);
+    for (const cJSON *t = types->child; t; t = t->next, i++) {
+        int full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
+        int sliding = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+        if (full || (sliding && window > 0)) {
+            c->layer_window[i] = sliding ? (int32_t)window : 0;
+            continue;
         }
+        json_value_str(t, s, sizeof s);
+        return error_set("%s: 'layer_types[%d]' is %s: %s", src, i, s,
+                         sliding ? "sliding_attention needs a 'sliding_window' (null or absent here)"
+                                 : window > 0 ? "want full_attention or sliding_attention" : "only full_attention is supported");
+    }
+    return 0;
+}
+
+int target_parse_window(const cJSON *root, const char *src, int64_t *window) {
+    *window = 0;
+    const cJSON *w = json_field(root, "sliding_window");
+    if (!w) return 0; // absent or null: no window
+    if (json_get_int(root, "sliding_window", "sliding_window", src, window, NULL)) return -1;
+    if (*window < 1 || *window > INT32_MAX)
+        return error_set("%s: 'sliding_window' must be a positive number of tokens, got %lld", src, (long long)*window);
+    return 0;
+}
+
+// dense_parse: every layer is full attention (a layer_types list, when given, must say so for each
+// of num_hidden_layers layers).
+static int dense_parse(target_config *c, const cJSON *root, const char *src) {
+    return target_parse_layer_types(c, root, src, 0);
+}
+
+// Qwen2: q/k/v biases always; sliding layers only with use_sliding_window (the layers from
+// max_window_layers on, or as layer_types says), as Qwen2Config.__post_init__ derives them.
+static int qwen2_parse(target_config *c, const cJSON *root, const char *src) {
+    c->qkv_bias = 1;
+    int use = 0;
+    if (json_get_bool(root, "use_sliding_window", src, &use, NULL)) return -1;
+    int64_t window = 0, from = 28;
+    if (use && target_parse_window(root, src, &window)) return -1;
+    if (json_get_int(root, "max_window_layers", "max_window_layers", src, &from, NULL)) return -1;
+    if (json_field(root, "layer_types")) return target_parse_layer_types(c, root, src, window);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_window[i] = window > 0 && i >= from ? (int32_t)window : 0;
+    return 0;
+}
+
+// Mistral: every layer under sliding_window when it is given (MistralConfig's default 4096 when
+// the key is absent; null: none); a layer_types list is refused, as transformers warns it is
+// ignored by this class (Ministral's).
+static int mistral_parse(target_config *c, const cJSON *root, const char *src) {
+    int64_t window = 4096;
+    if (cJSON_GetObjectItemCaseSensitive(root, "sliding_window") && target_parse_window(root, src, &window)) return -1;
+    if (json_field(root, "layer_types"))
+        return error_set("%s: 'layer_types' is given: MistralForCausalLM ignores it (Ministral's alternating attention"
+                         " is not supported)", src);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_window[i] = (int32_t)window;
     return 0;
 }
 
@@ -43,52 +97,69 @@ static int qwen3_parse(target_config *c, const cJSON *root, const char *src) {
     return dense_parse(c, root, src);
 }
 
-static void dense_layer_tensors(target_model *m, int64_t l, const char *P, target_tensor_list *list) {
+void target_dense_layer_tensors(target_model *m, int64_t l, const char *P, target_tensor_list *list) {
     const target_config *c = &m->cfg;
     target_layer *L = &m->layers[l];
     int64_t H = c->hidden, hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
     long long ll = (long long)l;
-    target_tensor_add(list, &L->wq, 0, 2, q_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_proj.weight");
-    target_tensor_add(list, &L->wk, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_proj.weight");
-    target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, "%slayers.%lld.self_attn.%s", P, ll, "v_proj.weight");
-    target_tensor_add(list, &L->wo, 0, 2, H, q_out, 0, "%slayers.%lld.self_attn.%s", P, ll, "o_proj.weight");
+#define ATTN_FMT "%slayers.%lld.self_attn.%s"
+    target_tensor_add(list, &L->wq, 0, 2, q_out, H, 0, ATTN_FMT, P, ll, "q_proj.weight");
+    if (c->qkv_bias) target_tensor_add(list, &L->bq, 0, 1, q_out, 0, 0, ATTN_FMT, P, ll, "q_proj.bias");
+    target_tensor_add(list, &L->wk, 0, 2, kv_out, H, 0, ATTN_FMT, P, ll, "k_proj.weight");
+    if (c->qkv_bias) target_tensor_add(list, &L->bk, 0, 1, kv_out, 0, 0, ATTN_FMT, P, ll, "k_proj.bias");
+    target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, ATTN_FMT, P, ll, "v_proj.weight");
+    if (c->qkv_bias) target_tensor_add(list, &L->bv, 0, 1, kv_out, 0, 0, ATTN_FMT, P, ll, "v_proj.bias");
+    target_tensor_add(list, &L->wo, 0, 2, H, q_out, 0, ATTN_FMT, P, ll, "o_proj.weight");
+    if (c->o_bias) target_tensor_add(list, &L->bo, 0, 1, H, 0, 0, ATTN_FMT, P, ll, "o_proj.bias");
     if (c->qk_norm) {
-        target_tensor_add(list, &L->q_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "q_norm.weight");
-        target_tensor_add(list, &L->k_norm, 0, 1, hd, 0, 0, "%slayers.%lld.self_attn.%s", P, ll, "k_norm.weight");
+        target_tensor_add(list, &L->q_norm, 0, 1, hd, 0, 0, ATTN_FMT, P, ll, "q_norm.weight");
+        target_tensor_add(list, &L->k_norm, 0, 1, hd, 0, 0, ATTN_FMT, P, ll, "k_norm.weight");
     }
+    if (c->attn_sinks) target_tensor_add(list, (void **)&L->sinks, 1, 1, c->n_heads, 0, 0, ATTN_FMT, P, ll, "sinks");
+#undef ATTN_FMT
 }
 
-// q, k, v of layer l after the per-head norms (Qwen3) and RoPE: w->xn in.
-static void dense_attn_project(const target_model *m, int l, target_work *w, int T) {
+// dense_linear_bias: y = x @ W^T (+ b when b is not NULL).
+static void dense_linear_bias(backend *be, void *y, const void *x, const void *W, const void *b, int T, int in, int out) {
+    target_linear(be, y, x, W, T, in, out);
+    if (b) ops_bias_add(be, y, b, T, out);
+}
+
+void target_dense_attn_project(const target_model *m, int l, target_work *w, int T) {
     const target_config *c = &m->cfg;
     const target_layer *L = &m->layers[l];
     backend *be = m->be;
     int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
-    target_linear(be, w->q, w->xn, L->wq, T, H, nq * hd);
-    target_linear(be, w->k, w->xn, L->wk, T, H, nkv * hd);
-    target_linear(be, w->v, w->xn, L->wv, T, H, nkv * hd);
+    int rot = (int)(c->rope_dim > 0 ? c->rope_dim : hd);
+    dense_linear_bias(be, w->q, w->xn, L->wq, L->bq, T, H, nq * hd);
+    dense_linear_bias(be, w->k, w->xn, L->wk, L->bk, T, H, nkv * hd);
+    dense_linear_bias(be, w->v, w->xn, L->wv, L->bv, T, H, nkv * hd);
     if (c->qk_norm) { // per-head RMSNorm before RoPE
         target_norm(m, w->q, w->q, L->q_norm, T * nq, hd);
         target_norm(m, w->k, w->k, L->k_norm, T * nkv, hd);
     }
-    ops_rope(be, w->q, w->pos, m->inv_freq, T, nq, hd);
-    ops_rope(be, w->k, w->pos, m->inv_freq, T, nkv, hd);
+    const float *inv = target_layer_inv_freq(m, l);
+    if (rot == hd) {
+        ops_rope(be, w->q, w->pos, inv, T, nq, hd);
+        ops_rope(be, w->k, w->pos, inv, T, nkv, hd);
+    } else { // partial rotary (GLM-4.5): the first rot dims of each head
+        ops_rope_partial(be, w->q, w->pos, inv, T, nq, hd, rot);
+        ops_rope_partial(be, w->k, w->pos, inv, T, nkv, hd, rot);
+    }
 }
 
-static void dense_attn_finish(const target_model *m, int l, target_work *w, int T) {
+void target_dense_attn_finish(const target_model *m, int l, target_work *w, int T) {
     const target_config *c = &m->cfg;
-    target_linear(m->be, w->xn, w->att, m->layers[l].wo, T, (int)(c->n_heads * c->head_dim), (int)c->hidden);
+    const target_layer *L = &m->layers[l];
+    dense_linear_bias(m->be, w->xn, w->att, L->wo, L->bo, T, (int)(c->n_heads * c->head_dim), (int)c->hidden);
 }
 
-static void dense_forward(const target_model *m, int l, target_work *w, int T, int n_seq, void *conv_state,
+void target_dense_forward(const target_model *m, int l, target_work *w, int T, int n_seq, void *conv_state,
                           float *rec_state) {
     (void)conv_state, (void)rec_state;
-    const target_config *c = &m->cfg;
-    int hd = (int)c->head_dim;
-    dense_attn_project(m, l, w, T);
-    ops_attention_causal(m->be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, (int)c->n_heads, (int)c->n_kv_heads,
-                         hd, 1.0f / sqrtf((float)hd));
-    dense_attn_finish(m, l, w, T);
+    target_dense_attn_project(m, l, w, T);
+    target_attention(m, l, w, T, n_seq);
+    target_dense_attn_finish(m, l, w, T);
 }
 
 // dense_to_json: a config.json of table A's class (qwen3: Qwen3Config's sliding-window keys; else
@@ -145,23 +216,16 @@ static char *dense_to_json(const target_config *c, const target_arch *A, int qwe
 static char *qwen3_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 1); }
 static char *llama_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 0); }
 
-const target_mixer target_mixer_qwen3 = {
-    .parse = qwen3_parse,
-    .layer_tensors = dense_layer_tensors,
-    .forward = dense_forward,
-    .attn_project = dense_attn_project,
-    .attn_finish = dense_attn_finish,
-    .to_json = qwen3_to_json,
-};
+#define DENSE_PARTS                                                                                          \
+    .layer_tensors = target_dense_layer_tensors, .forward = target_dense_forward,                             \
+    .attn_project = target_dense_attn_project, .attn_finish = target_dense_attn_finish
 
-const target_mixer target_mixer_llama = {
-    .parse = dense_parse,
-    .layer_tensors = dense_layer_tensors,
-    .forward = dense_forward,
-    .attn_project = dense_attn_project,
-    .attn_finish = dense_attn_finish,
-    .to_json = llama_to_json,
-};
+const target_mixer target_mixer_qwen3 = {.parse = qwen3_parse, DENSE_PARTS, .to_json = qwen3_to_json};
+const target_mixer target_mixer_llama = {.parse = dense_parse, DENSE_PARTS, .to_json = llama_to_json};
+// make-target does not write these families (no to_json): their fixtures are checkpoints saved by
+// transformers (tests/reference/make_hf_fixtures.py)
+static const target_mixer mixer_qwen2 = {.parse = qwen2_parse, DENSE_PARTS};
+static const target_mixer mixer_mistral = {.parse = mistral_parse, DENSE_PARTS};
 
 // Qwen3Config: head_dim 128 whatever hidden_size is, 32 kv heads, 32768 positions.
 const target_arch target_arch_qwen3 = {
@@ -182,5 +246,28 @@ const target_arch target_arch_llama = {
     .classes = {{"LlamaForCausalLM", "llama", 0}},
     .default_max_positions = 2048,
     .mixer = &target_mixer_llama,
+    .mlp = &target_mlp_swiglu,
+};
+
+// Qwen2Config: kv heads default 32 (required here), head_dim = hidden_size / heads, 32768 positions.
+const target_arch target_arch_qwen2 = {
+    .name = "qwen2",
+    .family = ARCH_QWEN2,
+    .classes = {{"Qwen2ForCausalLM", "qwen2", 0}},
+    .default_kv_heads = 32,
+    .default_max_positions = 32768,
+    .mixer = &mixer_qwen2,
+    .mlp = &target_mlp_swiglu,
+};
+
+// MistralConfig: kv heads default 8 (required here), head_dim null = hidden_size / heads, 131072
+// positions; the text model of Mistral3ForConditionalGeneration (Mistral-Small 3.x) too.
+const target_arch target_arch_mistral = {
+    .name = "mistral",
+    .family = ARCH_MISTRAL,
+    .classes = {{"MistralForCausalLM", "mistral", 0}, {"Mistral3ForConditionalGeneration", "mistral3", 1}},
+    .default_kv_heads = 8,
+    .default_max_positions = 131072,
+    .mixer = &mixer_mistral,
     .mlp = &target_mlp_swiglu,
 };

@@ -30,7 +30,7 @@
 // aliases of its attribute_map: Qwen3MoeConfig saves num_experts as num_local_experts); a missing
 // key is an error naming it (a structural key never falls back to a published model's default),
 // two names with different values are refused.
-static int moe_required(const cJSON *root, const char *src, const char *const *names, int64_t *out) {
+int target_moe_required(const cJSON *root, const char *src, const char *const *names, int64_t *out) {
     const char *seen = NULL;
     for (int i = 0; names[i]; i++) {
         int64_t v = 0;
@@ -58,12 +58,12 @@ static int moe_parse_experts(target_config *c, const cJSON *root, const char *sr
     static const char *const width[] = {"moe_intermediate_size", NULL};
     static const char *const topk[] = {"num_experts_per_tok", NULL};
     c->sparse_step = 1;
-    if (moe_required(root, src, experts, &c->n_experts)) return -1;
+    if (target_moe_required(root, src, experts, &c->n_experts)) return -1;
     if (c->n_experts > TARGET_MAX_EXPERTS)
         return error_set("%s: 'num_experts' %lld is over the %d this build supports", src,
                          (long long)c->n_experts, TARGET_MAX_EXPERTS);
-    if (moe_required(root, src, topk, &c->n_experts_tok)) return -1;
-    if (moe_required(root, src, width, &c->moe_intermediate)) return -1;
+    if (target_moe_required(root, src, topk, &c->n_experts_tok)) return -1;
+    if (target_moe_required(root, src, width, &c->moe_intermediate)) return -1;
     if (c->moe_intermediate > TARGET_MAX_WIDTH)
         return error_set("%s: 'moe_intermediate_size' %lld is over the %d this build supports", src,
                          (long long)c->moe_intermediate, TARGET_MAX_WIDTH);
@@ -110,7 +110,7 @@ static int qwen3_moe_parse(target_config *c, const cJSON *root, const char *src)
 static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *src) {
     static const char *const shared[] = {"shared_expert_intermediate_size", NULL};
     if (moe_parse_experts(c, root, src)) return -1;
-    if (moe_required(root, src, shared, &c->shared_intermediate)) return -1;
+    if (target_moe_required(root, src, shared, &c->shared_intermediate)) return -1;
     if (c->shared_intermediate > TARGET_MAX_WIDTH)
         return error_set("%s: 'shared_expert_intermediate_size' %lld is over the %d this build supports", src,
                          (long long)c->shared_intermediate, TARGET_MAX_WIDTH);
@@ -164,7 +164,7 @@ static void moe_layer_tensors(target_model *m, int64_t l, const char *prefix, ta
     }
 }
 
-static void moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens) {
+void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens) {
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be)), T = (size_t)max_tokens, H = (size_t)c->hidden;
     size_t E = (size_t)c->n_experts, k = (size_t)c->n_experts_tok, Ie = (size_t)c->moe_intermediate, R = T * k;
@@ -243,7 +243,7 @@ static void qwen3_5_moe_to_json(cJSON *t, const target_config *c) {
 static const target_mlp moe_mlp_qwen3 = {
     .parse = qwen3_moe_parse,
     .layer_tensors = moe_layer_tensors,
-    .work_carve = moe_work_carve,
+    .work_carve = target_moe_work_carve,
     .forward = moe_forward,
     .to_json = qwen3_moe_to_json,
 };
@@ -251,7 +251,7 @@ static const target_mlp moe_mlp_qwen3 = {
 static const target_mlp moe_mlp_qwen3_5 = {
     .parse = qwen3_5_moe_parse,
     .layer_tensors = moe_layer_tensors,
-    .work_carve = moe_work_carve,
+    .work_carve = target_moe_work_carve,
     .forward = moe_forward,
     .to_json = qwen3_5_moe_to_json,
 };

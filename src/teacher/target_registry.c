@@ -8,7 +8,13 @@
     X(llama)       /* target_dense.c */                                                                      \
     X(qwen3_5)     /* target_qwen3_5.c */                                                                    \
     X(qwen3_moe)   /* target_moe.c */                                                                        \
-    X(qwen3_5_moe) /* target_moe.c */
+    X(qwen3_5_moe) /* target_moe.c */                                                                        \
+    X(qwen2)       /* target_dense.c */                                                                      \
+    X(mistral)     /* target_dense.c */                                                                      \
+    X(gemma3)      /* target_gemma3.c */                                                                     \
+    X(glm4_moe)    /* target_glm4_moe.c */                                                                   \
+    X(deepseek_v3) /* target_deepseek_v3.c */                                                                \
+    X(gpt_oss)     /* target_gpt_oss.c */
 
 #define TARGET_ARCH_DECLARE(name) extern const target_arch target_arch_##name;
 TARGET_ARCH_LIST(TARGET_ARCH_DECLARE)

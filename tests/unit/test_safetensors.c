@@ -312,7 +312,7 @@ static void test_malformed(void) {
               "tensor 'a': dtype is 5, not a string");
     CHECK_ERR(open_header("{\"a\": {\"dtype\": \"F32\", \"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4),
               "tensor 'a': key \"dtype\" appears twice");
-    CHECK_ERR(open_header("{" ENT("a", "F8_E4M3", "[4]", 0, 4) "}", 4), "tensor 'a': unknown dtype 'F8_E4M3'");
+    CHECK_ERR(open_header("{" ENT("a", "F8_E4M3FNUZ", "[4]", 0, 4) "}", 4), "tensor 'a': unknown dtype 'F8_E4M3FNUZ'");
     CHECK_ERR(open_header("{" ENT("a", "f32", "[1]", 0, 4) "}", 4), "unknown dtype 'f32'");
     CHECK_ERR(open_header("{" ENT("a", "F32", "4", 0, 16) "}", 16), "tensor 'a': shape is 4, not an array");
     CHECK_ERR(open_header("{" ENT("a", "F32", "[2,-1]", 0, 4) "}", 4), "tensor 'a': shape[1] = -1 is not an integer");

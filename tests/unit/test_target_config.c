@@ -500,7 +500,8 @@ static void test_hybrid_refusals(void) {
     CHECK_ERR(parse(&c, with(w, "\"attention_bias\": false", "\"attention_bias\": true")), "text_config: 'attention_bias' is true");
     CHECK_ERR(parse(&c, with(w, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": \"no\"")),
               "'tie_word_embeddings' wants true or false");
-    CHECK_ERR(parse(&c, with(w, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"")), "'rope_parameters.rope_type' is \"yarn\"");
+    CHECK_ERR(parse(&c, with(w, "\"rope_type\": \"default\"", "\"rope_type\": \"dynamic\"")), "'rope_parameters.rope_type' is \"dynamic\"");
+    CHECK_ERR(parse(&c, with(w, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"")), "missing 'rope_parameters.factor' (required by rope type yarn)");
     CHECK_ERR(parse(&c, with(w, "\"head_dim\": 256", "\"head_dim\": 256, \"head_dim\": 128")),
               "key 'text_config.head_dim' is given twice");
 }
@@ -847,8 +848,8 @@ static void test_refusals(void) {
     CHECK_ERR(parse(&c, with(l, "\"mlp_bias\": false", "\"mlp_bias\": false, \"layer_types\": [\"full_attention\"]")),
               "'layer_types' has 1 entries for");
     CHECK_ERR(parse(&c, with(q, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")), "'hidden_act' is \"gelu\"");
-    CHECK_ERR(parse(&c, with(l, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"")),
-              "'rope_scaling.rope_type' is \"yarn\"");
+    CHECK_ERR(parse(&c, with(l, "\"rope_type\": \"llama3\"", "\"rope_type\": \"longrope\"")),
+              "'rope_scaling.rope_type' is \"longrope\"");
     CHECK_ERR(parse(&c, with(l, "\"rope_type\": \"llama3\"", "\"type\": \"dynamic\"")), "'rope_scaling.type' is \"dynamic\"");
     CHECK_ERR(parse(&c, with(l, "\"factor\": 8.0,", "")), "missing 'rope_scaling.factor'");
     CHECK_ERR(parse(&c, with(l, "\"high_freq_factor\": 4.0", "\"high_freq_factor\": 1.0")), "low_freq_factor < high_freq_factor");

@@ -85,6 +85,26 @@ float f32_from_f16(uint16_t h) {
     return f32_from_bits(sign | ((e + 127 - 15) << 23) | (m << 13));
 }
 
+// F8_E4M3: exponent field e, mantissa m; e = 0: m * 2^-9 (subnormal), else (8 + m) * 2^(e - 10).
+float f32_from_f8e4m3(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t e = (b >> 3) & 0x0Fu, m = b & 0x07u;
+    if (e == 15 && m == 7) return f32_from_bits(sign | 0x7FC00000u); // NaN (the format has no inf)
+    if (e == 0) {
+        float v = (float)m * 0x1p-9f; // exact
+        return f32_from_bits(f32_bits(v) | sign);
+    }
+    return f32_from_bits(sign | ((e + 127 - 7) << 23) | (m << 20));
+}
+
+float f32_from_f8e5m2(uint8_t b) { return f32_from_f16((uint16_t)((uint16_t)b << 8)); }
+
+float f32_from_f8e8m0(uint8_t b) {
+    if (b == 0xFF) return f32_from_bits(0x7FC00000u);
+    if (b == 0) return 0x1p-127f; // the one value below the fp32 normals: 2^22 * 2^-149, exact
+    return f32_from_bits((uint32_t)b << 23);
+}
+
 int convert_to_f32(float *dst, const void *src, dtype src_dt, int64_t n) {
     switch (src_dt) {
     case DT_F32:
@@ -102,8 +122,19 @@ int convert_to_f32(float *dst, const void *src, dtype src_dt, int64_t n) {
         }
         return 0;
     }
+    case DT_F8_E4M3:
+    case DT_F8_E5M2:
+    case DT_F8_E8M0: {
+        const uint8_t *s = src;
+        float (*f)(uint8_t) = src_dt == DT_F8_E4M3 ? f32_from_f8e4m3 : src_dt == DT_F8_E5M2 ? f32_from_f8e5m2
+                                                                                             : f32_from_f8e8m0;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+        for (int64_t i = 0; i < n; i++) dst[i] = f(s[i]);
+        return 0;
+    }
     default:
-        return error_set("cannot convert %s to F32 (only F32, F16 and BF16)", dtype_name(src_dt));
+        return error_set("cannot convert %s to F32 (only F32, F16, BF16, F8_E4M3, F8_E5M2 and F8_E8M0)",
+                         dtype_name(src_dt));
     }
 }
 

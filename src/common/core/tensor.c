@@ -15,7 +15,8 @@ static const struct {
     [DT_F32] = {"F32", 4},  [DT_F16] = {"F16", 2},  [DT_BF16] = {"BF16", 2}, [DT_F64] = {"F64", 8},
     [DT_I8] = {"I8", 1},    [DT_U8] = {"U8", 1},    [DT_I16] = {"I16", 2},   [DT_U16] = {"U16", 2},
     [DT_I32] = {"I32", 4},  [DT_U32] = {"U32", 4},  [DT_I64] = {"I64", 8},   [DT_U64] = {"U64", 8},
-    [DT_BOOL] = {"BOOL", 1},
+    [DT_BOOL] = {"BOOL", 1}, [DT_F8_E4M3] = {"F8_E4M3", 1}, [DT_F8_E5M2] = {"F8_E5M2", 1},
+    [DT_F8_E8M0] = {"F8_E8M0", 1},
 };
 
 // An out-of-range dtype can only come from a programming error (a cast int, a corrupt struct).
@@ -41,7 +42,7 @@ int dtype_parse(const char *name, dtype *out) {
         }
     }
     return error_set("unknown dtype '%s' (expected F32, F16, BF16, F64, I8, U8, I16, U16, I32, "
-                     "U32, I64, U64 or BOOL)", name);
+                     "U32, I64, U64, BOOL, F8_E4M3, F8_E5M2 or F8_E8M0)", name);
 }
 
 tensor tensor_make(dtype dt, void *data, device_kind device, int ndim, const int64_t *shape) {

@@ -144,7 +144,7 @@ static int st_parse_entry(st_file *f, const cJSON *item, st_entry *e, size_t dat
                          json_text(jdt, buf, sizeof buf));
     if (dtype_parse(jdt->valuestring, &e->dt) != 0)
         return error_set("%s: tensor '%s': unknown dtype '%s' (known: F32, F16, BF16, F64, I8, U8, "
-                         "I16, U16, I32, U32, I64, U64, BOOL)",
+                         "I16, U16, I32, U32, I64, U64, BOOL, F8_E4M3, F8_E5M2, F8_E8M0)",
                          path, name, jdt->valuestring);
 
     if (!cJSON_IsArray(jshape))

@@ -20,12 +20,28 @@ size_t ops_attention_decode_work_bytes(const backend *be, int n, int nq, int max
     return (size_t)n * (size_t)nq * (size_t)max_len * sizeof(float);
 }
 
-void ops_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                          const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, void *work) {
+static void decode_check(int nq, int nkv, int hd, int window) {
     if (nkv < 1 || nq % nkv) fatal("decode attention: %d query heads do not group over %d kv heads", nq, nkv);
     if (hd < 1) fatal("decode attention: head_dim %d", hd);
-    DISPATCH(be, cuda_attention_decode(be, out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale),
-             cpu_attention_decode(out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale, work));
+    if (window < 0) fatal("decode attention: window %d", window);
+}
+
+// ops_attention_decode_ext without a window or sinks, dispatched here so that the profile keeps
+// this op's name.
+void ops_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                          const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, void *work) {
+    decode_check(nq, nkv, hd, 0);
+    DISPATCH(be, cuda_attention_decode(be, out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale, 0, NULL),
+             cpu_attention_decode(out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale, 0, NULL, work));
+}
+
+void ops_attention_decode_ext(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                              const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, int window,
+                              const float *sinks, void *work) {
+    decode_check(nq, nkv, hd, window);
+    DISPATCH(be,
+             cuda_attention_decode(be, out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale, window, sinks),
+             cpu_attention_decode(out, q, k_cache, v_cache, pos, n, nq, nkv, hd, max_len, scale, window, sinks, work));
 }
 
 size_t ops_sample_work_bytes(const backend *be, int n, int V) {

@@ -32,6 +32,15 @@ size_t ops_attention_decode_work_bytes(const backend *be, int n, int nq, int max
 void ops_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
                           const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, void *work);
 
+// ops_attention_decode_ext: ops_attention_decode with a sliding window and sinks, as
+// ops_attention_ext (common/kernels/ops_arch.h): window > 0: row s attends to the positions
+// max(0, pos[s] - window + 1) .. pos[s] only (the cache still holds every position); sinks: NULL or
+// [nq] f32 (device), head h's logit joins each of its rows' softmax denominator. ops_attention_decode
+// is this with window 0 and sinks NULL. Same work buffer (ops_attention_decode_work_bytes).
+void ops_attention_decode_ext(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                              const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, int window,
+                              const float *sinks, void *work);
+
 // ops_sample: one token per row of logits [n, ld] f32 (ids 0 .. V-1 of each row), drawn with
 // u[s] (f64, device, in [0, 1): the row's uniform draw, made by the caller's Philox stream), by
 // the rule of decode_sample.h (temperature > 0, top_k, top_p), in exact integer arithmetic:

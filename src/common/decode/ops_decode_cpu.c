@@ -19,16 +19,21 @@ void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *
 
 // Threads only when there is enough work to pay for them (a tiny model's step is microseconds, and
 // a parallel region on a busy machine can cost milliseconds).
+// With a window, row s's keys are positions j0 .. pos[s], j0 = max(0, pos[s] - window + 1).
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                          int n, int nq, int nkv, int hd, int max_len, float scale, float *scores) {
+                          int n, int nq, int nkv, int hd, int max_len, float scale, int window, const float *sinks,
+                          float *scores) {
     int group = nq / nkv, kvd = nkv * hd;
     int64_t work = (int64_t)n * nq * hd * (n ? pos[0] + 1 : 0);
 #pragma omp parallel for collapse(2) schedule(dynamic, 2) if (work >= 65536)
     for (int s = 0; s < n; s++) {
         for (int kh = 0; kh < nkv; kh++) { // the group of query heads kh*group.. shares kv head kh
-            size_t row = (size_t)s * nq + (size_t)kh * group, seq = (size_t)s * max_len * kvd, ko = (size_t)kh * hd;
-            cpu_attend_group(out + row * hd, q + row * hd, k_cache + seq + ko, v_cache + seq + ko, group, pos[s] + 1,
-                             kvd, hd, scale, scores + row * max_len, max_len);
+            int j0 = window > 0 && pos[s] - window + 1 > 0 ? pos[s] - window + 1 : 0;
+            size_t row = (size_t)s * nq + (size_t)kh * group, ko = (size_t)kh * hd;
+            size_t at = ((size_t)s * max_len + (size_t)j0) * kvd; // the first visible position
+            cpu_attend_group(out + row * hd, q + row * hd, k_cache + at + ko, v_cache + at + ko, group,
+                             pos[s] - j0 + 1, kvd, hd, scale, sinks ? sinks + (size_t)kh * group : NULL,
+                             scores + row * max_len, max_len);
         }
     }
 }

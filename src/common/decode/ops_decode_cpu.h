@@ -6,9 +6,10 @@
 
 void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *pos, int n,
                    int max_len, int kvd);
-// scores: [n*nq, max_len] f32 scratch
+// ops_attention_decode_ext (window 0: none; sinks NULL: none); scores: [n*nq, max_len] f32 scratch
 void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                          int n, int nq, int nkv, int hd, int max_len, float scale, float *scores);
+                          int n, int nq, int nkv, int hd, int max_len, float scale, int window, const float *sinks,
+                          float *scores);
 // cpu_sample_row: ops_sample's rule for one row of V logits and the draw u; scratch:
 // cpu_sample_scratch_bytes(V) bytes.
 size_t cpu_sample_scratch_bytes(int V);

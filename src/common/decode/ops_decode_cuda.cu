@@ -7,7 +7,8 @@
 //   attention_decode    one block per (row, query head), DEC_WARPS warps: warp w takes the cached
 //                       positions w, w + DEC_WARPS, ... with an online softmax (each lane holds the
 //                       query and the output for dims lane, lane + 32, ...); the warps' partial
-//                       (max, sum, output) are combined through shared memory
+//                       (max, sum, output) are combined through shared memory. A sliding window
+//                       starts the walk at pos - window + 1; a sink joins the combined max and sum
 //   sample              one block per row: the integer masses into work [n, V] u64, then each cut
 //                       (top-k, top-p, the draw) is the largest 64-bit threshold of the order key
 //                       whose prefix {key >= threshold} holds the wanted count or mass, found 8 bits
@@ -57,7 +58,8 @@ extern "C" void cuda_kv_append(backend *be, void *k_cache, void *v_cache, const 
 #define DEC_DIMS (OPS_DECODE_HD_MAX / 32) // head dims per lane at most
 
 static __global__ void attention_decode_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
-                                               const int32_t *pos, int nq, int nkv, int hd, int max_len, float scale) {
+                                               const int32_t *pos, int nq, int nkv, int hd, int max_len, float scale,
+                                               int window, const float *sinks) {
     extern __shared__ float part[]; // [DEC_WARPS][hd + 2]: each warp's output, then its max and sum
     int64_t row = blockIdx.x;       // s * nq + h
     int s = (int)(row / nq), h = (int)(row % nq), kh = h / (nq / nkv);
@@ -73,8 +75,8 @@ static __global__ void attention_decode_kernel(bf16 *out, const bf16 *q, const b
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    int n = pos[s] + 1;
-    for (int j = w; j < n; j += DEC_WARPS) {
+    int n = pos[s] + 1, j0 = window > 0 && n - window > 0 ? n - window : 0; // keys j0 .. pos[s]
+    for (int j = j0 + w; j < n; j += DEC_WARPS) {
         const bf16 *kr = kb + (int64_t)j * kvd, *vr = vb + (int64_t)j * kvd;
         float dot = 0.0f;
 #pragma unroll
@@ -103,8 +105,10 @@ static __global__ void attention_decode_kernel(bf16 *out, const bf16 *q, const b
         mine[hd + 1] = l;
     }
     __syncthreads();
-    float M = -INFINITY, L = 0.0f;
+    float sink = sinks ? sinks[h] : -INFINITY;
+    float M = sink, L = 0.0f;
     for (int u = 0; u < DEC_WARPS; u++) M = fmaxf(M, part[u * (hd + 2) + hd]);
+    if (sink != -INFINITY) L = expf(sink - M);
     for (int u = 0; u < DEC_WARPS; u++) {
         float mu = part[u * (hd + 2) + hd];
         if (mu > -INFINITY) L += part[u * (hd + 2) + hd + 1] * expf(mu - M);
@@ -120,7 +124,8 @@ static __global__ void attention_decode_kernel(bf16 *out, const bf16 *q, const b
 }
 
 extern "C" void cuda_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                                      const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale) {
+                                      const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale,
+                                      int window, const float *sinks) {
     if (n <= 0 || nq <= 0) return;
     if (hd > OPS_DECODE_HD_MAX) fatal("decode attention on CUDA: head_dim %d > %d", hd, OPS_DECODE_HD_MAX);
     if ((int64_t)n * nq > 0x7fffffff) fatal("decode attention on CUDA: %d rows x %d heads exceed the grid", n, nq);
@@ -128,7 +133,8 @@ extern "C" void cuda_attention_decode(backend *be, void *out, const void *q, con
     if (smem > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attention_decode_kernel<<<(unsigned)((int64_t)n * nq), DEC_WARPS * 32, smem, stream_of(be)>>>(
-        (bf16 *)out, (const bf16 *)q, (const bf16 *)k_cache, (const bf16 *)v_cache, pos, nq, nkv, hd, max_len, scale);
+        (bf16 *)out, (const bf16 *)q, (const bf16 *)k_cache, (const bf16 *)v_cache, pos, nq, nkv, hd, max_len, scale,
+        window, sinks);
     cuda_check_launch();
 }
 

@@ -13,8 +13,10 @@ extern "C" {
 
 void cuda_kv_append(backend *be, void *k_cache, void *v_cache, const void *k, const void *v, const int32_t *pos, int n,
                     int max_len, int kvd);
+// ops_attention_decode_ext (window 0: none; sinks NULL: none)
 void cuda_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                           const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale);
+                           const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, int window,
+                           const float *sinks);
 size_t cuda_sample_work_bytes(int n, int V);
 void cuda_sample(backend *be, int32_t *ids, const float *logits, int ld, int n, int V, float temperature, int top_k,
                  float top_p, const double *u, void *work);

@@ -20,6 +20,11 @@
 //        block keys are written (bf16); a context tile, seen by every anchor after it in its
 //        sequence, is added to the fp32 dkc/dvc by the one block that owns it (no atomics).
 //
+// The target's causal attention (attn_tc_causal, causal_prob) runs the fwd kernel over the packed
+// batch: a query tile's keys run from its first token's first visible key (its sequence start, or
+// with a sliding window t - window + 1) to its last token, each row masked to its own range; a sink
+// (gpt-oss: a logit per query head) joins the row's m and l after the last key tile.
+//
 // P and dS are rounded to bf16 for their products (as flash-attention does): ~2^-9 relative per
 // term, inside the bf16 tolerance the tests hold the scalar kernels to.
 #include <math.h>
@@ -321,6 +326,7 @@ struct dflash_prob {
     __device__ bool seen(const tile_ctx &t, const row_ctx &r, int key) const {
         return key_seen(t.kl, key, r.k, t.a, t.st, window, block_causal);
     }
+    __device__ float sink(const tile_ctx &, int) const { return -INFINITY; } // no sinks
 };
 
 // the first token of the sequence holding token t: the last s with cu[s] <= t (cu[0] = 0 <= t < cu[n])
@@ -334,28 +340,40 @@ static __device__ int seq_first(const int32_t *cu, int n_seq, int t) {
     return cu[lo];
 }
 
+// window > 0: token t sees keys max(start, t - window + 1) .. t; sinks: NULL or [nq] logits, one per
+// query head, that join each row's softmax denominator (ops_attention_ext, ops_arch.h)
 struct causal_prob {
     const int32_t *cu_seqlens;
-    int n_seq, T;
+    int n_seq, T, window;
+    const float *sinks;
+    // the first key token t sees
+    __device__ int first_key(int t) const {
+        int st = seq_first(cu_seqlens, n_seq, t);
+        return window > 0 && t - window + 1 > st ? t - window + 1 : st;
+    }
     // block (tile, kh): rows [tile * BQ, +BQ) of the T * G rows (token-major); keys from the first
-    // token's sequence start to the last token
+    // token's first key to the last token
     __device__ tile_ctx tile(int bq, int G, int nq, int nkv, int q_tiles) const {
         tile_ctx t;
         int kh = blockIdx.y;
         t.qr = {0, nq, G, kh, (int)blockIdx.x * bq, G * T};
         int t_lo = t.qr.r0 / G, t_hi = (min(t.qr.rows, t.qr.r0 + bq) - 1) / G;
-        t.kl = {seq_first(cu_seqlens, n_seq, t_lo), 0, 0, 0, nkv, kh};
+        t.kl = {first_key(t_lo), 0, 0, 0, nkv, kh};
         t.kl.nctx = t.kl.nk = t_hi + 1 - t.kl.c_lo;
         t.a = t.st = 0;
         return t;
     }
     __device__ row_ctx row(const tile_ctx &t, int i) const {
         int tok = t.qr.slot(i);
-        return {tok, t.qr.index(i) >= 0 ? seq_first(cu_seqlens, n_seq, tok) : 0};
+        return {tok, t.qr.index(i) >= 0 ? first_key(tok) : 0};
     }
     __device__ bool seen(const tile_ctx &t, const row_ctx &r, int key) const {
         int c = t.kl.c_lo + key;
         return key < t.kl.nk && c >= r.start && c <= r.k;
+    }
+    __device__ float sink(const tile_ctx &t, int i) const {
+        int64_t g = t.qr.index(i);
+        return sinks && g >= 0 ? sinks[g % t.qr.nq] : -INFINITY;
     }
 };
 
@@ -408,8 +426,16 @@ static __global__ void __launch_bounds__(TC_THREADS)
         tile_mma<RM, RM>(Os, sd.ldo, Ps, sd.ldp, Vs, sd.ldh, BQ, sd.hdp, BK, true); // O += P V
     }
     __syncthreads();
+    float sk = pb.sink(tc, i);
+    float corr = 1.0f;
+    if (sk != -INFINITY) { // a sink joins the max and the sum (and no column): rescale to max(m, sink)
+        float mn = fmaxf(m, sk);
+        corr = expf(m - mn);
+        l = l * corr + expf(sk - mn);
+        m = mn;
+    }
     if (gi >= 0) { // every used row sees at least itself: l > 0
-        float inv = 1.0f / l;
+        float inv = corr / l;
         for (int d = part; d < hd; d += TPR) out[gi * hd + d] = __float2bfloat16(Os[(size_t)i * sd.ldo + d] * inv);
         if (lse && part == 0) lse[gi] = m + logf(l);
     }
@@ -774,13 +800,14 @@ extern "C" int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, f
 }
 
 extern "C" int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v,
-                              const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale) {
+                              const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale,
+                              int window, const float *sinks) {
     int cfg = choose_cfg(TC_FWD, hd);
     if (cfg == CFG_NONE || nkv < 1 || nq % nkv || !grid_fits(1, (int64_t)nq / nkv * T, nq, nkv)) return 0;
     tc_args A = {(cudaStream_t)cuda_stream(be), 0, 0, nq, nkv, hd, 0, 1, 0, scale};
     A.vec = hd % 8 == 0 && aligned16(out) && aligned16(q) && aligned16(k) && aligned16(v);
     // all rows of a kv head (T tokens x its query heads), cut into tiles; keys in the "context" slot
-    fwd_job<causal_prob> job = {A, {cu_seqlens, n_seq, T}, nq / nkv * T, 1, (bf16 *)out, nullptr, (const bf16 *)q,
+    fwd_job<causal_prob> job = {A, {cu_seqlens, n_seq, T, window, sinks}, nq / nkv * T, 1, (bf16 *)out, nullptr, (const bf16 *)q,
                                 nullptr, nullptr, (const bf16 *)k, (const bf16 *)v};
     dispatch(cfg, job);
     return 1;

@@ -24,9 +24,10 @@ int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, 
                        int nq, int nkv, int hd, float scale, int window, int block_causal);
 
 // The target's causal attention over packed sequences (cuda_attention_causal in ops_cuda.cu; same
-// arguments), forward only, on the same tiles.
+// arguments, the sliding window and the sinks of ops_attention_ext included), forward only, on the
+// same tiles.
 int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v, const int32_t *cu_seqlens,
-                   int n_seq, int T, int nq, int nkv, int hd, float scale);
+                   int n_seq, int T, int nq, int nkv, int hd, float scale, int window, const float *sinks);
 
 #ifdef __cplusplus
 }

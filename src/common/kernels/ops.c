@@ -24,11 +24,13 @@ void ops_rope(backend *be, void *x, const int32_t *pos, const float *inv_freq, i
     DISPATCH(be, cuda_rope(be, x, pos, inv_freq, T, nh, hd), cpu_rope(x, pos, inv_freq, T, nh, hd));
 }
 
+// ops_attention_ext (ops_arch.h) without a window or sinks: the same kernels, dispatched here so
+// that the profile keeps this op's name.
 void ops_attention_causal(backend *be, void *out, const void *q, const void *k, const void *v,
                           const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale) {
     if (nkv < 1 || nq % nkv) fatal("attention: %d query heads do not group over %d kv heads", nq, nkv);
-    DISPATCH(be, cuda_attention_causal(be, out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale),
-             cpu_attention_causal(out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale));
+    DISPATCH(be, cuda_attention_causal(be, out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale, 0, NULL),
+             cpu_attention_causal(out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale, 0, NULL));
 }
 
 void ops_swiglu(backend *be, void *out, const void *gate, const void *up, int64_t n) {

@@ -29,6 +29,7 @@ void ops_rope(backend *be, void *x, const int32_t *pos, const float *inv_freq, i
 // cu_seqlens[0] = 0, cu_seqlens[n_seq] = T), GQA (query head h uses kv head h / (nq/nkv)), softmax in
 // fp32 with an online (running max) normalisation: memory O(T * heads * hd), never [T, T].
 //   q, out [T, nq, hd] act; k, v [T, nkv, hd] act; scale usually hd^-0.5
+// It is ops_attention_ext (ops_arch.h: sliding window, sinks) with window 0 and no sinks: the same kernels.
 void ops_attention_causal(backend *be, void *out, const void *q, const void *k, const void *v,
                           const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale);
 

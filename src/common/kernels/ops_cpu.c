@@ -56,9 +56,10 @@ void cpu_rope(float *x, const int32_t *pos, const float *inv_freq, int T, int nh
 }
 
 // p[n] (the scaled scores of one query) -> their exact fp32 softmax, in place, then o[hd] = p V over
-// n consecutive value rows (row stride `stride` floats).
-VEXP_CLONES static void softmax_pv(float *o, float *p, const float *v, int n, int64_t stride, int hd) {
-    float m = -INFINITY;
+// n consecutive value rows (row stride `stride` floats). sink: a logit that joins the denominator
+// and nothing else (gpt-oss's attention sinks; -inf: none): the probabilities then sum to < 1.
+VEXP_CLONES static void softmax_pv(float *o, float *p, const float *v, int n, int64_t stride, int hd, float sink) {
+    float m = sink;
     for (int j = 0; j < n; j++) m = p[j] > m ? p[j] : m;
     float l = 0;
 #pragma omp simd reduction(+ : l)
@@ -66,6 +67,7 @@ VEXP_CLONES static void softmax_pv(float *o, float *p, const float *v, int n, in
         p[j] = vexpf(p[j] - m);
         l += p[j];
     }
+    if (sink != -INFINITY) l += vexpf(sink - m);
     for (int i = 0; i < hd; i++) o[i] = 0;
     for (int j = 0; j < n; j++) {
         const float *vv = v + (size_t)j * stride;
@@ -75,11 +77,9 @@ VEXP_CLONES static void softmax_pv(float *o, float *p, const float *v, int n, in
     }
 }
 
-// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
-// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
-// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
-VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
-                    float scale, float *p) {
+// p[j] = scale q . k_j for n consecutive key rows (row stride `stride` floats)
+VEXP_CLONES static void scores_row(float *p, const float *q, const float *k, int n, int64_t stride, int hd,
+                                   float scale) {
     for (int j = 0; j < n; j++) {
         const float *kv = k + (size_t)j * stride;
         float dot = 0;
@@ -87,21 +87,27 @@ VEXP_CLONES void cpu_attend_row(float *o, const float *q, const float *k, const 
         for (int i = 0; i < hd; i++) dot += q[i] * kv[i];
         p[j] = dot * scale;
     }
-    softmax_pv(o, p, v, n, stride, hd);
+}
+
+// One query row against n consecutive keys/values (row stride `stride` floats): an exact fp32
+// softmax over the scaled scores, written to o[hd]. p[n] is the caller's scratch row. The KV-cached
+// decode's attention (teacher/target_decode.c): one new query a step, where a GEMM would not pay.
+void cpu_attend_row(float *o, const float *q, const float *k, const float *v, int n, int64_t stride, int hd,
+                    float scale, float *p) {
+    scores_row(p, q, k, n, stride, hd, scale);
+    softmax_pv(o, p, v, n, stride, hd, -INFINITY);
 }
 
 // g query rows q[g, hd] sharing one key/value head (a GQA group): the scores of all g in one
 // few-row product over the keys where they lie (gemm_rows.h; each key read once for the group,
-// no reduction per key), then each row's softmax and P V. p: g scratch rows of ldp floats. When
-// gemm_rows declines (no AVX2), row by row as cpu_attend_row.
+// no reduction per key), then each row's softmax (with its sink, if any) and P V. p: g scratch rows
+// of ldp floats. When gemm_rows declines (no AVX2), the scores row by row.
 void cpu_attend_group(float *o, const float *q, const float *k, const float *v, int g, int n, int64_t stride, int hd,
-                      float scale, float *p, int ldp) {
-    if (gemm_rows(g, n, hd, scale, q, hd, k, (int)stride, 0.0f, p, ldp)) {
-        for (int r = 0; r < g; r++) softmax_pv(o + (size_t)r * hd, p + (size_t)r * ldp, v, n, stride, hd);
-    } else {
-        for (int r = 0; r < g; r++)
-            cpu_attend_row(o + (size_t)r * hd, q + (size_t)r * hd, k, v, n, stride, hd, scale, p + (size_t)r * ldp);
-    }
+                      float scale, const float *sinks, float *p, int ldp) {
+    if (!gemm_rows(g, n, hd, scale, q, hd, k, (int)stride, 0.0f, p, ldp))
+        for (int r = 0; r < g; r++) scores_row(p + (size_t)r * ldp, q + (size_t)r * hd, k, n, stride, hd, scale);
+    for (int r = 0; r < g; r++)
+        softmax_pv(o + (size_t)r * hd, p + (size_t)r * ldp, v, n, stride, hd, sinks ? sinks[r] : -INFINITY);
 }
 
 void cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
@@ -116,8 +122,8 @@ void cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const
                 a, lda, b, ldb, beta, c, ldc);
 }
 
-VEXP_CLONES float cpu_softmax_range(float *s, int n, int j0, int j1) {
-    float m = -INFINITY, l = 0;
+VEXP_CLONES float cpu_softmax_range_sink(float *s, int n, int j0, int j1, float sink) {
+    float m = sink, l = 0;
 #pragma omp simd reduction(max : m)
     for (int j = j0; j < j1; j++) m = s[j] > m ? s[j] : m;
 #pragma omp simd reduction(+ : l)
@@ -125,6 +131,7 @@ VEXP_CLONES float cpu_softmax_range(float *s, int n, int j0, int j1) {
         s[j] = vexpf(s[j] - m);
         l += s[j];
     }
+    if (sink != -INFINITY) l += vexpf(sink - m);
     float inv = 1.0f / l;
     for (int j = 0; j < j0; j++) s[j] = 0;
 #pragma omp simd
@@ -133,22 +140,29 @@ VEXP_CLONES float cpu_softmax_range(float *s, int n, int j0, int j1) {
     return m + logf(l);
 }
 
+float cpu_softmax_range(float *s, int n, int j0, int j1) { return cpu_softmax_range_sink(s, n, j0, j1, -INFINITY); }
+
 // The causal attention as GEMMs, per task = (sequence, kv head, tile of tq consecutive queries):
 // the tile's rows are its queries' heads of that kv head's group (row (t - t0) * group + g), its
-// columns the keys start .. t1 - 1 of the sequence. S = scale Q K^T (one GEMM), a softmax over each
-// row's visible prefix [0, t - start] (the causal mask as a range: the tile wastes at most tq - 1
-// columns a row), O = P V (one GEMM), scattered back. Scratch per thread: rows x the longest
-// sequence (tq shrinks for long sequences to keep it near ATTN_TILE_FLOATS), never [T, T].
+// columns the keys lo .. t1 - 1 of the sequence (lo: the sequence start, or with a window the first
+// key the tile's first query sees). S = scale Q K^T (one GEMM), a softmax over each row's visible
+// range [max(lo, t - window + 1), t] (the causal mask and the window as a range: the tile wastes at
+// most tq - 1 columns a row on each side), with the row's head's sink in the denominator, O = P V
+// (one GEMM), scattered back. Scratch per thread: rows x the longest sequence (tq shrinks for long
+// sequences to keep it near ATTN_TILE_FLOATS), never [T, T].
 #define ATTN_TILE_ROWS 128
 #define ATTN_TILE_FLOATS (4 << 20)
 void cpu_attention_causal(float *out, const float *q, const float *k, const float *v, const int32_t *cu_seqlens,
-                          int n_seq, int T, int nq, int nkv, int hd, float scale) {
+                          int n_seq, int T, int nq, int nkv, int hd, float scale, int window, const float *sinks) {
     int group = nq / nkv, longest = 0;
     for (int s = 0; s < n_seq; s++)
         if (cu_seqlens[s + 1] - cu_seqlens[s] > longest) longest = cu_seqlens[s + 1] - cu_seqlens[s];
     if (longest <= 0) return;
+    int span = window > 0 && window < longest ? window : longest; // keys a query sees at most
     int tq = ATTN_TILE_ROWS / group > 1 ? ATTN_TILE_ROWS / group : 1;
-    while (tq > 1 && (int64_t)tq * group * longest > ATTN_TILE_FLOATS) tq /= 2;
+    while (tq > 1 && (int64_t)tq * group * (tq - 1 + span < longest ? tq - 1 + span : longest) > ATTN_TILE_FLOATS)
+        tq /= 2;
+    int cols = tq - 1 + span < longest ? tq - 1 + span : longest; // key columns of a tile at most
     // task u: tiles of the sequences one after another, each for every kv head
     int64_t *first = xmalloc(((size_t)n_seq + 1) * sizeof(int64_t)); // first task of each sequence
     first[0] = 0;
@@ -158,8 +172,8 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
     (void)T;
 #pragma omp parallel if (first[n_seq] > 1 && (int64_t)first[n_seq] * M * hd >= OPS_PAR_MIN)
     {
-        float *S = xmalloc(((size_t)M * longest + 2 * (size_t)M * hd) * sizeof(float));
-        float *Q = S + (size_t)M * longest, *O = Q + (size_t)M * hd;
+        float *S = xmalloc(((size_t)M * cols + 2 * (size_t)M * hd) * sizeof(float));
+        float *Q = S + (size_t)M * cols, *O = Q + (size_t)M * hd;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < first[n_seq]; u++) {
             int s = 0, hi = n_seq - 1; // the sequence of task u: first[s] <= u < first[s + 1]
@@ -170,13 +184,18 @@ void cpu_attention_causal(float *out, const float *q, const float *k, const floa
             }
             int start = cu_seqlens[s], end = cu_seqlens[s + 1];
             int tile = (int)((u - first[s]) / nkv), kh = (int)((u - first[s]) % nkv);
-            int t0 = start + tile * tq, t1 = t0 + tq < end ? t0 + tq : end, rows = (t1 - t0) * group, n = t1 - start;
+            int t0 = start + tile * tq, t1 = t0 + tq < end ? t0 + tq : end, rows = (t1 - t0) * group;
+            int lo = window > 0 && t0 - window + 1 > start ? t0 - window + 1 : start, n = t1 - lo;
             for (int t = t0; t < t1; t++)
                 memcpy(Q + (size_t)(t - t0) * group * hd, q + ((size_t)t * nq + (size_t)kh * group) * hd,
                        (size_t)group * hd * sizeof(float));
-            cpu_sgemm(0, 1, rows, n, hd, scale, Q, hd, k + ((size_t)start * nkv + kh) * hd, ld, 0.0f, S, n);
-            for (int r = 0; r < rows; r++) cpu_softmax_range(S + (size_t)r * n, n, 0, t0 + r / group - start + 1);
-            cpu_sgemm(0, 0, rows, hd, n, 1.0f, S, n, v + ((size_t)start * nkv + kh) * hd, ld, 0.0f, O, hd);
+            cpu_sgemm(0, 1, rows, n, hd, scale, Q, hd, k + ((size_t)lo * nkv + kh) * hd, ld, 0.0f, S, n);
+            for (int r = 0; r < rows; r++) {
+                int t = t0 + r / group, j0 = window > 0 && t - window + 1 > lo ? t - window + 1 : lo;
+                float sink = sinks ? sinks[kh * group + r % group] : -INFINITY;
+                cpu_softmax_range_sink(S + (size_t)r * n, n, j0 - lo, t - lo + 1, sink);
+            }
+            cpu_sgemm(0, 0, rows, hd, n, 1.0f, S, n, v + ((size_t)lo * nkv + kh) * hd, ld, 0.0f, O, hd);
             for (int t = t0; t < t1; t++)
                 memcpy(out + ((size_t)t * nq + (size_t)kh * group) * hd, O + (size_t)(t - t0) * group * hd,
                        (size_t)group * hd * sizeof(float));

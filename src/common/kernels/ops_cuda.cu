@@ -127,8 +127,10 @@ extern "C" void cuda_rope(backend *be, void *x, const int32_t *pos, const float 
 // running sum l and the output accumulator in registers, so no [T, T] (or [BQ, T]) buffer exists.
 //
 // A tile of query rows may straddle sequence boundaries: each row finds its own sequence start by
-// binary search in cu_seqlens (a device array) and masks keys outside [start, t]. Keys of an earlier
-// sequence are only loaded for the block's first rows, which need them anyway.
+// binary search in cu_seqlens (a device array) and masks keys outside [lo, t], lo = the start, or
+// with a sliding window max(start, t - window + 1). Keys of an earlier sequence (or before the first
+// row's window) are only loaded for the block's first rows, which need them anyway. A sink (gpt-oss,
+// one logit per query head) joins each row's running max and sum at the end, and nothing else.
 //
 // Per key tile and row:  scores  lane j computes q . k_j (the whole dot product, q broadcast from
 //                                 shared memory, K rows padded so the 32 lanes hit 32 banks);
@@ -167,7 +169,7 @@ static size_t att_smem_bytes(int hd) {
 
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *cu_seqlens,
-                     int n_seq, int T, int nq, int nkv, int hd, float scale) {
+                     int n_seq, int T, int nq, int nkv, int hd, float scale, int window, const float *sinks) {
     extern __shared__ float4 att_smem[]; // float4: 16-byte alignment for the carve-up below
     int pairs = hd / 2, kstride = att_k_stride(hd);
     bf16x2 *Ks = (bf16x2 *)att_smem;        // [ATT_BK][kstride]
@@ -186,8 +188,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         Qs[i] = t < T ? __bfloat1622float2(q2[((int64_t)t * nq + h) * pairs + p]) : make_float2(0.0f, 0.0f);
     }
 
-    // this warp's rows: token, sequence start, running max and sum, accumulator (all warp-uniform
-    // except acc, which holds this lane's dim pairs)
+    // this warp's rows: token, first visible key, running max and sum, accumulator (all
+    // warp-uniform except acc, which holds this lane's dim pairs)
     int row_t[ATT_ROWS], row_start[ATT_ROWS];
     float row_m[ATT_ROWS], row_l[ATT_ROWS];
     float2 acc[ATT_ROWS][ATT_PAIRS];
@@ -196,14 +198,16 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         int t = q0 + warp * ATT_ROWS + r;
         row_t[r] = t;
         row_start[r] = t < T ? seq_start(cu_seqlens, n_seq, t) : 0;
+        if (window > 0 && t - window + 1 > row_start[r]) row_start[r] = t - window + 1;
         row_m[r] = -INFINITY;
         row_l[r] = 0.0f;
 #pragma unroll
         for (int i = 0; i < ATT_PAIRS; i++) acc[r][i] = make_float2(0.0f, 0.0f);
     }
 
-    // keys: from the start of the first row's sequence (the smallest start in the tile) to the last row
+    // keys: from the first row's first visible key (the smallest in the tile) to the last row
     int kv_lo = seq_start(cu_seqlens, n_seq, q0);
+    if (window > 0 && q0 - window + 1 > kv_lo) kv_lo = q0 - window + 1;
     for (int kv0 = kv_lo; kv0 <= q_last; kv0 += ATT_BK) {
         __syncthreads(); // the previous tile is consumed (and, the first time, Qs is written)
         // stage K and V rows kv0 .. kv0+31 of kv head kh; rows past the last query are zeros, so
@@ -268,25 +272,34 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 
     bf16x2 *o2 = (bf16x2 *)out;
+    float sink = sinks ? sinks[h] : -INFINITY;
 #pragma unroll
     for (int r = 0; r < ATT_ROWS; r++) {
         int t = row_t[r];
         if (t >= T) continue;
-        float l = row_l[r]; // > 0: the row's own key t has p = exp(s_t - m) > 0 unless it underflows against m
+        float l = row_l[r], c = 1.0f; // l > 0: the row's own key t has p = exp(s_t - m) > 0 unless it underflows
+        if (sink != -INFINITY) { // the sink joins the max and the sum: O and l rescaled to m' = max(m, sink)
+            float mn = fmaxf(row_m[r], sink);
+            c = expf(row_m[r] - mn);
+            l = l * c + expf(sink - mn);
+        }
 #pragma unroll
         for (int i = 0; i < ATT_PAIRS; i++) {
             int p = lane + 32 * i;
-            if (p < pairs) o2[((int64_t)t * nq + h) * pairs + p] = __floats2bfloat162_rn(acc[r][i].x / l, acc[r][i].y / l);
+            if (p < pairs)
+                o2[((int64_t)t * nq + h) * pairs + p] =
+                    __floats2bfloat162_rn(acc[r][i].x * c / l, acc[r][i].y * c / l);
         }
     }
 }
 
 extern "C" void cuda_attention_causal(backend *be, void *out, const void *q, const void *k, const void *v,
                                       const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd,
-                                      float scale) {
+                                      float scale, int window, const float *sinks) {
     if (T <= 0 || nq <= 0) return;
     if (nkv < 1 || nq % nkv) fatal("attention: %d query heads do not group over %d kv heads", nq, nkv);
-    if (attn_tc_causal(be, out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale)) return; // tensor cores
+    if (attn_tc_causal(be, out, q, k, v, cu_seqlens, n_seq, T, nq, nkv, hd, scale, window, sinks))
+        return; // tensor cores
     if (hd < 2 || hd > ATT_HD_MAX || hd % 2)
         fatal("attention on CUDA: head_dim %d unsupported (even values up to %d)", hd, ATT_HD_MAX);
     if (nq > 65535) fatal("attention on CUDA: %d query heads exceed the grid's y limit", nq);
@@ -300,7 +313,7 @@ extern "C" void cuda_attention_causal(backend *be, void *out, const void *q, con
     dim3 grid((unsigned)ceil_div(T, ATT_BQ), (unsigned)nq);
     attention_kernel<<<grid, ATT_WARPS * 32, smem, stream_of(be)>>>((bf16 *)out, (const bf16 *)q, (const bf16 *)k,
                                                                     (const bf16 *)v, cu_seqlens, n_seq, T, nq,
-                                                                    nkv, hd, scale);
+                                                                    nkv, hd, scale, window, sinks);
     cuda_check_launch();
 }
 

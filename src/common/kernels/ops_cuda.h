@@ -13,8 +13,10 @@ extern "C" {
 void cuda_embed(backend *be, void *out, const void *table, const int32_t *ids, int T, int H);
 void cuda_rmsnorm(backend *be, void *out, const void *in, const void *w, int R, int D, float eps);
 void cuda_rope(backend *be, void *x, const int32_t *pos, const float *inv_freq, int T, int nh, int hd);
+// ops_attention_ext (ops_arch.h): window 0 = no window, sinks NULL = none
 void cuda_attention_causal(backend *be, void *out, const void *q, const void *k, const void *v,
-                           const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale);
+                           const int32_t *cu_seqlens, int n_seq, int T, int nq, int nkv, int hd, float scale,
+                           int window, const float *sinks);
 void cuda_swiglu(backend *be, void *out, const void *gate, const void *up, int64_t n);
 void cuda_add(backend *be, void *x, const void *y, int64_t n);
 void cuda_to_f32(backend *be, float *dst, const void *src, int64_t n);

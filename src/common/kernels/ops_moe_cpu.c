@@ -58,6 +58,12 @@ void cpu_moe_route(const float *logits, int T, int E, int k, int renorm, int32_t
         }
         free(p);
     }
+    cpu_moe_group(topk_idx, T, E, k, offsets, perm, slot);
+}
+
+// The stable counting sort of the R = T*k (token, choice) rows by expert (cpu_moe_route's second
+// half, and ops_moe_sigmoid_route's).
+void cpu_moe_group(const int32_t *topk_idx, int T, int E, int k, int32_t *offsets, int32_t *perm, int32_t *slot) {
     int R = T * k;
     memset(offsets, 0, (size_t)(E + 1) * sizeof(int32_t));
     for (int r = 0; r < R; r++) offsets[topk_idx[r] + 1]++;

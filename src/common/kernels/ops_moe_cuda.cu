@@ -242,6 +242,34 @@ extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, i
     }
 }
 
+// One thread per routed row: its expert's count (the atomicAdd of topk_kernel, for routes chosen by
+// another kernel: cuda_moe_group).
+static __global__ void count_kernel(const int32_t *topk_idx, int64_t R, int32_t *counts) {
+    GRID_STRIDE(r, R) atomicAdd(&counts[topk_idx[r] + 1], 1);
+}
+
+// cuda_moe_route's grouping of a route chosen elsewhere (ops_moe_sigmoid_route): the counts, the
+// scan, the download the expert GEMMs wait for, the scatter, as cuda_moe_route runs them.
+extern "C" void cuda_moe_group(backend *be, const int32_t *topk_idx, int T, int E, int k, int32_t *offsets,
+                               int32_t *perm, int32_t *slot) {
+    cudaStream_t st = stream_of(be);
+    moe_state *ms = moe_state_get(be, E); // (grows before anything is queued: it drains the stream)
+    cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
+    int64_t R = (int64_t)T * k;
+    if (R > 0) {
+        count_kernel<<<grid_for_threads(R, MOE_THREADS), MOE_THREADS, 0, st>>>(topk_idx, R, offsets);
+        cuda_check_launch();
+        scan_kernel<<<1, 32, 0, st>>>(offsets, E);
+        cuda_check_launch();
+    }
+    moe_counts_download(be, ms, offsets, E); // for the expert GEMMs
+    if (R > 0) {
+        scatter_kernel<<<(unsigned)(E < 65535 ? E : 65535), MOE_THREADS, 0, st>>>(topk_idx, offsets, E, (int)R, k,
+                                                                                 perm, slot);
+        cuda_check_launch();
+    }
+}
+
 static __global__ void gather_kernel(bf16 *xs, const bf16 *x, const int32_t *perm, int R, int H) {
     GRID_STRIDE(i, (int64_t)R * H) xs[i] = x[(int64_t)perm[i / H] * H + i % H];
 }

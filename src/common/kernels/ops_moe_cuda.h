@@ -17,6 +17,10 @@ extern "C" {
 size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int k);
 void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
                     float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work);
+// cuda_moe_group: cuda_moe_route's grouping (offsets, perm, slot; the counts' download) of the
+// chosen experts topk_idx [T, k] (device), for a route another kernel chose (ops_moe_sigmoid.h).
+void cuda_moe_group(backend *be, const int32_t *topk_idx, int T, int E, int k, int32_t *offsets, int32_t *perm,
+                    int32_t *slot);
 void cuda_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H);
 void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E, int R, int N,
                    int K, int max_rows);
