@@ -595,11 +595,13 @@ static void pf_target(pf_ctx *x, const char *host) {
         pf_add(x, PF_TARGET, rank, PF_FAIL, "%s: %s", host, error_msg());
         return;
     }
-    char emb[96]; // model.embed_tokens.weight, or under model.language_model. in the multimodal wrappers
+    char emb[96]; // model.embed_tokens.weight, or under the multimodal wrappers' prefix
+    target_names_resolve(&x->tc, &d);
     snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(&x->tc));
-    const char *missing = !safetensors_dir_find(&d, emb) ? emb
-                          : !x->tc.tie_embeddings && !safetensors_dir_find(&d, "lm_head.weight") ? "lm_head.weight"
-                                                                                                  : NULL;
+    const char *head = target_head_name(&x->tc);
+    const char *missing = !safetensors_dir_find(&d, emb)                                      ? emb
+                          : !x->tc.tie_embeddings && !safetensors_dir_find(&d, head) ? head
+                                                                                      : NULL;
     size_t bytes = 0;
     for (int i = 0; i < d.n; i++) bytes += d.entries[i]->nbytes;
     char b[32], ids[160] = "";

@@ -83,7 +83,7 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
     }
     if (!last) return;
     target_tensor_add(list, &m->final_norm, 0, 1, H, 0, 0, "%snorm.weight", P);
-    if (!c->tie_embeddings) target_tensor_add(list, &m->lm_head, 0, 2, V, H, 0, "lm_head.weight");
+    if (!c->tie_embeddings) target_tensor_add(list, &m->lm_head, 0, 2, V, H, 0, "%s", target_head_name(c));
     for (int i = list->n - (c->tie_embeddings ? 1 : 2); i < list->n; i++) list->t[i].layer = -2;
 }
 
@@ -285,6 +285,7 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
     m->layer_begin = l0, m->layer_end = l1;
     st_dir d;
     if (safetensors_dir_open(&d, dir)) return error_prefix("target"); // the message names the directory or the file
+    target_names_resolve(&m->cfg, &d); // a multimodal wrapper's layout (target_tensor_prefix)
 
     // Check every tensor before allocating anything.
     m->layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
@@ -334,7 +335,7 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
     }
     if (rc == 0) rc = target_check_layer_count(c, &d, dir);
     // transformers ties the head to the embedding after loading (tie_weights), whatever the files hold
-    if (rc == 0 && c->tie_embeddings && safetensors_dir_find(&d, "lm_head.weight") && log_rank() == 0)
+    if (rc == 0 && c->tie_embeddings && safetensors_dir_find(&d, target_head_name(c)) && log_rank() == 0)
         log_warn("target %s: config.json has tie_word_embeddings true and the safetensors files also hold lm_head.weight: "
                  "the output head is the embedding (model.embed_tokens.weight), as in transformers; lm_head.weight is not used",
                  dir);

@@ -24,6 +24,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
+#include "common/data/safetensors.h"
 #include "teacher/target_arch.h"
 #include "teacher/target_quant.h"
 #include "teacher/target_registry.h"
@@ -610,4 +611,14 @@ int target_default_layer_ids(int64_t n_layers, int n, int64_t *ids) {
                              " with %d features; set target.layer_ids explicitly",
                              (long long)ids[i], (long long)n_layers, n);
     return 0;
+}
+
+// ---------------------------------------------------------------- tensor names
+
+void target_names_resolve(target_config *c, const st_dir *d) {
+    if (c->multimodal && !safetensors_dir_find(d, "model.language_model.norm.weight") &&
+        safetensors_dir_find(d, "language_model.model.norm.weight"))
+        snprintf(c->tensor_prefix, sizeof c->tensor_prefix, "language_model.model.");
+    if (!safetensors_dir_find(d, "lm_head.weight") && safetensors_dir_find(d, "language_model.lm_head.weight"))
+        snprintf(c->head_name, sizeof c->head_name, "language_model.lm_head.weight");
 }

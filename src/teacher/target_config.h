@@ -101,6 +101,8 @@ typedef struct target_config {
     int rope_yarn, rope_truncate;
     double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim;
     double rope_attention_factor; // YaRN's cos/sin factor (1 otherwise: set by target_config_parse)
+    char tensor_prefix[32];   // target_tensor_prefix's answer when the files say other than the default
+    char head_name[40];       // target_head_name's likewise
     int32_t layer_window[TARGET_MAX_LAYERS]; // > 0: layer i's attention is a sliding window of that many keys
     // DeepSeek-V3 / Kimi-K2 and GLM-4.5 (target_moe_sigmoid.c, target_deepseek_v3.c); zero otherwise.
     // The sigmoid router: the experts in n_group groups, each token keeps the topk_group best groups;
@@ -122,10 +124,22 @@ static inline int target_layer_is_sparse(const target_config *c, int64_t l) { re
 
 // target_layer_is_linear: layer l is a Gated DeltaNet layer.
 static inline int target_layer_is_linear(const target_config *c, int64_t l) { return c->layer_linear[l]; }
-// target_tensor_prefix: "model.language_model." for the multimodal wrapper, else "model.".
+// target_tensor_prefix: where the text model's tensors are: "model.", or for a multimodal wrapper
+// "model.language_model." (transformers 5's layout, Qwen3.5) or "language_model.model." (the llava
+// layout Gemma 3 and Mistral 3 checkpoints are published and saved in), as target_names_resolve
+// found in the files.
 static inline const char *target_tensor_prefix(const target_config *c) {
-    return c->multimodal ? "model.language_model." : "model.";
+    return c->tensor_prefix[0] ? c->tensor_prefix : c->multimodal ? "model.language_model." : "model.";
 }
+// target_head_name: the untied output head's tensor: "lm_head.weight", or
+// "language_model.lm_head.weight" in the llava layout.
+static inline const char *target_head_name(const target_config *c) {
+    return c->head_name[0] ? c->head_name : "lm_head.weight";
+}
+struct st_dir;
+// target_names_resolve: set c's tensor prefix and head name from the checkpoint's files d (a
+// multimodal wrapper in the llava layout); the defaults stay when d holds the usual names.
+void target_names_resolve(target_config *c, const struct st_dir *d);
 
 // target_config_load: dir/config.json. -1 with error_set naming the file and the field.
 int target_config_load(target_config *c, const char *dir);

@@ -131,11 +131,12 @@ FIXTURES = [
                                                     "sliding_attention": {"rope_type": "default", "rope_theta": 1000.0}},
                                    final_logit_softcapping=None, rms_norm_eps=1e-6, max_position_embeddings=4096),
                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                                     num_attention_heads=2, image_size=28, patch_size=14),
+                                     num_attention_heads=2, image_size=28, patch_size=14, vision_use_head=False),
                   mm_tokens_per_image=1, tie_word_embeddings=True),
          layer_ids=[0, 2], seqs=(12, 7), prompts=(4, 9, 13),
-         covers="the multimodal wrapper (text under model.language_model., model.vision_tower.* and "
-                "model.multi_modal_projector.* to skip), one kv head x 32 (head_dim 32 != 48/2), window 4, "
+         covers="the multimodal wrapper as save_pretrained writes it (text under language_model.model.*, as "
+                "the published Gemma 3 checkpoints have it, though transformers holds model.language_model.*; "
+                "vision_tower.* and multi_modal_projector.* to skip), one kv head x 32 (head_dim 32 != 48/2), window 4, "
                 "no soft-cap (as published: the wrapper's forward would not apply one), tied; "
                 "last layer (post-norm)"),
     dict(name="gemma4_31b_like", cls="Gemma4ForCausalLM", cfg_cls="Gemma4TextConfig", dtype="bf16",

@@ -66,7 +66,7 @@ tensor st_entry_tensor(const st_entry *e);
 // present in two shards, a shard file missing or invalid, a shard name outside the directory, is an
 // error naming the index, the shard and the tensor. Tensors a shard holds beyond the index are kept.
 // Neither file present: an error naming the directory.
-typedef struct {
+typedef struct st_dir {
     char *dir;
     int n_files;
     st_file *files;

@@ -53,6 +53,9 @@ typedef struct drafter {
     drafter_layer *layers;     // pointers into compute (set by cfg.kind->bind)
     void *fc, *hidden_norm, *norm;
     void *embed, *lm_head;     // [V, H] act, frozen (lm_head == embed when the target ties them)
+    float embed_scale;         // the target's embedding scale (Gemma: sqrt(H), target_config.embed_scale); 0: none.
+                               // The block's embedding is the target's embed_tokens(ids), scale included, as the
+                               // dflash package and the engines compute it
     float *inv_freq;           // [head_dim/2] f32, device
 } drafter;
 

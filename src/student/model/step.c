@@ -12,6 +12,7 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
+#include "common/kernels/ops_arch.h"
 #include "common/kernels/ops_train.h"
 #include "student/model/drafter_kind.h"
 #include "student/model/drafter_layout.h"
@@ -270,6 +271,11 @@ static void chunk_forward(drafter *d, student_work *w, int C) {
     const drafter_config *c = &d->cfg;
     int N = C * (int)c->block_size, H = (int)c->hidden;
     ops_embed(be, w->saved[0].h_in, d->embed, w->blk_tokens, N, H); // [N, H]
+    if (d->embed_scale > 0) { // the target's scaled embedding (Gemma), the scale in the weights' dtype
+        float s = d->embed_scale;
+        if (ops_act_dtype(be) == DT_BF16) s = f32_from_bf16(bf16_from_f32(s));
+        ops_scale(be, w->saved[0].h_in, s, (int64_t)N * H);
+    }
     for (int l = 0; l < (int)c->n_layers; l++) {
         if (l > 0) step_copy_act(be, w->saved[l].h_in, w->h_final, (int64_t)N * H);
         c->kind->layer_forward(d, w, l, C);

@@ -235,6 +235,7 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     drafter *d = &j->d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
     if (drafter_init(d, &j->dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
+    d->embed_scale = (float)j->tc.embed_scale; // the target's scaled embedding (Gemma)
     safetensors_dir_close(td);
     if (eval && eval_load_drafter(d, cfg)) return -1;
     j->opt_mem = (arena){0};

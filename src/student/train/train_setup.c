@@ -130,13 +130,14 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
     if (teacher_contract_make(cfg, tc->n_layers, ct)) return -1;
     if (train_drafter_config(cfg, tc, ct, dc)) return -1;
     if (safetensors_dir_open(td, cfg->target_path)) return error_prefix("target");
-    char emb[96]; // model.embed_tokens.weight, or under model.language_model. in the multimodal wrappers
+    char emb[96]; // model.embed_tokens.weight, or under the multimodal wrappers' prefix
+    target_names_resolve(tc, td);
     snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(tc));
     *e_emb = safetensors_dir_find(td, emb);
-    *e_head = tc->tie_embeddings ? NULL : safetensors_dir_find(td, "lm_head.weight");
+    *e_head = tc->tie_embeddings ? NULL : safetensors_dir_find(td, target_head_name(tc));
     if (!*e_emb || (!tc->tie_embeddings && !*e_head)) {
         safetensors_dir_close(td);
-        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? "lm_head.weight" : emb);
+        return error_set("target %s: missing %s", cfg->target_path, *e_emb ? target_head_name(tc) : emb);
     }
     return 0;
 }
