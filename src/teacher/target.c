@@ -79,6 +79,7 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
             target_tensor_add(list, &L->post_norm, 0, 1, H, 0, 0, "%slayers.%lld.post_attention_layernorm.weight", P, ll);
         }
         c->table->mlp->layer_tensors(m, l, P, list, d);
+        if (c->layer_scalar) target_tensor_add(list, (void **)&L->layer_scalar_dev, 1, 1, 1, 0, 0, "%slayers.%lld.layer_scalar", P, ll);
         for (int i = first; i < list->n; i++) list->t[i].layer = l;
     }
     if (!last) return;
@@ -137,7 +138,11 @@ size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, i
     target_tensor_list_build(&m, &list, NULL);
     // each buffer is carved at ARENA_ALIGN: count the padding too, plus inv_freq and the sliding
     // layers' inv_freq_local when they have a base of their own (parts live in their parent's buffer)
-    size_t bytes = ((size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN) * (c->rope_theta_local > 0 ? 2 : 1);
+    size_t bytes = (size_t)c->rope_dim / 2 * sizeof(float) + ARENA_ALIGN;
+    if (c->rope_theta_local > 0) bytes += (size_t)c->head_dim / 2 * sizeof(float) + ARENA_ALIGN;
+    int64_t q_width, kv_width; // v_norm's unit weight (Gemma 4), as wide as the widest head
+    target_attn_max(c, &q_width, &kv_width);
+    if (c->v_norm) bytes += (size_t)q_width * sizeof(float) + ARENA_ALIGN;
     for (int i = 0; i < list.n; i++)
         if (list.t[i].parent < 0) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
     free(list.t);
@@ -369,15 +374,31 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
             m->inv_freq = arena_alloc(&m->weights, inv_bytes);
             backend_copy_to_device(be, m->inv_freq, inv, inv_bytes);
             m->inv_freq_local = m->inv_freq;
-            if (c->rope_theta_local > 0) { // the sliding layers' base, default RoPE (no scaling)
+            free(inv);
+            if (c->rope_theta_local > 0) { // the sliding layers' base and head size, default RoPE (no scaling)
                 target_config lc = *c;
                 lc.rope_theta = c->rope_theta_local;
-                lc.rope_llama3 = lc.rope_linear = lc.rope_yarn = 0;
+                lc.rope_dim = c->head_dim;
+                lc.rope_llama3 = lc.rope_linear = lc.rope_yarn = lc.rope_proportional = 0;
+                size_t local_bytes = (size_t)lc.rope_dim / 2 * sizeof(float);
+                inv = xmalloc(local_bytes);
                 target_rope_inv_freq(&lc, inv);
-                m->inv_freq_local = arena_alloc(&m->weights, inv_bytes);
-                backend_copy_to_device(be, m->inv_freq_local, inv, inv_bytes);
+                m->inv_freq_local = arena_alloc(&m->weights, local_bytes);
+                backend_copy_to_device(be, m->inv_freq_local, inv, local_bytes);
+                free(inv);
             }
-            free(inv);
+            if (c->v_norm) { // an RMSNorm without a weight: the weight 1 (Gemma 4's v_norm)
+                int64_t q_width, kv_width;
+                target_attn_max(c, &q_width, &kv_width);
+                dtype adt = ops_act_dtype(be);
+                float *one = xmalloc((size_t)q_width * sizeof(float));
+                for (int64_t i = 0; i < q_width; i++) one[i] = 1.0f;
+                m->ones = arena_alloc(&m->weights, (size_t)q_width * dtype_size(adt));
+                target_upload(be, m->ones, adt, one, DT_F32, q_width);
+                free(one);
+            }
+            for (int64_t l = l0; c->layer_scalar && l < l1; l++) // the layer scalars, read once to the host
+                backend_copy_to_host(be, &m->layers[l].layer_scalar, m->layers[l].layer_scalar_dev, sizeof(float));
             char b[32];
             log_debug("target %s: %s, %lld layers, H %lld, V %lld, weights %s on %s", dir, c->arch_name,
                       (long long)c->n_layers, (long long)c->hidden, (long long)c->vocab,
@@ -427,7 +448,9 @@ void target_work_carve(target_work *w, arena *a, const target_model *m, const ta
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
     size_t T = (size_t)max_tokens, H = (size_t)c->hidden, I = (size_t)target_mlp_width(c);
-    size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
+    int64_t q_width, kv_width; // the widest layer's (Gemma 4's full layers have heads of their own)
+    target_attn_max(c, &q_width, &kv_width);
+    size_t qd = (size_t)q_width, kvd = (size_t)kv_width;
     size_t k = (size_t)o->topk;
     memset(w, 0, sizeof *w);
     w->max_tokens = max_tokens;
@@ -557,6 +580,7 @@ void target_mlp_block(const target_model *m, int l, target_work *w, int T) {
     m->cfg.table->mlp->forward(m, l, w, T);
     if (L->post_mlp_norm) target_norm(m, w->xn, w->xn, L->post_mlp_norm, T, H); // Gemma's sandwich
     ops_add(m->be, w->x, w->xn, (int64_t)T * H);
+    if (L->layer_scalar_dev && L->layer_scalar != 1.0f) ops_scale(m->be, w->x, L->layer_scalar, (int64_t)T * H); // Gemma 4
 }
 
 void target_mixer_residual(const target_model *m, int l, target_work *w, int T) {
@@ -587,8 +611,9 @@ const float *target_layer_inv_freq(const target_model *m, int l) {
 
 void target_attention(const target_model *m, int l, target_work *w, int T, int n_seq) {
     const target_config *c = &m->cfg;
-    ops_attention_ext(m->be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, (int)c->n_heads, (int)c->n_kv_heads,
-                      (int)c->head_dim, target_attn_scale(c), c->layer_window[l], m->layers[l].sinks);
+    ops_attention_ext(m->be, w->att, w->q, w->k, w->v, w->cu_seqlens, n_seq, T, (int)c->n_heads,
+                      (int)target_layer_kv_heads(c, l), (int)target_layer_head_dim(c, l), target_attn_scale(c),
+                      c->layer_window[l], m->layers[l].sinks);
 }
 
 void target_embed(const target_model *m, void *x, const int32_t *tokens, int T) {

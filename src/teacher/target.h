@@ -39,6 +39,8 @@ typedef struct {
     // attention biases (cfg.qkv_bias: Qwen2, GLM-4.5, gpt-oss; cfg.o_bias: gpt-oss)
     void *bq, *bk, *bv, *bo;  // [nq*hd], [nkv*hd], [nkv*hd], [H]
     float *sinks;             // [nq] f32     self_attn.sinks (cfg.attn_sinks: gpt-oss)
+    float *layer_scalar_dev;  // [1] f32      layer_scalar (cfg.layer_scalar: Gemma 4), and its value on the host:
+    float layer_scalar;       //              the layer's output times it
     void *post_mixer_norm;    // [H]          Gemma's post_attention_layernorm (cfg.sandwich_norms); post_norm is
     void *post_mlp_norm;      // [H]          then pre_feedforward_layernorm, this post_feedforward_layernorm
     // MoE variants: the router's bias (gpt-oss) or score-correction bias (DeepSeek-V3, GLM-4.5), the
@@ -63,7 +65,8 @@ typedef struct target_model {
     void *final_norm;        // [H]
     void *lm_head;           // [V, H] (== embed when tied)
     float *inv_freq;         // [rope_dim/2] f32, device
-    float *inv_freq_local;   // the sliding layers' (cfg.rope_theta_local > 0), else == inv_freq
+    float *inv_freq_local;   // the sliding layers' (cfg.rope_theta_local > 0: [head_dim/2]), else == inv_freq
+    void *ones;              // [widest q] act, all 1: the weight of an RMSNorm without one (cfg.v_norm)
     // The layers this rank holds, [layer_begin, layer_end): a pipeline stage of a teacher group
     // (world.teacher_group_size); 0, 0 = the whole model. The first stage holds the embedding, the
     // last the final norm and the lm_head (the embedding again when they are tied); m->layers is

@@ -127,8 +127,9 @@ static int64_t tc_add(int64_t a, int64_t b) {
 
 int64_t target_config_params(const target_config *c) {
     int64_t H = c->hidden, hd = c->head_dim;
-    // attention: q (x2 with the gate), k, v, o and the per-head norms
-    int64_t q = tc_mul(c->n_heads, hd), kv = tc_mul(c->n_kv_heads, hd);
+    // attention: q (x2 with the gate), k, v, o and the per-head norms, at the widest layer's shape
+    int64_t q, kv;
+    target_attn_max(c, &q, &kv);
     int64_t attn = tc_mul(H, tc_add(tc_add(tc_mul(q, c->gated_attention ? 2 : 1), tc_mul(kv, 2)), q));
     attn = tc_add(attn, tc_mul(tc_add(tc_add(q, kv), H), 2)); // biases (q, k, v, o) and sinks, when present
     // Gated DeltaNet: qkv, z, a, b, the convolution and the output
@@ -288,6 +289,16 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
         snprintf(name, sizeof name, "%s.partial_rotary_factor", field);
         if (json_get_double(rope, "partial_rotary_factor", name, src, &partial, NULL)) return -1;
     }
+    // Gemma 4's proportional RoPE rotates the whole head, with the frequencies past the factor's
+    // share zero (target_rope_inv_freq): the factor is its, not a partial rotation
+    const cJSON *rtype = rope ? json_field(rope, "rope_type") : NULL;
+    if (rtype && cJSON_IsString(rtype) && strcmp(rtype->valuestring, "proportional") == 0) {
+        if (!(partial > 0.0 && partial <= 1.0))
+            return error_set("%s: '%s.partial_rotary_factor' must be in (0, 1], got %g", src, field, partial);
+        c->rope_proportional = 1;
+        c->rope_proportion = partial;
+        partial = 1.0;
+    }
     if (!hybrid && partial != 1.0)
         return error_set("%s: 'partial_rotary_factor' is %g: only 1.0 (RoPE on the whole head) is supported for %s",
                          src, partial, c->arch_name);
@@ -325,8 +336,15 @@ static int tc_parse_rope(target_config *c, const cJSON *root, const char *src) {
         return 0;
     }
     if (strcmp(type, "yarn") == 0) return tc_parse_yarn(c, rope, field, src);
+    if (strcmp(type, "proportional") == 0) { // factor: default 1 (checked above: rope_proportional)
+        snprintf(name, sizeof name, "%s.factor", field);
+        if (json_get_double(rope, "factor", name, src, &c->rope_factor, NULL)) return -1;
+        if (!(c->rope_factor > 0.0) || !isfinite(c->rope_factor))
+            return error_set("%s: '%s' must be a finite number > 0, got %g", src, name, c->rope_factor);
+        return 0;
+    }
     if (strcmp(type, "llama3") != 0)
-        return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default, linear, yarn and llama3", src,
+        return error_set("%s: '%s.%s' is \"%s\": supported RoPE types are default, linear, yarn, proportional and llama3", src,
                          field, type_field, type);
 
     c->rope_llama3 = 1;
@@ -551,6 +569,11 @@ void target_rope_inv_freq(const target_config *c, float *inv_freq) {
     }
     if (c->rope_linear) {
         for (int64_t i = 0; i < dim / 2; i++) inv_freq[i] /= (float)c->rope_factor;
+        return;
+    }
+    if (c->rope_proportional) { // _compute_proportional_rope_parameters: int(p * dim // 2) angles
+        int64_t angles = (int64_t)floor(c->rope_proportion * (double)dim / 2.0);
+        for (int64_t i = 0; i < dim / 2; i++) inv_freq[i] = i < angles ? inv_freq[i] / (float)c->rope_factor : 0.0f;
         return;
     }
     if (c->rope_yarn) { // _compute_yarn_parameters: a ramp between interpolated and extrapolated

@@ -17,7 +17,7 @@
 // table, target_arch.h).
 typedef enum {
     ARCH_QWEN3 = 0, ARCH_LLAMA = 1, ARCH_QWEN3_5 = 2, ARCH_QWEN2 = 3, ARCH_MISTRAL = 4, ARCH_GEMMA3 = 5,
-    ARCH_GPT_OSS = 6, ARCH_DEEPSEEK_V3 = 7, ARCH_GLM4_MOE = 8
+    ARCH_GPT_OSS = 6, ARCH_DEEPSEEK_V3 = 7, ARCH_GLM4_MOE = 8, ARCH_GEMMA4 = 9
 } target_family;
 
 struct target_arch;
@@ -101,6 +101,15 @@ typedef struct target_config {
     int rope_yarn, rope_truncate;
     double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim;
     double rope_attention_factor; // YaRN's cos/sin factor (1 otherwise: set by target_config_parse)
+    // Gemma 4: the full layers' own head size and kv heads (per_layer_config / global_head_dim),
+    // values from k_proj on those layers, v normed without a weight, a saved scalar per layer
+    int attn_k_eq_v;          // full (non-sliding) layers have no v_proj: v is k_proj's output (before k_norm)
+    int v_norm;               // v gets an RMSNorm without a weight (per head)
+    int layer_scalar;         // layers.N.layer_scalar [1]: the layer's output (residual included) times it
+    int rope_proportional;    // rope_type proportional: the first int(factor * rope_dim / 2) frequencies of
+    double rope_proportion;   // base^(-2i / rope_dim), the rest 0 (RoPE over the whole head), all / rope_factor
+    int32_t layer_hd[TARGET_MAX_LAYERS];  // > 0: layer i's head_dim (else head_dim)
+    int32_t layer_nkv[TARGET_MAX_LAYERS]; // > 0: layer i's kv heads (else n_kv_heads)
     char tensor_prefix[32];   // target_tensor_prefix's answer when the files say other than the default
     char head_name[40];       // target_head_name's likewise
     int32_t layer_window[TARGET_MAX_LAYERS]; // > 0: layer i's attention is a sliding window of that many keys
@@ -118,6 +127,23 @@ typedef struct target_config {
 
 // The dense MLP's activation: down(act(gate(x)) * up(x)).
 enum { TARGET_ACT_SILU = 1, TARGET_ACT_GELU_TANH = 2 };
+
+// target_layer_head_dim / target_layer_kv_heads: layer l's attention shape (Gemma 4's full layers
+// have their own); target_attn_max: the largest q width (heads x head_dim) and kv width over the layers.
+static inline int64_t target_layer_head_dim(const target_config *c, int64_t l) {
+    return c->layer_hd[l] > 0 ? c->layer_hd[l] : c->head_dim;
+}
+static inline int64_t target_layer_kv_heads(const target_config *c, int64_t l) {
+    return c->layer_nkv[l] > 0 ? c->layer_nkv[l] : c->n_kv_heads;
+}
+static inline void target_attn_max(const target_config *c, int64_t *q_width, int64_t *kv_width) {
+    *q_width = c->n_heads * c->head_dim, *kv_width = c->n_kv_heads * c->head_dim;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        int64_t hd = target_layer_head_dim(c, l), kv = target_layer_kv_heads(c, l) * hd;
+        if (c->n_heads * hd > *q_width) *q_width = c->n_heads * hd;
+        if (kv > *kv_width) *kv_width = kv;
+    }
+}
 
 // target_layer_is_sparse: layer l's MLP is the mixture of experts.
 static inline int target_layer_is_sparse(const target_config *c, int64_t l) { return c->moe && c->layer_sparse[l]; }

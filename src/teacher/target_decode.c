@@ -31,7 +31,10 @@ static void decoder_carve(target_decoder *d, arena *a, const target_model *m, in
     const target_config *c = &m->cfg;
     size_t e = dtype_size(ops_act_dtype(m->be));
     size_t S = (size_t)max_seqs, H = (size_t)c->hidden, I = (size_t)target_mlp_width(c);
-    size_t qd = (size_t)(c->n_heads * c->head_dim), kvd = (size_t)(c->n_kv_heads * c->head_dim);
+    int64_t q_width, kv_width; // the widest layer's (Gemma 4's full layers have heads of their own)
+    target_attn_max(c, &q_width, &kv_width);
+    size_t qd = (size_t)q_width, kvd = (size_t)kv_width;
+    d->kvd_max = kvd;
     d->max_seqs = max_seqs;
     d->max_len = max_len;
     d->rows = max_len > max_seqs ? max_len : max_seqs;
@@ -99,9 +102,12 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
     memset(d, 0, sizeof *d);
     if (max_seqs < 1 || max_len < 1)
         return error_set("decoder sizes: %d sequences of %d positions (both must be >= 1)", max_seqs, max_len);
-    if (m->be->kind == BACKEND_CUDA && m->cfg.head_dim > OPS_DECODE_HD_MAX)
+    int64_t q_width, kv_width, hd_max; // the widest head over the layers
+    target_attn_max(&m->cfg, &q_width, &kv_width);
+    hd_max = q_width / m->cfg.n_heads;
+    if (m->be->kind == BACKEND_CUDA && hd_max > OPS_DECODE_HD_MAX)
         return error_set("the decode attention on CUDA takes head_dim up to %d; the target has %lld", OPS_DECODE_HD_MAX,
-                         (long long)m->cfg.head_dim);
+                         (long long)hd_max);
     size_t bytes = target_decoder_bytes(m, max_seqs, max_len, vocab_tile, smp);
     if (arena_init(&d->mem, "decoder cache + work", m->be, bytes)) return -1;
     decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile, smp);
@@ -109,8 +115,12 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
     d->slot = xmalloc((size_t)m->cfg.n_layers * sizeof(int));
     int64_t l0, l1;
     target_stage_range(m, &l0, &l1);
-    for (int l = 0, na = 0, nl = 0; l < (int)m->cfg.n_layers; l++)
+    d->slot_kvd = xcalloc((size_t)(d->n_att > 0 ? d->n_att : 1), sizeof(int));
+    for (int l = 0, na = 0, nl = 0; l < (int)m->cfg.n_layers; l++) {
         d->slot[l] = l < l0 || l >= l1 ? -1 : target_layer_is_linear(&m->cfg, l) ? nl++ : na++;
+        if (d->slot[l] >= 0 && !target_layer_is_linear(&m->cfg, l))
+            d->slot_kvd[d->slot[l]] = (int)(target_layer_kv_heads(&m->cfg, l) * target_layer_head_dim(&m->cfg, l));
+    }
     d->len = xcalloc((size_t)max_seqs, sizeof(int));
     d->pos_host = xmalloc((size_t)d->rows * sizeof(int32_t));
     d->cu_host = xmalloc(((size_t)max_seqs + 1) * sizeof(int32_t));
@@ -120,6 +130,7 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
 void target_decoder_free(target_decoder *d) {
     if (d->mem.base) arena_free(&d->mem);
     free(d->slot);
+    free(d->slot_kvd);
     free(d->len);
     free(d->pos_host);
     free(d->cu_host);
@@ -130,9 +141,9 @@ void target_decoder_free(target_decoder *d) {
 
 // Cached keys (or values) of attention slot a, sequence s, from position p: [max_len, kvd] rows (act).
 static void *decoder_cache_at(const target_decoder *d, void *cache, int a, int s, int p) {
-    const target_config *c = &d->m->cfg;
-    size_t kvd = (size_t)(c->n_kv_heads * c->head_dim), e = dtype_size(ops_act_dtype(d->m->be));
-    return (char *)cache + (((size_t)a * d->max_seqs + s) * d->max_len + (size_t)p) * kvd * e;
+    size_t kvd = (size_t)d->slot_kvd[a], e = dtype_size(ops_act_dtype(d->m->be));
+    size_t slot = (size_t)a * d->max_seqs * (size_t)d->max_len * d->kvd_max; // elements before slot a
+    return (char *)cache + (slot + ((size_t)s * d->max_len + (size_t)p) * kvd) * e;
 }
 
 // The decoding state of linear slot i from sequence s on: conv [K-1, C] act, recurrent [Hv, dk, dv] f32
@@ -160,7 +171,8 @@ static void decoder_attend(target_decoder *d, int l, int a, int s0, int n_pre, i
     const target_config *c = &d->m->cfg;
     backend *be = d->m->be;
     target_work *w = &d->w;
-    int hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads, kvd = nkv * hd;
+    int hd = (int)target_layer_head_dim(c, l), nq = (int)c->n_heads, nkv = (int)target_layer_kv_heads(c, l);
+    int kvd = nkv * hd;
     size_t row = (size_t)kvd * dtype_size(ops_act_dtype(be));
     float scale = target_attn_scale(c);
     int window = c->layer_window[l];
@@ -415,9 +427,9 @@ void target_decoder_remove(target_decoder *d, int s) {
     if (s != last) { // the last sequence moves into slot s: its cached positions and linear states
         const target_config *c = &d->m->cfg;
         backend *be = d->m->be;
-        size_t e = dtype_size(ops_act_dtype(be)), kvd = (size_t)(c->n_kv_heads * c->head_dim);
-        size_t kv_bytes = (size_t)d->len[last] * kvd * e;
+        size_t e = dtype_size(ops_act_dtype(be));
         for (int a = 0; a < d->n_att; a++) {
+            size_t kv_bytes = (size_t)d->len[last] * (size_t)d->slot_kvd[a] * e;
             decoder_move(be, decoder_cache_at(d, d->k_cache, a, s, 0), decoder_cache_at(d, d->k_cache, a, last, 0), kv_bytes);
             decoder_move(be, decoder_cache_at(d, d->v_cache, a, s, 0), decoder_cache_at(d, d->v_cache, a, last, 0), kv_bytes);
         }

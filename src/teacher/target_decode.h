@@ -71,7 +71,10 @@ typedef struct {
     target_work w;
     int n_att, n_lin;         // attention layers (K/V cache) and Gated DeltaNet layers (conv + recurrent state)
     int *slot;                // host [n_layers]: layer l's index among the attention or among the linear layers
-    void *k_cache, *v_cache;  // [n_att, max_seqs, max_len, nkv*hd] act (keys after RoPE)
+    void *k_cache, *v_cache;  // [n_att, max_seqs, max_len, kvd_max] act (keys after RoPE); slot a's rows are
+                              // slot_kvd[a] = its layer's nkv*hd wide, packed from the slot's start
+    int *slot_kvd;            // host [n_att]
+    size_t kvd_max;           // the widest layer's nkv*hd (Gemma 4's full layers have heads of their own)
     void *conv_state;         // [n_lin, max_seqs, K-1, C] act: the conv's last K-1 inputs per sequence
     float *rec_state;         // [n_lin, max_seqs, Hv, dk, dv] f32: the delta rule's state per sequence
     void *last;               // [max_seqs, H] act: each sequence's newest hidden state

@@ -100,15 +100,17 @@ static int qwen3_parse(target_config *c, const cJSON *root, const char *src) {
 void target_dense_layer_tensors(target_model *m, int64_t l, const char *P, target_tensor_list *list) {
     const target_config *c = &m->cfg;
     target_layer *L = &m->layers[l];
-    int64_t H = c->hidden, hd = c->head_dim, q_out = c->n_heads * hd, kv_out = c->n_kv_heads * hd;
+    int64_t H = c->hidden, hd = target_layer_head_dim(c, l), q_out = c->n_heads * hd;
+    int64_t kv_out = target_layer_kv_heads(c, l) * hd;
+    int v_is_k = c->attn_k_eq_v && c->layer_window[l] == 0; // Gemma 4's full layers: no v_proj
     long long ll = (long long)l;
 #define ATTN_FMT "%slayers.%lld.self_attn.%s"
     target_tensor_add(list, &L->wq, 0, 2, q_out, H, 0, ATTN_FMT, P, ll, "q_proj.weight");
     if (c->qkv_bias) target_tensor_add(list, &L->bq, 0, 1, q_out, 0, 0, ATTN_FMT, P, ll, "q_proj.bias");
     target_tensor_add(list, &L->wk, 0, 2, kv_out, H, 0, ATTN_FMT, P, ll, "k_proj.weight");
     if (c->qkv_bias) target_tensor_add(list, &L->bk, 0, 1, kv_out, 0, 0, ATTN_FMT, P, ll, "k_proj.bias");
-    target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, ATTN_FMT, P, ll, "v_proj.weight");
-    if (c->qkv_bias) target_tensor_add(list, &L->bv, 0, 1, kv_out, 0, 0, ATTN_FMT, P, ll, "v_proj.bias");
+    if (!v_is_k) target_tensor_add(list, &L->wv, 0, 2, kv_out, H, 0, ATTN_FMT, P, ll, "v_proj.weight");
+    if (c->qkv_bias && !v_is_k) target_tensor_add(list, &L->bv, 0, 1, kv_out, 0, 0, ATTN_FMT, P, ll, "v_proj.bias");
     target_tensor_add(list, &L->wo, 0, 2, H, q_out, 0, ATTN_FMT, P, ll, "o_proj.weight");
     if (c->o_bias) target_tensor_add(list, &L->bo, 0, 1, H, 0, 0, ATTN_FMT, P, ll, "o_proj.bias");
     if (c->qk_norm) {
@@ -129,15 +131,19 @@ void target_dense_attn_project(const target_model *m, int l, target_work *w, int
     const target_config *c = &m->cfg;
     const target_layer *L = &m->layers[l];
     backend *be = m->be;
-    int H = (int)c->hidden, hd = (int)c->head_dim, nq = (int)c->n_heads, nkv = (int)c->n_kv_heads;
-    int rot = (int)(c->rope_dim > 0 ? c->rope_dim : hd);
+    int H = (int)c->hidden, hd = (int)target_layer_head_dim(c, l), nq = (int)c->n_heads;
+    int nkv = (int)target_layer_kv_heads(c, l);
+    // the rotary dims: a sliding layer with a base of its own rotates its whole head (Gemma)
+    int rot = c->layer_window[l] > 0 && c->rope_theta_local > 0 ? hd : (int)(c->rope_dim > 0 ? c->rope_dim : hd);
     dense_linear_bias(be, w->q, w->xn, L->wq, L->bq, T, H, nq * hd);
     dense_linear_bias(be, w->k, w->xn, L->wk, L->bk, T, H, nkv * hd);
-    dense_linear_bias(be, w->v, w->xn, L->wv, L->bv, T, H, nkv * hd);
+    if (L->wv) dense_linear_bias(be, w->v, w->xn, L->wv, L->bv, T, H, nkv * hd);
+    else ops_copy_2d(be, w->v, nkv * hd, w->k, nkv * hd, T, nkv * hd); // Gemma 4's k_eq_v: v = k_proj(x)
     if (c->qk_norm) { // per-head RMSNorm before RoPE
         target_norm(m, w->q, w->q, L->q_norm, T * nq, hd);
         target_norm(m, w->k, w->k, L->k_norm, T * nkv, hd);
     }
+    if (c->v_norm) ops_rmsnorm(be, w->v, w->v, m->ones, T * nkv, hd, (float)c->rms_eps); // no weight (Gemma 4)
     const float *inv = target_layer_inv_freq(m, l);
     if (rot == hd) {
         ops_rope(be, w->q, w->pos, inv, T, nq, hd);
@@ -151,7 +157,8 @@ void target_dense_attn_project(const target_model *m, int l, target_work *w, int
 void target_dense_attn_finish(const target_model *m, int l, target_work *w, int T) {
     const target_config *c = &m->cfg;
     const target_layer *L = &m->layers[l];
-    dense_linear_bias(m->be, w->xn, w->att, L->wo, L->bo, T, (int)(c->n_heads * c->head_dim), (int)c->hidden);
+    dense_linear_bias(m->be, w->xn, w->att, L->wo, L->bo, T, (int)(c->n_heads * target_layer_head_dim(c, l)),
+                      (int)c->hidden);
 }
 
 void target_dense_forward(const target_model *m, int l, target_work *w, int T, int n_seq, void *conv_state,
