@@ -110,9 +110,12 @@ static int target_check_layer_count(const target_config *c, const st_dir *d, con
         long long l = strtoll(s + n, NULL, 10);
         if (l > top) top = l, name = s;
     }
-    if (top >= c->n_layers)
-        return error_set("target %s: the weights hold layer %lld (tensor %s) but config.json's 'num_hidden_layers' is %lld:"
-                         " the config and the weights disagree", dir, top, name, (long long)c->n_layers);
+    // the multi-token-prediction layers DeepSeek-V3 and GLM-4.5 publish after the last one
+    // (num_nextn_predict_layers; transformers does not load them, nor does the teacher)
+    if (top >= c->n_layers + c->mtp_layers)
+        return error_set("target %s: the weights hold layer %lld (tensor %s) but config.json's 'num_hidden_layers' is %lld%s:"
+                         " the config and the weights disagree", dir, top, name, (long long)c->n_layers,
+                         c->mtp_layers ? " (plus 'num_nextn_predict_layers')" : "");
     return 0;
 }
 

@@ -132,7 +132,8 @@ typedef struct target_work {
     void *moe_route_work;                       // ops_moe_route's scratch
     void *moe_xs, *moe_gu, *moe_act, *moe_ys;   // [R, H], [R, 2Ie], [R, Ie], [R, H] act
     void *moe_shared, *moe_sgate;               // [T, H], [T] act: the shared expert's output and gate
-    void *router_act;                           // [T, E] act: the router's logits with its bias (gpt-oss), before fp32
+    void *router_act;                           // [T, E] act: the router's bias on every row (gpt-oss), before fp32
+    int32_t *router_zero;                       // [T] i32 zeros: the rows ops_embed reads the bias into router_act with
     int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
     float *m, *s;                               // running LSE state [max_tokens]
     // outputs (device)

@@ -466,6 +466,10 @@ static int tc_parse_root(target_config *c, const cJSON *top, const char *top_src
         tc_refuse_true(root, "attention_bias", src, "biases in q/k/v/o_proj are not supported for this architecture"))
         return -1;
     if (tc_refuse_true(root, "mlp_bias", src, "biases in gate/up/down_proj are not supported")) return -1;
+    if (json_get_int(root, "num_nextn_predict_layers", "num_nextn_predict_layers", src, &c->mtp_layers, NULL)) return -1;
+    if (c->mtp_layers < 0 || c->mtp_layers > TARGET_MAX_LAYERS)
+        return error_set("%s: 'num_nextn_predict_layers' must be in [0, %d], got %lld", src, TARGET_MAX_LAYERS,
+                         (long long)c->mtp_layers);
     int windowed = 0;
     for (int64_t i = 0; i < c->n_layers && i < TARGET_MAX_LAYERS; i++) windowed |= c->layer_window[i] > 0;
     if (!windowed && tc_refuse_true(root, "use_sliding_window", src,

@@ -17,7 +17,7 @@
 //   k = [k_nope | k_pe] per head (k_pe the same for every head), q = [q_nope | q_pe]
 //   causal attention with scale qk^-0.5 * mscale^2, mscale = 0.1 * mscale_all_dim * ln(factor) + 1
 //   when the rope scaling is not default and has mscale_all_dim (DeepseekV3Attention's
-//   yarn_apply_mscale; YaRN factor 40 with mscale_all_dim 1 as published: x 1.873); YaRN's own
+//   yarn_apply_mscale; YaRN factor 40 with mscale_all_dim 1 as published: x 1.874); YaRN's own
 //   cos/sin factor must be 1 (mscale == mscale_all_dim, as published; target_config_parse refuses
 //   another with this partial RoPE)
 //   out = o_proj(attention) over the vd dims of each head

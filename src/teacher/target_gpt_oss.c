@@ -23,11 +23,12 @@
 // [E, out, in] (target_tensor.transpose); gpt-oss as published stores them MXFP4-quantised
 // (NAME_blocks / NAME_scales, already [E, out, in]), de-quantised at load (target_quant.h).
 //
-// The router's bias is added in the activation dtype: the logits are one GEMM into act [T, E]
-// (target_work.router_act), ops_bias_add, then ops_to_f32 for the route (fp32 softmax / top-k). On
-// the CPU the activations are fp32, so this is transformers' fp32 F.linear(x, W, b) up to summation
-// order; on CUDA the logits are rounded to bf16 once before and once after the bias, as transformers'
-// bf16 forward rounds its bf16 logits (once).
+// The router's logits are fp32 on every backend, as the other MoE targets' (the route's softmax and
+// top-k are fp32): the bias (stored in the activation dtype, as the checkpoint's bf16 holds it
+// exactly) is broadcast to every row by ops_embed (row 0 of the [1, E] bias for each token:
+// target_work.router_act, router_zero), widened to fp32 into the logits, and the router's GEMM adds
+// x @ W^T onto it (beta 1, fp32 output): F.linear(x, W, b) with no rounding of the logits to bf16,
+// which transformers' bf16 forward does (a router near-tie can then pick another expert there).
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -151,11 +152,12 @@ static void gpt_oss_mlp_tensors(target_model *m, int64_t l, const char *P, targe
 #undef MLP_FMT
 }
 
-// gpt_oss_work_carve: the routed rows' buffers (target_moe.c) and the router's act logits.
+// gpt_oss_work_carve: the routed rows' buffers (target_moe.c) and the router bias's rows.
 static void gpt_oss_work_carve(target_work *w, arena *a, const target_model *m, int max_tokens) {
     target_moe_work_carve(w, a, m, max_tokens);
     size_t e = dtype_size(ops_act_dtype(m->be));
     w->router_act = arena_alloc(a, (size_t)max_tokens * (size_t)m->cfg.n_experts * e);
+    w->router_zero = arena_alloc(a, (size_t)max_tokens * sizeof(int32_t));
 }
 
 // The MLP of layer l: w->xn [T, H] in, out in w->xn.
@@ -165,10 +167,13 @@ static void gpt_oss_mlp_forward(const target_model *m, int l, target_work *w, in
     backend *be = m->be;
     int H = (int)c->hidden, E = (int)c->n_experts, k = (int)c->n_experts_tok, Ie = (int)c->moe_intermediate;
     int R = T * k;
-    // router: x @ W^T + b (act), then fp32 for the softmax over the top k
-    target_linear(be, w->router_act, w->xn, L->router, T, H, E);
-    ops_bias_add(be, w->router_act, L->router_bias, T, E);
+    // router logits in fp32: the bias on every row (row 0 of the [1, E] bias read for each token by
+    // ops_embed, then to fp32), then += x @ W^T by the GEMM (beta 1: fp32 accumulation and output)
+    dtype dt = ops_act_dtype(be);
+    backend_memset_zero(be, w->router_zero, (size_t)T * sizeof(int32_t));
+    ops_embed(be, w->router_act, L->router_bias, w->router_zero, T, E);
     ops_to_f32(be, w->router_logits, w->router_act, (int64_t)T * E);
+    backend_gemm(be, 0, 1, T, E, H, 1.0f, w->xn, H, L->router, H, 1.0f, w->router_logits, E, dt, DT_F32);
     ops_moe_route(be, w->router_logits, T, E, k, 1, w->topk_idx_e, w->topk_w_e, w->moe_offsets, w->moe_perm,
                   w->moe_slot, w->moe_route_work);
     ops_moe_gather(be, w->moe_xs, w->xn, w->moe_perm, R, H);

@@ -34,9 +34,22 @@ expect_fail missing-tensor "missing tensor model.layers.1.self_attn.k_norm.weigh
 
 # an architecture we do not run
 cp -r "$TMP/good" "$TMP/arch"
-sed -i 's/Qwen3ForCausalLM/MistralForCausalLM/' "$TMP/arch/config.json"
-expect_fail unsupported-arch "MistralForCausalLM" \
+sed -i 's/Qwen3ForCausalLM/Phi3ForCausalLM/' "$TMP/arch/config.json"
+expect_fail unsupported-arch "Phi3ForCausalLM" \
   "$T" teacher-dump "$TMP/arch" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+
+# weights past num_hidden_layers: refused, unless they are the multi-token-prediction layers the
+# config declares (num_nextn_predict_layers, as DeepSeek-V3 and GLM-4.5 publish them), which are
+# not read: the one-layer model then equals the two-layer one's first layer
+cp -r "$TMP/good" "$TMP/extra"
+sed -i 's/"num_hidden_layers":[[:space:]]*2/"num_hidden_layers": 1/' "$TMP/extra/config.json"
+expect_fail extra-layer "the weights hold layer 1 (tensor model.layers.1." \
+  "$T" teacher-dump "$TMP/extra" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
+sed -i 's/"num_hidden_layers": 1/"num_hidden_layers": 1, "num_nextn_predict_layers": 1/' "$TMP/extra/config.json"
+expect_ok mtp-layer "$T" teacher-dump "$TMP/extra" "$TMP/tok.json" "$TMP/mtp.safetensors" --layers 0 --topk 4 --device cpu
+sed -i 's/"num_nextn_predict_layers": 1/"num_nextn_predict_layers": -1/' "$TMP/extra/config.json"
+expect_fail mtp-negative "'num_nextn_predict_layers' must be in" \
+  "$T" teacher-dump "$TMP/extra" "$TMP/tok.json" "$TMP/o.safetensors" --layers 0 --device cpu
 
 # a truncated shard of a sharded checkpoint
 make_model "$TMP/sharded" --shards 2
