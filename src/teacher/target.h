@@ -72,6 +72,12 @@ typedef struct target_model {
     // last the final norm and the lm_head (the embedding again when they are tied); m->layers is
     // indexed by the global layer id whatever the range.
     int64_t layer_begin, layer_end;
+    // teacher.quant_weights resident (target_quant.h): the layers' quantised tensors stay in the weights
+    // arena as stored; their pointers in target_layer point into one layer scratch (scratch_bytes, in the
+    // arena too), which target_layer_materialize fills with a layer's de-quantised tensors before it runs
+    struct target_quant_job_list *quant_jobs; // NULL: every weight at compute size
+    size_t scratch_bytes;
+    int64_t scratch_layer;   // the layer the scratch holds (-1: none)
 } target_model;
 
 // target_stage_range: m's layers [*l0, *l1) (the whole model when no range is set).
@@ -80,7 +86,12 @@ static inline int target_stage_is_first(const target_model *m) { return m->layer
 int target_stage_is_last(const target_model *m);
 // target_stage_weight_bytes: the weights of layers [l0, l1) with the embedding when l0 = 0 and the
 // final norm + lm_head when l1 = n_layers (target_weight_bytes = the whole range).
+// With teacher.quant_weights resident (c->quant.resident), each tensor config.json says is quantised
+// (target_quant_planned) counts at its stored size (codes + scales) and the stage adds its layer
+// scratch: its largest layer's quantised tensors at compute size (target_stage_weight_scratch).
 size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1);
+// target_stage_weight_scratch: the layer scratch within target_stage_weight_bytes (0: none).
+size_t target_stage_weight_scratch(const target_config *c, dtype dt, int64_t l0, int64_t l1);
 // target_stage_split: G consecutive non-empty layer ranges, stage s = [bounds[s], bounds[s+1]),
 // whose largest weight bytes (as target_stage_weight_bytes counts them) is the smallest possible.
 // -1 with error_set naming world.teacher_group_size when G exceeds the target's layers.
@@ -96,6 +107,11 @@ void target_free(target_model *m);
 size_t target_weight_bytes(const target_config *c, dtype dt);
 // target_model_weight_bytes: what m's stage holds (its range; the whole model when none is set).
 size_t target_model_weight_bytes(const target_model *m);
+
+// target_layer_materialize: with resident quantised weights, de-quantise layer l's into the layer
+// scratch (ops_quant.h) unless it holds them already; nothing otherwise. Called before a layer runs
+// (target_forward's loop, the decoder's), the only places that run layers.
+void target_layer_materialize(target_model *m, int64_t l);
 
 // What a forward produces.
 typedef struct {
@@ -235,3 +251,43 @@ void target_norm(const target_model *m, void *out, const void *in, const void *w
 
 // y[T, out] = x[T, in] @ W[out, in]^T on the backend (act in, act out).
 void target_linear(backend *be, void *y, const void *x, const void *W, int T, int in, int out);
+
+// ----------------------------------------------------------------------------- for dflash_tool make-target
+
+// target_tensor_names: every tensor of a checkpoint of config c as the loader lists it (the whole
+// model, in target_load's order, with the shapes config.json implies as they are on the device):
+// fn(ctx, t) for each entry. t->transpose: the file holds the last two dims swapped; an entry with
+// alloc_only is a buffer, not a file tensor (its parts, parent >= 0, are). d: the checkpoint whose
+// names choose between layouts (the experts fused or per expert: an empty st_dir gives the
+// per-expert layout where the MLP has both); NULL: the layouts a sizing pass assumes (fused).
+void target_tensor_names(const target_config *c, const struct st_dir *d, void (*fn)(void *ctx, const target_tensor *t),
+                         void *ctx);
+
+// target_config_fresh: c was filled by hand (make-target's options), not by target_config_parse
+// (which always sets mlp_act): a family's to_json then writes its fixed choices for a new model
+// where make-target's options say nothing (Gemma's query_pre_attn_scalar, gpt-oss's YaRN, the
+// DeepSeek-V3 latent ranks, ...); for a parsed config it writes what c holds.
+static inline int target_config_fresh(const target_config *c) { return c->mlp_act == 0; }
+
+// The keys several families' config.json (their to_json) share, in the spelling transformers 5
+// saves (target_dense.c):
+// target_json_begin: a new object with architectures (table A's text-only class), model_type,
+// vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+// max_position_embeddings, rms_norm_eps and tie_word_embeddings.
+struct cJSON *target_json_begin(const target_config *c, const struct target_arch *A);
+// target_json_rope: c's RoPE into object r (rope_theta, rope_type and its parameters: default,
+// linear, llama3, yarn, proportional; theta: the base to write).
+void target_json_rope(struct cJSON *r, const target_config *c, double theta);
+// target_json_window: the sliding layers' window (0: none); target_json_layer_types: layer_types,
+// full_attention / sliding_attention per layer as c->layer_window says.
+int64_t target_json_window(const target_config *c);
+void target_json_layer_types(struct cJSON *o, const target_config *c);
+// target_json_end: attention_dropout, initializer_range, use_cache and dtype added, the text
+// printed; o freed. who names the caller in the out-of-memory fatal.
+char *target_json_end(struct cJSON *o, const target_config *c, const char *who);
+// target_json_moe_sigmoid (target_deepseek_v3.c): the keys of target_mlp_moe_sigmoid (DeepSeek-V3,
+// GLM-4.5): the routed and shared experts, the groups, the scaling, the leading dense layers. A
+// fresh config gets one shared expert, routed_scaling_factor 2.5, the first layer dense (of two or
+// more) and, with groups, the experts in up to 4 groups of 2 or more of which half are kept
+// (DeepSeek-V3's 8 of 32, 4 kept), else one group (GLM-4.5).
+void target_json_moe_sigmoid(struct cJSON *o, const target_config *c, int groups);

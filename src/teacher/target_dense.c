@@ -1,7 +1,7 @@
 // target_dense.c: the dense attention of Qwen3, Llama, Qwen2 and Mistral targets (transformers'
 // models/qwen3, llama, qwen2, mistral) and their tables, qwen3, llama, qwen2 and mistral
-// (target_arch.h); its parts serve the other families with this attention (Gemma 3, GLM-4.5,
-// gpt-oss: target_mixer_dense). The residual frame, the SwiGLU MLP and the lm_head are target.c's.
+// (target_arch.h); its parts serve the other families with this attention (Gemma 3 and 4, GLM-4.5,
+// gpt-oss: target_dense_layer_tensors, target_dense_attn_project, ...). The residual frame, the SwiGLU MLP and the lm_head are target.c's.
 //
 // Per token (nq query heads, nkv kv heads, head_dim hd):
 //   q = q_proj(x) (+ bq), k = k_proj(x) (+ bk), v = v_proj(x) (+ bv)   per head (biases: c->qkv_bias)
@@ -223,16 +223,135 @@ static char *dense_to_json(const target_config *c, const target_arch *A, int qwe
 static char *qwen3_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 1); }
 static char *llama_to_json(const target_config *c, const target_arch *A) { return dense_to_json(c, A, 0); }
 
+// ---------------------------------------------------------------- config.json of the other families
+// The shared keys of their to_json (target.h), in transformers 5's spelling (rope_parameters, dtype).
+
+cJSON *target_json_begin(const target_config *c, const target_arch *A) {
+    const target_arch_class *cls = target_arch_class_of(A, 0);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *archs = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(cls->class_name));
+    cJSON_AddStringToObject(o, "model_type", cls->model_type);
+    cJSON_AddNumberToObject(o, "vocab_size", (double)c->vocab);
+    cJSON_AddNumberToObject(o, "hidden_size", (double)c->hidden);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", (double)c->n_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", (double)c->max_positions);
+    json_add_float_py(o, "rms_norm_eps", c->rms_eps);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_embeddings != 0);
+    return o;
+}
+
+void target_json_rope(cJSON *r, const target_config *c, double theta) {
+    json_add_float_py(r, "rope_theta", theta);
+    if (c->rope_llama3) {
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        json_add_float_py(r, "factor", c->rope_factor);
+        json_add_float_py(r, "low_freq_factor", c->rope_low_freq_factor);
+        json_add_float_py(r, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
+    } else if (c->rope_linear) {
+        cJSON_AddStringToObject(r, "rope_type", "linear");
+        json_add_float_py(r, "factor", c->rope_factor);
+    } else if (c->rope_yarn) {
+        cJSON_AddStringToObject(r, "rope_type", "yarn");
+        json_add_float_py(r, "factor", c->rope_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)c->rope_original_max_positions);
+        json_add_float_py(r, "beta_fast", c->rope_beta_fast);
+        json_add_float_py(r, "beta_slow", c->rope_beta_slow);
+        cJSON_AddBoolToObject(r, "truncate", c->rope_truncate != 0);
+        double f = c->rope_factor, ms = c->rope_mscale, msa = c->rope_mscale_all_dim, af;
+        if (ms != 0 && msa != 0) {
+            json_add_float_py(r, "mscale", ms);
+            json_add_float_py(r, "mscale_all_dim", msa);
+            af = (f <= 1 ? 1.0 : 0.1 * ms * log(f) + 1.0) / (f <= 1 ? 1.0 : 0.1 * msa * log(f) + 1.0);
+        } else {
+            af = f <= 1 ? 1.0 : 0.1 * log(f) + 1.0;
+        }
+        // what target_config_parse derives unless the file says otherwise
+        if (c->rope_attention_factor > 0 && c->rope_attention_factor != af)
+            json_add_float_py(r, "attention_factor", c->rope_attention_factor);
+    } else if (c->rope_proportional) {
+        cJSON_AddStringToObject(r, "rope_type", "proportional");
+        json_add_float_py(r, "partial_rotary_factor", c->rope_proportion);
+        if (c->rope_factor != 1.0) json_add_float_py(r, "factor", c->rope_factor);
+    } else {
+        cJSON_AddStringToObject(r, "rope_type", "default");
+    }
+}
+
+int64_t target_json_window(const target_config *c) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < c->n_layers; i++)
+        if (c->layer_window[i] > w) w = c->layer_window[i];
+    return w;
+}
+
+void target_json_layer_types(cJSON *o, const target_config *c) {
+    cJSON *types = cJSON_AddArrayToObject(o, "layer_types");
+    for (int64_t i = 0; i < c->n_layers; i++)
+        cJSON_AddItemToArray(types, cJSON_CreateString(c->layer_window[i] > 0 ? "sliding_attention" : "full_attention"));
+}
+
+char *target_json_end(cJSON *o, const target_config *c, const char *who) {
+    json_add_float_py(o, "attention_dropout", 0.0);
+    json_add_float_py(o, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(o, "use_cache", 1);
+    if (c->torch_dtype[0]) cJSON_AddStringToObject(o, "dtype", c->torch_dtype);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) fatal("%s: out of memory", who);
+    return text; // plain malloc (cJSON's default hooks): the caller's free() is right
+}
+
+// dense_common_to_json: the keys Qwen2Config and MistralConfig share; head_dim when it is not
+// hidden_size / heads (both classes read it: getattr(config, "head_dim", ...)) or always.
+static cJSON *dense_common_to_json(const target_config *c, const target_arch *A, int head_dim_always) {
+    cJSON *o = target_json_begin(c, A);
+    A->mlp->to_json(o, c);
+    if (head_dim_always || c->head_dim * c->n_heads != c->hidden)
+        cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    target_json_rope(cJSON_AddObjectToObject(o, "rope_parameters"), c, c->rope_theta);
+    return o;
+}
+
+// qwen2_to_json: Qwen2Config (q/k/v biases are the class's, no key); the sliding layers as
+// layer_types with use_sliding_window (transformers keeps sliding_window only then).
+static char *qwen2_to_json(const target_config *c, const target_arch *A) {
+    cJSON *o = dense_common_to_json(c, A, 0);
+    int64_t w = target_json_window(c), first = c->n_layers;
+    for (int64_t i = c->n_layers - 1; i >= 0; i--)
+        if (c->layer_window[i] > 0) first = i;
+    cJSON_AddBoolToObject(o, "use_sliding_window", w > 0);
+    if (w > 0) cJSON_AddNumberToObject(o, "sliding_window", (double)w);
+    else cJSON_AddNullToObject(o, "sliding_window");
+    cJSON_AddNumberToObject(o, "max_window_layers", (double)first);
+    target_json_layer_types(o, c);
+    return target_json_end(o, c, "qwen2_to_json");
+}
+
+// mistral_to_json: MistralConfig: one sliding_window for every layer (null: none), no layer_types
+// (the class ignores it); head_dim always, as the class saves it.
+static char *mistral_to_json(const target_config *c, const target_arch *A) {
+    cJSON *o = dense_common_to_json(c, A, 1);
+    int64_t w = target_json_window(c);
+    if (w > 0) cJSON_AddNumberToObject(o, "sliding_window", (double)w);
+    else cJSON_AddNullToObject(o, "sliding_window");
+    return target_json_end(o, c, "mistral_to_json");
+}
+
 #define DENSE_PARTS                                                                                          \
     .layer_tensors = target_dense_layer_tensors, .forward = target_dense_forward,                             \
     .attn_project = target_dense_attn_project, .attn_finish = target_dense_attn_finish
 
 const target_mixer target_mixer_qwen3 = {.parse = qwen3_parse, DENSE_PARTS, .to_json = qwen3_to_json};
 const target_mixer target_mixer_llama = {.parse = dense_parse, DENSE_PARTS, .to_json = llama_to_json};
-// make-target does not write these families (no to_json): their fixtures are checkpoints saved by
-// transformers (tests/reference/make_hf_fixtures.py)
-static const target_mixer mixer_qwen2 = {.parse = qwen2_parse, DENSE_PARTS};
-static const target_mixer mixer_mistral = {.parse = mistral_parse, DENSE_PARTS};
+// make-target writes these from the teacher's tensor list (tools/tool_make_target.c); the fixtures
+// against transformers are checkpoints saved by transformers (tests/reference/make_hf_fixtures.py)
+static const target_mixer mixer_qwen2 = {.parse = qwen2_parse, DENSE_PARTS, .to_json = qwen2_to_json};
+static const target_mixer mixer_mistral = {.parse = mistral_parse, DENSE_PARTS, .to_json = mistral_to_json};
 
 // Qwen3Config: head_dim 128 whatever hidden_size is, 32 kv heads, 32768 positions.
 const target_arch target_arch_qwen3 = {
