@@ -27,6 +27,7 @@
 #include "common/core/stop.h"
 #include "common/core/version.h"
 #include "modes/mode.h"
+#include "teacher/target_quant.h"
 #include "modes/mode_claim.h"
 #include "preflight.h"
 
@@ -194,6 +195,11 @@ int main(int argc, char **argv) {
     int a = args_parse(argc, argv, &cfg);
     if (a != 0) return a < 0 ? early_status(2) : 0;
 
+    // a quantised target's weights on the device: one setting for every plan, split and load of this process
+    if (target_quant_weights_set(cfg.teacher_quant_weights, "teacher.quant_weights")) {
+        early_error("%s", error_msg());
+        return early_status(2);
+    }
     // What a job cannot start without, said before any rank starts working.
     const mode_def *mode = mode_find(cfg.mode);
     if (!mode || config_check(&cfg) || (mode->prepare && mode->prepare(&cfg))) { // e.g. data.path and data.sets both set

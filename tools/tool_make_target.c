@@ -2,7 +2,10 @@
 //
 // NAME is an architecture table's name in the teacher's registry (target_registry.c), the table's
 // text-only class, or NAME_vl for its multimodal class: qwen3|llama|qwen3_5|qwen3_5_vl|qwen3_moe|
-// qwen3_5_moe|qwen3_5_moe_vl today; a new table of an existing family is one without a change here.
+// qwen3_5_moe|qwen3_5_moe_vl, written from this file's own tensor list (mt_build_list, below), and
+// qwen2|mistral|gemma3|gemma4|gpt_oss|glm4_moe|deepseek_v3 (text-only classes), written from the
+// teacher's (see "The other families" below); a new table of an existing family is one without a
+// change here, and so is a new family whose table has a to_json.
 //
 // Writes a random-weight target model directory in the exact Hugging Face layout (SPEC §2), which
 // transformers loads with AutoModelForCausalLM.from_pretrained: config.json, and model.safetensors
@@ -46,6 +49,35 @@
 // the per-expert tensors use), so the two describe one model.
 // drawn in fp32 and rounded to --dtype (round to nearest even).
 //
+// The other families (every table but those of Qwen3, Llama and Qwen3.5): config.json is the
+// table's to_json of the config the options say (target_config_fresh: the family's fixed choices
+// fill the rest: Qwen2's q/k/v biases; Gemma 3's query_pre_attn_scalar = head_dim, no soft-cap,
+// sliding layers' RoPE base 1e4; Gemma 4's full layers with heads of 2 x head_dim, half the kv
+// heads, k_eq_v, proportional RoPE on a quarter, soft-cap 30; gpt-oss's q/k/v/o biases, sinks,
+// swiglu_limit 7, YaRN over 4096 positions; GLM-4.5's q/k/v biases, RoPE on half the head;
+// DeepSeek-V3's latent dims from head_dim in its proportions, YaRN over 4096 positions; the
+// sigmoid MoE's one shared expert, scaling 2.5, first layer dense; each to_json's comment says
+// which), read back by target_config_parse, which must give the same text again and what the
+// options said (a family that cannot, e.g. --sliding-window without sliding layers, is refused
+// naming the option). The tensors are the teacher's own list for that config (target_tensor_names:
+// the names, the order, the shapes it checks at load), each drawn by its name:
+//   linear weights (2-3 dims)      N(0, 1/fan_in)    (fan_in: the last dim as the teacher holds it;
+//                                                     experts per expert)
+//   embed_tokens, lm_head          N(0, 16/H)
+//   *norm* weights                 1 + 0.1 N(0, 1)   (0.1 N(0, 1) where the family's norms are
+//                                                     zero-centred, x (1 + w): Gemma 3)
+//   biases (*.bias, *_bias)        0.1 N(0, 1)
+//   mlp.gate.weight, mlp.router.weight (routers)  N(0, 4/H)
+//   self_attn.sinks                N(0, 1)
+//   layer_scalar                   1
+//   e_score_correction_bias        0.5 N(0, 1), stored F32 whatever --dtype (transformers keeps it so)
+// in the layout transformers saves: DeepSeek-V3's and GLM-4.5's experts per expert (--experts-layout
+// fused: gate_up_proj [E, 2I, H] + down_proj [E, H, I], which the teacher and transformers read
+// too), gpt-oss's as its parameters are shaped, gate_up_proj [E, H, 2I] and down_proj [E, I, H]
+// (the teacher's transposed entries). Tensor i of the list draws from stream i, as above.
+// tests/reference/check_make_target_families.py checks them against transformers (its log:
+// tests/reference/data/make_target_families.log); tests/cli/test_make_target_families.sh runs them.
+//
 // The directory is built under OUT_DIR.tmp.<pid> and renamed to OUT_DIR at the end, so a failed
 // run leaves nothing behind. OUT_DIR must not exist yet.
 #include <dirent.h>
@@ -65,6 +97,7 @@
 #include "common/core/half.h"
 #include "common/core/rng.h"
 #include "common/data/safetensors.h"
+#include "teacher/target.h"
 #include "teacher/target_config.h"
 #include "teacher/target_registry.h"
 #include "tools/tools.h"
@@ -82,6 +115,7 @@ static void make_target_usage(FILE *f) {
             "                               MoE: [--experts E] [--experts-per-tok K] [--moe-intermediate I]\n"
             "                               [--experts-layout per-expert|fused] qwen3_moe: [--norm-topk]\n"
             "                               [--sparse-step N] [--mlp-only LIST] qwen3_5_moe*: [--shared-intermediate IS]\n"
+            "                               sliding windows: [--sliding-window W] [--layer-types LIST]\n"
             "\n"
             "Write a random-weight model directory in the Hugging Face layout (config.json + model.safetensors,\n"
             "or N shards + model.safetensors.index.json):\n"
@@ -92,13 +126,27 @@ static void make_target_usage(FILE *f) {
             "  qwen3_moe   Qwen3MoeForCausalLM (Qwen3 attention, mixture-of-experts MLPs)\n"
             "  qwen3_5_moe Qwen3_5MoeForCausalLM (the hybrid with a sparse MLP + shared expert on every layer)\n"
             "  qwen3_5_moe_vl  Qwen3_5MoeForConditionalGeneration (its multimodal wrapper, as qwen3_5_vl)\n"
+            "  qwen2       Qwen2ForCausalLM (q/k/v biases)\n"
+            "  mistral     MistralForCausalLM (one sliding window on every layer, or none)\n"
+            "  gemma3      Gemma3ForCausalLM (sandwich (1 + w) norms, GeGLU, query_pre_attn_scalar = head_dim)\n"
+            "  gemma4      Gemma4ForCausalLM (the dense 31B's layout: full layers with 2 x head_dim heads, half\n"
+            "              the kv heads and v = k; proportional RoPE; layer scalars; soft-cap 30)\n"
+            "  gpt_oss     GptOssForCausalLM (biases, sinks, experts of --moe-intermediate, YaRN)\n"
+            "  glm4_moe    Glm4MoeForCausalLM (q/k/v biases, RoPE on half the head, sigmoid-routed experts +\n"
+            "              a shared expert, the first layer dense)\n"
+            "  deepseek_v3 DeepseekV3ForCausalLM (latent attention with dims from --head-dim: rope D/3, nope and v\n"
+            "              the rest, kv_lora 4 nope, q_lora 12 nope; --kv-heads = --heads; grouped sigmoid routing\n"
+            "              + a shared expert, the first layer dense; YaRN)\n"
+            "  (gpt_oss / deepseek_v3: YaRN over 4096 positions by --max-positions / 4096, as published with\n"
+            "   131072 / 163840; plain RoPE up to 4096)\n"
             "\n"
             "  --head-dim D          default H / NQ\n"
-            "  --intermediate I      MLP width, default 3*H\n"
+            "  --intermediate I      MLP width, default 3*H (the dense layers' for the MoE targets that have them)\n"
             "  --seed S              weights are a function of the arguments and S (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight, the embedding serves\n"
-            "  --rope-theta X        default 10000\n"
-            "  --rope-llama3 FACTOR  llama3 RoPE scaling (low_freq_factor 1, high_freq_factor 4; not qwen3_5*)\n"
+            "  --rope-theta X        default 10000 (the family's default for the others: gemma 1e6, gpt_oss 150000)\n"
+            "  --rope-llama3 FACTOR  llama3 RoPE scaling (low_freq_factor 1, high_freq_factor 4; not qwen3_5*,\n"
+            "                        gpt_oss, deepseek_v3)\n"
             "  --rope-original-max P0  its original_max_position_embeddings (default 8192)\n"
             "  --dtype               weight dtype (default bf16)\n"
             "  --shards N            split the weights into N files (default 1)\n"
@@ -113,18 +161,23 @@ static void make_target_usage(FILE *f) {
             "  --full-interval N     every N-th layer is full attention (full_attention_interval; default 4)\n"
             "  --layer-types LIST    explicit layer_types, L entries of linear|full: linear,linear,full,...\n"
             "  --partial-rotary F    partial_rotary_factor (default 0.25): RoPE on int(D*F) dims, even\n"
-            "qwen3_moe / qwen3_5_moe / qwen3_5_moe_vl (mixture of experts):\n"
+            "the mixture-of-experts targets (qwen3_moe, qwen3_5_moe*, gpt_oss, glm4_moe, deepseek_v3):\n"
             "  --experts E           num_experts (default 8)\n"
             "  --experts-per-tok K   num_experts_per_tok, <= E (default 2)\n"
             "  --moe-intermediate I  moe_intermediate_size, each expert's width (default H)\n"
-            "  --experts-layout L    per-expert: mlp.experts.{e}.{gate,up,down}_proj.weight (qwen3_moe's default,\n"
-            "                        as published); fused: mlp.experts.gate_up_proj [E, 2I, H] + down_proj [E, H, I]\n"
-            "                        (qwen3_5_moe*'s default, as published); the same values either way\n"
+            "  --experts-layout L    per-expert: mlp.experts.{e}.{gate,up,down}_proj.weight (qwen3_moe's, glm4_moe's\n"
+            "                        and deepseek_v3's default, as published and saved); fused: mlp.experts.gate_up_proj\n"
+            "                        [E, 2I, H] + down_proj [E, H, I] (qwen3_5_moe*'s default, as published); the same\n"
+            "                        values either way for the qwen ones (gpt_oss: its one layout)\n"
             "  --norm-topk           qwen3_moe: norm_topk_prob (renormalise the top-k weights; qwen3_5_moe always does)\n"
             "  --sparse-step N       qwen3_moe: decoder_sparse_step: layer i sparse when (i+1) %% N == 0 (default 1)\n"
             "  --mlp-only LIST       qwen3_moe: mlp_only_layers, dense layers: 0,3,...\n"
             "  --shared-intermediate IS  qwen3_5_moe*: shared_expert_intermediate_size (default I)\n"
-            "  (--intermediate is the dense layers' width: qwen3_moe only)\n");
+            "  (--intermediate is the dense layers' width: qwen3_moe, glm4_moe, deepseek_v3)\n"
+            "qwen2 / mistral / gemma3 / gemma4 / gpt_oss (sliding-window attention; default: none):\n"
+            "  --sliding-window W    the sliding layers' window (sliding_window); alone: every layer sliding\n"
+            "                        (gemma4: the last layer is full whatever)\n"
+            "  --layer-types LIST    L entries of full|sliding: full,sliding,... (not mistral: all or none)\n");
 }
 
 // ---------------------------------------------------------------- the tensor list
@@ -138,6 +191,11 @@ typedef enum {
     MT_DT_BIAS, // -0.5 + 0.5 N(0, 1)
     MT_BIAS,   // 0.02 N(0, 1)
     MT_ROUTER, // N(0, 4/H): a MoE router
+    // the families written from the teacher's tensor list (mt_teacher_list)
+    MT_BIAS1,  // 0.1 N(0, 1): attention, router and expert biases
+    MT_SINK,   // N(0, 1): attention sinks (gpt-oss)
+    MT_ONE,    // 1: layer_scalar (Gemma 4)
+    MT_SCORE,  // 0.5 N(0, 1): e_score_correction_bias (DeepSeek-V3, GLM-4.5)
 } mt_kind;
 
 #define MT_MAX_DIMS 5
@@ -154,6 +212,7 @@ typedef struct {
     // blk_n > 0: drawn in blk_n equal blocks of the leading elements, block b from the stream
     // rng_id + (b / blk_per) * blk_stride + b % blk_per (the fused experts: the per-expert streams)
     int blk_n, blk_per, blk_stride;
+    int f32_file; // stored in F32 whatever --dtype says (transformers keeps it in fp32: e_score_correction_bias)
 } mt_tensor;
 
 typedef struct {
@@ -333,10 +392,15 @@ static int64_t mt_numel(const mt_tensor *t) {
     return n;
 }
 
+// mt_bytes: tensor t's bytes in the file (elem: --dtype's element size).
+static int64_t mt_bytes(const mt_tensor *t, size_t elem) {
+    return mt_numel(t) * (int64_t)(t->f32_file ? sizeof(float) : elem);
+}
+
 // mt_assign_shards: consecutive runs of tensors of about total/N bytes each, none empty.
 static void mt_assign_shards(mt_list *l, int n_shards, size_t elem) {
     int64_t total = 0;
-    for (int i = 0; i < l->n; i++) total += mt_numel(&l->t[i]) * (int64_t)elem;
+    for (int i = 0; i < l->n; i++) total += mt_bytes(&l->t[i], elem);
     int s = 0, in_shard = 0;
     int64_t cum = 0;
     for (int i = 0; i < l->n; i++) {
@@ -348,7 +412,7 @@ static void mt_assign_shards(mt_list *l, int n_shards, size_t elem) {
         }
         l->t[i].shard = s;
         in_shard++;
-        cum += mt_numel(&l->t[i]) * (int64_t)elem;
+        cum += mt_bytes(&l->t[i], elem);
     }
 }
 
@@ -375,6 +439,10 @@ static void mt_fill(const mt_tensor *t, const target_config *c, uint64_t seed, f
         case MT_A_LOG: x = log(0.3) + 0.4 * z; break;
         case MT_DT_BIAS: x = -0.5 + 0.5 * z; break;
         case MT_BIAS: x = 0.02 * z; break;
+        case MT_BIAS1: x = 0.1 * z; break;
+        case MT_SINK: x = z; break;
+        case MT_ONE: x = 1.0; break;
+        case MT_SCORE: x = 0.5 * z; break;
         default: x = std * z; break; // MT_LINEAR, MT_VOCAB, MT_ROUTER
         }
         v[j] = (float)x;
@@ -453,17 +521,18 @@ static int mt_write_model(const char *dir, const target_config *c, mt_list *l, u
         for (int i = first; i <= last && rc == 0; i++) {
             mt_tensor *t = &l->t[i];
             int64_t n = mt_numel(t);
+            dtype tdt = t->f32_file ? DT_F32 : dt;
             float *v = xmalloc((size_t)n * sizeof(float));
             mt_fill(t, c, seed, v);
             void *data = v;
-            if (dt != DT_F32) {
+            if (tdt != DT_F32) {
                 data = xmalloc((size_t)n * elem);
-                rc = convert_from_f32(data, dt, v, n);
+                rc = convert_from_f32(data, tdt, v, n);
                 free(v);
             }
             bufs[i - first] = data;
-            total_bytes += n * (int64_t)elem;
-            if (rc == 0) rc = safetensors_writer_add(&w, t->name, tensor_make(dt, data, DEVICE_CPU, t->ndim, t->shape));
+            total_bytes += mt_bytes(t, elem);
+            if (rc == 0) rc = safetensors_writer_add(&w, t->name, tensor_make(tdt, data, DEVICE_CPU, t->ndim, t->shape));
         }
         mt_shard_name(file, sizeof file, s, n_shards);
         snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -525,6 +594,8 @@ typedef struct {
     const char *types;                                      // --layer-types, NULL: not given
     double partial;                                         // -1: not given
     const char *given;                                      // the first hybrid option seen (for the error)
+    const char *given_lin;                                  // the first one other than --layer-types (which the
+                                                            // windowed families take too: full|sliding)
 } mt_hybrid_args;
 
 // mt_hybrid_opt: option a (value v) if it is one of the hybrid's: 0, or -1 after a usage error; 1 if it is not.
@@ -538,6 +609,7 @@ static int mt_hybrid_opt(mt_hybrid_args *h, const char *a, const char *v) {
     if (strcmp(a, "--layer-types") == 0) h->types = v, rc = 0;
     if (strcmp(a, "--partial-rotary") == 0) rc = mt_num(a, v, &h->partial);
     if (rc != 1 && !h->given) h->given = a;
+    if (rc != 1 && !h->given_lin && strcmp(a, "--layer-types") != 0) h->given_lin = a;
     return rc;
 }
 
@@ -686,6 +758,12 @@ static int mt_moe_setup(target_config *c, const mt_moe_args *m, char *msg, size_
 
 // ---------------------------------------------------------------- the architecture
 
+// mt_own_list: the families mt_build_list writes (Qwen3, Llama, the Qwen3.5 hybrid, their MoE
+// tables). Every other table's model is written from the teacher's own tensor list
+// (mt_teacher_list) and its table's to_json (mt_new_config).
+static int mt_own_family(int family) { return family == ARCH_QWEN3 || family == ARCH_LLAMA || family == ARCH_QWEN3_5; }
+static int mt_own_list(const target_config *c) { return mt_own_family(c->arch); }
+
 // mt_arch_find: the teacher's table (target_registry.h) for --arch NAME: NAME is a table's name for
 // its text-only class, NAME_vl for its multimodal one. NULL when no table serves it.
 static const target_arch *mt_arch_find(const char *name, int *multimodal) {
@@ -710,7 +788,7 @@ static const char *mt_arch_names(char *s, size_t n, int family, int moe) {
     for (int i = 0; i < target_n_archs; i++) {
         const target_arch *A = target_archs[i];
         if ((family >= 0 && A->family != family) || (moe >= 0 && A->moe != moe) || !A->mixer->to_json) continue;
-        for (int mm = 0; mm < 2; mm++)
+        for (int mm = 0; mm < 2 - !mt_own_family(A->family); mm++) // the others: the text-only class only
             for (const target_arch_class *k = A->classes; k->class_name; k++)
                 if (k->multimodal == mm) {
                     used += (size_t)snprintf(s + used, used < n ? n - used : 0, "%s%s%s", used ? "|" : "", A->name,
@@ -726,8 +804,9 @@ static const char *mt_arch_names(char *s, size_t n, int family, int moe) {
 typedef struct {
     const char *out_dir, *arch, *dtype_name;
     int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab, seed, shards, max_pos, orig_max;
+    int64_t window; // --sliding-window (-1: not given)
     double theta, llama3, eps;
-    int tie;
+    int tie, theta_given;
     mt_hybrid_args hy;
     mt_moe_args moe;
 } mt_args;
@@ -736,7 +815,7 @@ typedef struct {
 // (*done set), 2 after a usage error.
 static int mt_parse_args(int argc, char **argv, mt_args *a, int *done) {
     *a = (mt_args){.dtype_name = "bf16", .layers = -1, .hidden = -1, .heads = -1, .kv_heads = -1, .vocab = -1,
-                   .shards = 1, .max_pos = 32768, .orig_max = 8192, .theta = 10000.0, .eps = 1e-6,
+                   .shards = 1, .max_pos = 32768, .orig_max = 8192, .window = -1, .theta = 10000.0, .eps = 1e-6,
                    .hy = {.k_heads = -1, .v_heads = -1, .k_dim = -1, .v_dim = -1, .conv = -1, .interval = -1,
                           .partial = -1.0},
                    .moe = {.experts = -1, .per_tok = -1, .inter = -1, .shared = -1, .step = -1}};
@@ -784,7 +863,11 @@ static int mt_parse_args(int argc, char **argv, mt_args *a, int *done) {
         else if (strcmp(o, "--shards") == 0) bad = mt_int(o, v, &a->shards);
         else if (strcmp(o, "--max-positions") == 0) bad = mt_int(o, v, &a->max_pos);
         else if (strcmp(o, "--rope-original-max") == 0) bad = mt_int(o, v, &a->orig_max);
-        else if (strcmp(o, "--rope-theta") == 0) bad = mt_num(o, v, &a->theta);
+        else if (strcmp(o, "--rope-theta") == 0) {
+            bad = mt_num(o, v, &a->theta);
+            a->theta_given = 1;
+        }
+        else if (strcmp(o, "--sliding-window") == 0) bad = mt_int(o, v, &a->window);
         else if (strcmp(o, "--rope-llama3") == 0) bad = mt_num(o, v, &a->llama3);
         else if (strcmp(o, "--eps") == 0) bad = mt_num(o, v, &a->eps);
         else if ((hbad = mt_hybrid_opt(&a->hy, o, v)) != 1) bad = hbad;
@@ -800,6 +883,41 @@ static int mt_parse_args(int argc, char **argv, mt_args *a, int *done) {
                         : a->vocab < 0 ? "--vocab" : NULL;
     if (missing) {
         fprintf(stderr, "error: make-target: missing %s (dflash_tool make-target --help)\n", missing);
+        return 2;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- the other families
+
+// mt_new_options: mt_arch_options for the other families: the options they do not take are
+// refused; *fused: --experts-layout fused (the default: per expert, as transformers saves them).
+static int mt_new_options(const mt_args *a, const target_config *c, int *fused) {
+    char names[256];
+    const char *only = NULL, *names_of = NULL;
+    if (c->multimodal) {
+        fprintf(stderr, "error: make-target: --arch %s: the multimodal wrapper of this family is not written (give its"
+                        " text-only class, --arch %s)\n", a->arch, c->table->name);
+        return 2;
+    }
+    if (a->hy.given_lin) only = a->hy.given_lin, names_of = mt_arch_names(names, sizeof names, ARCH_QWEN3_5, -1);
+    else if (!c->moe && a->moe.given) only = a->moe.given, names_of = mt_arch_names(names, sizeof names, -1, 1);
+    else if (a->moe.qwen3_only) only = a->moe.qwen3_only, names_of = mt_arch_names(names, sizeof names, ARCH_QWEN3, 1);
+    else if (a->moe.qwen3_5_only) only = a->moe.qwen3_5_only, names_of = mt_arch_names(names, sizeof names, ARCH_QWEN3_5, 1);
+    if (only) {
+        fprintf(stderr, "error: make-target: %s is only for --arch %s\n", only, names_of);
+        return 2;
+    }
+    if (c->table->no_intermediate && a->inter) {
+        fprintf(stderr, "error: make-target: --intermediate is not used by --arch %s (every MLP is sparse: give"
+                        " --moe-intermediate)\n", a->arch);
+        return 2;
+    }
+    const char *layout = a->moe.layout;
+    *fused = 0;
+    if (layout && strcmp(layout, "fused") == 0) *fused = 1;
+    else if (layout && strcmp(layout, "per-expert") != 0) {
+        fprintf(stderr, "error: make-target: --experts-layout '%s' is not one of per-expert|fused\n", layout);
         return 2;
     }
     return 0;
@@ -821,6 +939,11 @@ static int mt_arch_options(const mt_args *a, target_config *c, int *fused) {
     c->arch = (target_family)A->family;
     c->moe = A->moe;
     c->multimodal = multimodal;
+    if (!mt_own_list(c)) return mt_new_options(a, c, fused);
+    if (a->window >= 0) {
+        fprintf(stderr, "error: make-target: --sliding-window is not supported for --arch %s\n", a->arch);
+        return 2;
+    }
     int hybrid = c->arch == ARCH_QWEN3_5, is_moe = c->moe;
     const char *only = NULL, *names_of = NULL;
     if (!hybrid && a->hy.given) only = a->hy.given, names_of = mt_arch_names(names, sizeof names, ARCH_QWEN3_5, -1);
@@ -859,7 +982,7 @@ static int mt_arch_options(const mt_args *a, target_config *c, int *fused) {
 // mt_shape_check: the shape and RoPE options' values (a->inter defaulted); NULL, or what is wrong
 // (in msg or a constant).
 static const char *mt_shape_check(const mt_args *a, const target_config *c, char *msg, size_t n) {
-    int hybrid = c->arch == ARCH_QWEN3_5, sparse_only = c->moe && hybrid;
+    int hybrid = c->arch == ARCH_QWEN3_5, sparse_only = c->table->no_intermediate;
     int64_t layers = a->layers, hidden = a->hidden, heads = a->heads, kv_heads = a->kv_heads, head_dim = a->head_dim;
     const int64_t big = (int64_t)1 << 24;
     char hybrid_names[128];
@@ -920,6 +1043,21 @@ static int mt_dtype(const char *name, dtype *dt, target_config *c) {
     return 0;
 }
 
+// mt_shape_fill: the shape every family takes from the options (head_dim: hidden / heads unless given).
+static void mt_shape_fill(target_config *c, mt_args *a) {
+    if (!a->head_dim) a->head_dim = a->hidden / a->heads;
+    c->n_layers = a->layers;
+    c->hidden = a->hidden;
+    c->intermediate = a->inter;
+    c->n_heads = a->heads;
+    c->n_kv_heads = a->kv_heads;
+    c->head_dim = a->head_dim;
+    c->vocab = a->vocab;
+    c->max_positions = a->max_pos;
+    c->rms_eps = a->eps;
+    c->tie_embeddings = a->tie;
+}
+
 // mt_config: the rest of config c (its dtype, table and flags set by mt_dtype and mt_arch_options)
 // from the options; 0, or 1 after printing what is wrong.
 static int mt_config(mt_args *a, target_config *c) {
@@ -931,18 +1069,8 @@ static int mt_config(mt_args *a, target_config *c) {
         fprintf(stderr, "error: make-target: %s\n", why);
         return 1;
     }
-    if (!a->head_dim) a->head_dim = a->hidden / a->heads;
-    c->n_layers = a->layers;
-    c->hidden = a->hidden;
-    c->intermediate = a->inter;
-    c->n_heads = a->heads;
-    c->n_kv_heads = a->kv_heads;
-    c->head_dim = a->head_dim;
-    c->vocab = a->vocab;
-    c->max_positions = a->max_pos;
-    c->rms_eps = a->eps;
+    mt_shape_fill(c, a);
     c->rope_theta = a->theta;
-    c->tie_embeddings = a->tie;
     c->partial_rotary = 1.0;
     c->rope_dim = a->head_dim;
     if ((hybrid && mt_hybrid_setup(c, &a->hy, msg, sizeof msg)) || (is_moe && mt_moe_setup(c, &a->moe, msg, sizeof msg))) {
@@ -973,6 +1101,205 @@ static int mt_config(mt_args *a, target_config *c) {
         return 1;
     }
     return 0;
+}
+
+// mt_window_types: --layer-types for the windowed families (full|sliding, or full_attention |
+// sliding_attention, one per layer) into c->layer_window with window w (-1: none given). -1 with msg.
+static int mt_window_types(target_config *c, const char *list, int64_t w, char *msg, size_t n) {
+    int64_t i = 0;
+    for (const char *p = list;; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int sliding = (len == 7 && strncmp(p, "sliding", 7) == 0) || (len == 17 && strncmp(p, "sliding_attention", 17) == 0);
+        int full = (len == 4 && strncmp(p, "full", 4) == 0) || (len == 14 && strncmp(p, "full_attention", 14) == 0);
+        if (!sliding && !full) {
+            snprintf(msg, n, "--layer-types entry %lld is '%.*s': want full or sliding", (long long)i, (int)len, p);
+            return -1;
+        }
+        if (sliding && w < 1) {
+            snprintf(msg, n, "--layer-types entry %lld is sliding: give --sliding-window W", (long long)i);
+            return -1;
+        }
+        if (i < c->n_layers) c->layer_window[i] = sliding ? (int32_t)w : 0;
+        if (!end) break;
+        p = end + 1;
+    }
+    if (i + 1 != c->n_layers) {
+        snprintf(msg, n, "--layer-types has %lld entries for --layers %lld", (long long)(i + 1), (long long)c->n_layers);
+        return -1;
+    }
+    return 0;
+}
+
+// mt_new_fill: c (its dtype and table set) from the options, as far as they say: the shapes, the
+// RoPE base (the family's default when --rope-theta is not given), llama3 scaling, the sliding
+// layers, the experts. What they do not say is the family's to_json's choice for a fresh config
+// (target_config_fresh). 0, or -1 with msg.
+static int mt_new_fill(mt_args *a, target_config *c, char *msg, size_t n) {
+    const target_arch *A = c->table;
+    if (!a->inter && !A->no_intermediate) a->inter = 3 * a->hidden;
+    const char *why = mt_shape_check(a, c, msg, n);
+    if (!why && a->layers > TARGET_MAX_LAYERS) snprintf(msg, n, "--layers must be in [1, %d] for --arch %s", TARGET_MAX_LAYERS, a->arch), why = msg;
+    if (!why && (a->window == 0 || a->window < -1 || a->window > INT32_MAX)) why = "--sliding-window must be a positive number of keys";
+    if (why) {
+        if (why != msg) snprintf(msg, n, "%s", why);
+        return -1;
+    }
+    mt_shape_fill(c, a);
+    c->rope_theta = a->theta_given ? a->theta : A->default_rope_theta > 0 ? A->default_rope_theta : 10000.0;
+    snprintf(c->arch_name, sizeof c->arch_name, "%s", target_arch_class_of(A, 0)->class_name);
+    if (a->llama3 != 0.0) {
+        c->rope_llama3 = 1;
+        c->rope_factor = a->llama3;
+        c->rope_low_freq_factor = 1.0;
+        c->rope_high_freq_factor = 4.0;
+        c->rope_original_max_positions = a->orig_max;
+    }
+    if (a->hy.types) {
+        if (mt_window_types(c, a->hy.types, a->window, msg, n)) return -1;
+    } else if (a->window > 0) { // every layer sliding, as far as the family allows (Gemma 4: the last is full)
+        for (int64_t i = 0; i < c->n_layers; i++) c->layer_window[i] = (int32_t)a->window;
+    }
+    if (!c->moe) return 0;
+    const mt_moe_args *m = &a->moe;
+    c->n_experts = m->experts >= 0 ? m->experts : 8;
+    c->n_experts_tok = m->per_tok >= 0 ? m->per_tok : 2;
+    c->moe_intermediate = m->inter >= 0 ? m->inter : c->hidden;
+    if (c->n_experts < 1 || c->n_experts > 65536) snprintf(msg, n, "--experts must be in [1, 65536]");
+    else if (c->n_experts_tok < 1 || c->n_experts_tok > 64) snprintf(msg, n, "--experts-per-tok must be in [1, 64]");
+    else if (c->n_experts_tok > c->n_experts)
+        snprintf(msg, n, "--experts-per-tok %lld is more than --experts %lld", (long long)c->n_experts_tok,
+                 (long long)c->n_experts);
+    else if (c->moe_intermediate < 1 || c->moe_intermediate > ((int64_t)1 << 24))
+        snprintf(msg, n, "--moe-intermediate must be in [1, 2^24]");
+    else return 0;
+    return -1;
+}
+
+// mt_new_config: the config of the other families: filled from the options (mt_new_fill), written by
+// the table's to_json and read back by target_config_parse into *c (what the teacher will read).
+// The round trip must hold: the file read back writes the same text and reads back to itself, and
+// says what the options said (a family that cannot, e.g. --sliding-window for one without sliding
+// layers, is refused naming the option). 0, or 1 after printing what is wrong.
+static int mt_new_config(mt_args *a, target_config *c) {
+    char msg[256];
+    if (mt_new_fill(a, c, msg, sizeof msg)) {
+        fprintf(stderr, "error: make-target: %s\n", msg);
+        return 1;
+    }
+    target_config *back = xmalloc(sizeof *back), *again = xmalloc(sizeof *again);
+    char *json = target_config_to_json(c), *json2 = NULL;
+    int rc = 1;
+    const char *what = NULL;
+    if (target_config_parse(back, json, "make-target config.json")) {
+        fprintf(stderr, "error: make-target: --arch %s: %s\n", a->arch, error_msg());
+        goto done;
+    }
+    json2 = target_config_to_json(back);
+    if (strcmp(json, json2) != 0 || target_config_parse(again, json2, "make-target config.json (again)") ||
+        memcmp(back, again, sizeof *back) != 0) {
+        fprintf(stderr, "error: make-target: internal: --arch %s's config.json does not read back to itself\n", a->arch);
+        goto done;
+    }
+    if (back->rope_llama3 != c->rope_llama3) what = "--rope-llama3";
+    int sliding = 0;
+    for (int64_t i = 0; !what && i < c->n_layers; i++) {
+        sliding |= back->layer_window[i] > 0;
+        if (back->layer_window[i] == c->layer_window[i]) continue;
+        if (a->hy.types || (back->layer_window[i] != 0 && back->layer_window[i] != c->layer_window[i])) {
+            fprintf(stderr, "error: make-target: --layer-types: --arch %s has layer %lld %s whatever the list says\n",
+                    a->arch, (long long)i, back->layer_window[i] > 0 ? "sliding" : "full");
+            goto done;
+        }
+    }
+    if (!what && a->window > 0 && !sliding) what = "--sliding-window";
+    if (what) {
+        fprintf(stderr, "error: make-target: %s is not supported for --arch %s\n", what, a->arch);
+        goto done;
+    }
+    // the rest the options say is the family's whatever it is: a difference is this tool's bug
+    int same = back->n_layers == c->n_layers && back->hidden == c->hidden && back->n_heads == c->n_heads &&
+               back->n_kv_heads == c->n_kv_heads && back->head_dim == c->head_dim && back->vocab == c->vocab &&
+               back->max_positions == c->max_positions && back->rms_eps == c->rms_eps &&
+               back->rope_theta == c->rope_theta && back->tie_embeddings == c->tie_embeddings &&
+               (c->table->no_intermediate || back->intermediate == c->intermediate) && back->moe == c->moe &&
+               (!c->moe || (back->n_experts == c->n_experts && back->n_experts_tok == c->n_experts_tok &&
+                            back->moe_intermediate == c->moe_intermediate));
+    if (!same) {
+        fprintf(stderr, "error: make-target: internal: --arch %s's config.json reads back as a different shape\n", a->arch);
+        goto done;
+    }
+    *c = *back;
+    rc = 0;
+done:
+    free(json);
+    free(json2);
+    free(back);
+    free(again);
+    return rc;
+}
+
+// mt_kind_of: the random kind of the teacher's tensor `name` (ndim dims), by its name.
+static mt_kind mt_kind_of(const char *name, int ndim, const target_config *c) {
+    static const struct {
+        const char *suffix;
+        mt_kind kind;
+    } rules[] = {
+        {"embed_tokens.weight", MT_VOCAB},  {"lm_head.weight", MT_VOCAB},   {"mlp.gate.weight", MT_ROUTER},
+        {"mlp.router.weight", MT_ROUTER},   {"e_score_correction_bias", MT_SCORE}, {"sinks", MT_SINK},
+        {"layer_scalar", MT_ONE},           {"bias", MT_BIAS1}, // q/k/v/o_proj.bias, router.bias, experts' *_bias
+    };
+    size_t len = strlen(name);
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        size_t k = strlen(rules[r].suffix);
+        if (len >= k && strcmp(name + len - k, rules[r].suffix) == 0) return rules[r].kind;
+    }
+    if (ndim >= 2) return MT_LINEAR;
+    if (strstr(name, "norm")) return c->norm_zero_centred ? MT_NORM0 : MT_NORM;
+    fatal("make-target: no random rule for the teacher's tensor %s", name);
+}
+
+typedef struct {
+    mt_list *l;
+    const target_config *c;
+} mt_teacher_ctx;
+
+// mt_teacher_add: one entry of the teacher's list into the make-target list: the file's name and
+// shape (the last two dims swapped where the file holds them so: gpt-oss's experts as transformers
+// saves them), the kind by name (linear: fan-in the device shape's last dim, per expert).
+static void mt_teacher_add(void *ctx, const target_tensor *t) {
+    mt_teacher_ctx *x = ctx;
+    if (t->alloc_only) return; // a buffer its parts (the per-expert tensors) fill
+    if (strlen(t->name) >= sizeof x->l->t[0].name) fatal("make-target: tensor name %s is too long", t->name);
+    int64_t shape[MT_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
+    if (t->transpose && t->ndim >= 2) shape[t->ndim - 2] = t->shape[t->ndim - 1], shape[t->ndim - 1] = t->shape[t->ndim - 2];
+    mt_add_nd(x->l, mt_kind_of(t->name, t->ndim, x->c), t->ndim, shape, t->name);
+    mt_tensor *m = &x->l->t[x->l->n - 1];
+    if (m->kind == MT_LINEAR) m->fan_in = t->shape[t->ndim - 1];
+    m->f32_file = m->kind == MT_SCORE; // transformers keeps e_score_correction_bias in fp32
+}
+
+// mt_teacher_list: the tensors of c's checkpoint as the teacher lists them (target_tensor_names),
+// in its order and numbered for the RNG in that order; experts per expert unless fused (the layout
+// where the MLP reads both).
+static void mt_teacher_list(mt_list *l, const target_config *c, int fused) {
+    st_dir none; // no fused tensor in it: the per-expert layout
+    memset(&none, 0, sizeof none);
+    mt_teacher_ctx x = {l, c};
+    target_tensor_names(c, fused ? NULL : &none, mt_teacher_add, &x);
+}
+
+// mt_teacher_layouts: whether c's experts can be written in two layouts (the teacher reads both).
+static int mt_teacher_layouts(const target_config *c) {
+    mt_list a = {0}, b = {0};
+    mt_teacher_list(&a, c, 0);
+    mt_teacher_list(&b, c, 1);
+    int differ = a.n != b.n;
+    for (int i = 0; !differ && i < a.n; i++) differ = strcmp(a.t[i].name, b.t[i].name) != 0;
+    free(a.t);
+    free(b.t);
+    return differ;
 }
 
 // ---------------------------------------------------------------- the directory
@@ -1025,6 +1352,10 @@ static void mt_print_summary(const char *out_dir, const target_config *c, const 
                  (long long)n_lin, (long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
                  (long long)c->lin_v_dim, (long long)c->lin_conv_kernel, (long long)c->rope_dim);
     }
+    int64_t n_slide = 0, window = 0;
+    for (int64_t i = 0; i < layers; i++)
+        if (c->layer_window[i] > 0) n_slide++, window = c->layer_window[i];
+    if (n_slide) snprintf(extra, sizeof extra, " (%lld sliding, window %lld)", (long long)n_slide, (long long)window);
     char moe_extra[200] = "";
     if (c->moe) {
         int64_t n_sparse = 0;
@@ -1051,12 +1382,20 @@ int tool_make_target_main(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     int fused = 0;
     dtype dt;
-    if ((rc = mt_dtype(a.dtype_name, &dt, &c)) != 0 || (rc = mt_arch_options(&a, &c, &fused)) != 0 ||
-        (rc = mt_config(&a, &c)) != 0)
+    if ((rc = mt_dtype(a.dtype_name, &dt, &c)) != 0 || (rc = mt_arch_options(&a, &c, &fused)) != 0)
         return rc;
+    int own = mt_own_list(&c); // else: the teacher's tensor list, the table's to_json
+    if ((rc = own ? mt_config(&a, &c) : mt_new_config(&a, &c)) != 0) return rc;
+    if (!own && a.moe.layout && !mt_teacher_layouts(&c)) {
+        fprintf(stderr, "error: make-target: --experts-layout: --arch %s's experts have one layout\n", a.arch);
+        return 2;
+    }
 
     mt_list list = {0};
-    mt_build_list(&list, &c, fused);
+    if (own) mt_build_list(&list, &c, fused);
+    else mt_teacher_list(&list, &c, fused);
+    for (int i = 0; !own && i < list.n; i++) // the summary's word for the experts' layout
+        if (strstr(list.t[i].name, "experts.gate_up_proj")) fused = 1;
     if (a.shards > list.n) {
         fprintf(stderr, "error: make-target: --shards %lld is more than the %d tensors\n", (long long)a.shards, list.n);
         free(list.t);

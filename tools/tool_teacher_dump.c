@@ -19,6 +19,7 @@
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
 #include "common/backend/profile.h"
+#include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/half.h"
@@ -27,6 +28,7 @@
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
 #include "teacher/target.h"
+#include "teacher/target_quant.h"
 #include "tools/tools.h"
 
 static void teacher_dump_usage(FILE *f) {
@@ -36,6 +38,9 @@ static void teacher_dump_usage(FILE *f) {
                "  --layers: target layers (0-based) whose HF hidden_states[id + 1] form the features (the last\n"
                "            layer's after the final norm); default: SPEC section 2's formula for 5 features\n"
                "  --topk:   k of the top-k logits (default 32)\n"
+               "  --quant-weights resident|dequantize: a quantised target's weights on the device (teacher.quant_weights:\n"
+               "            kept as stored and de-quantised a layer at a time, the default, or de-quantised at load);\n"
+               "            the last line gives the weights' device bytes\n"
                "  --repeat N: run the forward N more times and print its median time and tokens/s (benchmarks)\n"
                "  --profile: one more forward with every op timed; prints the time per op, slowest first\n");
 }
@@ -100,16 +105,18 @@ static int teacher_dump_parse_ids(const char *s, target_outputs *o) {
 }
 
 int tool_teacher_dump_main(int argc, char **argv) {
-    const char *pos[3] = {0}, *device = "auto", *layers = NULL;
+    const char *pos[3] = {0}, *device = "auto", *layers = NULL, *quant_weights = NULL;
     int npos = 0, topk = 32, tile = 0, repeat = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) { teacher_dump_usage(stdout); return 0; }
         if (strcmp(a, "--profile") == 0) { profile = 1; continue; }
         if ((strcmp(a, "--device") == 0 || strcmp(a, "--layers") == 0 || strcmp(a, "--topk") == 0 ||
-             strcmp(a, "--vocab-tile") == 0 || strcmp(a, "--repeat") == 0) && i + 1 < argc) {
+             strcmp(a, "--vocab-tile") == 0 || strcmp(a, "--repeat") == 0 || strcmp(a, "--quant-weights") == 0) &&
+            i + 1 < argc) {
             const char *v = argv[++i];
             if (strcmp(a, "--device") == 0) device = v;
+            else if (strcmp(a, "--quant-weights") == 0) quant_weights = v;
             else if (strcmp(a, "--layers") == 0) layers = v;
             else if (strcmp(a, "--topk") == 0) topk = atoi(v);
             else if (strcmp(a, "--repeat") == 0) repeat = atoi(v);
@@ -127,6 +134,10 @@ int tool_teacher_dump_main(int argc, char **argv) {
     }
     if (npos != 3) {
         teacher_dump_usage(stderr);
+        return 2;
+    }
+    if (quant_weights && target_quant_weights_set(quant_weights, "--quant-weights")) {
+        fprintf(stderr, "error: teacher-dump: %s\n", error_msg());
         return 2;
     }
     log_setup(0, 1, LOG_WARN);
@@ -247,8 +258,17 @@ int tool_teacher_dump_main(int argc, char **argv) {
     safetensors_writer_meta(&sw, "architecture", c->arch_name);
     rc = safetensors_writer_write(&sw, pos[2]);
     if (rc) fprintf(stderr, "error: %s\n", error_msg());
-    else fprintf(stderr, "teacher-dump: %d sequence(s), %d tokens, %d features x %lld, top-%d -> %s (%s)\n", n_seq, T,
-                 (int)nf, (long long)H, (int)k, pos[2], be.name);
+    else {
+        char wb[32], sb[32], qd[64], quant[160] = "";
+        if (c->quant.method != TARGET_QUANT_NONE && m.quant_jobs)
+            snprintf(quant, sizeof quant, " (%s, quantised, resident: layer scratch %s)",
+                     target_quant_describe(&c->quant, qd, sizeof qd), bytes_format(m.scratch_bytes, sb, sizeof sb));
+        else if (c->quant.method != TARGET_QUANT_NONE)
+            snprintf(quant, sizeof quant, " (%s, de-quantised at load)", target_quant_describe(&c->quant, qd, sizeof qd));
+        fprintf(stderr, "teacher-dump: %d sequence(s), %d tokens, %d features x %lld, top-%d -> %s (%s); weights %s = %zu "
+                        "bytes%s\n", n_seq, T, (int)nf, (long long)H, (int)k, pos[2], be.name,
+                bytes_format(m.weights.used, wb, sizeof wb), m.weights.used, quant);
+    }
     safetensors_writer_free(&sw);
     free(feat_raw);
     free(features);

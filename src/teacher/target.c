@@ -88,6 +88,19 @@ static void target_tensor_list_build(target_model *m, target_tensor_list *list, 
     for (int i = list->n - (c->tie_embeddings ? 1 : 2); i < list->n; i++) list->t[i].layer = -2;
 }
 
+void target_tensor_names(const target_config *c, const st_dir *d, void (*fn)(void *ctx, const target_tensor *t),
+                         void *ctx) {
+    target_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    m.layers = xcalloc((size_t)c->n_layers, sizeof(target_layer));
+    target_tensor_list list;
+    target_tensor_list_build(&m, &list, d);
+    for (int i = 0; i < list.n; i++) fn(ctx, &list.t[i]);
+    free(list.t);
+    free(m.layers);
+}
+
 void target_stage_range(const target_model *m, int64_t *l0, int64_t *l1) {
     *l0 = m->layer_begin;
     *l1 = m->layer_end > 0 ? m->layer_end : m->cfg.n_layers;
@@ -131,7 +144,33 @@ static size_t target_tensor_bytes(const target_tensor *t, dtype dt) {
 
 size_t target_weight_bytes(const target_config *c, dtype dt) { return target_stage_weight_bytes(c, dt, 0, c->n_layers); }
 
-size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1) {
+// How t is kept on the device: the kind it stays stored in (teacher.quant_weights resident and
+// config.json says it is quantised: target_quant_planned), or PLAIN (at compute size).
+// A buffer of experts stacked from per-expert files ("X (stacked)", alloc_only) is decided by X, the
+// fused tensor the plans (which read no files) count in its place.
+static target_quant_kind target_tensor_kept(const target_config *c, const target_tensor *t) {
+    if (!c->quant.resident || t->f32 || t->layer < 0 || t->parent >= 0) return TARGET_QUANT_PLAIN;
+    char name[sizeof t->name];
+    snprintf(name, sizeof name, "%s", t->name);
+    size_t n = strlen(name), k = strlen(" (stacked)");
+    if (t->alloc_only && n > k && strcmp(name + n - k, " (stacked)") == 0) name[n - k] = '\0';
+    return target_quant_planned(&c->quant, name, t->ndim, 1);
+}
+
+// The device bytes of t (a buffer of its own, parent < 0) as the plans count it: at compute size, or
+// kept stored (its codes and scales) with *scratch its compute size in the layer scratch.
+static size_t target_tensor_plan_bytes(const target_config *c, const target_tensor *t, dtype dt, size_t *scratch) {
+    target_quant_kind kind = target_tensor_kept(c, t);
+    *scratch = 0;
+    if (kind == TARGET_QUANT_PLAIN) return target_tensor_bytes(t, dt) + ARENA_ALIGN;
+    size_t codes, scales;
+    target_quant_planned_bytes(&c->quant, kind, t->name, t->ndim, t->shape, &codes, &scales);
+    *scratch = target_tensor_bytes(t, dt) + ARENA_ALIGN;
+    return codes + ARENA_ALIGN + scales + ARENA_ALIGN;
+}
+
+// target_stage_weight_bytes and its layer scratch (*scratch; 0 when nothing is kept stored).
+static size_t stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1, size_t *scratch) {
     target_model m;
     memset(&m, 0, sizeof m);
     m.cfg = *c;
@@ -146,32 +185,58 @@ size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, i
     int64_t q_width, kv_width; // v_norm's unit weight (Gemma 4), as wide as the widest head
     target_attn_max(c, &q_width, &kv_width);
     if (c->v_norm) bytes += (size_t)q_width * sizeof(float) + ARENA_ALIGN;
-    for (int i = 0; i < list.n; i++)
-        if (list.t[i].parent < 0) bytes += target_tensor_bytes(&list.t[i], dt) + ARENA_ALIGN;
+    size_t top = 0, cur = 0; // the layer scratch: the largest layer's kept tensors at compute size
+    int64_t cur_layer = -1;
+    for (int i = 0; i < list.n; i++) {
+        const target_tensor *t = &list.t[i];
+        if (t->parent >= 0) continue;
+        size_t scr;
+        bytes += target_tensor_plan_bytes(c, t, dt, &scr);
+        if (t->layer != cur_layer) cur_layer = t->layer, cur = 0;
+        cur += scr;
+        if (cur > top) top = cur;
+    }
     free(list.t);
     free(m.layers);
-    return bytes;
+    *scratch = top;
+    return bytes + top;
+}
+
+size_t target_stage_weight_bytes(const target_config *c, dtype dt, int64_t l0, int64_t l1) {
+    size_t scratch;
+    return stage_weight_bytes(c, dt, l0, l1, &scratch);
+}
+
+size_t target_stage_weight_scratch(const target_config *c, dtype dt, int64_t l0, int64_t l1) {
+    size_t scratch;
+    stage_weight_bytes(c, dt, l0, l1, &scratch);
+    return scratch;
 }
 
 // The stages' weight bytes at capacity cap: greedy from the first layer, each stage as long as it
-// fits (the embedding counts on the first stage, the head with the last layer). 1 when at most G
+// fits (the embedding counts on the first stage, the head with the last layer; a stage's layer
+// scratch is its largest layer's, scr[l]: 0 without resident quantised weights). 1 when at most G
 // stages cover every layer within cap (bounds filled; with fewer, the longest are halved until
-// there are G), else 0. Greedy-longest puts each boundary as late as any cover can, so it finds a
-// cover whenever one exists.
-static int stage_cover(const size_t *layer, size_t embed, size_t head, int64_t L, int G, size_t cap, int64_t *bounds) {
+// there are G), else 0. A stage's bytes only grow as it takes a layer, so greedy-longest puts each
+// boundary as late as any cover can: it finds a cover whenever one exists.
+static int stage_cover(const size_t *layer, const size_t *scr, size_t embed, size_t head, int64_t L, int G, size_t cap,
+                       int64_t *bounds) {
     int s = 0;
-    size_t used = embed;
+    size_t used = embed, smax = 0; // the stage's bytes are used + smax
     bounds[0] = 0;
     for (int64_t l = 0; l < L; l++) {
         size_t b = layer[l] + (l == L - 1 ? head : 0); // the head goes with the last layer
         int empty = bounds[s] == l;
-        if (!empty && used + b > cap) { // close stage s, start s + 1 at l
+        size_t m = scr[l] > smax ? scr[l] : smax;
+        if (!empty && used + b + m > cap) { // close stage s, start s + 1 at l
             if (++s >= G) return 0;
             bounds[s] = l;
             used = 0;
+            m = scr[l];
         }
         used += b;
-        if (used > cap) return 0;
+        smax = m;
+        if (used + smax > cap) return 0;
     }
     int n = s + 1;
     bounds[n] = L;
@@ -199,24 +264,25 @@ int target_stage_split(const target_config *c, dtype dt, int G, int64_t *bounds)
     m.layers = xcalloc((size_t)L, sizeof(target_layer));
     target_tensor_list list;
     target_tensor_list_build(&m, &list, NULL);
-    size_t *layer = xcalloc((size_t)L, sizeof(size_t)), embed = 0, head = 0;
+    size_t *layer = xcalloc((size_t)L, sizeof(size_t)), *scr = xcalloc((size_t)L, sizeof(size_t)), embed = 0, head = 0;
     for (int i = 0; i < list.n; i++) {
         const target_tensor *t = &list.t[i];
         if (t->parent >= 0) continue; // in its parent's buffer
-        size_t b = target_tensor_bytes(t, dt) + ARENA_ALIGN;
-        if (t->layer >= 0) layer[t->layer] += b;
+        size_t s_bytes, b = target_tensor_plan_bytes(c, t, dt, &s_bytes);
+        if (t->layer >= 0) layer[t->layer] += b, scr[t->layer] += s_bytes;
         else if (t->layer == -1) embed += b;
         else head += b;
     }
     if (c->tie_embeddings && G > 1) head += embed;
     size_t lo = 1, hi = embed + head; // the smallest capacity that covers (hi always does)
-    for (int64_t l = 0; l < L; l++) hi += layer[l];
+    for (int64_t l = 0; l < L; l++) hi += layer[l] + scr[l];
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (stage_cover(layer, embed, head, L, G, mid, bounds)) hi = mid;
+        if (stage_cover(layer, scr, embed, head, L, G, mid, bounds)) hi = mid;
         else lo = mid + 1;
     }
-    stage_cover(layer, embed, head, L, G, hi, bounds);
+    stage_cover(layer, scr, embed, head, L, G, hi, bounds);
+    free(scr);
     free(layer);
     free(list.t);
     free(m.layers);
@@ -279,6 +345,156 @@ static void target_upload_transposed(backend *be, void *dst, dtype dt, const voi
     free(tmp);
 }
 
+// ----------------------------------------------------------------------------- resident quantised weights
+
+// A stage's de-quantisations (teacher.quant_weights resident), by layer.
+struct target_quant_job_list {
+    target_quant_job *jobs;
+    int n, cap;
+    int64_t l0, l1;
+    int *first; // [l1 - l0 + 1]: layer l's jobs are [first[l - l0], first[l - l0 + 1])
+};
+
+// What target_load_stage keeps stored, per entry of its tensor list.
+typedef struct {
+    target_quant_kind *kept;  // parent-level entries: PLAIN, or the kind it stays stored in (its parts too)
+    size_t *off;              // a kept entry's buffer in the layer scratch
+    size_t *ctot, *stot;      // a kept stacked entry's parts' codes and scales bytes
+    char **codes, **scales;   // a kept entry's stored buffers (device)
+    size_t *ccur, *scur;      // where its next part goes in them
+    int *last;                // the last job of a kept entry (its parts merge into it), -1
+    char *scratch;
+    size_t scratch_bytes;
+} target_resident;
+
+static void target_resident_free(target_resident *rs) {
+    free(rs->kept), free(rs->off), free(rs->ctot), free(rs->stot), free(rs->codes), free(rs->scales);
+    free(rs->ccur), free(rs->scur), free(rs->last);
+    memset(rs, 0, sizeof *rs);
+}
+
+static size_t align_up_bytes(size_t b) { return (b + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+
+// Which entries stay stored, as the plans decided from config.json (target_tensor_kept), checked
+// against the files (found): a kept tensor the files hold plain is refused (the plan counted it at
+// its stored size); a tensor the plan counted at compute size is de-quantised at load whatever its
+// storage. The layer scratch: each layer's kept buffers at compute size, one after another.
+static int target_resident_plan(const target_model *m, const target_tensor_list *list, const target_quant_tensor *found,
+                                dtype dt, const char *dir, target_resident *rs) {
+    const target_config *c = &m->cfg;
+    int n = list->n;
+    memset(rs, 0, sizeof *rs);
+    rs->kept = xcalloc((size_t)n, sizeof *rs->kept);
+    rs->off = xcalloc((size_t)n, sizeof *rs->off);
+    rs->ctot = xcalloc((size_t)n, sizeof *rs->ctot);
+    rs->stot = xcalloc((size_t)n, sizeof *rs->stot);
+    rs->codes = xcalloc((size_t)n, sizeof *rs->codes);
+    rs->scales = xcalloc((size_t)n, sizeof *rs->scales);
+    rs->ccur = xcalloc((size_t)n, sizeof *rs->ccur);
+    rs->scur = xcalloc((size_t)n, sizeof *rs->scur);
+    rs->last = xmalloc((size_t)n * sizeof *rs->last);
+    size_t cur = 0;
+    int64_t cur_layer = -1;
+    for (int i = 0; i < n; i++) {
+        const target_tensor *t = &list->t[i];
+        rs->last[i] = -1;
+        if (t->parent < 0) {
+            rs->kept[i] = target_tensor_kept(c, t);
+            if (rs->kept[i] != TARGET_QUANT_PLAIN) { // its buffer in the scratch
+                if (t->layer != cur_layer) cur_layer = t->layer, cur = 0;
+                rs->off[i] = cur;
+                cur += align_up_bytes(target_tensor_bytes(t, dt));
+                if (cur > rs->scratch_bytes) rs->scratch_bytes = cur;
+            }
+        }
+        int pk = t->parent >= 0 ? t->parent : i;
+        target_quant_kind want = rs->kept[pk];
+        if (want == TARGET_QUANT_PLAIN || t->alloc_only) continue;
+        const target_quant_tensor *q = &found[i];
+        if (q->kind != want) {
+            char qd[64];
+            const char *have = q->kind == TARGET_QUANT_PLAIN ? dtype_name(q->w->dt)
+                               : q->kind == TARGET_QUANT_STORED_FP8 ? "F8_E4M3" : "MXFP4";
+            return error_set("target %s: tensor %s is stored %s, but config.json's quantization_config (%s) makes it a "
+                             "quantised weight, which teacher.quant_weights resident keeps as stored and the memory plans "
+                             "count so: name its module in quantization_config.modules_to_not_convert, or set "
+                             "teacher.quant_weights dequantize", dir, t->name, have,
+                             target_quant_describe(&c->quant, qd, sizeof qd));
+        }
+        if (t->parent >= 0) {
+            rs->ctot[pk] += target_quant_stored_codes(q);
+            rs->stot[pk] += target_quant_stored_scales(q);
+        }
+    }
+    return 0;
+}
+
+// Entry i of a kept buffer: the stored buffers carved (a parent-level entry), its codes and scales
+// uploaded and its de-quantisation into the scratch added to m->quant_jobs (a stacked tensor's
+// consecutive parts of one shape merged into one job).
+static void target_resident_carve(target_model *m, target_resident *rs, const target_tensor_list *list,
+                                  const target_quant_tensor *found, int i, dtype dt) {
+    const target_tensor *t = &list->t[i];
+    if (t->parent < 0) {
+        rs->codes[i] = arena_alloc(&m->weights, t->alloc_only ? rs->ctot[i] : target_quant_stored_codes(&found[i]));
+        rs->scales[i] = arena_alloc(&m->weights, t->alloc_only ? rs->stot[i] : target_quant_stored_scales(&found[i]));
+        if (t->dst) *t->dst = rs->scratch + rs->off[i];
+        if (t->alloc_only) return;
+    }
+    int pk = t->parent >= 0 ? t->parent : i;
+    const target_quant_tensor *q = &found[i];
+    char *codes = rs->codes[pk] + rs->ccur[pk], *scales = rs->scales[pk] + rs->scur[pk];
+    rs->ccur[pk] += target_quant_stored_codes(q);
+    rs->scur[pk] += target_quant_stored_scales(q);
+    target_quant_upload_stored(m->be, q, codes, scales);
+    target_quant_job j = {.layer = t->layer, .kind = q->kind, .codes = (const uint8_t *)codes, .scales = scales};
+    j.dst = rs->scratch + rs->off[pk] + (t->parent >= 0 ? (size_t)t->offset * dtype_size(dt) : 0);
+    int64_t rows = target_quant_rows(q), cols = target_quant_cols(q);
+    if (rows == 0 || cols == 0) return;
+    if (q->kind == TARGET_QUANT_STORED_FP8) {
+        j.O = q->shape[q->ndim - 2], j.I = cols, j.M = rows / j.O, j.bo = q->block_out, j.bi = q->block_in;
+    } else {
+        j.M = 1, j.O = rows, j.I = cols;
+    }
+    struct target_quant_job_list *jl = m->quant_jobs;
+    target_quant_job *p = rs->last[pk] >= 0 ? &jl->jobs[rs->last[pk]] : NULL;
+    if (p && p->kind == j.kind && j.kind == TARGET_QUANT_STORED_FP8 && p->O == j.O && p->I == j.I && p->bo == j.bo &&
+        p->bi == j.bi) {
+        size_t mat = (size_t)(p->O * p->I), sc = (size_t)(((p->O + p->bo - 1) / p->bo) * ((p->I + p->bi - 1) / p->bi));
+        if ((char *)p->dst + (size_t)p->M * mat * dtype_size(dt) == (char *)j.dst &&
+            p->codes + (size_t)p->M * mat == j.codes && (const char *)p->scales + (size_t)p->M * sc * sizeof(float) == scales) {
+            p->M += j.M; // the next matrices of the same stack
+            return;
+        }
+    }
+    if (jl->n == jl->cap) {
+        jl->cap = jl->cap ? 2 * jl->cap : 64;
+        jl->jobs = xrealloc(jl->jobs, (size_t)jl->cap * sizeof *jl->jobs);
+    }
+    rs->last[pk] = jl->n;
+    jl->jobs[jl->n++] = j;
+}
+
+// The jobs by layer (they come in the list's order, layer by layer).
+static void target_resident_index(struct target_quant_job_list *jl) {
+    int64_t L = jl->l1 - jl->l0;
+    jl->first = xcalloc((size_t)L + 1, sizeof *jl->first);
+    int j = 0;
+    for (int64_t l = 0; l < L; l++) {
+        jl->first[l] = j;
+        while (j < jl->n && jl->jobs[j].layer == jl->l0 + l) j++;
+    }
+    jl->first[L] = j;
+    if (j != jl->n) fatal("target: the de-quantisation jobs are not in layer order (%d of %d indexed)", j, jl->n);
+}
+
+void target_layer_materialize(target_model *m, int64_t l) {
+    struct target_quant_job_list *jl = m->quant_jobs;
+    if (!jl || m->scratch_layer == l || l < jl->l0 || l >= jl->l1) return;
+    for (int j = jl->first[l - jl->l0]; j < jl->first[l - jl->l0 + 1]; j++) target_quant_job_run(m->be, &jl->jobs[j]);
+    m->scratch_layer = l;
+}
+
 int target_load(target_model *m, const char *dir, backend *be) { return target_load_stage(m, dir, be, 0, -1); }
 
 int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0, int64_t l1) {
@@ -336,11 +552,10 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
             break;
         }
     }
-    if (rc == 0 && n_quant > 0 && log_rank() == 0) {
-        char qd[64], b[32];
-        log_info("target %s: %s checkpoint: %d tensors stored quantised (%s on disk), de-quantised at load", dir,
-                 target_quant_describe(&c->quant, qd, sizeof qd), n_quant, bytes_format(quant_disk, b, sizeof b));
-    }
+    // teacher.quant_weights resident: the tensors kept stored, as the plans count them
+    target_resident rs;
+    memset(&rs, 0, sizeof rs);
+    if (rc == 0) rc = target_resident_plan(m, &list, found, ops_act_dtype(be), dir, &rs);
     if (rc == 0) rc = target_check_layer_count(c, &d, dir);
     // transformers ties the head to the embedding after loading (tie_weights), whatever the files hold
     if (rc == 0 && c->tie_embeddings && safetensors_dir_find(&d, target_head_name(c)) && log_rank() == 0)
@@ -353,9 +568,20 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
         if (arena_init(&m->weights, "target weights", be, bytes)) {
             rc = error_prefix("target %s", dir);
         } else {
+            if (rs.scratch_bytes > 0) { // the layer scratch, and the de-quantisations that fill it
+                rs.scratch = arena_alloc(&m->weights, rs.scratch_bytes);
+                m->quant_jobs = xcalloc(1, sizeof *m->quant_jobs);
+                m->quant_jobs->l0 = l0, m->quant_jobs->l1 = l1;
+                m->scratch_bytes = rs.scratch_bytes;
+                m->scratch_layer = -1;
+            }
             for (int i = 0; i < n; i++) {
                 const target_tensor *t = &list.t[i];
                 dtype tdt = t->f32 ? DT_F32 : dt;
+                if (rs.kept[t->parent >= 0 ? t->parent : i] != TARGET_QUANT_PLAIN) { // kept stored (resident)
+                    target_resident_carve(m, &rs, &list, found, i, dt);
+                    continue;
+                }
                 void *p = t->parent >= 0 ? (char *)*list.t[t->parent].dst + (size_t)t->offset * dtype_size(tdt)
                                          : arena_alloc(&m->weights, target_tensor_bytes(t, dt));
                 if (t->alloc_only) {
@@ -402,14 +628,30 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
             }
             for (int64_t l = l0; c->layer_scalar && l < l1; l++) // the layer scalars, read once to the host
                 backend_copy_to_host(be, &m->layers[l].layer_scalar, m->layers[l].layer_scalar_dev, sizeof(float));
+            if (m->quant_jobs) target_resident_index(m->quant_jobs);
             char b[32];
             log_debug("target %s: %s, %lld layers, H %lld, V %lld, weights %s on %s", dir, c->arch_name,
                       (long long)c->n_layers, (long long)c->hidden, (long long)c->vocab,
                       bytes_format(m->weights.used, b, sizeof b), be->name);
+            if (n_quant > 0 && log_rank() == 0) {
+                char qd[64], b1[32], b2[32];
+                if (m->quant_jobs)
+                    log_info("target %s: %s checkpoint: %d tensors stored quantised (%s on disk), kept so on the device "
+                             "and de-quantised a layer at a time (teacher.quant_weights resident): weights %s (quantised, "
+                             "resident) + layer scratch %s", dir, target_quant_describe(&c->quant, qd, sizeof qd), n_quant,
+                             bytes_format(quant_disk, b, sizeof b), bytes_format(m->weights.used - m->scratch_bytes, b1, sizeof b1),
+                             bytes_format(m->scratch_bytes, b2, sizeof b2));
+                else
+                    log_info("target %s: %s checkpoint: %d tensors stored quantised (%s on disk), de-quantised at load "
+                             "(teacher.quant_weights %s)", dir, target_quant_describe(&c->quant, qd, sizeof qd), n_quant,
+                             bytes_format(quant_disk, b, sizeof b), c->quant.resident ? "resident, none planned quantised"
+                                                                                      : "dequantize");
+            }
         }
     }
     free(found);
     free(list.t);
+    target_resident_free(&rs);
     safetensors_dir_close(&d);
     if (rc) {
         free(m->layers);
@@ -420,6 +662,11 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
 
 void target_free(target_model *m) {
     if (m->weights.base) arena_free(&m->weights);
+    if (m->quant_jobs) {
+        free(m->quant_jobs->jobs);
+        free(m->quant_jobs->first);
+        free(m->quant_jobs);
+    }
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
@@ -672,6 +919,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     target_stage_range(m, &l0, &l1);
     if (l0 == 0) target_embed(m, w->x, w->tokens, T); // else w->x holds the previous stage's stream
     for (int l = (int)l0; l < (int)l1; l++) {
+        target_layer_materialize(m, l); // resident quantised weights: this layer's, de-quantised
         // the token mixer block (the architecture's attention, or a hybrid's mixers), then the MLP block
         target_mixer_block(m, l, w, T, n_seq);
         target_mlp_block(m, l, w, T);

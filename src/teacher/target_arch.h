@@ -131,6 +131,12 @@ void target_dense_forward(const struct target_model *m, int l, struct target_wor
 // target_moe_required: a positive integer under any of names (NULL-terminated; aliases must agree);
 // missing is an error naming the first.
 int target_moe_required(const struct cJSON *root, const char *src, const char *const *names, int64_t *out);
+// target_moe_expert_tensors: layer l's experts mlp.experts.gate_up_proj [E, 2Ie, H] (gate rows then
+// up rows per expert) and down_proj [E, H, Ie] into L->exp_gate_up / exp_down: fused as in the
+// files, or per expert (mlp.experts.{e}.{gate,up,down}_proj.weight) stacked into those buffers when d
+// holds them so (d NULL: fused).
+void target_moe_expert_tensors(struct target_model *m, int64_t l, const char *prefix,
+                               struct target_tensor_list *list, const st_dir *d);
 // target_moe_work_carve: the routed rows' buffers of target_work (router logits, the route, the
 // gathered rows, the experts' products) for cfg.n_experts, n_experts_tok, moe_intermediate.
 void target_moe_work_carve(struct target_work *w, arena *a, const struct target_model *m, int max_tokens);
@@ -138,6 +144,11 @@ void target_moe_work_carve(struct target_work *w, arena *a, const struct target_
 // score-correction bias within the best expert groups, scaled weights, shared experts added), with
 // the dense SwiGLU on the first first_k_dense_replace layers; tables deepseek_v3 and glm4_moe.
 extern const target_mlp target_mlp_moe_sigmoid;
+// TARGET_DENSE_PARTS: the dense attention's hooks for a target_mixer initializer:
+//   const target_mixer mixer_x = {.parse = x_parse, TARGET_DENSE_PARTS, .to_json = x_to_json};
+#define TARGET_DENSE_PARTS                                                                                   \
+    .layer_tensors = target_dense_layer_tensors, .forward = target_dense_forward,                             \
+    .attn_project = target_dense_attn_project, .attn_finish = target_dense_attn_finish
 // target_parse_window: 'sliding_window' (absent or null: 0, else a positive count of keys).
 int target_parse_window(const struct cJSON *root, const char *src, int64_t *window);
 // target_parse_layer_types: 'layer_types' (when given): full_attention, or sliding_attention when

@@ -110,6 +110,7 @@ typedef struct target_config {
     double rope_proportion;   // base^(-2i / rope_dim), the rest 0 (RoPE over the whole head), all / rope_factor
     int32_t layer_hd[TARGET_MAX_LAYERS];  // > 0: layer i's head_dim (else head_dim)
     int32_t layer_nkv[TARGET_MAX_LAYERS]; // > 0: layer i's kv heads (else n_kv_heads)
+    double swiglu_alpha, swiglu_limit; // gpt-oss's clamped SwiGLU (ops_swiglu_clamped): 1.702 and 7 as published
     int64_t mtp_layers;       // num_nextn_predict_layers: multi-token-prediction layers the files hold after the
                               // last decoder layer (DeepSeek-V3, GLM-4.5), which the teacher does not read
     char tensor_prefix[32];   // target_tensor_prefix's answer when the files say other than the default

@@ -217,6 +217,7 @@ static void decoder_layers(target_decoder *d, int s0, int n_pre, int R) {
     int64_t l0, l1;
     target_stage_range(m, &l0, &l1);
     for (int l = (int)l0; l < (int)l1; l++) {
+        target_layer_materialize(m, l); // resident quantised weights: this layer's, de-quantised
         const target_layer *L = &m->layers[l];
         // token mixer block
         target_norm(m, w->xn, w->x, L->input_norm, R, H);

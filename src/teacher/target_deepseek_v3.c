@@ -228,8 +228,85 @@ static void mla_forward(const target_model *m, int l, target_work *w, int T, int
     mla_attn_finish(m, l, w, T);
 }
 
-// make-target does not write DeepSeek-V3 (no to_json): its fixtures are checkpoints saved by
-// transformers (tests/reference/make_hf_fixtures.py).
+// ---------------------------------------------------------------- config.json
+
+void target_json_moe_sigmoid(cJSON *o, const target_config *c, int groups) {
+    int64_t E = c->n_experts, k = c->n_experts_tok, Ie = c->moe_intermediate;
+    int64_t G = c->n_group, TG = c->topk_group, shared = Ie > 0 ? c->shared_intermediate / Ie : 0, dense = 0;
+    double scale = c->routed_scaling;
+    int norm = c->norm_topk_prob;
+    if (target_config_fresh(c)) {
+        G = TG = 1, shared = 1, scale = 2.5, norm = 1, dense = c->n_layers > 1;
+        for (int64_t g = 4; groups && g >= 2; g /= 2)
+            if (E % g == 0 && E / g >= 2) {
+                G = g, TG = k <= (g / 2) * (E / g) ? g / 2 : g;
+                break;
+            }
+    } else {
+        while (dense < c->n_layers && !c->layer_sparse[dense]) dense++;
+    }
+    cJSON_AddNumberToObject(o, "n_routed_experts", (double)E);
+    cJSON_AddNumberToObject(o, "num_experts_per_tok", (double)k);
+    cJSON_AddNumberToObject(o, "moe_intermediate_size", (double)Ie);
+    cJSON_AddNumberToObject(o, "n_shared_experts", (double)shared);
+    cJSON_AddNumberToObject(o, "first_k_dense_replace", (double)dense);
+    cJSON_AddNumberToObject(o, "n_group", (double)G);
+    cJSON_AddNumberToObject(o, "topk_group", (double)TG);
+    cJSON_AddBoolToObject(o, "norm_topk_prob", norm != 0);
+    json_add_float_py(o, "routed_scaling_factor", scale);
+}
+
+// deepseek_v3_to_json: DeepseekV3Config as transformers 5 saves it (head_dim is qk_rope_head_dim
+// there, qk_head_dim the whole q/k head) and the MoE keys (target_json_moe_sigmoid, grouped). A
+// fresh config takes the latent attention's dims from head_dim D (the q/k head, nope + rope) in
+// DeepSeek-V3's proportions (D = 192 gives its 128 + 64, v 128, kv_lora_rank 512, q_lora_rank 1536):
+// rope D/3 (rounded down to even, at least 2), nope and v the rest, kv_lora_rank 4 nope, q_lora_rank
+// 12 nope; rope_interleave, no biases, YaRN as published (4096 original positions, beta 32 / 1,
+// mscale = mscale_all_dim = 1: the softmax scale times (0.1 ln factor + 1)^2) by the factor
+// max_position_embeddings / 4096 (its 40 with 163840 positions; plain RoPE up to 4096).
+static char *deepseek_v3_to_json(const target_config *c, const target_arch *A) {
+    int fresh = target_config_fresh(c);
+    int64_t rope = c->rope_dim, nope = c->qk_nope, v = c->v_head, kv = c->kv_lora, q = c->q_lora;
+    if (fresh) {
+        rope = c->head_dim / 6 * 2;
+        if (rope < 2) rope = 2;
+        nope = c->head_dim - rope, v = nope, kv = 4 * nope, q = 12 * nope;
+    }
+    cJSON *o = target_json_begin(c, A);
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate); // the dense layers'
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "head_dim", (double)rope);
+    cJSON_AddNumberToObject(o, "qk_head_dim", (double)(nope + rope));
+    cJSON_AddNumberToObject(o, "qk_nope_head_dim", (double)nope);
+    cJSON_AddNumberToObject(o, "qk_rope_head_dim", (double)rope);
+    cJSON_AddNumberToObject(o, "v_head_dim", (double)v);
+    cJSON_AddNumberToObject(o, "kv_lora_rank", (double)kv);
+    if (q > 0) cJSON_AddNumberToObject(o, "q_lora_rank", (double)q);
+    else cJSON_AddNullToObject(o, "q_lora_rank");
+    cJSON_AddBoolToObject(o, "rope_interleave", fresh || c->rope_interleave);
+    cJSON_AddBoolToObject(o, "attention_bias", !fresh && c->o_bias);
+    cJSON *r = cJSON_AddObjectToObject(o, "rope_parameters");
+    if (fresh) {
+        json_add_float_py(r, "rope_theta", c->rope_theta);
+        cJSON_AddStringToObject(r, "rope_type", c->max_positions > 4096 ? "yarn" : "default");
+    }
+    if (fresh && c->max_positions > 4096) {
+        json_add_float_py(r, "factor", (double)c->max_positions / 4096.0);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", 4096);
+        json_add_float_py(r, "beta_fast", 32.0);
+        json_add_float_py(r, "beta_slow", 1.0);
+        cJSON_AddBoolToObject(r, "truncate", 1);
+        json_add_float_py(r, "mscale", 1.0);
+        json_add_float_py(r, "mscale_all_dim", 1.0);
+    } else if (!fresh) {
+        target_json_rope(r, c, c->rope_theta);
+    }
+    target_json_moe_sigmoid(o, c, 1);
+    return target_json_end(o, c, "deepseek_v3_to_json");
+}
+
+// make-target writes DeepSeek-V3 from the teacher's tensor list (tools/tool_make_target.c); the
+// fixtures against transformers are checkpoints saved by transformers (make_hf_fixtures.py).
 static const target_mixer mixer_mla = {
     .parse = deepseek_v3_parse,
     .layer_tensors = mla_layer_tensors,
@@ -237,6 +314,7 @@ static const target_mixer mixer_mla = {
     .forward = mla_forward,
     .attn_project = mla_attn_project,
     .attn_finish = mla_attn_finish,
+    .to_json = deepseek_v3_to_json,
 };
 
 // DeepseekV3Config: num_key_value_heads 128 (required here, and equal to the heads), 4096 positions,

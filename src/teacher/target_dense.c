@@ -342,16 +342,12 @@ static char *mistral_to_json(const target_config *c, const target_arch *A) {
     return target_json_end(o, c, "mistral_to_json");
 }
 
-#define DENSE_PARTS                                                                                          \
-    .layer_tensors = target_dense_layer_tensors, .forward = target_dense_forward,                             \
-    .attn_project = target_dense_attn_project, .attn_finish = target_dense_attn_finish
-
-const target_mixer target_mixer_qwen3 = {.parse = qwen3_parse, DENSE_PARTS, .to_json = qwen3_to_json};
-const target_mixer target_mixer_llama = {.parse = dense_parse, DENSE_PARTS, .to_json = llama_to_json};
+const target_mixer target_mixer_qwen3 = {.parse = qwen3_parse, TARGET_DENSE_PARTS, .to_json = qwen3_to_json};
+const target_mixer target_mixer_llama = {.parse = dense_parse, TARGET_DENSE_PARTS, .to_json = llama_to_json};
 // make-target writes these from the teacher's tensor list (tools/tool_make_target.c); the fixtures
 // against transformers are checkpoints saved by transformers (tests/reference/make_hf_fixtures.py)
-static const target_mixer mixer_qwen2 = {.parse = qwen2_parse, DENSE_PARTS, .to_json = qwen2_to_json};
-static const target_mixer mixer_mistral = {.parse = mistral_parse, DENSE_PARTS, .to_json = mistral_to_json};
+static const target_mixer mixer_qwen2 = {.parse = qwen2_parse, TARGET_DENSE_PARTS, .to_json = qwen2_to_json};
+static const target_mixer mixer_mistral = {.parse = mistral_parse, TARGET_DENSE_PARTS, .to_json = mistral_to_json};
 
 // Qwen3Config: head_dim 128 whatever hidden_size is, 32 kv heads, 32768 positions.
 const target_arch target_arch_qwen3 = {

@@ -26,15 +26,29 @@ static int glm4_moe_parse(target_config *c, const cJSON *root, const char *src) 
     return target_parse_layer_types(c, root, src, 0); // every layer full attention
 }
 
-// make-target does not write GLM-4.5 (no to_json): its fixtures are checkpoints saved by
-// transformers (tests/reference/make_hf_fixtures.py).
-static const target_mixer mixer_glm4_moe = {
-    .parse = glm4_moe_parse,
-    .layer_tensors = target_dense_layer_tensors,
-    .forward = target_dense_forward,
-    .attn_project = target_dense_attn_project,
-    .attn_finish = target_dense_attn_finish,
-};
+// glm4_moe_to_json: Glm4MoeConfig as transformers 5 saves it: partial_rotary_factor (at the top and
+// in rope_parameters), attention_bias, use_qk_norm, and the MoE keys (target_json_moe_sigmoid, one
+// group). A fresh config is GLM-4.5's: q/k/v biases, no q/k norms, RoPE on half of each head.
+static char *glm4_moe_to_json(const target_config *c, const target_arch *A) {
+    int fresh = target_config_fresh(c);
+    cJSON *o = target_json_begin(c, A);
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->intermediate); // the dense layers'
+    cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddBoolToObject(o, "attention_bias", fresh || c->qkv_bias);
+    cJSON_AddBoolToObject(o, "use_qk_norm", !fresh && c->qk_norm);
+    double partial = fresh ? A->default_partial_rotary : c->partial_rotary;
+    json_add_float_py(o, "partial_rotary_factor", partial);
+    cJSON *r = cJSON_AddObjectToObject(o, "rope_parameters");
+    target_json_rope(r, c, c->rope_theta);
+    json_add_float_py(r, "partial_rotary_factor", partial);
+    target_json_moe_sigmoid(o, c, 0);
+    return target_json_end(o, c, "glm4_moe_to_json");
+}
+
+// make-target writes GLM-4.5 from the teacher's tensor list (tools/tool_make_target.c); the
+// fixtures against transformers are checkpoints saved by transformers (make_hf_fixtures.py).
+static const target_mixer mixer_glm4_moe = {.parse = glm4_moe_parse, TARGET_DENSE_PARTS, .to_json = glm4_moe_to_json};
 
 // Glm4MoeConfig: 8 kv heads (required here), head_dim absent = hidden_size / heads, 131072
 // positions, partial_rotary_factor 0.5, rope_theta 10000.

@@ -42,8 +42,7 @@
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 
-// GptOssConfig's swiglu_alpha and swiglu_limit: target_config has no fields for them, so the
-// values every published gpt-oss uses (the class's defaults) are the only ones accepted.
+// GptOssConfig's defaults of swiglu_alpha and swiglu_limit (every published gpt-oss's values).
 #define GPT_OSS_SWIGLU_ALPHA 1.702
 #define GPT_OSS_SWIGLU_LIMIT 7.0
 
@@ -83,13 +82,11 @@ static int gpt_oss_parse(target_config *c, const cJSON *root, const char *src) {
     return 0;
 }
 
-// gpt_oss_swiglu_key: key (absent: the default) must be the value this build implements.
-static int gpt_oss_swiglu_key(const cJSON *root, const char *src, const char *key, double want) {
-    double v = want;
-    if (json_get_double(root, key, key, src, &v, NULL)) return -1;
-    if (v != want)
-        return error_set("%s: '%s' is %g: only %g (GptOssConfig's default, every published gpt-oss) is supported",
-                         src, key, v, want);
+// gpt_oss_swiglu_key: key (absent: the class's default) into *out: a finite number > 0.
+static int gpt_oss_swiglu_key(const cJSON *root, const char *src, const char *key, double def, double *out) {
+    *out = def;
+    if (json_get_double(root, key, key, src, out, NULL)) return -1;
+    if (!(*out > 0) || !isfinite(*out)) return error_set("%s: '%s' must be a finite number > 0, got %g", src, key, *out);
     return 0;
 }
 
@@ -121,8 +118,8 @@ static int gpt_oss_mlp_parse(target_config *c, const cJSON *root, const char *sr
     if (c->moe_intermediate > TARGET_MAX_WIDTH)
         return error_set("%s: 'intermediate_size' %lld is over the %d this build supports", src,
                          (long long)c->moe_intermediate, TARGET_MAX_WIDTH);
-    if (gpt_oss_swiglu_key(root, src, "swiglu_alpha", GPT_OSS_SWIGLU_ALPHA) ||
-        gpt_oss_swiglu_key(root, src, "swiglu_limit", GPT_OSS_SWIGLU_LIMIT))
+    if (gpt_oss_swiglu_key(root, src, "swiglu_alpha", GPT_OSS_SWIGLU_ALPHA, &c->swiglu_alpha) ||
+        gpt_oss_swiglu_key(root, src, "swiglu_limit", GPT_OSS_SWIGLU_LIMIT, &c->swiglu_limit))
         return -1;
     c->shared_intermediate = 0;
     c->norm_topk_prob = 1; // softmax over the top k logits
@@ -180,7 +177,7 @@ static void gpt_oss_mlp_forward(const target_model *m, int l, target_work *w, in
     // gate_up: [R, 2Ie] with its bias, gate and up interleaved (column 2j gate, 2j+1 up)
     ops_moe_gemm(be, w->moe_gu, w->moe_xs, L->exp_gate_up, w->moe_offsets, E, R, 2 * Ie, H, R);
     ops_moe_bias_add(be, w->moe_gu, L->exp_gate_up_bias, w->moe_offsets, E, R, 2 * Ie);
-    ops_swiglu_clamped(be, w->moe_act, w->moe_gu, R, Ie, (float)GPT_OSS_SWIGLU_ALPHA, (float)GPT_OSS_SWIGLU_LIMIT);
+    ops_swiglu_clamped(be, w->moe_act, w->moe_gu, R, Ie, (float)c->swiglu_alpha, (float)c->swiglu_limit);
     ops_moe_gemm(be, w->moe_ys, w->moe_act, L->exp_down, w->moe_offsets, E, R, H, Ie, R);
     ops_moe_bias_add(be, w->moe_ys, L->exp_down_bias, w->moe_offsets, E, R, H);
     ops_moe_combine(be, w->xn, w->moe_ys, w->moe_slot, w->topk_idx_e, w->topk_w_e, T, k, H);
@@ -188,21 +185,59 @@ static void gpt_oss_mlp_forward(const target_model *m, int l, target_work *w, in
 
 // ---------------------------------------------------------------- table
 
-// make-target does not write gpt-oss (no to_json): its fixtures are checkpoints saved by
-// transformers (tests/reference/make_hf_fixtures.py).
-static const target_mixer mixer_gpt_oss = {
-    .parse = gpt_oss_parse,
-    .layer_tensors = target_dense_layer_tensors,
-    .forward = target_dense_forward,
-    .attn_project = target_dense_attn_project,
-    .attn_finish = target_dense_attn_finish,
-};
+// gpt_oss_to_json: GptOssConfig as transformers 5 saves it: attention_bias (q/k/v/o; the sinks are
+// the class's, no key), rope_parameters, layer_types with sliding_window (the class's 128 when no
+// layer slides), the swiglu constants this build implements; the MLP's keys from A->mlp. A fresh
+// config: biases on, YaRN as gpt-oss is published (4096 original positions, beta 32 / 1, truncate
+// false) by the factor max_position_embeddings / 4096 (its 32 with 131072 positions; plain RoPE up
+// to 4096).
+static char *gpt_oss_to_json(const target_config *c, const target_arch *A) {
+    int fresh = target_config_fresh(c);
+    cJSON *o = target_json_begin(c, A);
+    A->mlp->to_json(o, c);
+    cJSON_AddNumberToObject(o, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddBoolToObject(o, "attention_bias", fresh || c->qkv_bias);
+    cJSON *r = cJSON_AddObjectToObject(o, "rope_parameters");
+    if (fresh) {
+        json_add_float_py(r, "rope_theta", c->rope_theta);
+        cJSON_AddStringToObject(r, "rope_type", c->max_positions > 4096 ? "yarn" : "default");
+    }
+    if (fresh && c->max_positions > 4096) {
+        json_add_float_py(r, "factor", (double)c->max_positions / 4096.0);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", 4096);
+        json_add_float_py(r, "beta_fast", 32.0);
+        json_add_float_py(r, "beta_slow", 1.0);
+        cJSON_AddBoolToObject(r, "truncate", 0);
+    } else if (!fresh) {
+        target_json_rope(r, c, c->rope_theta);
+    }
+    int64_t w = target_json_window(c);
+    cJSON_AddNumberToObject(o, "sliding_window", (double)(w > 0 ? w : 128));
+    target_json_layer_types(o, c);
+    return target_json_end(o, c, "gpt_oss_to_json");
+}
+
+// gpt_oss_mlp_to_json: the experts (num_local_experts, num_experts_per_tok, intermediate_size: each
+// expert's width) and the clamped SwiGLU's constants.
+static void gpt_oss_mlp_to_json(cJSON *o, const target_config *c) {
+    cJSON_AddNumberToObject(o, "num_local_experts", (double)c->n_experts);
+    cJSON_AddNumberToObject(o, "num_experts_per_tok", (double)c->n_experts_tok);
+    cJSON_AddNumberToObject(o, "intermediate_size", (double)c->moe_intermediate);
+    json_add_float_py(o, "swiglu_alpha", c->swiglu_alpha > 0 ? c->swiglu_alpha : GPT_OSS_SWIGLU_ALPHA);
+    json_add_float_py(o, "swiglu_limit", c->swiglu_limit > 0 ? c->swiglu_limit : GPT_OSS_SWIGLU_LIMIT);
+}
+
+// make-target writes gpt-oss from the teacher's tensor list (tools/tool_make_target.c); the
+// fixtures against transformers are checkpoints saved by transformers (make_hf_fixtures.py).
+static const target_mixer mixer_gpt_oss = {.parse = gpt_oss_parse, TARGET_DENSE_PARTS, .to_json = gpt_oss_to_json};
 
 static const target_mlp mlp_gpt_oss = {
     .parse = gpt_oss_mlp_parse,
     .layer_tensors = gpt_oss_mlp_tensors,
     .work_carve = gpt_oss_work_carve,
     .forward = gpt_oss_mlp_forward,
+    .to_json = gpt_oss_mlp_to_json,
 };
 
 // GptOssConfig: 8 kv heads, head_dim 64 (both required here), 131072 positions, rope_theta 150000,

@@ -121,20 +121,13 @@ static int qwen3_5_moe_parse(target_config *c, const cJSON *root, const char *sr
 
 // ---------------------------------------------------------------- layers
 
-// The MLP tensors of layer l: a dense layer's SwiGLU, or the router, the experts (fused [E, 2I, H] /
-// [E, H, I] as in the files, or per expert stacked into those buffers when d holds them per expert;
-// d NULL: fused) and the Qwen3.5-MoE shared expert and its gate.
-static void moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
-                              const st_dir *d) {
+// target_moe_expert_tensors (target_arch.h): fused, or per expert stacked into the fused buffers.
+void target_moe_expert_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
+                               const st_dir *d) {
     const target_config *c = &m->cfg;
-    if (!target_layer_is_sparse(c, l)) {
-        target_mlp_swiglu.layer_tensors(m, l, prefix, list, d);
-        return;
-    }
     target_layer *L = &m->layers[l];
-    int64_t H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate, Is = c->shared_intermediate;
+    int64_t H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate;
     long long ll = (long long)l;
-    target_tensor_add(list, &L->router, 0, 2, E, H, 0, "%slayers.%lld.mlp.gate.weight", prefix, ll);
     char fused[200];
     snprintf(fused, sizeof fused, "%slayers.%lld.mlp.experts.gate_up_proj", prefix, ll);
     if (!d || safetensors_dir_find(d, fused)) {
@@ -155,7 +148,25 @@ static void moe_layer_tensors(target_model *m, int64_t l, const char *prefix, ta
             int w = target_tensor_add(list, NULL, 0, 2, H, Ie, 0, EXPERT_FMT, prefix, ll, le, "down_proj.weight");
             target_tensor_part(list, w, dn, e * H * Ie);
         }
+#undef EXPERT_FMT
     }
+}
+
+// The MLP tensors of layer l: a dense layer's SwiGLU, or the router, the experts (fused [E, 2I, H] /
+// [E, H, I] as in the files, or per expert stacked into those buffers when d holds them per expert;
+// d NULL: fused) and the Qwen3.5-MoE shared expert and its gate.
+static void moe_layer_tensors(target_model *m, int64_t l, const char *prefix, target_tensor_list *list,
+                              const st_dir *d) {
+    const target_config *c = &m->cfg;
+    if (!target_layer_is_sparse(c, l)) {
+        target_mlp_swiglu.layer_tensors(m, l, prefix, list, d);
+        return;
+    }
+    target_layer *L = &m->layers[l];
+    int64_t H = c->hidden, E = c->n_experts, Is = c->shared_intermediate;
+    long long ll = (long long)l;
+    target_tensor_add(list, &L->router, 0, 2, E, H, 0, "%slayers.%lld.mlp.gate.weight", prefix, ll);
+    target_moe_expert_tensors(m, l, prefix, list, d);
     if (Is > 0) { // the shared expert and its gate (Qwen3.5-MoE)
         char shared[200];
         snprintf(shared, sizeof shared, "%slayers.%lld.mlp.shared_expert", prefix, ll);

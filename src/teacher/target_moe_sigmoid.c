@@ -105,33 +105,12 @@ static void moe_sigmoid_layer_tensors(target_model *m, int64_t l, const char *pr
         return;
     }
     target_layer *L = &m->layers[l];
-    int64_t H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate;
+    int64_t H = c->hidden, E = c->n_experts;
     long long ll = (long long)l;
     target_tensor_add(list, &L->router, 0, 2, E, H, 0, "%slayers.%lld.mlp.gate.weight", prefix, ll);
     target_tensor_add(list, (void **)&L->score_bias, 1, 1, E, 0, 0, "%slayers.%lld.mlp.gate.e_score_correction_bias",
                       prefix, ll);
-    char fused[200];
-    snprintf(fused, sizeof fused, "%slayers.%lld.mlp.experts.gate_up_proj", prefix, ll);
-    if (!d || safetensors_dir_find(d, fused)) {
-        target_tensor_add(list, &L->exp_gate_up, 0, 3, E, 2 * Ie, H, "%s", fused);
-        target_tensor_add(list, &L->exp_down, 0, 3, E, H, Ie, "%slayers.%lld.mlp.experts.down_proj", prefix, ll);
-    } else { // per expert, stacked: gate rows then up rows of each expert
-        int gu = target_tensor_add(list, &L->exp_gate_up, 0, 3, E, 2 * Ie, H, "%s (stacked)", fused);
-        int dn = target_tensor_add(list, &L->exp_down, 0, 3, E, H, Ie, "%slayers.%lld.mlp.experts.down_proj (stacked)",
-                                   prefix, ll);
-        list->t[gu].alloc_only = list->t[dn].alloc_only = 1;
-        for (int64_t e = 0; e < E; e++) {
-#define EXPERT_FMT "%slayers.%lld.mlp.experts.%lld.%s"
-            long long le = (long long)e;
-            int g = target_tensor_add(list, NULL, 0, 2, Ie, H, 0, EXPERT_FMT, prefix, ll, le, "gate_proj.weight");
-            target_tensor_part(list, g, gu, e * 2 * Ie * H);
-            int u = target_tensor_add(list, NULL, 0, 2, Ie, H, 0, EXPERT_FMT, prefix, ll, le, "up_proj.weight");
-            target_tensor_part(list, u, gu, (e * 2 + 1) * Ie * H);
-            int w = target_tensor_add(list, NULL, 0, 2, H, Ie, 0, EXPERT_FMT, prefix, ll, le, "down_proj.weight");
-            target_tensor_part(list, w, dn, e * H * Ie);
-#undef EXPERT_FMT
-        }
-    }
+    target_moe_expert_tensors(m, l, prefix, list, d); // fused, or per expert as published
     if (c->shared_intermediate > 0) {
         char shared[200];
         snprintf(shared, sizeof shared, "%slayers.%lld.mlp.shared_experts", prefix, ll);
@@ -165,8 +144,7 @@ static void moe_sigmoid_forward(const target_model *m, int l, target_work *w, in
     if (c->shared_intermediate > 0) ops_add(be, w->xn, w->moe_shared, (int64_t)T * H); // experts + shared, as transformers
 }
 
-// make-target does not write these families (no to_json): their fixtures are checkpoints saved by
-// transformers (tests/reference/make_hf_fixtures.py).
+// The MLP of glm4_moe and deepseek_v3 (their tables write its keys with target_json_moe_sigmoid).
 const target_mlp target_mlp_moe_sigmoid = {
     .parse = moe_sigmoid_parse,
     .layer_tensors = moe_sigmoid_layer_tensors,

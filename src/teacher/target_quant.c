@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/core/json_util.h"
+#include "common/kernels/ops_quant.h"
+#include "common/kernels/ops_quant_cpu.h"
 
 // ------------------------------------------------------------------------------------ config.json
 
@@ -59,6 +62,93 @@ static int tq_block_size(target_quant *q, const cJSON *qc, const char *where, co
     return 0;
 }
 
+// ------------------------------------------------------------------------------------ teacher.quant_weights
+
+static int tq_weights = -1; // -1: not set (the environment's default)
+
+static int tq_weights_parse(const char *value, const char *what, int *mode) {
+    if (value && strcmp(value, "resident") == 0) *mode = TARGET_QUANT_WEIGHTS_RESIDENT;
+    else if (value && strcmp(value, "dequantize") == 0) *mode = TARGET_QUANT_WEIGHTS_DEQUANTIZE;
+    else {
+        char v[64];
+        text_one_line(value ? value : "", v, sizeof v);
+        return error_set("%s is \"%s\": want resident (quantised weights kept as stored on the device, a layer "
+                         "de-quantised at a time) or dequantize (de-quantised at load)", what, v);
+    }
+    return 0;
+}
+
+int target_quant_weights_set(const char *value, const char *what) { return tq_weights_parse(value, what, &tq_weights); }
+
+int target_quant_weights_mode(void) {
+    if (tq_weights >= 0) return tq_weights;
+    const char *env = getenv("DFLASH_QUANT_WEIGHTS");
+    int mode = TARGET_QUANT_WEIGHTS_RESIDENT;
+    if (env && *env && tq_weights_parse(env, "the environment variable DFLASH_QUANT_WEIGHTS", &mode)) return -1;
+    return mode;
+}
+
+const char *target_quant_weights_name(int mode) {
+    return mode == TARGET_QUANT_WEIGHTS_DEQUANTIZE ? "dequantize" : "resident";
+}
+
+// modules_to_not_convert, interned: one copy of each distinct list for the process (the configs that
+// hold it are copied by value and never freed; the pool stays reachable)
+typedef struct tq_pool {
+    struct tq_pool *next;
+    size_t len;
+    char text[];
+} tq_pool;
+static tq_pool *tq_pool_head;
+static pthread_mutex_t tq_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *tq_intern(const char *text, size_t len) {
+    pthread_mutex_lock(&tq_pool_mu);
+    tq_pool *p = tq_pool_head;
+    while (p && !(p->len == len && memcmp(p->text, text, len) == 0)) p = p->next;
+    if (!p) {
+        p = xmalloc(sizeof *p + len);
+        p->len = len;
+        memcpy(p->text, text, len);
+        p->next = tq_pool_head;
+        tq_pool_head = p;
+    }
+    pthread_mutex_unlock(&tq_pool_mu);
+    return p->text;
+}
+
+// modules_to_not_convert: absent or null, or a list of strings
+static int tq_skip_parse(target_quant *q, const cJSON *qc, const char *where, const char *src) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(qc, "modules_to_not_convert");
+    if (!a || cJSON_IsNull(a)) return 0;
+    char s[96];
+    if (!cJSON_IsArray(a)) {
+        json_value_str(a, s, sizeof s);
+        return error_set("%s: '%s.modules_to_not_convert' is %s: want a list of module names", src, where, s);
+    }
+    size_t len = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        if (!cJSON_IsString(x) || !x->valuestring[0]) {
+            json_value_str(x, s, sizeof s);
+            return error_set("%s: '%s.modules_to_not_convert' holds %s: want module names (non-empty strings)", src,
+                             where, s);
+        }
+        len += strlen(x->valuestring) + 1;
+    }
+    if (len == 0) return 0;
+    char *buf = xmalloc(len), *p = buf;
+    cJSON_ArrayForEach(x, a) {
+        size_t n = strlen(x->valuestring) + 1;
+        memcpy(p, x->valuestring, n);
+        p += n;
+        q->n_skip++;
+    }
+    q->skip = tq_intern(buf, len);
+    free(buf);
+    return 0;
+}
+
 int target_quant_parse(target_quant *q, const cJSON *root, const char *src) {
     memset(q, 0, sizeof *q);
     const char *where = "quantization_config";
@@ -77,9 +167,12 @@ int target_quant_parse(target_quant *q, const cJSON *root, const char *src) {
     const char *method = NULL;
     if (tq_string(qc, "quant_method", where, src, NULL, &method)) return -1;
     if (!method) return error_set("%s: '%s' has no \"quant_method\"", src, where);
+    int mode = target_quant_weights_mode();
+    if (mode < 0) return -1;
     if (strcmp(method, "mxfp4") == 0) {
         q->method = TARGET_QUANT_MXFP4;
-        return 0;
+        q->resident = mode == TARGET_QUANT_WEIGHTS_RESIDENT;
+        return tq_skip_parse(q, qc, where, src);
     }
     if (strcmp(method, "fp8") != 0)
         return tq_refuse(src, where, "quant_method", method, "not supported (supported: fp8 block-quantised, mxfp4)");
@@ -96,6 +189,8 @@ int target_quant_parse(target_quant *q, const cJSON *root, const char *src) {
                          "dtype, so static activation scales would be ignored)");
     if (strcmp(scale_fmt, "float") != 0 && strcmp(scale_fmt, "ue8m0") != 0)
         return tq_refuse(src, where, "scale_fmt", scale_fmt, "not supported (float or ue8m0)");
+    q->resident = mode == TARGET_QUANT_WEIGHTS_RESIDENT;
+    if (tq_skip_parse(q, qc, where, src)) return -1;
     return tq_block_size(q, qc, where, src);
 }
 
@@ -275,52 +370,36 @@ static float tq_scale(const st_entry *s, int64_t i) {
     }
 }
 
-// fp8 rows [r0, r0 + nrows) of [rows, I]: row r is output o = r % O of matrix r / O.
+// fp8 rows [r0, r0 + nrows) of [rows, I]: row r is output o = r % O of matrix r / O; each row's
+// scales converted to f32 (exact), then the ops' row decode (ops_quant_cpu.h: the rule the resident
+// weights' op runs too).
 static void tq_dequant_fp8(const target_quant_tensor *t, int64_t r0, int64_t nrows, float *dst) {
-    float lut[256];
-    for (int c = 0; c < 256; c++) lut[c] = f32_from_f8e4m3((uint8_t)c);
     int nd = t->ndim;
     int64_t O = t->shape[nd - 2], I = t->shape[nd - 1], bo = t->block_out, bi = t->block_in;
     int64_t so = cdiv(O, bo), si = cdiv(I, bi);
     const uint8_t *w = t->w->data;
-#pragma omp parallel for schedule(static) if (nrows * I > (1 << 16))
-    for (int64_t k = 0; k < nrows; k++) {
-        int64_t r = r0 + k, m = r / O, o = r % O;
-        const uint8_t *src = w + (size_t)r * (size_t)I;
-        float *out = dst + (size_t)k * (size_t)I;
-        int64_t sbase = (m * so + o / bo) * si;
-        for (int64_t b = 0; b < si; b++) {
-            float s = tq_scale(t->scale, sbase + b);
-            int64_t i1 = (b + 1) * bi < I ? (b + 1) * bi : I;
-            for (int64_t i = b * bi; i < i1; i++) out[i] = lut[src[i]] * s;
+#pragma omp parallel if (nrows * I > (1 << 16))
+    {
+        float *srow = xmalloc((size_t)si * sizeof(float));
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < nrows; k++) {
+            int64_t r = r0 + k, m = r / O, o = r % O;
+            int64_t sbase = (m * so + o / bo) * si;
+            for (int64_t b = 0; b < si; b++) srow[b] = tq_scale(t->scale, sbase + b);
+            cpu_dequant_fp8_row(dst + (size_t)k * (size_t)I, w + (size_t)r * (size_t)I, srow, I, bi);
         }
+        free(srow);
     }
 }
 
 // mxfp4 rows: row r holds G groups of 16 bytes (32 values) and G scale bytes.
 static void tq_dequant_mxfp4(const target_quant_tensor *t, int64_t r0, int64_t nrows, float *dst) {
-    static const float fp4[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
     int64_t K = target_quant_cols(t), G = K / 32;
     const uint8_t *blocks = t->w->data, *scales = t->scale->data;
 #pragma omp parallel for schedule(static) if (nrows * K > (1 << 16))
     for (int64_t k = 0; k < nrows; k++) {
         int64_t r = r0 + k;
-        float *out = dst + (size_t)k * (size_t)K;
-        for (int64_t g = 0; g < G; g++) {
-            // torch.ldexp(x, e): x * 2^e exactly, rounded once (every product here is exact in fp32 or
-            // past its range: inf). 2^-127 (scale 0) is an fp32 subnormal, still exact; 2^128 (scale
-            // 255) is not a float: 2^127 then * 2, so 0 stays 0 and 0.5 gives 2^127, as ldexp does.
-            int e = (int)scales[r * G + g] - 127;
-            float s = ldexpf(1.0f, e > 127 ? 127 : e), v[16];
-            for (int c = 0; c < 16; c++) v[c] = e > 127 ? fp4[c] * s * 2.0f : fp4[c] * s;
-            const uint8_t *blk = blocks + ((size_t)r * (size_t)G + (size_t)g) * 16;
-            float *o = out + g * 32;
-            for (int j = 0; j < 16; j++) {
-                o[2 * j] = v[blk[j] & 0x0F];
-                o[2 * j + 1] = v[blk[j] >> 4];
-            }
-        }
+        cpu_dequant_mxfp4_row(dst + (size_t)k * (size_t)K, blocks + (size_t)r * (size_t)G * 16, scales + r * G, G);
     }
 }
 
@@ -375,3 +454,128 @@ int target_quant_upload(backend *be, void *dst, dtype dt, const target_quant_ten
     free(tmp);
     return rc;
 }
+
+// ------------------------------------------------------------------------------------ resident weights
+
+static int tq_ends(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+// re.match(P, s) for the patterns of modules_to_not_convert: P matches a prefix of s; '.' any
+// character, '*' / '+' / '?' after an atom, '\\' escapes the next character, '^' and a final '$'
+// anchor; anything else is literal.
+static int re_atom_len(const char *p) { return p[0] == '\\' && p[1] ? 2 : 1; }
+static int re_atom(const char *p, char c) {
+    if (!c) return 0;
+    if (p[0] == '\\' && p[1]) return p[1] == c;
+    return p[0] == '.' || p[0] == c;
+}
+static int re_here(const char *p, const char *s) {
+    if (!*p) return 1;
+    if (p[0] == '$' && !p[1]) return !*s;
+    int n = re_atom_len(p);
+    char op = p[n];
+    if (op == '*' || op == '+' || op == '?') {
+        size_t k = 0, lo = op == '+' ? 1 : 0, hi = op == '?' ? 1 : SIZE_MAX;
+        while (k < hi && re_atom(p, s[k])) k++;
+        for (;; k--) { // greedy, then back off
+            if (k < lo) return 0;
+            if (re_here(p + n + 1, s + k)) return 1;
+            if (k == 0) return 0;
+        }
+    }
+    return re_atom(p, *s) && re_here(p + n, s + 1);
+}
+
+// module (a tensor's module, or the experts module of fused experts) left out by a pattern of q
+static int tq_skipped_module(const target_quant *q, const char *module) {
+    const char *p = q->skip;
+    for (int i = 0; p && i < q->n_skip; i++, p += strlen(p) + 1) {
+        if (strstr(module, p)) return 1; // transformers 4: the pattern in the module's name
+        if (re_here(p[0] == '^' ? p + 1 : p, module)) return 1; // transformers 5: re.match
+    }
+    return 0;
+}
+
+static int tq_skipped(const target_quant *q, const char *name) {
+    if (!q->skip) return 0;
+    char module[256];
+    snprintf(module, sizeof module, "%s", name);
+    size_t n = strlen(module);
+    if (tq_ends(module, ".weight")) module[n - 7] = '\0';
+    if (tq_skipped_module(q, module)) return 1;
+    char *dot = strrchr(module, '.'); // fused experts: the parameter of the experts module
+    if (dot && (tq_ends(module, "experts.gate_up_proj") || tq_ends(module, "experts.down_proj"))) {
+        *dot = '\0';
+        return tq_skipped_module(q, module);
+    }
+    return 0;
+}
+
+static int tq_fused_experts(const char *name, int ndim) {
+    return ndim == 3 && (tq_ends(name, "experts.gate_up_proj") || tq_ends(name, "experts.down_proj"));
+}
+
+target_quant_kind target_quant_planned(const target_quant *q, const char *name, int ndim, int in_layer) {
+    if (!in_layer || ndim < 2 || q->method == TARGET_QUANT_NONE) return TARGET_QUANT_PLAIN;
+    if (q->method == TARGET_QUANT_MXFP4) // gpt-oss: the experts only
+        return tq_fused_experts(name, ndim) && !tq_skipped(q, name) ? TARGET_QUANT_STORED_MXFP4 : TARGET_QUANT_PLAIN;
+    static const char *const not_linear[] = {"mlp.gate.weight", "mlp.router.weight", "shared_expert_gate.weight",
+                                             "conv1d.weight"};
+    for (size_t i = 0; i < sizeof not_linear / sizeof not_linear[0]; i++)
+        if (tq_ends(name, not_linear[i])) return TARGET_QUANT_PLAIN;
+    int linear = (ndim == 2 && tq_ends(name, ".weight")) || tq_fused_experts(name, ndim);
+    return linear && !tq_skipped(q, name) ? TARGET_QUANT_STORED_FP8 : TARGET_QUANT_PLAIN;
+}
+
+void target_quant_planned_bytes(const target_quant *q, target_quant_kind kind, const char *name, int ndim,
+                                const int64_t *shape, size_t *codes, size_t *scales) {
+    int64_t numel = 1, M = 1;
+    for (int j = 0; j < ndim; j++) numel *= shape[j];
+    for (int j = 0; j + 2 < ndim; j++) M *= shape[j];
+    if (kind == TARGET_QUANT_STORED_MXFP4) {
+        *codes = (size_t)numel / 2;
+        *scales = (size_t)numel / 32;
+        return;
+    }
+    int64_t O = ndim >= 2 ? shape[ndim - 2] : 1, I = ndim >= 1 ? shape[ndim - 1] : 1;
+    int64_t bo = q->block_out > 0 ? q->block_out : (O > 0 ? O : 1), bi = q->block_in > 0 ? q->block_in : (I > 0 ? I : 1);
+    int64_t rows = cdiv(O, bo);
+    if (ndim == 3 && tq_ends(name, "gate_up_proj") && O % 2 == 0 && O > 0) { // gate and up may be stored apart
+        int64_t half_bo = q->block_out > 0 ? q->block_out : O / 2, split = 2 * cdiv(O / 2, half_bo);
+        if (split > rows) rows = split;
+    }
+    *codes = (size_t)numel;
+    *scales = (size_t)(M * rows * cdiv(I, bi)) * sizeof(float);
+}
+
+size_t target_quant_stored_codes(const target_quant_tensor *t) { return t->w->nbytes; }
+
+size_t target_quant_stored_scales(const target_quant_tensor *t) {
+    if (t->kind == TARGET_QUANT_STORED_MXFP4) return t->scale->nbytes;
+    return t->scale->nbytes / dtype_size(t->scale->dt) * sizeof(float);
+}
+
+void target_quant_upload_stored(backend *be, const target_quant_tensor *t, void *codes_dst, void *scales_dst) {
+    backend_copy_to_device(be, codes_dst, t->w->data, t->w->nbytes);
+    if (t->kind == TARGET_QUANT_STORED_MXFP4) { // the e8m0 bytes as they are
+        backend_copy_to_device(be, scales_dst, t->scale->data, t->scale->nbytes);
+        return;
+    }
+    int64_t n = (int64_t)(t->scale->nbytes / dtype_size(t->scale->dt)), chunk = target_quant_chunk;
+    float *tmp = xmalloc((size_t)(n < chunk ? (n > 0 ? n : 1) : chunk) * sizeof(float));
+    for (int64_t i = 0; i < n; i += chunk) {
+        int64_t len = n - i < chunk ? n - i : chunk;
+        for (int64_t k = 0; k < len; k++) tmp[k] = tq_scale(t->scale, i + k);
+        backend_copy_to_device(be, (float *)scales_dst + i, tmp, (size_t)len * sizeof(float));
+    }
+    free(tmp);
+}
+
+void target_quant_job_run(backend *be, const target_quant_job *j) {
+    if (j->kind == TARGET_QUANT_STORED_FP8)
+        ops_dequant_fp8(be, j->dst, j->codes, j->scales, j->M, j->O, j->I, j->bo, j->bi);
+    else ops_dequant_mxfp4(be, j->dst, j->codes, j->scales, j->M * j->O, j->I / 32);
+}
+

@@ -52,10 +52,35 @@ typedef struct target_quant {
     target_quant_method method;
     // fp8: weight_block_size [block_out, block_in]; 0, 0: one scale per matrix (weight_block_size null)
     int64_t block_out, block_in;
+    // teacher.quant_weights resident when the config was parsed (target_quant_weights_mode) and the
+    // checkpoint is quantised: its quantised tensors stay stored on the device, each layer's
+    // de-quantised into the layer scratch before it runs (target_layer_materialize, target.h)
+    int resident;
+    // modules_to_not_convert: n_skip patterns, NUL-separated (interned for the process: copies of the
+    // config share them); NULL when absent or null
+    const char *skip;
+    int n_skip;
 } target_quant;
+
+// teacher.quant_weights: what becomes of a quantised checkpoint's weights on the device.
+//   resident    (default) kept as stored (codes + scales), de-quantised a layer at a time into one
+//               scratch shared by the stage's layers (the memory plans count them so)
+//   dequantize  de-quantised at load into the compute dtype (every weight at compute size)
+// One setting for the process (every plan, split and load of it must agree; dflash_rank sets it from
+// the configuration before anything reads a config.json, the tools from an option); before it is
+// set, the environment variable DFLASH_QUANT_WEIGHTS (resident | dequantize) is the default.
+typedef enum { TARGET_QUANT_WEIGHTS_RESIDENT = 0, TARGET_QUANT_WEIGHTS_DEQUANTIZE = 1 } target_quant_weights;
+// target_quant_weights_set: "resident" or "dequantize"; -1 with error_set naming `what` (the key or
+// option) otherwise.
+int target_quant_weights_set(const char *value, const char *what);
+// target_quant_weights_mode: the setting (the environment's default when never set; an invalid
+// DFLASH_QUANT_WEIGHTS: -1 with error_set).
+int target_quant_weights_mode(void);
+const char *target_quant_weights_name(int mode);
 
 // target_quant_parse: root's "quantization_config", or its text_config's (the multimodal wrappers);
 // absent or null: TARGET_QUANT_NONE. -1 with error_set("<src>: 'quantization_config.<key>' ...").
+// Sets q->resident from target_quant_weights_mode().
 int target_quant_parse(target_quant *q, const struct cJSON *root, const char *src);
 // target_quant_describe: "none", "fp8 (e4m3, blocks [128, 128])", "fp8 (e4m3, one scale per matrix)",
 // "mxfp4" into buf; returns buf.
@@ -102,3 +127,49 @@ extern int64_t target_quant_chunk;
 // target_quant_upload: all of t, de-quantised, into dst (device memory of be) as dt (F32, BF16 or
 // F16), chunk by chunk. -1 (error_set) for another dt or an unreadable plain dtype.
 int target_quant_upload(backend *be, void *dst, dtype dt, const target_quant_tensor *t);
+
+// ------------------------------------------------------------------------- resident quantised weights
+// What config.json alone says (the memory plans read no weights): a checkpoint's quantised tensors.
+//   fp8    every decoder layer's linear weight (a 2-D [out, in] NAME.weight, or the fused experts
+//          [E, out, in] experts.gate_up_proj / experts.down_proj) except the routers (mlp.gate.weight,
+//          mlp.router.weight, shared_expert_gate.weight) and conv1d.weight, as DeepSeek-V3/R1, Kimi-K2,
+//          Qwen3-*-FP8 publish them
+//   mxfp4  the experts' experts.gate_up_proj / experts.down_proj (gpt-oss)
+// and neither what quantization_config.modules_to_not_convert names: a pattern P leaves out a tensor
+// whose module (its name without ".weight"; for fused experts also the experts module) contains P
+// (transformers 4's rule) or whose start P matches as a regular expression ('.', '*', '+', '?', '\\';
+// transformers 5's re.match), a superset of transformers' rules: a tensor counted plain that the files
+// hold quantised is de-quantised at load (the plan counted its compute size), the reverse is refused.
+
+// target_quant_planned: STORED_FP8 / STORED_MXFP4 when q says `name` (ndim dims; in_layer: a decoder
+// layer's tensor kept in the compute dtype, not fp32) is stored quantised, else PLAIN.
+target_quant_kind target_quant_planned(const target_quant *q, const char *name, int ndim, int in_layer);
+// target_quant_planned_bytes: the device bytes of a planned-quantised tensor of logical shape [ndim]
+// kept as stored: *codes (fp8: 1 byte an element; mxfp4: half) and *scales (fp8: f32 per block, for
+// fused gate_up experts as many as the per-expert files hold, which is at least the fused count;
+// mxfp4: 1 byte per 32 elements). Neither is aligned.
+void target_quant_planned_bytes(const target_quant *q, target_quant_kind kind, const char *name, int ndim,
+                                const int64_t *shape, size_t *codes, size_t *scales);
+
+// target_quant_stored_codes / _scales: bytes of a stored tensor t (fp8 or mxfp4) on the device: its
+// codes as in the file, its scales as f32 (fp8: every scale dtype converts exactly) or as the file's
+// e8m0 bytes (mxfp4: 2^128 is no f32, the op applies it as ldexp does).
+size_t target_quant_stored_codes(const target_quant_tensor *t);
+size_t target_quant_stored_scales(const target_quant_tensor *t);
+// target_quant_upload_stored: t's codes to codes_dst and its scales (converted as above) to
+// scales_dst, device memory of be; host memory bounded by TARGET_QUANT_CHUNK.
+void target_quant_upload_stored(backend *be, const target_quant_tensor *t, void *codes_dst, void *scales_dst);
+
+// One de-quantisation of a layer's stored tensor (or of consecutive parts of a stacked one) into its
+// buffer in the layer scratch.
+typedef struct {
+    int64_t layer;
+    target_quant_kind kind;  // STORED_FP8 or STORED_MXFP4
+    void *dst;               // [M, O, I] in the compute dtype, in the scratch
+    const uint8_t *codes;    // device: fp8 codes [M, O, I]; mxfp4 blocks [M * O, I / 32, 16]
+    const void *scales;      // device: fp8 f32 [M, ceil(O / bo), ceil(I / bi)]; mxfp4 u8 [M * O, I / 32]
+    int64_t M, O, I, bo, bi; // bo, bi: fp8 only
+} target_quant_job;
+// target_quant_job_run: ops_dequant_fp8 / ops_dequant_mxfp4 of j on be.
+void target_quant_job_run(backend *be, const target_quant_job *j);
+

@@ -11,8 +11,8 @@
     X(qwen3_5_moe) /* target_moe.c */                                                                        \
     X(qwen2)       /* target_dense.c */                                                                      \
     X(mistral)     /* target_dense.c */                                                                      \
-    X(gemma3)      /* target_gemma3.c */                                                                     \
-    X(gemma4)      /* target_gemma4.c */                                                                     \
+    X(gemma3)      /* target_gemma.c */                                                                      \
+    X(gemma4)      /* target_gemma.c */                                                                      \
     X(glm4_moe)    /* target_glm4_moe.c */                                                                   \
     X(deepseek_v3) /* target_deepseek_v3.c */                                                                \
     X(gpt_oss)     /* target_gpt_oss.c */

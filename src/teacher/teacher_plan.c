@@ -12,6 +12,21 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/kernels/ops.h"
+#include "teacher/target_quant.h"
+
+// "weights X" of m's stage, or with resident quantised weights (teacher.quant_weights, target_quant.h)
+// "weights X (quantised, resident) + layer scratch Y", X + Y being target_model_weight_bytes.
+static const char *weights_text(const target_model *m, char *buf, size_t n) {
+    int64_t l0, l1;
+    target_stage_range(m, &l0, &l1);
+    size_t all = target_model_weight_bytes(m), scratch = target_stage_weight_scratch(&m->cfg, ops_act_dtype(m->be), l0, l1);
+    char a[32], b[32];
+    if (scratch == 0) snprintf(buf, n, "weights %s", bytes_format(all, a, sizeof a));
+    else
+        snprintf(buf, n, "weights %s (quantised, resident) + layer scratch %s", bytes_format(all - scratch, a, sizeof a),
+                 bytes_format(scratch, b, sizeof b));
+    return buf;
+}
 
 int teacher_contract_make(const config *cfg, long long n_target_layers, teacher_contract *c) {
     memset(c, 0, sizeof *c);
@@ -161,9 +176,12 @@ static int stage_budget(const config *cfg, const target_model *m, target_outputs
     min_group_advice(cfg, m, o, T, students, advice_nccl, G, advice, sizeof advice);
     if (whole) {
         if (ring) snprintf(ring_txt, sizeof ring_txt, ", its NCCL buffers %s", bytes_format(ring, b3, sizeof b3));
+        char wt[128], wq[160] = ""; // resident quantised weights: what the weights are
+        if (target_stage_weight_scratch(&m->cfg, ops_act_dtype(m->be), l0, l1) > 0)
+            snprintf(wq, sizeof wq, " (%s)", weights_text(m, wt, sizeof wt));
         if (weights + reserve >= budget) // every expert and layer resident on one teacher rank
-            return error_set("the target's weights alone take %s, more than teacher.mem_budget %s: %s does not fit one "
-                             "device%s%s", bytes_format(weights, b2, sizeof b2), bytes_format(budget, b1, sizeof b1),
+            return error_set("the target's weights alone take %s%s, more than teacher.mem_budget %s: %s does not fit one "
+                             "device%s%s", bytes_format(weights, b2, sizeof b2), wq, bytes_format(budget, b1, sizeof b1),
                              m->cfg.arch_name, advice, res_txt);
         return error_set("teacher.mem_budget %s holds teacher batches of %d tokens, less than the students' "
                          "data.max_tokens_per_batch = %d (weights alone take %s%s)%s%s",
@@ -175,9 +193,10 @@ static int stage_budget(const config *cfg, const target_model *m, target_outputs
     if (s >= 0) snprintf(which, sizeof which, "teacher stage %d of %d", s, G);
     else snprintf(which, sizeof which, "a teacher stage");
     if (fit > 0) snprintf(holds, sizeof holds, " (it holds batches of %d tokens, not %d)", fit, T);
-    return error_set("%s (layers %lld-%lld) takes weights %s + forward work %s (%d tokens) + NCCL buffers %s + GPU reserve "
+    char wt[128];
+    return error_set("%s (layers %lld-%lld) takes %s + forward work %s (%d tokens) + NCCL buffers %s + GPU reserve "
                      "%s = %s, more than teacher.mem_budget %s%s%s",
-                     which, (long long)l0, (long long)l1 - 1, bytes_format(weights, b1, sizeof b1),
+                     which, (long long)l0, (long long)l1 - 1, weights_text(m, wt, sizeof wt),
                      bytes_format(work, b2, sizeof b2), T, bytes_format(ring, b3, sizeof b3),
                      bytes_format(reserve, b6, sizeof b6), bytes_format(weights + work + rr, b4, sizeof b4),
                      bytes_format(budget, b5, sizeof b5), holds, advice);
@@ -256,6 +275,19 @@ static int plan_print_group(const world *w, const config *cfg, backend *be, cons
             if (st[s].weights > st[big].weights) big = s;
             if (st[s].weights < st[small].weights) small = s;
         }
+        target_model sm = *m; // each stage's weights, when quantised ones stay resident
+        for (int s = 0; s < G; s++) {
+            sm.layer_begin = st[s].l0, sm.layer_end = st[s].l1;
+            char wt[128];
+            if (target_stage_weight_scratch(&m->cfg, ops_act_dtype(be), st[s].l0, st[s].l1) > 0)
+                printf("  stage %d: %s\n", s, weights_text(&sm, wt, sizeof wt));
+        }
+        if (m->cfg.quant.resident) {
+            char qd[64];
+            printf("  (quantised weights: %s, kept on the device as stored, each layer's de-quantised into the stage's "
+                   "layer scratch before it runs: teacher.quant_weights resident)\n",
+                   target_quant_describe(&m->cfg.quant, qd, sizeof qd));
+        }
         size_t whole = target_weight_bytes(&m->cfg, ops_act_dtype(be));
         printf("  split by weight bytes: largest stage %d (%s), smallest stage %d (%s): %.3fx; the whole target %s\n", big,
                bytes_format(st[big].weights, a, sizeof a), small, bytes_format(st[small].weights, b, sizeof b),
@@ -298,9 +330,12 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     if (w->rank == 0) {
         char a[32], b[32], c[32], d[32], e[32], desc[160], ranks[48] = "each teacher rank";
         if (w->teachers > 0) snprintf(ranks, sizeof ranks, "each of %d teacher rank(s)", w->teachers);
-        printf("teacher memory plan (%s, %s)\n  %-26s %12s\n  %-26s %12s  (%d tokens per batch)\n"
+        char wt[160] = "", wq[128];
+        if (target_stage_weight_scratch(&m.cfg, ops_act_dtype(be), 0, m.cfg.n_layers) > 0)
+            snprintf(wt, sizeof wt, "  (%s)", weights_text(&m, wq, sizeof wq));
+        printf("teacher memory plan (%s, %s)\n  %-26s %12s%s\n  %-26s %12s  (%d tokens per batch)\n"
                "  %-26s %12s\n  %-26s %12s  (%s)\n  %-26s %12s\nteacher_total_bytes %zu\n", ranks, be->name,
-               "target weights", bytes_format(weights, a, sizeof a), "forward work", bytes_format(work, b, sizeof b),
+               "target weights", bytes_format(weights, a, sizeof a), wt, "forward work", bytes_format(work, b, sizeof b),
                tc.max_tokens, "NCCL buffers", bytes_format(ring, e, sizeof e), "GPU reserve", bytes_format(gr.total, d, sizeof d),
                gpu_reserve_describe(&gr, desc, sizeof desc), "total", bytes_format(weights + work + ring + gr.total, c, sizeof c),
                weights + work + ring + gr.total);

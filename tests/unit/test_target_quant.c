@@ -251,7 +251,7 @@ static void test_fp8_fixture(const st_file *fx, backend *be) {
         test_fail(__FILE__, __LINE__, "fixture dir: %s", error_msg());
         return;
     }
-    target_quant q = {TARGET_QUANT_FP8, 16, 32};
+    target_quant q = {.method = TARGET_QUANT_FP8, .block_out = 16, .block_in = 32};
     static const char *const names[] = {"model.layers.0.mlp.down_proj.weight", "model.layers.0.mlp.experts.gate_up_proj",
                                         "model.layers.0.self_attn.o_proj.weight"};
     static const int64_t shapes[3][3] = {{37, 70, 0}, {2, 37, 70}, {20, 40, 0}};
@@ -275,7 +275,7 @@ static void test_fp8_fixture(const st_file *fx, backend *be) {
     }
     CHECK(target_quant_disk_bytes(&(target_quant_tensor){0}) == 0);
     // the same weights read with the wrong block size: the scale's shape is refused
-    target_quant wrong = {TARGET_QUANT_FP8, 32, 32};
+    target_quant wrong = {.method = TARGET_QUANT_FP8, .block_out = 32, .block_in = 32};
     target_quant_tensor t;
     CHECK_ERR(target_quant_lookup(&wrong, &d, names[0], &t),
               "tensor model.layers.0.mlp.down_proj.weight_scale_inv has shape [3, 3], want [2, 3] (weight [37, 70], "
@@ -293,7 +293,7 @@ static void test_mxfp4_fixture(backend *be) {
         test_fail(__FILE__, __LINE__, "mxfp4 fixture: %s", error_msg());
         return;
     }
-    target_quant q = {TARGET_QUANT_MXFP4, 0, 0};
+    target_quant q = {.method = TARGET_QUANT_MXFP4, .block_out = 0, .block_in = 0};
     static const char *const names[] = {"model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"};
     static const int64_t shapes[2][3] = {{2, 64, 64}, {2, 64, 32}}; // [E, 2I, H], [E, H, I]: [E, out, in]
     for (int k = 0; k < 2; k++) {
@@ -317,7 +317,7 @@ static void test_mxfp4_fixture(backend *be) {
     CHECK(!target_quant_present(&d, "model.layers.0.mlp.experts.up_proj"));
     target_quant_tensor t;
     CHECK(target_quant_lookup(&q, &d, "model.layers.0.mlp.experts.up_proj", &t) == 0 && t.kind == TARGET_QUANT_ABSENT);
-    target_quant none = {TARGET_QUANT_NONE, 0, 0};
+    target_quant none = {.method = TARGET_QUANT_NONE, .block_out = 0, .block_in = 0};
     CHECK_ERR(target_quant_lookup(&none, &d, names[0], &t),
               "tensor model.layers.0.mlp.experts.gate_up_proj is stored as MXFP4 "
               "(model.layers.0.mlp.experts.gate_up_proj_blocks) but config.json has no quantization_config");
@@ -375,7 +375,7 @@ static void test_refusals(void) {
         test_fail(__FILE__, __LINE__, "refusal dir: %s", error_msg());
         return;
     }
-    target_quant fp8 = {TARGET_QUANT_FP8, 2, 4}, mx = {TARGET_QUANT_MXFP4, 0, 0}, none = {TARGET_QUANT_NONE, 0, 0};
+    target_quant fp8 = {.method = TARGET_QUANT_FP8, .block_out = 2, .block_in = 4}, mx = {.method = TARGET_QUANT_MXFP4, .block_out = 0, .block_in = 0}, none = {.method = TARGET_QUANT_NONE, .block_out = 0, .block_in = 0};
     target_quant_tensor t;
     CHECK(target_quant_lookup(&fp8, &d, "a.weight", &t) == 0 && t.kind == TARGET_QUANT_STORED_FP8);
     CHECK(target_quant_lookup(&fp8, &d, "p.weight", &t) == 0 && t.kind == TARGET_QUANT_PLAIN && t.w->dt == DT_BF16);
@@ -451,13 +451,13 @@ static void test_rule_random(void) {
         for (int o = 0; o < 7; o++)
             for (int i = 0; i < 10; i++)
                 ref[(m * 7 + o) * 10 + i] = f32_from_f8e4m3(wq[(m * 7 + o) * 10 + i]) * ws[(m * 3 + o / 3) * 3 + i / 4];
-    target_quant q = {TARGET_QUANT_FP8, 3, 4};
+    target_quant q = {.method = TARGET_QUANT_FP8, .block_out = 3, .block_in = 4};
     target_quant_tensor t;
     CHECK(target_quant_lookup(&q, &d, "w.weight", &t) == 0 && target_quant_dequant_rows(&t, 0, 14, got) == 0);
     CHECK_MSG(count_diff(got, ref, 140) == 0, "blocks [3, 4] over [2, 7, 10] differ from the direct loop");
     CHECK(target_quant_rows(&t) == 14 && target_quant_cols(&t) == 10 && target_quant_numel(&t) == 140);
 
-    target_quant per = {TARGET_QUANT_FP8, 0, 0};
+    target_quant per = {.method = TARGET_QUANT_FP8, .block_out = 0, .block_in = 0};
     static const char *const pm[] = {"m.weight", "n.weight", "o.weight"};
     for (int k = 0; k < 3; k++) {
         int idx = 2 + 2 * k, mats = k == 0 ? 1 : 2;

@@ -53,6 +53,7 @@ typedef struct {
     int64_t teacher_max_tokens;
     int64_t teacher_mem_budget; // bytes, 0 = no limit
     int64_t teacher_vocab_tile;
+    char teacher_quant_weights[16]; // resident | dequantize: a quantised target's weights on the device (target_quant.h)
     // features (offline feature files)
     char features_dir[CONFIG_STR];
     int64_t features_shard_samples;
