@@ -14,8 +14,8 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/core/json_util.h"
-#include "common/kernels/ops_quant.h"
-#include "common/kernels/ops_quant_cpu.h"
+#include "common/quant/ops_quant.h"
+#include "common/quant/ops_quant_cpu.h"
 
 // ------------------------------------------------------------------------------------ config.json
 

@@ -2,7 +2,8 @@
 # test_layout.sh: the source tree is the map README's layout table draws.
 #   - src/common has no source file at its top level, only its concern folders;
 #   - the folders stack: core uses nothing above it, data and backend use core, kernels and comm use
-#     backend and core, decode uses kernels too; nothing in src/common includes the teacher or the student;
+#     backend and core, decode, moe and quant use kernels too; nothing in src/common includes the
+#     teacher or the student;
 #   - the student's folders stack: loss uses no other student folder, model uses loss, train uses
 #     model and loss (the drafter never includes its training loop);
 #   - the roles meet only through src/common: no file under src/student includes a header under
@@ -30,7 +31,8 @@ top=$(find src/common -maxdepth 1 -type f | sort)
 
 # allowed[folder] = the folders of src/common its files may include
 declare -A allowed=([core]="core" [data]="core data" [backend]="core backend" [kernels]="core backend kernels"
-                    [decode]="core backend kernels decode"
+                    [decode]="core backend kernels decode" [moe]="core backend kernels moe"
+                    [quant]="core backend kernels quant"
                     [comm]="core backend comm")
 for dir in src/common/*/; do
   f=$(basename "$dir")

@@ -28,7 +28,7 @@
 
 #include "common/backend/backend.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_moe.h"
+#include "common/moe/ops_moe.h"
 #include "testing.h"
 
 #define U32 0x1p-24

@@ -31,7 +31,7 @@
 #include "common/backend/backend.h"
 #include "common/core/check.h"
 #include "common/core/half.h"
-#include "common/kernels/ops_moe.h"
+#include "common/moe/ops_moe.h"
 #include "testing.h"
 #include "testing_device.h"
 

@@ -31,8 +31,8 @@
 #include "common/backend/backend.h"
 #include "common/core/check.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_moe.h"
-#include "common/kernels/ops_moe_sigmoid.h"
+#include "common/moe/ops_moe.h"
+#include "common/moe/ops_moe_sigmoid.h"
 #include "testing.h"
 
 #define U32 0x1p-24

@@ -27,8 +27,8 @@
 
 #include "common/backend/backend.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_moe.h"
-#include "common/kernels/ops_moe_sigmoid.h"
+#include "common/moe/ops_moe.h"
+#include "common/moe/ops_moe_sigmoid.h"
 #include "testing.h"
 #include "testing_device.h"
 

@@ -1,4 +1,4 @@
-// test_ops_quant.c: the de-quantisation ops' CPU twin (common/kernels/ops_quant.h) and what
+// test_ops_quant.c: the de-quantisation ops' CPU twin (common/quant/ops_quant.h) and what
 // teacher.quant_weights resident builds on it (teacher/target_quant.h, target.h).
 //
 //   fixtures      the committed weights of tests/reference/data/quant_fp8.safetensors (partial last
@@ -28,8 +28,8 @@
 #include "common/core/half.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_quant.h"
-#include "common/kernels/ops_quant_cpu.h"
+#include "common/quant/ops_quant.h"
+#include "common/quant/ops_quant_cpu.h"
 #include "teacher/target.h"
 #include "teacher/target_config.h"
 #include "teacher/target_quant.h"

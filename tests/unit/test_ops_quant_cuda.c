@@ -1,4 +1,4 @@
-// test_ops_quant_cuda.c: the de-quantisation ops (common/kernels/ops_quant.h) on CUDA against the
+// test_ops_quant_cuda.c: the de-quantisation ops (common/quant/ops_quant.h) on CUDA against the
 // CPU twin, bit for bit (skipped, exit 77, without a GPU; runs in the emulator build): the CUDA
 // kernel's bf16 output must be bf16_from_f32 (half.c, nearest even) of the twin's f32, the canonical
 // NaN included, since the two settings of teacher.quant_weights on CUDA are the kernel (resident) and
@@ -22,7 +22,7 @@
 #include "common/core/check.h"
 #include "common/core/half.h"
 #include "common/data/safetensors.h"
-#include "common/kernels/ops_quant.h"
+#include "common/quant/ops_quant.h"
 #include "teacher/target_quant.h"
 #include "testing.h"
 #include "testing_device.h"

@@ -10,7 +10,7 @@
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_quant_cuda.h"
+#include "common/quant/ops_quant_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 

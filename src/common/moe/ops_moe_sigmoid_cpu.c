@@ -1,12 +1,12 @@
 // ops_moe_sigmoid_cpu.c: the fp32 reference of ops_moe_sigmoid_route (ops_moe_sigmoid.h), threaded
 // over tokens with OpenMP; the grouping by expert is ops_moe_cpu.c's (cpu_moe_group).
-#include "common/kernels/ops_moe_sigmoid_cpu.h"
+#include "common/moe/ops_moe_sigmoid_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/core/check.h"
-#include "common/kernels/ops_moe_cpu.h"
+#include "common/moe/ops_moe_cpu.h"
 
 #define OPS_PAR_MIN 16384 // as ops_cpu.c: threads only past a few thousand elements
 

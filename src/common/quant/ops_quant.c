@@ -1,11 +1,11 @@
 // ops_quant.c: dispatch of the de-quantisation ops (ops_quant.h) to the CPU reference or the CUDA
 // kernels; the argument checks that hold on both backends live here.
-#include "common/kernels/ops_quant.h"
+#include "common/quant/ops_quant.h"
 
 #include "common/core/check.h"
-#include "common/kernels/ops_quant_cpu.h"
+#include "common/quant/ops_quant_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/ops_quant_cuda.h"
+#include "common/quant/ops_quant_cuda.h"
 #endif
 #include "common/kernels/ops_dispatch.h"
 

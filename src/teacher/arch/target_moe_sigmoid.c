@@ -23,8 +23,8 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_moe.h"
-#include "common/kernels/ops_moe_sigmoid.h"
+#include "common/moe/ops_moe.h"
+#include "common/moe/ops_moe_sigmoid.h"
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 

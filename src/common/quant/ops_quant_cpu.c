@@ -1,7 +1,7 @@
 // ops_quant_cpu.c: the fp32 reference of the de-quantisation ops (ops_quant.h), row by row; the rows
 // are also what target_quant.c's load-time path runs, so both settings of teacher.quant_weights
 // de-quantise by this one code.
-#include "common/kernels/ops_quant_cpu.h"
+#include "common/quant/ops_quant_cpu.h"
 
 #include <math.h>
 #include <pthread.h>

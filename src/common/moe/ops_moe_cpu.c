@@ -1,7 +1,7 @@
 // ops_moe_cpu.c: the fp32 reference of the mixture-of-experts ops (see ops_moe.h), threaded with
 // OpenMP. The routing is a per-token softmax and top-k, then a counting sort of the (token, choice)
 // rows by expert; the grouped GEMM is one OpenBLAS sgemm per expert with rows.
-#include "common/kernels/ops_moe_cpu.h"
+#include "common/moe/ops_moe_cpu.h"
 
 #include <cblas.h>
 #include <stdlib.h>

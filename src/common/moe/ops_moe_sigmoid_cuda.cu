@@ -19,8 +19,8 @@
 
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
-#include "common/kernels/ops_moe_cuda.h"
-#include "common/kernels/ops_moe_sigmoid_cuda.h"
+#include "common/moe/ops_moe_cuda.h"
+#include "common/moe/ops_moe_sigmoid_cuda.h"
 
 #include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"

@@ -20,7 +20,7 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_moe.h"
+#include "common/moe/ops_moe.h"
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 

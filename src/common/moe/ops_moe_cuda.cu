@@ -27,7 +27,7 @@
 
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
-#include "common/kernels/ops_moe_cuda.h"
+#include "common/moe/ops_moe_cuda.h"
 
 #if CUBLAS_VER_MAJOR * 100 + CUBLAS_VER_MINOR < 1205
 #error "the MoE expert GEMMs need cuBLAS 12.5 or later (cublasGemmGroupedBatchedEx): build with CUDA 12.5+"

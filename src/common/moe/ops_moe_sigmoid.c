@@ -1,11 +1,11 @@
 // ops_moe_sigmoid.c: dispatch of ops_moe_sigmoid_route (ops_moe_sigmoid.h) to the CPU reference or
 // the CUDA kernel; the checks that hold on both backends live here.
-#include "common/kernels/ops_moe_sigmoid.h"
+#include "common/moe/ops_moe_sigmoid.h"
 
 #include "common/core/check.h"
-#include "common/kernels/ops_moe_sigmoid_cpu.h"
+#include "common/moe/ops_moe_sigmoid_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/ops_moe_sigmoid_cuda.h"
+#include "common/moe/ops_moe_sigmoid_cuda.h"
 #endif
 #include "common/kernels/ops_dispatch.h"
 

@@ -1,11 +1,11 @@
 // ops_moe.c: dispatch of the mixture-of-experts ops (ops_moe.h) to the CPU reference or the CUDA
 // kernels, in the pattern of ops_hybrid.c. Argument checks that hold on both backends live here.
-#include "common/kernels/ops_moe.h"
+#include "common/moe/ops_moe.h"
 
 #include "common/core/check.h"
-#include "common/kernels/ops_moe_cpu.h"
+#include "common/moe/ops_moe_cpu.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/ops_moe_cuda.h"
+#include "common/moe/ops_moe_cuda.h"
 #endif
 #include "common/kernels/ops_dispatch.h"
 
