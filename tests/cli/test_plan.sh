@@ -200,7 +200,7 @@ expect_fail groups-too-many "world.teacher_group_size = 7: a teacher group split
 # ---------------------------------------------------------------- every example's budgets fit its card
 # Each example README names its card ("card: NAME, N MiB ..."): every budget of its train.json is at
 # most that capacity, and the plans (each role's allocations + its GPU reserve) fit it.
-for ex in qwen3.6-27b qwen3-coder-30b-a3b qwen3.5-122b-a10b; do
+for ex in qwen3.6-27b qwen3-coder-30b-a3b qwen3.5-122b-a10b gpt-oss-120b deepseek-v3; do
   mib=$(sed -n 's/.*card: [^,]*, \([0-9,]*\) MiB.*/\1/p' "$SRC/examples/$ex/README.md" | head -1 | tr -d ,)
   [ -n "$mib" ] && ok || { bad "$ex: its README names no card capacity ('card: NAME, N MiB')"; continue; }
   cap=$((mib * 1048576))
