@@ -106,6 +106,19 @@ FIXTURES = [
          layer_ids=[0, 1, 2], seqs=(13, 9, 4), prompts=(3, 8, 14),
          covers="sliding_window 5 on every layer (shorter than the sequences and the decode), "
                 "head_dim 24 != 64/4, GQA 4/2; last layer (post-norm)"),
+    dict(name="mistral3_mm", cls="Mistral3ForConditionalGeneration", cfg_cls="Mistral3Config", dtype="bf16",
+         cfg=dict(text_config=dict(model_type="mistral", vocab_size=227, hidden_size=48, intermediate_size=72,
+                                   num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                                   sliding_window=6, rms_norm_eps=1e-5,
+                                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                                   tie_word_embeddings=False, max_position_embeddings=4096),
+                  vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                     num_attention_heads=2, head_dim=16, image_size=28, patch_size=14),
+                  tie_word_embeddings=False),
+         layer_ids=[1, 2], seqs=(12, 7), prompts=(4, 9, 13),
+         covers="Mistral-Small 3.x's wrapper as save_pretrained writes it (its text model under the llava layout "
+                "language_model.model.*, the head language_model.lm_head.weight; vision_tower.* and "
+                "multi_modal_projector.* to skip), sliding_window 6, one kv head x 16 (!= 48/4); last layer"),
     dict(name="gemma3_text", cls="Gemma3ForCausalLM", cfg_cls="Gemma3TextConfig", dtype="f32",
          norm_offset=True,
          cfg=dict(vocab_size=262, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
