@@ -613,27 +613,36 @@ static int mt_hybrid_opt(mt_hybrid_args *h, const char *a, const char *v) {
     return rc;
 }
 
-// mt_layer_types: "linear,full,..." (or linear_attention / full_attention) into c->layer_linear.
-static int mt_layer_types(target_config *c, const char *list, char *msg, size_t n) {
+// mt_types_parse: a --layer-types list, one entry per layer: "full" / "full_attention", or kind /
+// "<kind>_attention" (kind "linear" for the hybrid, "sliding" for the windowed families): flag[i] =
+// 1 for kind. -1 with msg naming the entry, or the count when it is not --layers.
+static int mt_types_parse(const char *list, const char *kind, uint8_t *flag, int64_t n_layers, char *msg, size_t n) {
     int64_t i = 0;
+    size_t kn = strlen(kind);
     for (const char *p = list;; i++) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
-        int lin = (len == 6 && strncmp(p, "linear", 6) == 0) || (len == 16 && strncmp(p, "linear_attention", 16) == 0);
+        int other = (len == kn && strncmp(p, kind, kn) == 0) ||
+                    (len == kn + 10 && strncmp(p, kind, kn) == 0 && strncmp(p + kn, "_attention", 10) == 0);
         int full = (len == 4 && strncmp(p, "full", 4) == 0) || (len == 14 && strncmp(p, "full_attention", 14) == 0);
-        if (!lin && !full) {
-            snprintf(msg, n, "--layer-types entry %lld is '%.*s': want linear or full", (long long)i, (int)len, p);
+        if (!other && !full) {
+            snprintf(msg, n, "--layer-types entry %lld is '%.*s': want %s or full", (long long)i, (int)len, p, kind);
             return -1;
         }
-        if (i < c->n_layers) c->layer_linear[i] = (uint8_t)lin;
+        if (i < n_layers) flag[i] = (uint8_t)other;
         if (!end) break;
         p = end + 1;
     }
-    if (i + 1 != c->n_layers) {
-        snprintf(msg, n, "--layer-types has %lld entries for --layers %lld", (long long)(i + 1), (long long)c->n_layers);
+    if (i + 1 != n_layers) {
+        snprintf(msg, n, "--layer-types has %lld entries for --layers %lld", (long long)(i + 1), (long long)n_layers);
         return -1;
     }
     return 0;
+}
+
+// mt_layer_types: "linear,full,..." (or linear_attention / full_attention) into c->layer_linear.
+static int mt_layer_types(target_config *c, const char *list, char *msg, size_t n) {
+    return mt_types_parse(list, "linear", c->layer_linear, c->n_layers, msg, n);
 }
 
 // mt_hybrid_setup: the Qwen3.5 fields of c (shape fields already set) from the options, with
@@ -1106,27 +1115,14 @@ static int mt_config(mt_args *a, target_config *c) {
 // mt_window_types: --layer-types for the windowed families (full|sliding, or full_attention |
 // sliding_attention, one per layer) into c->layer_window with window w (-1: none given). -1 with msg.
 static int mt_window_types(target_config *c, const char *list, int64_t w, char *msg, size_t n) {
-    int64_t i = 0;
-    for (const char *p = list;; i++) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        int sliding = (len == 7 && strncmp(p, "sliding", 7) == 0) || (len == 17 && strncmp(p, "sliding_attention", 17) == 0);
-        int full = (len == 4 && strncmp(p, "full", 4) == 0) || (len == 14 && strncmp(p, "full_attention", 14) == 0);
-        if (!sliding && !full) {
-            snprintf(msg, n, "--layer-types entry %lld is '%.*s': want full or sliding", (long long)i, (int)len, p);
-            return -1;
-        }
-        if (sliding && w < 1) {
+    uint8_t sliding[TARGET_MAX_LAYERS];
+    if (mt_types_parse(list, "sliding", sliding, c->n_layers, msg, n)) return -1;
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        if (sliding[i] && w < 1) {
             snprintf(msg, n, "--layer-types entry %lld is sliding: give --sliding-window W", (long long)i);
             return -1;
         }
-        if (i < c->n_layers) c->layer_window[i] = sliding ? (int32_t)w : 0;
-        if (!end) break;
-        p = end + 1;
-    }
-    if (i + 1 != c->n_layers) {
-        snprintf(msg, n, "--layer-types has %lld entries for --layers %lld", (long long)(i + 1), (long long)c->n_layers);
-        return -1;
+        c->layer_window[i] = sliding[i] ? (int32_t)w : 0;
     }
     return 0;
 }

@@ -137,6 +137,9 @@ int target_moe_required(const struct cJSON *root, const char *src, const char *c
 // holds them so (d NULL: fused).
 void target_moe_expert_tensors(struct target_model *m, int64_t l, const char *prefix,
                                struct target_tensor_list *list, const st_dir *d);
+// target_moe_experts: after a route (w->moe_offsets, moe_perm of layer l's router), the routed rows
+// of w->xn through their experts' SwiGLU (gather, gate_up, silu(gate) * up, down): w->moe_ys [R, H].
+void target_moe_experts(const struct target_model *m, int l, struct target_work *w, int T);
 // target_moe_work_carve: the routed rows' buffers of target_work (router logits, the route, the
 // gathered rows, the experts' products) for cfg.n_experts, n_experts_tok, moe_intermediate.
 void target_moe_work_carve(struct target_work *w, arena *a, const struct target_model *m, int max_tokens);

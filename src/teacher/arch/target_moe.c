@@ -196,6 +196,18 @@ void target_moe_work_carve(target_work *w, arena *a, const target_model *m, int 
     }
 }
 
+// target_moe_experts (target_arch.h): the routed rows through their experts, into w->moe_ys.
+void target_moe_experts(const target_model *m, int l, target_work *w, int T) {
+    const target_config *c = &m->cfg;
+    const target_layer *L = &m->layers[l];
+    backend *be = m->be;
+    int H = (int)c->hidden, E = (int)c->n_experts, Ie = (int)c->moe_intermediate, R = T * (int)c->n_experts_tok;
+    ops_moe_gather(be, w->moe_xs, w->xn, w->moe_perm, R, H);
+    ops_moe_gemm(be, w->moe_gu, w->moe_xs, L->exp_gate_up, w->moe_offsets, E, R, 2 * Ie, H, R);
+    ops_swiglu_packed(be, w->moe_act, w->moe_gu, R, Ie);
+    ops_moe_gemm(be, w->moe_ys, w->moe_act, L->exp_down, w->moe_offsets, E, R, H, Ie, R);
+}
+
 // The MLP of layer l: w->xn [T, H] in, out in w->xn.
 static void moe_forward(const target_model *m, int l, target_work *w, int T) {
     const target_config *c = &m->cfg;
@@ -206,16 +218,12 @@ static void moe_forward(const target_model *m, int l, target_work *w, int T) {
     const target_layer *L = &m->layers[l];
     backend *be = m->be;
     dtype dt = ops_act_dtype(be);
-    int H = (int)c->hidden, E = (int)c->n_experts, k = (int)c->n_experts_tok, Ie = (int)c->moe_intermediate;
-    int R = T * k;
+    int H = (int)c->hidden, E = (int)c->n_experts, k = (int)c->n_experts_tok;
     // router in fp32 out: softmax, top-k, the rows grouped by expert
     backend_gemm(be, 0, 1, T, E, H, 1.0f, w->xn, H, L->router, H, 0.0f, w->router_logits, E, dt, DT_F32);
     ops_moe_route(be, w->router_logits, T, E, k, c->norm_topk_prob, w->topk_idx_e, w->topk_w_e, w->moe_offsets,
                   w->moe_perm, w->moe_slot, w->moe_route_work);
-    ops_moe_gather(be, w->moe_xs, w->xn, w->moe_perm, R, H);
-    ops_moe_gemm(be, w->moe_gu, w->moe_xs, L->exp_gate_up, w->moe_offsets, E, R, 2 * Ie, H, R);
-    ops_swiglu_packed(be, w->moe_act, w->moe_gu, R, Ie);
-    ops_moe_gemm(be, w->moe_ys, w->moe_act, L->exp_down, w->moe_offsets, E, R, H, Ie, R);
+    target_moe_experts(m, l, w, T);
     if (c->shared_intermediate > 0) { // before the combine overwrites w->xn, the block's input
         target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)c->shared_intermediate, w, T, w->moe_shared);
         target_linear(be, w->moe_sgate, w->xn, L->shared_gate, T, H, 1);

@@ -128,18 +128,14 @@ static void moe_sigmoid_forward(const target_model *m, int l, target_work *w, in
     const target_layer *L = &m->layers[l];
     backend *be = m->be;
     dtype dt = ops_act_dtype(be);
-    int H = (int)c->hidden, E = (int)c->n_experts, k = (int)c->n_experts_tok, Ie = (int)c->moe_intermediate;
-    int R = T * k;
+    int H = (int)c->hidden, E = (int)c->n_experts, k = (int)c->n_experts_tok;
     backend_gemm(be, 0, 1, T, E, H, 1.0f, w->xn, H, L->router, H, 0.0f, w->router_logits, E, dt, DT_F32);
     ops_moe_sigmoid_route(be, w->router_logits, L->score_bias, T, E, k, (int)c->n_group, (int)c->topk_group,
                           c->norm_topk_prob, (float)c->routed_scaling, w->topk_idx_e, w->topk_w_e, w->moe_offsets,
                           w->moe_perm, w->moe_slot);
     if (c->shared_intermediate > 0) // before the combine overwrites w->xn, the block's input
         target_swiglu_mlp(m, L->w_gate, L->w_up, L->w_down, (int)c->shared_intermediate, w, T, w->moe_shared);
-    ops_moe_gather(be, w->moe_xs, w->xn, w->moe_perm, R, H);
-    ops_moe_gemm(be, w->moe_gu, w->moe_xs, L->exp_gate_up, w->moe_offsets, E, R, 2 * Ie, H, R);
-    ops_swiglu_packed(be, w->moe_act, w->moe_gu, R, Ie);
-    ops_moe_gemm(be, w->moe_ys, w->moe_act, L->exp_down, w->moe_offsets, E, R, H, Ie, R);
+    target_moe_experts(m, l, w, T);
     ops_moe_combine(be, w->xn, w->moe_ys, w->moe_slot, w->topk_idx_e, w->topk_w_e, T, k, H);
     if (c->shared_intermediate > 0) ops_add(be, w->xn, w->moe_shared, (int64_t)T * H); // experts + shared, as transformers
 }
