@@ -617,6 +617,10 @@ static int mt_hybrid_opt(mt_hybrid_args *h, const char *a, const char *v) {
 // "<kind>_attention" (kind "linear" for the hybrid, "sliding" for the windowed families): flag[i] =
 // 1 for kind. -1 with msg naming the entry, or the count when it is not --layers.
 static int mt_types_parse(const char *list, const char *kind, uint8_t *flag, int64_t n_layers, char *msg, size_t n) {
+    if (n_layers > TARGET_MAX_LAYERS) {
+        snprintf(msg, n, "--layer-types takes at most %d layers", TARGET_MAX_LAYERS);
+        return -1;
+    }
     int64_t i = 0;
     size_t kn = strlen(kind);
     for (const char *p = list;; i++) {

@@ -7,6 +7,9 @@
 #   finish                           prints "N passed, M failed" and exits 1 on any failure
 #   rank_pid MPIRUN_PID RANK         the pid of that rank of a job under mpirun
 #   tiny_job                         makes $TMP/target and $TMP/data.h5 (the small job most tests run)
+#   need_cuda                        exits 77 (skip) without a usable CUDA device
+#   first_error FILE                 the first error line of a tool's stderr, else its last line
+#   decode_fixture FX                sets model, glen, class from an hf NAME.decode.json
 set -u
 BUILD=${DFLASH_BUILD:?run through ctest (DFLASH_BUILD unset)}
 SRC=${DFLASH_SRC:?run through ctest (DFLASH_SRC unset)}
@@ -63,6 +66,23 @@ rank_pid() {
   for p in $(pgrep -P "$1"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
   done
+}
+
+# need_cuda: exits 77 (ctest's skip) unless dflash_rank finds a usable CUDA device (a GPU or the emulator)
+need_cuda() {
+  if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
+    echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
+    exit 77
+  fi
+}
+
+# first_error FILE: the first "error:" line of a tool's stderr, else its last line
+first_error() { grep -m1 -i "error" "$1" || tail -n1 "$1"; }
+
+# decode_fixture FX: sets model, glen and class from the decode fixture FX (tests/reference/data/hf/NAME.decode.json:
+# its "model", "gen_len" and "class")
+decode_fixture() {
+  read -r model glen class < <(/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["model"], d["gen_len"], d["class"])' "$1")
 }
 
 ok() { passed=$((passed + 1)); }

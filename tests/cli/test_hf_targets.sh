@@ -27,9 +27,6 @@ if ! $PY -c 'import h5py, numpy' 2>/dev/null; then
   exit 1
 fi
 
-# first_error FILE: the first "error:" line of a tool's stderr, else its last line
-first_error() { grep -m1 -i "error" "$1" || tail -n1 "$1"; }
-
 # ---------------------------------------------------------------- the forward (teacher-dump)
 n=0
 for args in "$D"/*.args; do
@@ -58,40 +55,20 @@ done
 [ "$n" -ge 1 ] && ok || bad "expected fixtures $D/*.args, found none"
 
 # ---------------------------------------------------------------- the decode (make-data)
-# the check of tests/cli/test_make_data.sh: the h5 file's samples are the prompts + transformers' tokens
-cat >"$TMP/fixture.py" <<'PYEOF'
-import json, sys
-import h5py
-fixture, out = sys.argv[1:3]
-d = json.load(open(fixture))
-f = h5py.File(out, "r")
-tok, off, mask = f["tokens"][:], f["offsets"][:], f["loss_mask"][:]
-assert len(off) == len(d["prompts"]) + 1, f"{len(off) - 1} samples, want {len(d['prompts'])}"
-for i, (p, c) in enumerate(zip(d["prompts"], d["continuations"])):
-    s = tok[off[i]:off[i + 1]].tolist()
-    assert s[:len(p)] == p, f"sample {i}: the prompt changed"
-    got = s[len(p):]
-    if got != c:
-        j = next((j for j, (a, b) in enumerate(zip(got, c)) if a != b), min(len(got), len(c)))
-        sys.exit(f"sample {i}: generated token {j} is {got[j:j + 1]}, transformers has {c[j:j + 1]} "
-                 f"({len(got)} vs {len(c)} tokens)")
-    assert mask[off[i]:off[i + 1]].tolist() == [0] * len(p) + [1] * len(c), f"sample {i}: loss_mask"
-print(f"{d['name']}: {len(d['prompts'])} prompts x {d['gen_len']} tokens equal transformers "
-      f"(min top-2 gap {d['min_top2_gap']:.3g})")
-PYEOF
+# the check of tests/cli/test_make_data.sh (tests/cli/decode_check.py): the h5 file's samples are the prompts + transformers' tokens
 nd=0
 for fx in "$D"/*.decode.json; do
   [ -e "$fx" ] || continue
   name=$(basename "$fx" .decode.json)
   nd=$((nd + 1))
-  read -r model glen class < <($PY -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["model"], d["gen_len"], d["class"])' "$fx")
+  decode_fixture "$fx"
   what="$name ($class)"
   if ! "$T" make-data "$TMP/$name.h5" --target "$D/$model" --prompts "$fx" --gen-len "$glen" --batch 3 \
        --device cpu >"$TMP/md.out" 2>"$TMP/md.err"; then
     bad "$what: make-data failed: $(first_error "$TMP/md.err")"
     continue
   fi
-  if $PY "$TMP/fixture.py" "$fx" "$TMP/$name.h5" >"$TMP/py.out" 2>&1; then
+  if $PY "$SRC/tests/cli/decode_check.py" "$fx" "$TMP/$name.h5" >"$TMP/py.out" 2>&1; then
     ok
     echo "hf $what: decode = transformers: $(cat "$TMP/py.out")"
   else

@@ -45,26 +45,6 @@ pycheck() {
 }
 
 # ---------------------------------------------------------------- 1. against transformers
-cat >"$TMP/fixture.py" <<'PYEOF'
-import json, sys
-import h5py
-fixture, out = sys.argv[1:3]
-d = json.load(open(fixture))
-f = h5py.File(out, "r")
-tok, off, mask = f["tokens"][:], f["offsets"][:], f["loss_mask"][:]
-assert len(off) == len(d["prompts"]) + 1, f"{len(off) - 1} samples, want {len(d['prompts'])}"
-for i, (p, c) in enumerate(zip(d["prompts"], d["continuations"])):
-    s = tok[off[i]:off[i + 1]].tolist()
-    assert s[:len(p)] == p, f"sample {i}: the prompt changed"
-    got = s[len(p):]
-    if got != c:
-        j = next((j for j, (a, b) in enumerate(zip(got, c)) if a != b), min(len(got), len(c)))
-        sys.exit(f"sample {i}: generated token {j} is {got[j:j + 1]}, transformers has {c[j:j + 1]} "
-                 f"({len(got)} vs {len(c)} tokens)")
-    assert mask[off[i]:off[i + 1]].tolist() == [0] * len(p) + [1] * len(c), f"sample {i}: loss_mask"
-print(f"{d['name']}: {len(d['prompts'])} prompts x {d['gen_len']} tokens equal transformers "
-      f"(min top-2 gap {d['min_top2_gap']:.3g})")
-PYEOF
 n=0
 for fx in "$D"/decode_*.json; do
   [ -e "$fx" ] || continue
@@ -77,7 +57,7 @@ for fx in "$D"/decode_*.json; do
   for b in 8 2 1; do
     expect_ok "$name make-data --batch $b" "$T" make-data "$TMP/$name.b$b.h5" --target "$TMP/$name" --prompts "$fx" \
       --gen-len "$glen" --batch "$b" --device cpu
-    pycheck "$name --batch $b vs transformers" "$TMP/fixture.py" "$fx" "$TMP/$name.b$b.h5"
+    pycheck "$name --batch $b vs transformers" "$SRC/tests/cli/decode_check.py" "$fx" "$TMP/$name.b$b.h5"
     [ "$b" = 8 ] && sed "s/^/  /" "$TMP/py.out"
   done
   # ... and the packed forward agrees on these sequences too (section 3's check, mixed lengths)

@@ -41,31 +41,7 @@ marker=$TMP/.start
 touch "$marker"
 
 # ---------------------------------------------------------------- the checks, in Python
-cat >"$TMP/check_set.py" <<'PYEOF'
-import json, sys
-import h5py
-fixture, out = sys.argv[1:3]
-d = json.load(open(fixture))
-f = h5py.File(out, "r")
-tok, off, mask, fin = f["tokens"][:], f["offsets"][:], f["loss_mask"][:], f["finish_reason"][:]
-assert len(off) == len(d["prompts"]) + 1, f"{len(off) - 1} samples, want {len(d['prompts'])}"
-same = 0
-for i, (p, c) in enumerate(zip(d["prompts"], d["continuations"])):
-    s = tok[off[i]:off[i + 1]].tolist()
-    assert s[:len(p)] == p, f"sample {i}: the prompt changed"
-    got = s[len(p):]
-    if got != c:
-        j = next((j for j, (a, b) in enumerate(zip(got, c)) if a != b), min(len(got), len(c)))
-        sys.exit(f"sample {i}: reply token {j} is {got[j:j + 1]}, transformers has {c[j:j + 1]} ({len(got)} vs {len(c)} tokens)")
-    assert mask[off[i]:off[i + 1]].tolist() == [0] * len(p) + [1] * len(c), f"sample {i}: loss_mask"
-    same += 1
-assert fin.tolist() == [1] * len(d["prompts"]), f"finish_reason {fin.tolist()}: every reply should end at the length limit"
-assert int(f.attrs["max_new_tokens"]) == d["gen_len"] and float(f.attrs["temperature"]) == 0
-h = f["heldout"][:].tolist()
-assert len(h) == 1 and 0 <= h[0] < len(d["prompts"]), f"/heldout {h}"
-print(f"{d['name']}: {same} replies x {d['gen_len']} tokens equal transformers' greedy continuation, held out {h}")
-PYEOF
-
+# the set: tests/cli/decode_check.py --regenerate
 cat >"$TMP/check_features.py" <<'PYEOF'
 import json, os, sys
 import h5py, numpy as np
@@ -163,7 +139,7 @@ for name in "${fixtures[@]}"; do
     --regenerate.prompts="$W/prompts.jsonl" --regenerate.out="$W/set.h5" --regenerate.max_new_tokens="$glen" \
     --regenerate.shard_prompts=1 --regenerate.max_seqs=2 --regenerate.heldout=1
   grep -m1 "de-quantised at load" "$TMP/err" | sed 's/^/  /'
-  if $PY "$TMP/check_set.py" "$D/$name.decode.json" "$W/set.h5" >"$TMP/py.out" 2>&1; then ok; sed 's/^/  /' "$TMP/py.out"
+  if $PY "$SRC/tests/cli/decode_check.py" "$D/$name.decode.json" "$W/set.h5" --regenerate >"$TMP/py.out" 2>&1; then ok; sed 's/^/  /' "$TMP/py.out"
   else bad "$name: the regenerated set is not transformers' greedy continuation:"; cat "$TMP/py.out" >&2; fi
   [ ! -e "$W/set.h5.parts" ] && ok || bad "$name: regenerate left $W/set.h5.parts behind"
 

@@ -54,15 +54,11 @@
 source "$DFLASH_SRC/tests/cli/lib.sh"
 D=$SRC/tests/reference/data/hf
 PY=/usr/bin/python3
-if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
-  echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
-  exit 77
-fi
+need_cuda
 "$PY" -c "import h5py, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks h5py/numpy (scripts/install-deps.sh installs them)"; exit 1; }
 if "$R" --version | grep -q "cuda(emulated)"; then
   echo "CUDA emulator build: the CUDA kernels run on the CPU emulator (tests/emu)"
 fi
-first_error() { grep -m1 -i "error" "$1" || tail -n1 "$1"; }
 # is_moe CLASS: a mixture-of-experts family; tol_for CLASS: the floor of its tolerance (see the header)
 is_moe() { case $1 in DeepseekV3ForCausalLM | Glm4MoeForCausalLM | GptOssForCausalLM | *Moe*) return 0 ;; esac; return 1; }
 tol_for() { if is_moe "$1"; then echo 0.1; else echo 5e-2; fi; }
@@ -216,7 +212,7 @@ for fx in "$D"/*.decode.json; do
   [ -e "$fx" ] || continue
   name=$(basename "$fx" .decode.json)
   nd=$((nd + 1))
-  read -r model glen class < <($PY -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["model"], d["gen_len"], d["class"])' "$fx")
+  decode_fixture "$fx"
   vocab=$($PY -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c.get("vocab_size") or c["text_config"]["vocab_size"])' "$D/$model/config.json")
   ctol=${TOL[$name]:-$(tol_for "$class")}
   what="$name ($class) decode"

@@ -19,10 +19,7 @@ source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 D=$SRC/tests/reference/data
 PY=/usr/bin/python3
-if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
-  echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
-  exit 77
-fi
+need_cuda
 "$PY" -c "import h5py, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks h5py/numpy (scripts/install-deps.sh installs them)"; exit 1; }
 # a teacher group of 2 needs a device per rank: the emulator gives each its own (DFLASH_EMU_DEVICES)
 if "$R" --version | grep -q "cuda(emulated)"; then

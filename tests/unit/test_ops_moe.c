@@ -30,6 +30,7 @@
 #include "common/core/check.h"
 #include "common/moe/ops_moe.h"
 #include "testing.h"
+#include "testing_moe.h"
 
 #define U32 0x1p-24
 
@@ -56,11 +57,6 @@ static float *make_logits(int T, int E, int mode) {
 }
 
 // per token: softmax in double, experts ordered by (p descending, id ascending) by selection
-typedef struct {
-    int32_t *idx, *offsets, *perm, *slot;
-    double *w;
-} route_ref;
-
 static route_ref naive_route(const float *l, int T, int E, int k, int renorm) {
     route_ref r = {xmalloc((size_t)T * k * 4), xmalloc((size_t)(E + 1) * 4), xmalloc((size_t)T * k * 4),
                    xmalloc((size_t)T * k * 4), xmalloc((size_t)T * k * sizeof(double))};
@@ -83,34 +79,10 @@ static route_ref naive_route(const float *l, int T, int E, int k, int renorm) {
         if (renorm)
             for (int j = 0; j < k; j++) r.w[t * k + j] /= sum;
     }
-    int row = 0;
-    for (int e = 0; e < E; e++) { // expert by expert, tokens in order
-        r.offsets[e] = row;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < k; j++)
-                if (r.idx[t * k + j] == e) {
-                    r.perm[row] = t;
-                    r.slot[t * k + j] = row++;
-                }
-    }
-    r.offsets[E] = row;
+    route_ref_layout(&r, T, E, k);
     free(p);
     free(taken);
     return r;
-}
-
-static void route_ref_free(route_ref *r) {
-    free(r->idx);
-    free(r->offsets);
-    free(r->perm);
-    free(r->slot);
-    free(r->w);
-}
-
-static int count_diff(const int32_t *a, const int32_t *b, size_t n) {
-    int d = 0;
-    for (size_t i = 0; i < n; i++) d += a[i] != b[i];
-    return d;
 }
 
 // ----------------------------------------------------------------------------- the whole block

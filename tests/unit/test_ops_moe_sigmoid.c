@@ -34,15 +34,11 @@
 #include "common/moe/ops_moe.h"
 #include "common/moe/ops_moe_sigmoid.h"
 #include "testing.h"
+#include "testing_moe.h"
 
 #define U32 0x1p-24
 
 static backend be;
-
-typedef struct {
-    int32_t *idx, *offsets, *perm, *slot;
-    double *w;
-} route_ref;
 
 enum { PAT_GRID, PAT_GROUP, PAT_FLAT, PAT_NAN };
 
@@ -133,34 +129,10 @@ static route_ref make_case(int T, int E, int k, int G, int tg, int renorm, doubl
             if (tries > 1000) fatal("test: no token without a near-tie for E=%d k=%d", E, k);
         }
     }
-    int row = 0;
-    for (int e = 0; e < E; e++) { // expert by expert, tokens in order
-        r.offsets[e] = row;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < k; j++)
-                if (r.idx[t * k + j] == e) {
-                    r.perm[row] = t;
-                    r.slot[t * k + j] = row++;
-                }
-    }
-    r.offsets[E] = row;
+    route_ref_layout(&r, T, E, k);
     *logits = l;
     *bias = bs;
     return r;
-}
-
-static void route_ref_free(route_ref *r) {
-    free(r->idx);
-    free(r->offsets);
-    free(r->perm);
-    free(r->slot);
-    free(r->w);
-}
-
-static int count_diff(const int32_t *a, const int32_t *b, size_t n) {
-    int d = 0;
-    for (size_t i = 0; i < n; i++) d += a[i] != b[i];
-    return d;
 }
 
 static void route_case(int T, int E, int k, int G, int tg, int renorm, float scale, int pat) {

@@ -34,6 +34,7 @@
 #include "teacher/target_config.h"
 #include "teacher/target_quant.h"
 #include "testing.h"
+#include "testing_quant.h"
 
 static uint32_t bits(float x) {
     uint32_t u;
@@ -60,18 +61,6 @@ static float canon_nan(float v) {
     uint32_t u = 0x7FC00000u;
     memcpy(&v, &u, 4);
     return v;
-}
-
-// A directory whose model.safetensors is the committed fixture (a link).
-static int open_fixture_dir(st_dir *d, const char *fixture, const char *tag) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", test_path(tag));
-    mkdir(dir, 0755);
-    char link[600];
-    snprintf(link, sizeof link, "%s/model.safetensors", dir);
-    unlink(link);
-    if (symlink(test_src_path(fixture), link) != 0) return -1;
-    return safetensors_dir_open(d, dir);
 }
 
 // t kept as stored on be (a CPU backend) and de-quantised by the op, as target.c's resident load does
@@ -238,17 +227,6 @@ static void test_random(backend *be) {
 }
 
 // ------------------------------------------------------------------------------------ plans
-
-static int parse_qc(target_quant *q, const char *json) {
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        test_fail(__FILE__, __LINE__, "bad test JSON %s", json);
-        return -1;
-    }
-    int rc = target_quant_parse(q, root, "config.json");
-    cJSON_Delete(root);
-    return rc;
-}
 
 static void test_planned(void) {
     target_quant q;

@@ -25,6 +25,7 @@
 #include "common/quant/ops_quant.h"
 #include "teacher/target_quant.h"
 #include "testing.h"
+#include "testing_quant.h"
 #include "testing_device.h"
 
 static backend cpu, gpu;
@@ -88,18 +89,6 @@ static void mxfp4_case(const char *what, int64_t N, int64_t G, int every_scale) 
     backend_free(&cpu, c_out);
     free(blocks);
     free(scales);
-}
-
-// A directory whose model.safetensors is the committed fixture (a link).
-static int open_fixture_dir(st_dir *d, const char *fixture, const char *tag) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", test_path(tag));
-    mkdir(dir, 0755);
-    char link[600];
-    snprintf(link, sizeof link, "%s/model.safetensors", dir);
-    unlink(link);
-    if (symlink(test_src_path(fixture), link) != 0) return -1;
-    return safetensors_dir_open(d, dir);
 }
 
 // t on the GPU both ways: de-quantised at load in BF16 (target_quant_upload) and kept stored then

@@ -26,6 +26,7 @@
 #include "teacher/target_config.h"
 #include "teacher/target_quant.h"
 #include "testing.h"
+#include "testing_quant.h"
 
 // Same bits, or both NaN.
 static int same_float(float a, float b) {
@@ -97,17 +98,6 @@ static void test_f8_decoding(const st_file *fx) {
 }
 
 // ------------------------------------------------------------------------------------ config.json
-
-static int parse_qc(target_quant *q, const char *json) {
-    cJSON *root = cJSON_Parse(json);
-    if (!root) {
-        test_fail(__FILE__, __LINE__, "bad test JSON %s", json);
-        return -1;
-    }
-    int rc = target_quant_parse(q, root, "config.json");
-    cJSON_Delete(root);
-    return rc;
-}
 
 static void test_config(void) {
     target_quant q;
@@ -184,18 +174,6 @@ static void test_config(void) {
 }
 
 // ------------------------------------------------------------------------------------ fp8 blocks
-
-// A directory whose model.safetensors is the committed fixture (a link).
-static int open_fixture_dir(st_dir *d, const char *fixture, const char *tag) {
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", test_path(tag));
-    mkdir(dir, 0755);
-    char link[600];
-    snprintf(link, sizeof link, "%s/model.safetensors", dir);
-    unlink(link);
-    if (symlink(test_src_path(fixture), link) != 0) return -1;
-    return safetensors_dir_open(d, dir);
-}
 
 // t de-quantised: whole, by uneven runs of rows, and uploaded (F32 and BF16) in chunks of rows, each
 // against ref (F32) and ref16 (BF16, may be NULL: bf16 of ref by the same rounding then).
