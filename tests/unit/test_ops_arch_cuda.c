@@ -35,15 +35,6 @@
 
 static backend cpu, gpu;
 
-// values off by more than tol * max |ref|
-static size_t count_off(const float *got, const float *ref, size_t n, double tol) {
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += !(fabs((double)got[i] - ref[i]) <= tol * mx);
-    return bad;
-}
-
 static void report_both(const char *name, const float *got, const float *ref, size_t n, double tol) {
     test_report(name, test_rel_err(got, ref, n), tol);
     size_t bad = count_off(got, ref, n, tol);

@@ -30,15 +30,6 @@
 
 static backend cpu, gpu;
 
-// values off by more than tol * max |ref|
-static size_t count_off(const float *got, const float *ref, size_t n, double tol) {
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += !(fabs((double)got[i] - ref[i]) <= tol * mx);
-    return bad;
-}
-
 static void report_count(const char *op, size_t bad, size_t n) {
     printf("%-60s %zu of %zu values off\n", op, bad, n);
     CHECK_MSG(bad == 0, "%s: %zu values off", op, bad);

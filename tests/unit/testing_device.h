@@ -1,7 +1,8 @@
 // testing_device.h: the CUDA op tests' devices (opening the CPU reference and the GPU) and moving
 // test data to and from a backend's device: allocation that stops the test on failure, bf16, act
-// (bf16 or f32) and raw uploads, bf16/f32/act/raw downloads (host copies the caller frees). The
-// error measure and the report line: testing.h.
+// (bf16 or f32) and raw uploads, bf16/f32/act/raw downloads (host copies the caller frees); count_off,
+// the values off by more than a tolerance of the reference's scale. The error measure and the report
+// line: testing.h.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +13,15 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/half.h"
+
+// count_off: the values of got off ref by more than tol * max |ref|
+static inline size_t count_off(const float *got, const float *ref, size_t n, double tol) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !(fabs((double)got[i] - ref[i]) <= tol * mx);
+    return bad;
+}
 
 // test_open_devices: the CPU reference and the CUDA device the test compares it with. 77 (the test
 // is skipped, said in one line) without a CUDA device, 1 (the reason printed) when either fails to
