@@ -18,6 +18,7 @@
 #include "common/backend/backend.h"
 #include "common/backend/blas_kernel.h"
 #include "common/backend/threads.h"
+#include "common/comm/stop_relay.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/world.h"
 #include "common/core/check.h"
@@ -29,6 +30,7 @@
 #include "modes/mode.h"
 #include "teacher/target_quant.h"
 #include "modes/mode_claim.h"
+#include "modes/mode_shared_fs.h"
 #include "preflight.h"
 
 static void usage(FILE *f) {
@@ -230,6 +232,7 @@ int main(int argc, char **argv) {
     world_init(&w, &argc, &argv);
     run_cfg = &cfg, run_mode = mode;
     watchdog_start(&w, report_resume);
+    if (mode->stops && !preflight_only) stop_relay_open(); // a stop heard by any rank reaches every rank (stop_relay.h)
     log_setup(w.rank, w.size, (log_level)log_level_parse(cfg.log_level));
     // Ranks on one host share its cores unless the user says otherwise (threads.h).
     char threads_why[384];
@@ -264,6 +267,8 @@ int main(int argc, char **argv) {
             log_info("teachers: %d group(s) of %d rank(s) (world.teacher_group_size), each a pipeline over the target's layers",
                      w.groups, w.group_size);
     }
+    // Several hosts: every rank sees the outputs' directories as rank 0 does (a shared file system)
+    if (mode_shared_fs_check(&w, mode, &cfg)) return mode_exit(&w, 1);
 
     backend be;
     int status = 0;

@@ -139,8 +139,16 @@ static void pf_world(pf_ctx *x) {
     }
     if (w->group_size > 1)
         snprintf(groups, sizeof groups, " in %d group(s) of %d stage rank(s)", w->groups, w->group_size);
+    int cross = 0; // every group on one host, unless asked otherwise: the run's check at start (collective)
+    if (w->group_size > 1) {
+        watchdog_wait_begin(0, w->size - 1, 5, "the other ranks' host names");
+        cross = world_check_group_hosts(w, cfg->teacher_group_cross_node);
+        watchdog_wait_end();
+    }
     if (w->rank != 0) return;
-    if (x->mode->roles == WORLD_RULE_JOB && train_check_roles(w, cfg)) // the run's own check of a training job's roles
+    if (cross)
+        pf_add(x, PF_WORLD, -1, PF_FAIL, "%s", error_msg());
+    else if (x->mode->roles == WORLD_RULE_JOB && train_check_roles(w, cfg)) // the run's own check of a training job's roles
         pf_add(x, PF_WORLD, -1, PF_FAIL, "%s", error_msg());
     else
         pf_add(x, PF_WORLD, -1, PF_OK, "%d rank(s): %d teacher(s)%s + %d student(s), mode %s%s", w->size, w->teachers,
@@ -448,7 +456,9 @@ static void pf_nccl(pf_ctx *x, const pf_info *all) {
         msg.ok = gpu_nccl_unique_id(msg.id) == 0;
         if (!msg.ok) snprintf(msg.why, sizeof msg.why, "%s", error_msg());
     }
-    mpi_check(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, gc));
+    MPI_Request req; // timed: a stopped GPU rank ends the preflight within the rank timeout
+    mpi_check(MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, 0, gc, &req));
+    watchdog_wait_all(&req, "the first GPU rank's NCCL id");
     char ver[32];
     gpu_nccl_version(ver, sizeof ver);
     if (!msg.ok)
@@ -538,18 +548,20 @@ static void pf_prompts(pf_ctx *x, const char *host) {
            x->cfg->regen_prompts, (long long)x->prompts, (long long)x->longest);
 }
 
-// A file output (regenerate.out): not an input, claimable (no other job holds it, nothing there
-// the mode did not write: the mode's own claim, dry), its directory writable or creatable.
+// A file output (regenerate.out): not an input, no input under what it makes, claimable (no other
+// job holds it, nothing there the mode did not write: the mode's own claim, dry), its directory
+// writable or creatable. One row per output key (not for what the job makes beside it: its lock).
 static void pf_output(pf_ctx *x) {
     const config *cfg = x->cfg;
+    if (mode_claim_distinct(x->mode, cfg) || (x->mode->claim && x->mode->claim(cfg, 1))) { // the run's claim, dry
+        pf_add(x, PF_OUTPUT, x->w->rank, PF_FAIL, "%s", error_msg());
+        return;
+    }
     mode_paths out = {0};
     x->mode->outputs(cfg, &out);
     for (int i = 0; i < out.n; i++) {
         const mode_path *o = &out.v[i];
-        if (mode_claim_distinct(x->mode, cfg) || (x->mode->claim && x->mode->claim(cfg, 1))) {
-            pf_add(x, PF_OUTPUT, x->w->rank, PF_FAIL, "%s", error_msg());
-            continue;
-        }
+        if (o->set != o->key) continue; // made beside an output (OUT.lock, OUT.parts): claimed with it
         char dir[CONFIG_STR + 8];
         snprintf(dir, sizeof dir, "%s", o->path);
         char *slash = strrchr(dir, '/');
@@ -893,5 +905,5 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     free(all);
     free(me);
     free(x);
-    return fails ? 1 : 0;
+    return fails && w->rank == 0 ? 1 : 0; // rank 0's exit is the one mpirun names (as mode_exit)
 }

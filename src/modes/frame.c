@@ -15,7 +15,23 @@
 
 void mode_paths_add(mode_paths *p, const char *key, const char *path, int dir) {
     if (!path || !path[0] || p->n == MODE_MAX_PATHS) return;
-    p->v[p->n++] = (mode_path){.key = key, .path = path, .dir = dir};
+    p->v[p->n++] = (mode_path){.key = key, .path = path, .dir = dir, .set = key};
+}
+
+void mode_paths_add_dir(mode_paths *p, const char *key, const char *path, int (*ours)(const char *name)) {
+    int n = p->n;
+    mode_paths_add(p, key, path, 1);
+    if (p->n > n) p->v[n].ours = ours;
+}
+
+void mode_paths_add_beside(mode_paths *p, const char *label, const char *key, const char *value, const char *suffix,
+                           int dir) {
+    if (!value || !value[0] || p->n_own == MODE_MAX_OWN) return;
+    char *own = p->own[p->n_own++];
+    snprintf(own, sizeof p->own[0], "%s%s", value, suffix);
+    int n = p->n;
+    mode_paths_add(p, label, own, dir);
+    if (p->n > n) p->v[n].set = key;
 }
 
 void mode_paths_data(mode_paths *p, const config *cfg) {

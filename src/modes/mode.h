@@ -21,21 +21,37 @@
 #include "common/comm/world.h"
 #include "common/core/config.h"
 
-// A path of the configuration that a mode reads or writes.
+// A path of the configuration that a mode reads or writes: every key that can name a file or a
+// directory the mode opens (drafter.config and eval.drafter among them), and among the outputs the
+// files the mode makes beside them (a file output's lock OUT.lock, regenerate's OUT.parts).
 typedef struct {
-    const char *key;  // the configuration key ("regenerate.out", "data.sets")
-    const char *path; // its value (points into the configuration)
+    const char *key;  // what the messages name: the configuration key ("regenerate.out", "data.sets")
+    const char *path; // its value (points into the configuration, or into mode_paths.own)
     int dir;          // a directory: every file in it belongs to it (target.path, features.dir)
+    // An output directory: 1 for a name directly in it that the mode writes, replaces or removes
+    // (its files, their temporaries, its lock); NULL: every name. An input of the job under such a
+    // name is refused (mode_claim_distinct): the mode may write over it or clear it.
+    int (*ours)(const char *name);
+    const char *set;  // the key to change in the advice (a path made from a key's value: that key)
 } mode_path;
 
 #define MODE_MAX_PATHS (CONFIG_MAX_SETS + 8)
+#define MODE_MAX_OWN 4
 typedef struct {
     int n;
     mode_path v[MODE_MAX_PATHS];
+    int n_own;
+    char own[MODE_MAX_OWN][CONFIG_STR + 16]; // the paths made from a key's value (OUT.lock, OUT.parts)
 } mode_paths;
 
 // mode_paths_add: one more path (an empty value is left out: the key is not set).
 void mode_paths_add(mode_paths *p, const char *key, const char *path, int dir);
+// mode_paths_add_dir: an output directory whose names ours(name) tells (see mode_path.ours).
+void mode_paths_add_dir(mode_paths *p, const char *key, const char *path, int (*ours)(const char *name));
+// mode_paths_add_beside: the path value + suffix that the mode makes beside the output key = value
+// ("OUT.lock"), labelled label; dir as for mode_paths_add. Left out when value is empty.
+void mode_paths_add_beside(mode_paths *p, const char *label, const char *key, const char *value, const char *suffix,
+                           int dir);
 // mode_paths_data: data.path or each path of data.sets, or data.features (a directory).
 void mode_paths_data(mode_paths *p, const config *cfg);
 
@@ -46,7 +62,7 @@ enum {
     MODE_PF_DATA = 1 << 1,    // data.path / data.sets / data.features as a training job reads them
     MODE_PF_DUMP = 1 << 2,    // the training sets as dump-features reads them (teacher.max_tokens)
     MODE_PF_PROMPTS = 1 << 3, // regenerate.prompts: every line a prompt within the target's vocabulary
-    MODE_PF_OUTPUT = 1 << 4,  // each output: not an input, claimable, writable, its free space
+    MODE_PF_OUTPUT = 1 << 4,  // each output: not an input, no input under it, claimable, writable, its free space
     MODE_PF_DECODE = 1 << 5,  // the teacher's memory is the decode's (weights + KV caches), not a forward's
 };
 
@@ -78,9 +94,11 @@ typedef struct {
     int (*needs)(const config *cfg);
     // Rank 0, before the mode writes anything: lock each output for the process's life and refuse
     // one this mode did not write (unless run.overwrite, and then only what this project wrote is
-    // removed or replaced). dry (--preflight): check only (a lock tried and let go, nothing
-    // removed). -1 with error_set naming the output (and the holder of a lock). NULL: the mode
-    // claims its outputs itself (train and eval: run.dir, run_dir_claim in student_train).
+    // removed or replaced). dry (--preflight): check only (a lock tested, nothing made or
+    // removed). -1 with error_set naming the output (and the holder of a lock). --preflight calls
+    // the same hook dry, so that it refuses what the run refuses. Train and eval check run.dir here
+    // (always dry: the lock, an earlier run, an earlier eval.json), and their first student takes
+    // it for the run's life with the same code (run_dir_take in student_train). NULL: no output.
     int (*claim)(const config *cfg, int dry);
     // Rank 0, before the claim: the inputs opened once, so that every rank's error is one line.
     // -1 with error_set. NULL: nothing.

@@ -26,15 +26,28 @@ int mode_claim_distinct(const mode_def *m, const config *cfg) {
     mode_paths in = {0}, out = {0};
     m->inputs(cfg, &in);
     m->outputs(cfg, &out);
+    for (int o = 0; o < out.n; o++) { // a file output, or what the job makes beside one, is never a link
+        const mode_path *a = &out.v[o];
+        struct stat st;
+        if ((!a->dir || a->set != a->key) && lstat(a->path, &st) == 0 && S_ISLNK(st.st_mode))
+            return error_set("%s %s is a symbolic link: the job never writes through a link or replaces one it did "
+                             "not make; move it away or give %s a path of its own", a->key, a->path, a->set);
+    }
     for (int o = 0; o < out.n; o++)
         for (int i = 0; i < in.n; i++) {
             const mode_path *a = &out.v[o], *b = &in.v[i];
             if (fs_same_path(a->path, b->path))
                 return error_set("%s %s is %s %s, an input of this job: the job would write over what it reads; "
-                                 "give %s a path of its own", a->key, a->path, b->key, b->path, a->key);
+                                 "give %s a path of its own", a->key, a->path, b->key, b->path, a->set);
             if (b->dir && !a->dir && fs_in_dir(a->path, b->path))
                 return error_set("%s %s is a file of %s %s, an input of this job: the job would write over what it "
-                                 "reads; give %s a path of its own", a->key, a->path, b->key, b->path, a->key);
+                                 "reads; give %s a path of its own", a->key, a->path, b->key, b->path, a->set);
+            char name[300]; // an input under an output directory, by a name the mode writes or clears there
+            if (a->dir && fs_under_dir(b->path, a->path, name, sizeof name) && (!a->ours || a->ours(name)))
+                return error_set("%s %s lies inside %s %s, an output directory of this job, under %s, a name the job "
+                                 "writes or removes there (run.overwrite clears it): move %s out of it or give %s %s",
+                                 b->key, b->path, a->key, a->path, name, b->key, a->set,
+                                 a->set == a->key ? "a directory of its own" : "a path of its own");
         }
     return 0;
 }
@@ -54,40 +67,28 @@ static int claim_hold(int fd, const char *path, int remove) {
 int mode_claim_lock_file(const char *key, const char *out, int dry) {
     char path[CONFIG_STR + 16], parent[CONFIG_STR];
     snprintf(path, sizeof path, "%s.lock", out);
+    if (dry) return fs_lock_file_probe(path, key, out); // nothing made: a missing lock file is a free one
     snprintf(parent, sizeof parent, "%s", out);
     char *slash = strrchr(parent, '/');
     struct stat st;
     if (slash && slash != parent) { // its directory: made as the job would make it (nobody holds a lock there yet)
         *slash = '\0';
-        if (stat(parent, &st) != 0) {
-            if (dry) return 0;
-            if (fs_mkdirs(parent)) return error_prefix("%s", key);
-        }
+        if (stat(parent, &st) != 0 && fs_mkdirs(parent)) return error_prefix("%s", key);
     }
-    if (dry && access(path, F_OK) != 0) return 0; // no lock file: nobody holds it (and none is left behind)
     int fd;
     if (fs_lock_file(path, key, out, &fd)) return -1;
-    if (dry) {
-        fs_unlock_file(path, fd);
-        return 0;
-    }
     return claim_hold(fd, path, 1);
 }
 
 int mode_claim_lock_dir(const char *key, const char *dir, int dry) {
     struct stat st;
     if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) return error_set("%s %s: not a directory", key, dir);
-    if (dry && stat(dir, &st) != 0) return 0; // made by the job: nobody holds it yet
-    if (!dry && fs_mkdirs(dir)) return error_prefix("%s", key);
     char path[CONFIG_STR + 16];
     snprintf(path, sizeof path, "%s/.lock", dir);
-    if (dry && access(path, F_OK) != 0) return 0; // no lock file: nobody holds it (and none is left behind)
+    if (dry) return stat(dir, &st) != 0 ? 0 : fs_lock_file_probe(path, key, dir); // made by the job: nobody holds it yet
+    if (fs_mkdirs(dir)) return error_prefix("%s", key);
     int fd;
     if (fs_lock_file(path, key, dir, &fd)) return -1;
-    if (dry) {
-        fs_unlock_dir(fd); // the lock file stays: it may be another run's
-        return 0;
-    }
     return claim_hold(fd, path, 0);
 }
 

@@ -21,7 +21,6 @@ static void dump_inputs(const config *cfg, mode_paths *in) {
     for (int64_t i = 0; i < cfg->data_sets.n; i++) mode_paths_add(in, "data.sets", cfg->data_sets.v[i].path, 0);
 }
 
-static void dump_outputs(const config *cfg, mode_paths *out) { mode_paths_add(out, "features.dir", cfg->features_dir, 1); }
 
 static int dump_needs(const config *cfg) {
     if (!cfg->target_path[0]) return error_set("dump-features needs target.path (the target model directory)");
@@ -34,6 +33,11 @@ static int dump_needs(const config *cfg) {
 static int dump_file(const char *name) {
     return strcmp(name, ".lock") == 0 || strcmp(name, "features.json") == 0 || strcmp(name, "features.json.tmp") == 0 ||
            fs_h5_name(name, "features-");
+}
+
+// features.dir: an input named like its files there is refused (run.overwrite would remove it).
+static void dump_outputs(const config *cfg, mode_paths *out) {
+    mode_paths_add_dir(out, "features.dir", cfg->features_dir, dump_file);
 }
 
 static int dump_claim(const config *cfg, int dry) {

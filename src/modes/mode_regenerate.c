@@ -22,7 +22,12 @@ static void regen_inputs(const config *cfg, mode_paths *in) {
     mode_paths_add(in, "regenerate.prompts", cfg->regen_prompts, 0);
 }
 
-static void regen_outputs(const config *cfg, mode_paths *out) { mode_paths_add(out, "regenerate.out", cfg->regen_out, 0); }
+// regenerate.out, and what the job makes beside it: its lock and its parts directory.
+static void regen_outputs(const config *cfg, mode_paths *out) {
+    mode_paths_add(out, "regenerate.out", cfg->regen_out, 0);
+    mode_paths_add_beside(out, "regenerate.out's lock", "regenerate.out", cfg->regen_out, ".lock", 0);
+    mode_paths_add_beside(out, "regenerate.out's parts", "regenerate.out", cfg->regen_out, ".parts", 1);
+}
 
 static int regen_needs(const config *cfg) {
     if (!cfg->target_path[0]) return error_set("regenerate needs target.path (the target model directory)");

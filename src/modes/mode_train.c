@@ -1,16 +1,19 @@
 // mode_train.c: `--mode train`: teachers serve batches, students train the drafter (with
-// data.features: every rank a student, reading the offline features). run.dir is claimed by
-// student_train (its lock and run_dir_claim: docs/faults.md).
+// data.features: every rank a student, reading the offline features). run.dir is checked by the
+// table's claim (rank 0 before the run, and --preflight) and taken by the first student for the
+// run's life (student_train: run_dir_take, the same code; docs/faults.md).
 #include "modes/mode_train.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
+#include "common/core/run_dir.h"
 #include "common/data/dataset.h"
 #include "student/train/checkpoint.h"
 #include "modes/job_plan.h"
@@ -21,9 +24,29 @@ void mode_train_inputs(const config *cfg, mode_paths *in) {
     mode_paths_add(in, "target.path", cfg->target_path, 1);
     mode_paths_data(in, cfg);
     mode_paths_add(in, "eval.drafter", cfg->eval_drafter, 1); // (set in eval only)
+    struct stat st; // the drafter's shape: a config.json, or a directory standing for its config.json
+    int dir = cfg->drafter_config_path[0] && stat(cfg->drafter_config_path, &st) == 0 && S_ISDIR(st.st_mode);
+    mode_paths_add(in, "drafter.config", cfg->drafter_config_path, dir);
 }
 
-void mode_train_outputs(const config *cfg, mode_paths *out) { mode_paths_add(out, "run.dir", cfg->run_dir, 1); }
+// What a job writes, replaces or removes in run.dir (run_dir.h): a training job's files, an evaluation's eval.json.
+static int train_ours(const char *name) { return run_dir_ours(name, 0); }
+static int eval_ours(const char *name) { return run_dir_ours(name, 1); }
+
+void mode_train_outputs(const config *cfg, mode_paths *out) { mode_paths_add_dir(out, "run.dir", cfg->run_dir, train_ours); }
+void mode_eval_outputs(const config *cfg, mode_paths *out) { mode_paths_add_dir(out, "run.dir", cfg->run_dir, eval_ours); }
+
+// Always dry here: the lock is the first student's, who holds it for the run (a teacher rank 0
+// may end before the students' last export); run_dir_take makes the same checks there, for real.
+int mode_train_claim(const config *cfg, int dry) {
+    (void)dry;
+    return run_dir_take(cfg->run_dir, cfg->resume, cfg->overwrite, 0, 1, NULL);
+}
+
+int mode_eval_claim(const config *cfg, int dry) {
+    (void)dry;
+    return run_dir_take(cfg->run_dir, cfg->resume, cfg->overwrite, 1, 1, NULL);
+}
 
 int mode_train_needs(const config *cfg) {
     if (!cfg->target_path[0] || (!config_data_count(cfg) && !cfg->data_features[0]))
@@ -107,6 +130,7 @@ const mode_def mode_train = {
     .inputs = mode_train_inputs,
     .outputs = mode_train_outputs,
     .needs = mode_train_needs,
+    .claim = mode_train_claim,
     .check_inputs = mode_train_check_inputs,
     .plan = mode_train_plan,
     .report = train_report,

@@ -5,6 +5,11 @@
 
 void mode_train_inputs(const config *cfg, mode_paths *in);
 void mode_train_outputs(const config *cfg, mode_paths *out);
+void mode_eval_outputs(const config *cfg, mode_paths *out);
+// The claim of run.dir, checked (run_dir_take dry: its lock, an earlier run or eval.json) on rank
+// 0 before the run and by --preflight; the first student takes it for the run (student_train).
+int mode_train_claim(const config *cfg, int dry);
+int mode_eval_claim(const config *cfg, int dry);
 int mode_train_needs(const config *cfg);
 int mode_train_check_inputs(const world *w, const config *cfg);
 int mode_train_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print);

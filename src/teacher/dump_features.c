@@ -13,6 +13,7 @@
 #include "common/core/check.h"
 #include "common/core/crc32c.h"
 #include "common/core/error.h"
+#include "common/core/run_dir.h"
 #include "common/core/fsutil.h"
 #include "common/core/half.h"
 #include "common/core/log.h"
@@ -20,6 +21,7 @@
 #include "common/data/dataset.h"
 #include "common/data/featfile.h"
 #include "common/data/identity.h"
+#include "common/comm/stop_relay.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/kernels/ops.h"
@@ -280,8 +282,10 @@ static int dump_size_batch(const config *cfg, backend *be, dump_rank *d) {
                            max_tokens, bytes_format(target_model_weight_bytes(&d->m), b2, sizeof b2));
         }
     }
-    if (rc || arena_init(&d->work, "teacher work", be, target_work_bytes(&d->m, &d->o, max_tokens, d->max_seqs, d->tile)))
-        return -1;
+    if (rc) return -1;
+    if (arena_init(&d->work, "teacher work", be, target_work_bytes(&d->m, &d->o, max_tokens, d->max_seqs, d->tile)))
+        return error_append("its batches are teacher.max_tokens = %d tokens: lower it (or teacher.vocab_tile); "
+                            "teacher.mem_budget checks the plan at start", max_tokens);
     target_work_carve(&d->tw, &d->work, &d->m, &d->o, max_tokens, d->max_seqs, d->tile);
     return 0;
 }
@@ -301,10 +305,12 @@ static void dump_describe(const config *cfg, dump_rank *d) {
     d->lengths = xmalloc((size_t)(ts->n + 1) * sizeof *d->lengths);
     for (int64_t i = 0; i < ts->n; i++) d->lengths[i] = dataset_len(ts, i);
     run_identity *id = &d->id;
-    char cfg_json[CONFIG_STR + 16];
-    snprintf(cfg_json, sizeof cfg_json, "%s/config.json", cfg->target_path);
     identity_init(id);
-    identity_set_target(id, d->m.cfg.arch_name, d->m.cfg.hidden, d->m.cfg.n_layers, d->m.cfg.vocab, cfg_json);
+    identity_set_target(id, d->m.cfg.arch_name, d->m.cfg.hidden, d->m.cfg.n_layers, d->m.cfg.vocab, cfg->target_path);
+    // every shard records the target by content too: a resume under the same target.path with
+    // another model (other weights, another config.json) refuses the shards the first one made
+    info->target_by_content = 1;
+    info->target_config_crc = id->target_config_crc, info->target_weights_crc = id->target_weights_crc;
     id->n_layer_ids = o->n_feat;
     for (int i = 0; i < o->n_feat; i++) id->layer_ids[i] = o->layer_ids[i];
     snprintf(id->feature_convention, sizeof id->feature_convention, "%s", "hidden_states[id+1]");
@@ -439,7 +445,7 @@ static int dump_shards(const world *w, const config *cfg, dump_rank *d, dump_ctx
         }
         // A stop (a signal): before a shard that needs dumping (every stage skips the same done ones),
         // decided by a group's first stage, which tells the later stages (they stop at this shard).
-        if (first_stage && stop_requested()) {
+        if (first_stage && stop_relay_poll()) { // a signal on any rank (stop_relay.h)
             res->stopped = 1;
             if (c->link) stage_send_stop(c->link);
             break;
@@ -534,13 +540,15 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, payloa
     if ((res.stopped || worst == 1) && res.writer) // each writer says what it left; the index waits for the last shard
         log_info("dump-features: stopped by %s with %d new shard(s) of this rank complete in %s (features.json is "
                  "written once every shard is); resume with the same command: the complete shards are kept",
-                 stop_signal_name(stop_requested()), res.shards_done, cfg->features_dir);
+                 stop_signal_name(stop_relay_poll()), res.shards_done, cfg->features_dir);
     if (w->rank == 0 && worst == 0) {
         rc = dump_index(cfg, &res.info, res.n_shards, res.n_samples, res.set_samples, res.set_heldout, res.n_set_heldout,
                         res.set_lengths_crc, &res.id);
-        if (rc == 0)
+        if (rc == 0) {
             log_info("dump-features: %lld samples in %lld shard(s) -> %s/features.json", (long long)res.n_samples,
                      (long long)res.n_shards, cfg->features_dir);
+            run_dir_remove_leftovers(cfg->features_dir, "features-*", NULL); // killed writers' shard temporaries
+        }
     }
     for (int i = 0; i < CONFIG_MAX_SETS; i++) free((void *)res.set_heldout[i]);
     return rc;

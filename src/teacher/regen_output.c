@@ -1,4 +1,4 @@
-// regen_output.c: regenerate.out's claim and settings hook (see regen_output.h).
+// regen_output.c: regenerate.out's claim and its tidy-up after a successful end (see regen_output.h).
 #include "teacher/regen_output.h"
 
 #include <dirent.h>
@@ -10,6 +10,8 @@
 
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
+#include "common/core/log.h"
+#include "common/core/run_dir.h"
 #include "common/data/trainset.h"
 
 #define REGEN_SETTINGS_MAX 4096
@@ -23,15 +25,10 @@ static int regen_parts_entry(const char *name, const struct stat *st) {
     return S_ISDIR(st->st_mode) && strncmp(name, "claims-", 7) == 0;
 }
 
-// The parts directory: only regenerate's parts in it; with overwrite (not dry) they go.
-static int regen_parts_claim(const config *cfg, int dry) {
-    char parts[CONFIG_STR + 16];
-    snprintf(parts, sizeof parts, "%s.parts", cfg->regen_out);
+// regen_parts_only_ours: 0 when the directory parts holds only regenerate's entries; -1 with
+// error_set naming the first other one.
+static int regen_parts_only_ours(const config *cfg, const char *parts) {
     struct stat st;
-    if (stat(parts, &st) != 0) return 0;
-    if (!S_ISDIR(st.st_mode))
-        return error_set("regenerate.out %s: %s is there and is not regenerate's parts directory; move it away",
-                         cfg->regen_out, parts);
     DIR *dp = opendir(parts);
     if (!dp) return error_set("regenerate.out %s: cannot read %s: %s", cfg->regen_out, parts, strerror(errno));
     struct dirent *e;
@@ -45,6 +42,20 @@ static int regen_parts_claim(const config *cfg, int dry) {
                            parts, e->d_name);
     }
     closedir(dp);
+    return rc;
+}
+
+// The parts directory: only regenerate's parts in it; with overwrite (not dry) they go.
+static int regen_parts_claim(const config *cfg, int dry) {
+    char parts[CONFIG_STR + 16];
+    snprintf(parts, sizeof parts, "%s.parts", cfg->regen_out);
+    struct stat st;
+    if (lstat(parts, &st) != 0) return 0; // lstat: a symbolic link is not followed into a directory not ours
+    if (!S_ISDIR(st.st_mode))
+        return error_set("regenerate.out %s: %s is there and is not regenerate's parts directory (a directory, "
+                         "not a link); move it away",
+                         cfg->regen_out, parts);
+    int rc = regen_parts_only_ours(cfg, parts);
     if (rc || dry || !cfg->overwrite) return rc; // without overwrite the parts are resumed (or refused, settings differing)
     if (fs_remove_tree(parts) != 0)
         return error_set("regenerate.out %s: run.overwrite: cannot remove %s: %s", cfg->regen_out, parts, strerror(errno));
@@ -79,4 +90,20 @@ int regen_output_claim(const config *cfg, int dry) {
         return error_set("regenerate.out %s is a training set that regenerate did not make (no settings record): "
                          "--run.overwrite=true replaces it; or choose another regenerate.out", out);
     return regen_parts_claim(cfg, dry);
+}
+
+void regen_output_tidy(const config *cfg) {
+    char parts[CONFIG_STR + 16], dir[CONFIG_STR], *slash;
+    snprintf(parts, sizeof parts, "%s.parts", cfg->regen_out);
+    struct stat st;
+    if (lstat(parts, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (regen_parts_only_ours(cfg, parts) != 0) log_warn("regenerate: %s left in place: %s", parts, error_msg());
+        else if (fs_remove_tree(parts) != 0) log_warn("regenerate: could not remove %s: %s", parts, strerror(errno));
+    }
+    snprintf(dir, sizeof dir, "%s", cfg->regen_out);
+    slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : dir;
+    if (slash == dir) slash[1] = '\0', base = cfg->regen_out + 1; // "/x.h5": in "/"
+    else if (slash) *slash = '\0';
+    run_dir_remove_leftovers(slash ? dir : ".", base, NULL);
 }

@@ -14,3 +14,8 @@
 // run.overwrite they are removed (unless dry: --preflight checks only). -1 with error_set naming
 // regenerate.out (or OUT.parts) and what is there.
 int regen_output_claim(const config *cfg, int dry);
+
+// regen_output_tidy: after regenerate.out is complete (written now, or found made with these
+// settings): OUT.parts removed (when it holds only regenerate's entries; else left, with a warning)
+// and the training sets interrupted merges left beside OUT (OUT.tmp.PID). Rank 0, holding OUT.lock.
+void regen_output_tidy(const config *cfg);

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/comm/stop_relay.h"
+#include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/crc32c.h"
 #include "common/core/error.h"
@@ -24,11 +26,13 @@
 #include "common/core/log.h"
 #include "common/core/stop.h"
 #include "common/core/rng.h"
+#include "common/data/identity.h"
 #include "common/data/jsonl_sample.h"
 #include "common/data/trainset.h"
 #include "common/kernels/ops.h"
 #include "teacher/decode_sample.h"
 #include "teacher/regen_link.h"
+#include "teacher/regen_output.h"
 #include "teacher/target.h"
 #include "teacher/target_decode.h"
 #include "teacher/teacher_group.h"
@@ -39,19 +43,21 @@
 #define REGEN_AUTO_SEQS_NOBUDGET 8
 #define REGEN_PROGRESS_S 10.0
 #define REGEN_MAX_STAGES 64
-#define REGEN_MAX_ST_HEADER ((int64_t)100 << 20) // a safetensors header past 100 MB is not one (safetensors.h)
-#define REGEN_ID_BLOCKS 16  // the weights' identity reads 16 blocks of 4 KiB of each file's data
-#define REGEN_ID_BLOCK 4096
 
 enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
 
-// The prompts file, indexed once: where each prompt's line starts and how long the prompt is.
+// The prompts file, indexed once: where each prompt's line starts, how long the prompt is and the
+// CRC32C of its line's bytes, which every later read of the line is checked against (a file
+// rewritten in place while the job runs, even with lines of the same lengths, is refused, not mixed
+// into the set that records the indexed file's CRC).
 typedef struct {
     FILE *f;
     int64_t n;
     int64_t *at;      // [n] byte offset of prompt i's line
     int64_t *line_no; // [n] its line number (1-based)
     int32_t *len;     // [n] its tokens
+    int64_t *line_bytes; // [n] its line's bytes (line end included)
+    uint32_t *line_crc;  // [n] their CRC32C
     int64_t longest;
     int64_t bytes;    // the file's size and the CRC32C of its bytes: its identity
     uint32_t crc;
@@ -104,7 +110,11 @@ static int prompts_index(prompt_index *pi, const char *path, int64_t vocab) {
             pi->at = xrealloc(pi->at, (size_t)cap * sizeof *pi->at);
             pi->line_no = xrealloc(pi->line_no, (size_t)cap * sizeof *pi->line_no);
             pi->len = xrealloc(pi->len, (size_t)cap * sizeof *pi->len);
+            pi->line_bytes = xrealloc(pi->line_bytes, (size_t)cap * sizeof *pi->line_bytes);
+            pi->line_crc = xrealloc(pi->line_crc, (size_t)cap * sizeof *pi->line_crc);
         }
+        pi->line_bytes[pi->n] = got;
+        pi->line_crc[pi->n] = crc32c_update(0, pi->line, (size_t)got);
         pi->at[pi->n] = at;
         pi->line_no[pi->n] = line_no;
         pi->len[pi->n] = (int32_t)pi->s.n;
@@ -116,12 +126,36 @@ static int prompts_index(prompt_index *pi, const char *path, int64_t vocab) {
     return 0;
 }
 
-// Prompt i's ids into pi->s (the file was checked by prompts_index).
+// Prompt i's ids into pi->s: its line's bytes read again from the file (pread: not a stdio buffer
+// that may hold the bytes indexed) and checked against the index's CRC (the file was checked by
+// prompts_index; one changed since is refused, naming the line).
 static int prompts_read(prompt_index *pi, int64_t i, const char *path) {
-    ssize_t got;
-    if (fseek(pi->f, (long)pi->at[i], SEEK_SET) != 0 || (got = getline(&pi->line, &pi->line_cap, pi->f)) == -1 ||
-        jsonl_sample_parse(pi->line, (size_t)got, 0, &pi->s) < 0 || pi->s.n != pi->len[i])
-        return error_set("regenerate.prompts %s line %lld: changed while regenerating", path, (long long)pi->line_no[i]);
+    size_t want = (size_t)pi->line_bytes[i], have = 0;
+    if (pi->line_cap < want + 1) pi->line = xrealloc(pi->line, pi->line_cap = want + 1);
+    int fd = fileno(pi->f);
+    while (have < want) {
+        ssize_t r = pread(fd, pi->line + have, want - have, (off_t)(pi->at[i] + (int64_t)have));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        have += (size_t)r;
+    }
+    pi->line[have] = '\0';
+    ssize_t got = have == want ? (ssize_t)want : -1;
+    uint32_t crc = got > 0 ? crc32c_update(0, pi->line, (size_t)got) : 0;
+    if (got <= 0 || crc != pi->line_crc[i])
+        return error_set("regenerate.prompts %s line %lld: changed since the job indexed it (%s): the set would mix two "
+                         "files' prompts; leave the prompts file unchanged until the job ends, and run it again",
+                         path, (long long)pi->line_no[i], got <= 0 ? "the file is shorter" : "its bytes' CRC32C differs");
+    if (jsonl_sample_parse(pi->line, (size_t)got, 0, &pi->s) < 0) // (the bytes indexed: not reached)
+        return error_prefix("regenerate.prompts %s line %lld", path, (long long)pi->line_no[i]);
+    return 0;
+}
+
+// The prompts of shard [first, first + cnt) checked against the index when the shard starts, before
+// anything of it is decoded (each is checked again when it is read).
+static int prompts_check_shard(prompt_index *pi, int64_t first, int64_t cnt, const char *path) {
+    for (int64_t i = first; i < first + cnt; i++)
+        if (prompts_read(pi, i, path) < 0) return -1;
     return 0;
 }
 
@@ -130,6 +164,8 @@ static void prompts_free(prompt_index *pi) {
     free(pi->at);
     free(pi->line_no);
     free(pi->len);
+    free(pi->line_bytes);
+    free(pi->line_crc);
     free(pi->line);
     jsonl_sample_free(&pi->s);
     memset(pi, 0, sizeof *pi);
@@ -230,65 +266,6 @@ static int regen_slots(regen *g) {
 }
 
 // ----------------------------------------------------------------------------- identities
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-// The target's weights by content, cheaply (no full read): the CRC32C, over every *.safetensors
-// file of the directory in name order, of its name, its size (int64 LE), its header (the tensor
-// names, dtypes, shapes and offsets) and REGEN_ID_BLOCKS blocks of its data spread evenly over it.
-// What cannot be read adds nothing: the loader names that problem (it reads every file).
-static uint32_t target_weights_crc(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    char **names = NULL;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len <= 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0) continue;
-        if (n == cap) names = xrealloc(names, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *names);
-        names[n++] = xstrdup(e->d_name);
-    }
-    closedir(d);
-    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_str);
-    uint32_t c = 0;
-    char *header = NULL;
-    uint8_t block[REGEN_ID_BLOCK];
-    for (int k = 0; k < n; k++) {
-        char path[CONFIG_STR + 300];
-        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
-        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-            if (fd >= 0) close(fd);
-            continue;
-        }
-        uint8_t le[8];
-        int64_t size = (int64_t)st.st_size, hlen = 0;
-        if (size >= 8 && pread(fd, le, 8, 0) == 8)
-            for (int b = 7; b >= 0; b--) hlen = hlen << 8 | le[b];
-        for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)size >> (8 * b));
-        c = crc32c_update(c, names[k], strlen(names[k]) + 1);
-        c = crc32c_update(c, le, 8);
-        if (size >= 8 && hlen > 0 && hlen <= REGEN_MAX_ST_HEADER && hlen <= size - 8) {
-            header = xrealloc(header, (size_t)hlen);
-            if (pread(fd, header, (size_t)hlen, 8) == (ssize_t)hlen) c = crc32c_update(c, header, (size_t)hlen);
-            // the values, sampled: blocks spread evenly over the data (other weights of the same
-            // shapes, a fine-tune of the same base, differ there)
-            int64_t data = 8 + hlen, span = size - data;
-            for (int b = 0; span > 0 && b < REGEN_ID_BLOCKS; b++) {
-                int64_t at = data + span / REGEN_ID_BLOCKS * b;
-                size_t len = (size_t)(size - at < REGEN_ID_BLOCK ? size - at : REGEN_ID_BLOCK);
-                if (pread(fd, block, len, at) == (ssize_t)len) c = crc32c_update(c, block, len);
-            }
-        }
-        close(fd);
-    }
-    free(header);
-    for (int k = 0; k < n; k++) free(names[k]);
-    free(names);
-    return c;
-}
 
 // The key=value fields of a settings text that differ from another's, as "KEY X there, Y here"
 // (the first few, in one line).
@@ -421,7 +398,8 @@ static int regen_setup(regen *g, const world *w) {
     // the inputs by content: what the parts and the set record and a resume compares
     char cpath[CONFIG_STR + 16];
     snprintf(cpath, sizeof cpath, "%s/config.json", cfg->target_path);
-    g->weights_crc = target_weights_crc(cfg->target_path);
+    int64_t wcrc = identity_weights_crc(cfg->target_path); // (none readable: 0, as before; the loader names why)
+    g->weights_crc = wcrc < 0 ? 0 : (uint32_t)wcrc;
     if (crc32c_file(cpath, &g->config_crc) < 0) return -1;
     snprintf(g->parts, sizeof g->parts, "%s.parts", cfg->regen_out);
     int n = snprintf(g->settings, sizeof g->settings,
@@ -660,7 +638,7 @@ static int regen_run_shards(regen *g, const world *w) {
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
     for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
-        if (stop_requested()) break; // a signal: the parts written are kept for the resume (stop.h)
+        if (stop_relay_poll()) break; // a signal on any rank: the parts written are kept for the resume (stop.h)
         int mine = regen_claim(g, s);
         if (mine <= 0) {
             rc = mine;
@@ -680,6 +658,7 @@ static int regen_run_shards(regen *g, const world *w) {
             progress_update(&pg, regen_parts_done(g));
             continue;
         }
+        if ((rc = prompts_check_shard(&g->pi, st.first, st.cnt, g->cfg->regen_prompts)) < 0) break;
         st.base = regen_parts_done(g);
         progress_update(&pg, st.base);
         st.at[0] = 0;
@@ -742,7 +721,7 @@ static int regen_claims_setup(regen *g, const world *w) {
             nonce[0] = '\0';
         }
     }
-    mpi_check(MPI_Bcast(nonce, sizeof nonce, MPI_CHAR, 0, MPI_COMM_WORLD));
+    watchdog_bcast(nonce, (int)sizeof nonce, 0, "rank 0 to make the claims directory");
     if (!nonce[0]) return rc < 0 ? -1 : error_set("regenerate: rank 0 could not make the claims directory in %s", g->parts);
     snprintf(g->claims, sizeof g->claims, "%s/claims-%s", g->parts, nonce);
     return 0;
@@ -818,7 +797,7 @@ static int regen_merge(regen *g) {
         log_info("regenerate: %lld samples (%lld ended at a stop id, %lld at the length limit), %lld tokens, %lld "
                  "held out -> %s", (long long)g->pi.n, (long long)n_stop, (long long)(g->pi.n - n_stop),
                  (long long)w.n_tokens, (long long)n_held, cfg->regen_out);
-        if (fs_remove_tree(g->parts) != 0) log_warn("regenerate: could not remove %s", g->parts);
+        regen_output_tidy(cfg); // OUT.parts, and what killed merges left (OUT.tmp.PID)
     }
     free(held);
     free(finish);
@@ -842,12 +821,13 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_l
     if (rc == 0 && w->rank == 0 && g->G > 1 && !g->done_already)
         log_info("regenerate: the stages pass their rows %s", g->link.on_link ? "over NCCL, GPU to GPU" : "over MPI from host memory");
     // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
-    int set_up = rc == 0, all_set_up = 0;
-    mpi_check(MPI_Allreduce(&set_up, &all_set_up, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    int all_set_up = rc == 0;
+    watchdog_allreduce(&all_set_up, 1, MPI_INT, MPI_MIN, "the other ranks to set up");
     int done_already = g->done_already; // rank 0's finding holds for all
-    if (all_set_up) mpi_check(MPI_Bcast(&done_already, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (all_set_up) watchdog_bcast(&done_already, (int)sizeof done_already, 0, "rank 0 to check the earlier output");
     if (all_set_up && done_already) {
         if (w->rank == 0) log_info("regenerate: %s is already made with these settings: nothing to do", cfg->regen_out);
+        if (w->rank == 0) regen_output_tidy(cfg); // an interrupted job's OUT.parts and temporaries
     } else if (all_set_up && regen_claims_setup(g, w) < 0) {
         rc = -1;
     }
@@ -860,17 +840,17 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_l
         fatal("%s", error_msg()); // an internal failure on a later stage: the first stage waits for it
     }
     // The first failing rank says why; every rank then agrees to stop.
-    int me = rc ? w->rank : w->size, first = w->size;
-    mpi_check(MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    int stop = stop_requested() ? 1 : 0, stopped = 0; // a signal on any rank: no merge yet (stop.h)
-    mpi_check(MPI_Allreduce(&stop, &stopped, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int first = rc ? w->rank : w->size;
+    watchdog_allreduce(&first, 1, MPI_INT, MPI_MIN, "the other ranks to finish their shards");
+    int stopped = stop_relay_poll(); // a signal on any rank: no merge yet (stop.h, stop_relay.h)
+    watchdog_allreduce(&stopped, 1, MPI_INT, MPI_MAX, "the other ranks to finish their shards");
     if (first < w->size) {
         if (w->rank == first) log_error("%s", error_msg());
         rc = -1;
     } else if (stopped && !done_already) {
         if (w->rank == 0)
             log_info("regenerate: stopped by %s: the complete parts are kept in %s, %s is written once every part is; "
-                     "resume with the same command", stop_signal_name(stop_requested()), g->parts, cfg->regen_out);
+                     "resume with the same command", stop_signal_name(stopped), g->parts, cfg->regen_out);
     } else if (w->rank == 0 && !done_already) {
         rc = regen_merge(g);
         if (rc) log_error("%s", error_msg());
@@ -880,7 +860,7 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_l
     prompts_free(&g->pi);
     target_free(&g->m);
     free(g);
-    int st = rc ? 1 : 0, any = 0;
-    mpi_check(MPI_Allreduce(&st, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int any = rc ? 1 : 0;
+    watchdog_allreduce(&any, 1, MPI_INT, MPI_MAX, "rank 0 to merge the parts");
     return any ? -1 : 0;
 }

@@ -566,7 +566,8 @@ int target_load_stage(target_model *m, const char *dir, backend *be, int64_t l0,
         dtype dt = ops_act_dtype(be);
         size_t bytes = target_stage_weight_bytes(c, dt, l0, l1);
         if (arena_init(&m->weights, "target weights", be, bytes)) {
-            rc = error_prefix("target %s", dir);
+            error_prefix("target %s", dir);
+            rc = error_append("world.teacher_group_size splits the target's layers over more teacher ranks");
         } else {
             if (rs.scratch_bytes > 0) { // the layer scratch, and the de-quantisations that fill it
                 rs.scratch = arena_alloc(&m->weights, rs.scratch_bytes);

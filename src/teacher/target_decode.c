@@ -109,7 +109,9 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
         return error_set("the decode attention on CUDA takes head_dim up to %d; the target has %lld", OPS_DECODE_HD_MAX,
                          (long long)hd_max);
     size_t bytes = target_decoder_bytes(m, max_seqs, max_len, vocab_tile, smp);
-    if (arena_init(&d->mem, "decoder cache + work", m->be, bytes)) return -1;
+    if (arena_init(&d->mem, "decoder cache + work", m->be, bytes))
+        return error_append("%d sequences of %d positions: lower regenerate.max_seqs or regenerate.max_len (or set "
+                            "teacher.mem_budget, which sizes regenerate.max_seqs 0)", max_seqs, max_len);
     decoder_carve(d, &d->mem, m, max_seqs, max_len, vocab_tile, smp);
     d->m = m;
     d->slot = xmalloc((size_t)m->cfg.n_layers * sizeof(int));

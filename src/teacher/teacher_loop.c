@@ -9,6 +9,7 @@
 #include "common/backend/gpu_reserve.h"
 #include "common/comm/payload_link.h"
 #include "common/comm/protocol.h"
+#include "common/comm/stop_relay.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/bytes.h"
@@ -16,6 +17,7 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/core/log.h"
+#include "common/core/stop.h"
 #include "common/data/batchplan.h"
 #include "common/data/dataset.h"
 #include "common/kernels/ops.h"
@@ -109,7 +111,9 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
 
     int T = tc.max_tokens;
     arena work;
-    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, T, T, o.vocab_tile))) return -1;
+    if (arena_init(&work, "teacher work", be, target_work_bytes(&m, &o, T, T, o.vocab_tile)))
+        return error_append("a teacher runs the students' batches of data.max_tokens_per_batch = %d tokens whole: lower "
+                            "it (or teacher.vocab_tile); teacher.mem_budget checks the plan at start", T);
     target_work tw;
     target_work_carve(&tw, &work, &m, &o, T, T, o.vocab_tile);
     int64_t D = (int64_t)o.n_feat * m.cfg.hidden, k = o.topk;
@@ -145,10 +149,17 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
     size_t peak = m.weights.used + work.used +
                   teacher_stage_ring_bytes(cfg, &m.cfg, &tc, G, G > 1 ? w->stage : 0, w->students, on_link);
 
-    int next = 0;
+    int next = 0, stop_said = 0;
     int64_t served = 0;
     double busy = 0, t_start = time_now();
     for (;;) {
+        // A signal to this teacher (a node of teachers drained or preempted alone): every rank is
+        // told (stop_relay.h); the students checkpoint after their step and stop, as for their own.
+        if (stop_relay_poll() && stop_requested() && !stop_said) {
+            log_info("teacher rank %d: %s: the students are told; they stop after their current step", w->rank,
+                     stop_signal_name(stop_requested()));
+            stop_said = 1;
+        }
         stage_header h;
         int got = first ? teacher_next_request(w, link, &q, served, &h, tokens, cu, mask)
                         // after the previous stage: a little more patient than it, so the rank nearest a hung peer names it

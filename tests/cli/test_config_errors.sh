@@ -50,7 +50,9 @@ expect_fail_mpi plan-budget "the target's weights alone take .*, more than teach
 grep -q "budget (teacher.mem_budget) .*(too small)" "$TMP/out" && ok || { bad "plan: no budget line"; cat "$TMP/out" >&2; }
 expect_fail_mpi train-budget "the target's weights alone take .*, more than teacher.mem_budget 20.0 KiB" \
   mpirun -np 2 "$R" "${base[@]}" --teacher.mem_budget=20KiB
-# two teachers find it: one line, not two
+# two teachers find it: one line, not two (a run.dir of its own: the refused job above began a run in
+# $TMP/run, which the frame's claim would refuse first)
+rm -rf "$TMP/run"
 expect_fail_mpi train-budget-2t "more than teacher.mem_budget 20.0 KiB" \
   mpirun -np 3 "$R" "${base[@]}" --teacher.mem_budget=20KiB --world.students=1
 [ ! -d "$TMP/run/drafter" ] && ok || bad "a job refused for its teacher budget exported a drafter"

@@ -2,7 +2,8 @@
 # test_faults.sh: a rank that dies (SIGKILL) or hangs (SIGSTOP, past --rank-timeout) ends the
 # whole job with a non-zero exit, with a first error line that names the rank and the last
 # checkpointed step; the checkpoints stay loadable (a resumed run continues from the
-# newest). Also: one SIGINT stops like SIGTERM (checkpoint, exit 0), a second SIGINT aborts at once.
+# newest). A rank of regenerate or transport-test stopped mid-run ends the job too. Also: one SIGINT
+# stops like SIGTERM (checkpoint, exit 0), a second SIGINT aborts at once.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -70,11 +71,15 @@ fault() {
   [ -n "$named" ] && { [ -d "$RUN/checkpoints/step-$(printf %08d "$named")" ] || [ "${step:-0}" -gt "$named" ]; } && ok ||
     bad "$name: first error line does not name a checkpoint that exists or was superseded (${named:-none}; newest ${step:-none})"
   if grep -qiE "segmentation|core dumped" "$TMP/job.err"; then bad "$name: a rank crashed"; else ok; fi
-  # one rank says it, not every rank that saw it (a stopped victim that mpirun's SIGCONT wakes at
-  # the end sees the job's ranks gone and may say so: not one of those that saw the fault)
+  # one rank says it, not every rank that saw it; and a stopped victim that mpirun's SIGCONT wakes at
+  # the end (before SIGTERM and SIGKILL) says nothing: it would blame a healthy rank (one that exited
+  # while it was stopped, or a wait that outlasted the timeout meanwhile; watchdog.h)
   local lines
   lines=$(grep -E "^\[r[0-9]+\] error:" "$TMP/job.err" | grep -vc "^\[r$victim\]")
   [ "$lines" -eq 1 ] && ok || { bad "$name: $lines error lines, wanted one"; grep "error:" "$TMP/job.err" >&2; }
+  if [ "$sig" = STOP ]; then
+    grep -q "^\[r$victim\] error:" "$TMP/job.err" && { bad "$name: the stopped rank, woken, printed an error line:"; grep "^\[r$victim\] error:" "$TMP/job.err" >&2; } || ok
+  fi
   # the newest checkpoint loads: a resumed run continues from it
   expect_ok "$name resume" mpirun -np 3 "$R" "${base[@]}" --run.dir="$RUN" --train.steps=$((step + 5)) --run.resume=true
   grep -q "resuming from .*step-0*$step" "$TMP/err" && ok || bad "$name: the resumed job did not start from step $step"
@@ -94,6 +99,38 @@ fault "teacher SIGKILL" KILL 0 "$timeout_s" "teacher rank 0 (pid [0-9]* on [^)]*
 fault "student SIGKILL" KILL 2 "$timeout_s" "student rank 2 (pid [0-9]* on [^)]*) died"
 fault "teacher hang" STOP 1 "$hang_limit" "teacher rank 1 (.*) \(sent nothing\|has been stopped (SIGSTOP)\) for [0-9]* s while this rank waited for .*(run.rank_timeout $timeout_s s)"
 fault "student hang" STOP 2 "$hang_limit" "student rank 2 (.*) \(sent nothing\|has been stopped (SIGSTOP)\) for [0-9]* s while this rank waited for a request"
+
+# Every wait of every mode is timed (watchdog.h): a rank of regenerate or transport-test stopped
+# mid-run ends the job within the timeout, with a line naming it, and says nothing once woken
+# (before: the others finished and waited in an untimed all-reduce or barrier for ever).
+# stopped_mid NAME VICTIM PATTERN ARGS...: mpirun -np 3 ARGS; SIGSTOP to rank VICTIM once the job's
+# output has PATTERN.
+stopped_mid() {
+  local name=$1 victim=$2 pattern=$3 pid="" rc
+  shift 3
+  mpirun -np 3 "$R" "$@" --rank-timeout 3 >"$TMP/m.out" 2>"$TMP/m.err" &
+  job=$!
+  for _ in $(seq 1 3000); do # at most 60 s
+    grep -qs -- "$pattern" "$TMP/m.out" "$TMP/m.err" && { pid=$(rank_pid "$job" "$victim"); [ -n "$pid" ] && break; }
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.02
+  done
+  [ -n "$pid" ] || { bad "$name: rank $victim never seen mid-run"; kill -9 "$job" 2>/dev/null; wait "$job"; return; }
+  kill -STOP "$pid"
+  for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done # a hang bound: 30 s
+  kill -0 "$job" 2>/dev/null && { bad "$name: the job still runs 30 s after rank $victim was stopped"; kill -9 "$pid" "$job"; }
+  wait "$job"; rc=$?
+  [ "$rc" -ne 0 ] && ok || bad "$name: exit 0 with rank $victim stopped"
+  grep "error:" "$TMP/m.err" | grep -q "rank $victim (.*hung or unreachable" && ok || { bad "$name: no line naming rank $victim:"; cat "$TMP/m.err" >&2; }
+  grep -q "^\[r$victim\] error:" "$TMP/m.err" && { bad "$name: the stopped rank, woken, printed an error line:"; grep "error:" "$TMP/m.err" >&2; } || ok
+}
+/usr/bin/python3 -c 'import json, random
+r = random.Random(7)
+for i in range(30): print(json.dumps({"input_ids": [r.randrange(150) for _ in range(r.randint(2, 12))]}))' >"$TMP/prompts.jsonl"
+stopped_mid "regenerate, a rank stopped mid-run" 1 "regenerate (the job" --mode regenerate --device cpu --target.path="$TMP/target" \
+  --regenerate.prompts="$TMP/prompts.jsonl" --regenerate.max_new_tokens=24 --regenerate.shard_prompts=2 \
+  --regenerate.out="$TMP/regen.h5" --test.slow_teacher=-2 --test.slow_ms=100
+stopped_mid "transport-test, a teacher stopped mid-run" 0 "GB/s" --mode transport-test --device cpu --world.students=2
 
 # SIGINT to the student: once = stop with a checkpoint, exit 0; twice = abort at once (no new
 # checkpoint). The teacher is slowed (0.2 s a batch) so that the second SIGINT lands while the

@@ -35,6 +35,9 @@
 #                after the first: one completes with a lone job's file, the other is refused (the
 #                output in use) or completes after it; a mutated training set given as
 #                regenerate.out is refused and left unchanged
+#   paths        (issue 49) links, files named like locks, parts or shards and inputs inside output
+#                directories (regenerate, dump-features, train): one error line or success, the
+#                user's files and the job's inputs unchanged by content hash, a refusal changing nothing
 # Every run must exit 0, or non-zero with exactly one "error:" line; never a signal (exit >= 128),
 # a sanitizer report or a hang (timeout 20 s each). Prints how many ran, were accepted and refused.
 source "$DFLASH_SRC/tests/cli/lib.sh"
@@ -592,6 +595,126 @@ for i in range(N_AS_OUT):  # a mutant of a training set as regenerate.out: refus
     elif open(d, "rb").read() != bytes(data):
         failures.append("%s: the refused output changed" % what)
     os.remove(d)
+
+# ---- paths (issue 49): symlinks, files named like locks, parts or shards, inputs inside output
+# directories. Each case lays a user's file, a link to one (or to nothing), an empty file, a
+# directory or a stale lock line of ours at a name a mode writes (OUT.lock, OUT.parts/part-*,
+# features.dir/.lock and shards, run.dir/.lock, drafter, config.json), sometimes gives that very
+# path as the job's input, with or without run.overwrite (train: or run.resume). Every run must end
+# in one error line or success (run() checks), the user's files (the sandbox's user/, every link's
+# target) and the job's inputs unchanged by content hash; a refused run, or one without
+# run.overwrite, changes nothing at all that was there (a stale lock of ours may go, and must).
+import hashlib
+
+
+def tree_sums(root):
+    sums = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            if os.path.islink(p):
+                sums[p] = "link " + os.readlink(p)
+            elif os.path.isfile(p):
+                sums[p] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return sums
+
+
+def file_sum(p):
+    return hashlib.sha256(open(p, "rb").read()).hexdigest() if os.path.isfile(p) else None
+
+
+STALE = b"host gone pid 4 started 2020-01-01 00:00:00 +0000\n"
+drafter_src = os.path.join(tmp, "ckrun", "drafter")
+OUT_DIR = {"regenerate": "out", "dump-features": "feat", "train": "run"}
+# (mode, the name laid in the output directory, what is laid there, the job's input is that path, flags)
+PATH_CASES = [
+    ("regenerate", "o.h5.lock", "copy", True, []),                 # the prompts named like the output's lock
+    ("regenerate", "o.h5.lock", "link", False, []),                # the lock name a link to the user's prompts
+    ("regenerate", "o.h5.lock", "stale", False, []),               # a crashed job's lock: taken again
+    ("regenerate", "o.h5.parts", "link", False, ["--run.overwrite=true"]),
+    ("regenerate", "o.h5.parts/part-00000-of-00002.h5", "copy", True, ["--run.overwrite=true"]),
+    ("regenerate", "o.h5.parts", "linkdir", False, []),            # the parts directory a link to a user's: not written into
+    ("dump-features", ".lock", "link", False, []),
+    ("dump-features", ".lock", "empty", False, []),
+    ("dump-features", "features-000.h5", "copy", True, ["--run.overwrite=true"]),  # a set named like a shard
+    ("dump-features", "features.json", "dangling", False, ["--run.overwrite=true"]),
+    ("train", ".lock", "copy", False, []),                         # a user's file named like run.dir's lock
+    ("train", ".lock", "dangling", False, []),
+    ("train", "drafter", "link", True, ["--run.overwrite=true"]),  # drafter.config = run.dir/drafter, a link to a drafter
+    ("train", "config.json", "copy", True, ["--run.resume=true"]), # a published drafter's config.json in run.dir
+    ("train", "metrics.jsonl", "dangling", False, ["--run.overwrite=true"]),
+    ("train", "drafter", "dir", False, ["--run.overwrite=true"]),  # a foreign file in an earlier export: kept
+    ("train", "drafter", "link", False, ["--run.overwrite=true"]), # an earlier export a link to a user's drafter
+]
+n_path = {"ran": 0, "accepted": 0}
+for ci, (mode, name, kind, at_ob, flags) in enumerate(PATH_CASES):
+    n_path["ran"] += 1
+    S = os.path.join(tmp, "m", "path_%02d" % ci)
+    user, outd = os.path.join(S, "user"), os.path.join(S, OUT_DIR[mode])
+    os.makedirs(user)
+    os.makedirs(outd)
+    shutil.copy(prompts, os.path.join(user, "prompts.jsonl"))
+    shutil.copy(os.path.join(tmp, "set.h5"), os.path.join(user, "set.h5"))
+    shutil.copytree(drafter_src, os.path.join(user, "drafter"))
+    own = {"regenerate": os.path.join(user, "prompts.jsonl"), "dump-features": os.path.join(user, "set.h5"),
+           "train": os.path.join(user, "drafter", "config.json")}[mode]
+    if mode == "train" and name == "drafter":
+        own = os.path.join(user, "drafter")
+    ob = os.path.join(outd, name)
+    os.makedirs(os.path.dirname(ob), exist_ok=True)
+    if kind == "copy":
+        shutil.copy(own, ob)
+    elif kind == "link":
+        os.symlink(own, ob)
+    elif kind == "linkdir":  # a link to an empty directory of the user's: nothing in it looks foreign
+        os.makedirs(os.path.join(user, "empty"))
+        os.symlink(os.path.join(user, "empty"), ob)
+    elif kind == "dangling":
+        os.symlink(os.path.join(user, "nothing"), ob)
+    elif kind == "empty":
+        open(ob, "wb").close()
+    elif kind == "dir":
+        shutil.copytree(own, ob)
+        open(os.path.join(ob, "notes.txt"), "w").write("mine\n")
+    else:
+        open(ob, "wb").write(STALE)
+    inp = ob if at_ob else own
+    if mode == "regenerate":
+        cmd = [rank, "--mode", "regenerate", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"),
+               "--regenerate.prompts=" + inp, "--regenerate.out=" + os.path.join(outd, "o.h5"),
+               "--regenerate.max_new_tokens=3", "--regenerate.shard_prompts=2", "--regenerate.heldout=1"]
+    elif mode == "dump-features":
+        cmd = [rank, "--mode", "dump-features", "--device", "cpu", "--target.path=" + os.path.join(tmp, "tgt"),
+               "--target.layer_ids=0,1", "--drafter.block_size=2", "--teacher.topk=4", "--data.path=" + inp,
+               "--features.dir=" + outd]
+    else:
+        cmd = TRAIN + ["--data.features=" + os.path.join(tmp, "feat"), "--train.steps=1", "--checkpoint.every=0",
+                       "--run.dir=" + outd, "--drafter.config=" + inp]
+    before, user_sums = tree_sums(S), tree_sums(user)
+    inp_sum = file_sum(os.path.join(inp, "config.json") if os.path.isdir(inp) else inp)
+    accepted = counts["accepted"]
+    what = "path case %d (%s: %s laid at %s, input %s %s)" % (ci, mode, kind, name, os.path.relpath(inp, S), " ".join(flags))
+    run(what, cmd + flags, leaks=False)
+    ok_run = counts["accepted"] > accepted
+    n_path["accepted"] += ok_run
+    if tree_sums(user) != user_sums:
+        failures.append("%s: the user's files changed" % what)
+    elif file_sum(os.path.join(inp, "config.json") if os.path.isdir(inp) else inp) != inp_sum:
+        failures.append("%s: the input changed" % what)
+    elif not ok_run or "--run.overwrite=true" not in flags:  # only run.overwrite replaces what is there
+        after = tree_sums(S)
+        gone = [p for p, h in before.items() if after.get(p) != h and not (kind == "stale" and p == ob)]
+        if gone:
+            failures.append("%s: %s, yet it changed %s" % (what, "accepted without run.overwrite" if ok_run else "refused",
+                                                           ", ".join(os.path.relpath(p, S) for p in gone)))
+    elif kind == "stale" and os.path.exists(ob):
+        failures.append("%s: a stale lock of ours was left behind" % what)
+    elif kind == "dir" and not os.path.isfile(os.path.join(outd, "drafter", "notes.txt")) and \
+            not any(os.path.isfile(os.path.join(outd, d, "notes.txt")) for d in os.listdir(outd)):
+        failures.append("%s: the foreign file in the earlier export was removed" % what)
+    shutil.rmtree(S, ignore_errors=True)
+print("fuzz: %d path cases (links, files named like locks, parts and shards, inputs inside outputs): %d accepted, "
+      "the user's files and inputs unchanged" % (n_path["ran"], n_path["accepted"]))
 
 print("fuzz: %d regenerate races on one output (each: one job completed, the other refused or done after it) and %d "
       "training-set mutants as regenerate.out (every one refused, unchanged)" % (N_RACE, N_AS_OUT))

@@ -5,7 +5,10 @@
 # that cannot be written, a train.mem_budget below the student's plan. Teacher groups
 # (world.teacher_group_size): each teacher rank's memory row is its stage's (layers, weights, work,
 # NCCL buffers), a stage beyond teacher.mem_budget is a FAIL row, and teachers that are not a
-# multiple of the group size a FAIL of the world row.
+# multiple of the group size a FAIL of the world row. The run's own claim and world checks (issue
+# 49): a run.dir holding an earlier run without --run.resume, a run.dir locked by a live job, a
+# teacher group spanning hosts (each rank its own host name: a UTS namespace, as root) are FAIL
+# rows; a failing preflight exits 1 on rank 0 only (the others 0), so mpirun names rank 0's exit.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
@@ -86,6 +89,30 @@ expect_preflight_fail mem-budget memory "memory budget .* is too small" "${base[
 # the other rows are still there: the table is complete whatever fails
 row target ok && ok || bad "mem-budget: the target row is missing"
 
+# The run's claim of run.dir (issue 49), through the mode's table: an earlier run without
+# --run.resume; each rank's exit recorded: 1 on rank 0 only.
+mkdir -p "$TMP/earlier" && echo '{"step": 1}' >"$TMP/earlier/metrics.jsonl"
+mpirun -np 2 sh -c 'd=$1; shift; "$@" >"$d/out.$OMPI_COMM_WORLD_RANK" 2>&1; echo $? >"$d/rc.$OMPI_COMM_WORLD_RANK"' \
+  sh "$TMP" "$R" "${base[@]}" --run.dir="$TMP/earlier" >/dev/null 2>&1
+cp "$TMP/out.0" "$TMP/out" 2>/dev/null
+row run.dir FAIL "run.dir $TMP/earlier holds an earlier run \(metrics.jsonl\)" && ok || bad "earlier run: no FAIL row: $(cat "$TMP/out")"
+[ "$(cat "$TMP/rc.0" 2>/dev/null)" = 1 ] && [ "$(cat "$TMP/rc.1" 2>/dev/null)" = 0 ] && ok ||
+  bad "a failing preflight: rank 0 exit $(cat "$TMP/rc.0" 2>/dev/null), rank 1 exit $(cat "$TMP/rc.1" 2>/dev/null); wanted 1 and 0"
+expect_ok earlier-resumed mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/earlier" --run.resume=true
+# run.dir locked by a live job (its lock line, held with fcntl as the run holds it)
+/usr/bin/python3 - "$TMP/earlier/.lock" <<'PYEOF' &
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+os.write(fd, b"host test pid 1 started now\n")
+time.sleep(30)
+PYEOF
+holder=$!
+for _ in $(seq 50); do grep -q started "$TMP/earlier/.lock" 2>/dev/null && break; sleep 0.1; done
+expect_preflight_fail locked run.dir "run.dir $TMP/earlier is in use by another job \(holder: host test pid 1" \
+  "${base[@]}" --run.dir="$TMP/earlier" --run.resume=true
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+
 # Teacher groups: 2 teacher ranks as one teacher of 2 stages (a layer each) + 1 student.
 expect_ok preflight-groups mpirun -np 3 "$R" "${base[@]}" --world.teacher_group_size=2
 row world ok "3 rank\(s\): 2 teacher\(s\) in 1 group\(s\) of 2 stage rank\(s\) \+ 1 student\(s\)" && ok || bad "groups: no world row: $(cat "$TMP/out")"
@@ -98,6 +125,17 @@ cp "$TMP/out" "$TMP/groups.out"
 mpirun -np 3 "$R" "${base[@]}" --world.teacher_group_size=2 --teacher.mem_budget=8KiB >"$TMP/out" 2>"$TMP/err"
 [ $? -ne 0 ] && grep -qE '^memory +0 +FAIL +teacher stage 0/2, layers 0-0: teacher stage 0 of 2 \(layers 0-0\) takes weights .*, more than teacher.mem_budget 8.00 KiB' "$TMP/out" &&
   grep -qE "^preflight: [1-9][0-9]* problem" "$TMP/out" && ok || bad "groups-budget: no stage FAIL row: $(cat "$TMP/out" "$TMP/err")"
+# a group across hosts: the run's check at start (world_check_group_hosts), each rank its own host
+# name in a UTS namespace (root; else skipped)
+if unshare --uts true 2>/dev/null; then
+  mpirun -np 3 unshare --uts sh -c 'hostname "h$OMPI_COMM_WORLD_RANK" && exec "$@"' sh "$R" "${base[@]}" \
+    --world.teacher_group_size=2 >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  [ "$rc" -ne 0 ] && row world FAIL "teacher group 0 \(ranks 0-1\) spans hosts h0 \(rank 0\) and h1 \(rank 1\)" && ok ||
+    bad "groups-hosts: exit $rc, no world FAIL row: $(cat "$TMP/out" "$TMP/err")"
+else
+  echo "SKIP: groups-hosts (unshare --uts needs root)"
+fi
 # 1 teacher rank is no group of 2
 expect_preflight_fail groups-divide world "world.teacher_group_size = 2 does not divide the 1 teacher rank\(s\)" \
   "${base[@]}" --world.teacher_group_size=2

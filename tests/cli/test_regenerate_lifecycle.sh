@@ -12,6 +12,11 @@
 #      an existing regenerate.out made with these settings is "nothing to do" (untouched), one made
 #      with other settings, a file regenerate did not make, or the prompts file itself (even with
 #      run.overwrite) is refused (untouched); the tokenizer attribute is the same for T and ./T.
+#      The prompts rewritten in place while the job runs (lines of the same lengths, after shard 0's
+#      part is written) are refused when shard 1 starts, naming the file and the line (each prompt's
+#      bytes are checked against the index's CRC32C), with no part of shard 1 and no set written; a
+#      NUL byte inside a prompts line is refused naming the file and line, by the run and by
+#      --preflight's prompts row.
 #   3. edge checks: a held-out rule that takes every prompt, regenerate.max_len past the target's
 #      max_position_embeddings, reply buffers past the machine's memory, generation_config.json's
 #      eos_token_id 1.5 or 1e20, and a regenerate.out that is a directory are each refused in one
@@ -143,6 +148,32 @@ expect_fail "a part with too long a sample" "part-00000-of-00001.h5: sample 0 ha
   "$R" "${one[@]}" --regenerate.out="$TMP/q.h5"
 [ ! -e "$TMP/q.h5" ] && ok || bad "the long part: a set was written"
 rm -rf "$TMP/q.h5.parts"
+# the prompts rewritten in place during the job (same line lengths): shard 0 decoded from the old
+# file, shard 1 refused when it starts (the job sleeps after shard 0's part: the file changes then)
+"$R" "${regen[@]}" --regenerate.shard_prompts=8 --test.slow_teacher=0 --test.slow_ms=2000 --regenerate.out="$TMP/mix.h5" \
+  >/dev/null 2>"$TMP/mix.err" &
+mix=$!
+for _ in $(seq 200); do [ -e "$TMP/mix.h5.parts/part-00000-of-00002.h5" ] && break; sleep 0.05; done
+sed '9,16y/34/43/' "$TMP/p16.orig" >"$TMP/p16.new" # lines 9..16 (shard 1): other ids, the same bytes per line
+cat "$TMP/p16.new" >"$TMP/p16.jsonl" # in place (the job's open file sees it)
+cmp -s "$TMP/p16.jsonl" "$TMP/p16.orig" && bad "prompts rewritten while running: the rewrite changed nothing"
+wait $mix; rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && ok || bad "prompts rewritten while running: exit $rc, want a failure: $(tail -3 "$TMP/mix.err")"
+[ "$(grep -c "error:" "$TMP/mix.err")" -eq 1 ] &&
+  grep "error:" "$TMP/mix.err" | grep -q "regenerate.prompts $TMP/p16.jsonl line 9: changed since the job indexed it" && ok ||
+  bad "prompts rewritten while running: want one error naming the prompts and line 9: $(grep -v '^threads' "$TMP/mix.err" | tail -3)"
+[ ! -e "$TMP/mix.h5" ] && [ ! -e "$TMP/mix.h5.parts/part-00001-of-00002.h5" ] && [ -z "$(find "$TMP" -name 'mix.h5*.tmp*')" ] && ok ||
+  bad "prompts rewritten while running: something of the mixed set was written: $(ls "$TMP/mix.h5.parts" 2>&1)"
+cat "$TMP/p16.orig" >"$TMP/p16.jsonl"
+rm -rf "$TMP/mix.h5.parts"
+# a NUL byte inside a prompts line (after its object: JSON text would end there) is refused
+{ head -1 "$TMP/p16.jsonl"; head -2 "$TMP/p16.jsonl" | tail -1 | tr -d '\n'; printf '\0 \n'; tail -n +3 "$TMP/p16.jsonl"; } >"$TMP/nul.jsonl"
+expect_fail "a NUL in a prompt" "regenerate.prompts $TMP/nul.jsonl line 2: a NUL byte at column" \
+  "$R" "${one[@]}" --regenerate.prompts="$TMP/nul.jsonl" --regenerate.out="$TMP/nul.h5"
+[ ! -e "$TMP/nul.h5" ] && ok || bad "a NUL in a prompt: a set was written"
+"$R" --preflight "${one[@]}" --regenerate.prompts="$TMP/nul.jsonl" --regenerate.out="$TMP/nul.h5" >"$TMP/pf.out" 2>&1
+grep -qE "^prompts +0 +FAIL .*nul.jsonl line 2: a NUL byte at column" "$TMP/pf.out" && ok ||
+  bad "a NUL in a prompt: --preflight's prompts row: $(grep -E "^(prompts|preflight)" "$TMP/pf.out")"
 # an existing set: with these settings nothing to do; with others refused; either way untouched
 cp "$TMP/s.h5" "$TMP/s.copy"
 expect_ok "done already" "$R" "${one[@]}" --regenerate.out="$TMP/s.h5"

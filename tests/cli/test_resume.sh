@@ -4,7 +4,9 @@
 # checkpoint.keep of them are kept, and no temporary directory is left behind. A run killed between
 # its final checkpoint and the end of its export (what it leaves: the checkpoint, no drafter/, no
 # summary line) resumes to the export, byte for byte the uninterrupted run's; an unparseable
-# state.json is one error naming the file and the line.
+# state.json is one error naming the file and the line. Another model put at target.path (the same
+# config.json, other weights) is refused in one line naming target.path and its weights: by a
+# resumed training run (the checkpoint's identity) and by a resumed dump-features (its shards').
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 T=$BUILD/dflash_tool
@@ -61,4 +63,24 @@ cp -r "$TMP/full" "$TMP/badstate"
 rm -f "$TMP/badstate/.lock"
 printf '{"step": 30,\n  "optim_step": ' >"$TMP/badstate/checkpoints/step-00000030/state.json"
 expect_fail_mpi bad-state "step-00000030/state.json: not valid JSON (near line" mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/badstate" --run.resume=true --train.steps=40
+# another model at target.path: the same config.json, other weights (seed 6)
+"$T" make-target "$TMP/other" --arch llama --layers 2 --hidden 48 --heads 4 --kv-heads 2 --vocab 200 --seed 6 >/dev/null 2>&1 || bad "make-target other"
+cmp -s "$TMP/target/config.json" "$TMP/other/config.json" && ok || bad "the other model's config.json differs (the case is the weights alone)"
+grep -q '"target_weights_crc32c"' "$TMP/full/checkpoints/step-00000030/state.json" && ok || bad "state.json records no weights fingerprint"
+dump=(mpirun -np 1 "$R" --mode dump-features --device cpu --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
+      --drafter.block_size=6 --teacher.topk=6 --teacher.max_tokens=256 --features.shard_samples=20 --features.dir="$TMP/feat")
+expect_ok dump "${dump[@]}"
+grep -q '"target_weights_crc32c"' "$TMP/feat/features.json" && ok || bad "features.json records no weights fingerprint"
+rm "$TMP/feat/features.json" # as after a dump stopped before its index
+cp -r "$TMP/full" "$TMP/other-run" && rm -f "$TMP/other-run/.lock"
+mv "$TMP/target" "$TMP/target.orig" && mv "$TMP/other" "$TMP/target"
+expect_fail_mpi resume-other-weights "run.resume: the checkpoint .* was made with target.path weights (\*.safetensors) fingerprint [0-9a-f]*, this run has [0-9a-f]*" \
+  mpirun -np 2 "$R" "${base[@]}" --run.dir="$TMP/other-run" --run.resume=true --train.steps=40
+[ ! -e "$TMP/other-run/checkpoints/step-00000040" ] && ok || bad "a resume with other weights trained on"
+expect_fail_mpi dump-other-weights "features-00000-of-00002.h5 was made with target.path weights (\*.safetensors) fingerprint [0-9a-f]*, this run has" \
+  "${dump[@]}"
+[ ! -e "$TMP/feat/features.json" ] && ok || bad "a dump resumed with other weights wrote its index"
+mv "$TMP/target" "$TMP/other" && mv "$TMP/target.orig" "$TMP/target"
+expect_ok dump-same-weights "${dump[@]}"
+grep -q "2 already done" "$TMP/err" && ok || bad "the unchanged dump resume did not reuse its shards: $(tail -2 "$TMP/err")"
 finish

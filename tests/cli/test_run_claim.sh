@@ -6,7 +6,11 @@
 #     (in run.dir, in a checkpoint, in the drafter) stays;
 #   - pruning (checkpoint.keep) removes only this run's checkpoints: another run's step-N stays;
 #   - an evaluation does not replace an earlier eval.json unless told to;
-#   - run.dir = / or $HOME is refused before anything is written.
+#   - run.dir = / or $HOME is refused before anything is written;
+#   - every path the job reads is among its inputs (issue 49): drafter.config inside run.dir under a
+#     name the run writes (RUN/drafter, a published drafter's directory as run.dir) is refused with
+#     --run.overwrite or --run.resume, and the drafter is left as it was;
+#   - --preflight refuses what the run refuses: an eval run.dir holding eval.json.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -43,6 +47,20 @@ n=$(grep -c '"step"' "$run/metrics.jsonl")
 [ -s "$run/checkpoints/step-00000006/state.json" ] && ok || bad "the overwriting run wrote no checkpoint"
 [ -s "$run/drafter/model.safetensors" ] && ok || bad "the overwriting run exported no drafter"
 
+# drafter.config inside run.dir (issue 49): refused before anything is removed or rewritten
+dsum=$(sums "$run/drafter")
+expect_fail_mpi drafter-config-in-run "drafter.config $run/drafter lies inside run.dir $run" \
+  mpirun -np 2 "$R" "${base[@]}" --run.dir="$run" --train.steps=2 --drafter.config="$run/drafter" --run.overwrite=true
+[ "$(sums "$run/drafter")" = "$dsum" ] && ok || bad "--run.overwrite with drafter.config=run.dir/drafter changed the drafter"
+# a published drafter's directory as run.dir: its config.json is an input, never rewritten or removed
+pub=$TMP/pub
+mkdir -p "$pub" && cp "$run/drafter/config.json" "$run/drafter/model.safetensors" "$pub/"
+psum=$(sums "$pub")
+expect_fail_mpi pub-resume "drafter.config $pub/config.json lies inside run.dir $pub" \
+  mpirun -np 2 "$R" "${base[@]}" --run.dir="$pub" --train.steps=2 --drafter.config="$pub/config.json" --run.resume=true
+[ "$(sums "$pub")" = "$psum" ] && ok || bad "a run in a published drafter's directory changed it"
+# (run.dir's lock over a user's file or a link, drafter.config = run.dir: tests/cli/test_fuzz_files.sh, "paths")
+
 # pruning keeps another run's checkpoint (copied in: its state.json has another run_id)
 run2=$TMP/run2
 expect_ok other mpirun -np 2 "$R" "${base[@]}" --run.dir="$run2" --train.steps=2 --checkpoint.every=2
@@ -66,6 +84,15 @@ ev=(--mode eval --device cpu --target.path="$TMP/target" --data.path="$TMP/data.
     --data.max_tokens_per_batch=200 --data.heldout_samples=4 --teacher.topk=6 --eval.drafter="$run/drafter")
 expect_ok eval-1 mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev"
 expect_fail_mpi eval-2 "holds an earlier evaluation" mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev"
+# --preflight makes the same claim (issue 49): a FAIL row, and a non-zero exit
+mpirun -np 2 "$R" --preflight "${ev[@]}" --run.dir="$TMP/ev" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ "$rc" -ne 0 ] && grep -qE "^run.dir +[0-9]+ +FAIL +run.dir $TMP/ev holds an earlier evaluation" "$TMP/out" && ok ||
+  bad "preflight of an eval whose run.dir holds eval.json: exit $rc: $(cat "$TMP/out")"
+# an evaluation reads eval.drafter = RUN/drafter and writes RUN/eval.json: allowed (eval writes nothing else there)
+rm -f "$run/eval.json"
+expect_ok eval-in-run mpirun -np 2 "$R" "${ev[@]}" --run.dir="$run"
+[ -s "$run/eval.json" ] && ok || bad "eval in the drafter's run.dir wrote no eval.json"
 expect_ok eval-3 mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev" --run.overwrite=true
 
 # a file-system root or the home directory

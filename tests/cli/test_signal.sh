@@ -10,6 +10,10 @@
 #   4. dump-features and regenerate: SIGUSR1 to mpirun and SIGTERM to mpirun_stop.sh: exit 0, the
 #      "stopped by" line, no index / merged set yet; the resumed job completes an output equal to an
 #      uninterrupted run's.
+#   A stop heard by one rank alone reaches the whole job (src/common/comm/stop_relay.h): SIGTERM to
+#   the teacher alone and SIGUSR2 to one student of two (training), SIGTERM to the teacher of an
+#   evaluation, SIGTERM to one rank of dump-features and of regenerate (the other stops at its next
+#   unit rather than running on through its shards).
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -72,6 +76,26 @@ wait "$job"; rc=$?
 grep -q "stopped by SIGTERM after step" "$TMP/t.err" && ok || bad "SIGTERM to the ranks: no line saying the job stopped"
 [ -n "$(newest_step "$TMP/run3")" ] && ok || bad "SIGTERM to the ranks: no checkpoint"
 
+# ---- a stop heard by one rank of either role reaches the whole job (src/common/comm/stop_relay.h):
+# SIGTERM to the teacher alone (a node of teachers drained), then SIGUSR2 to one student of two: the
+# students checkpoint after their step and stop, exit 0 (before: a teacher ignored it and the job ran on)
+one_rank() { # one_rank NAME RANK SIGNAL RUN ARGS...: a long training job, SIGNAL to RANK alone at step 10
+  local name=$1 victim=$2 sig=$3 run=$4 rc
+  shift 4
+  mpirun -np 3 "$R" "${base[@]}" --train.steps=100000000 --run.dir="$run" "$@" >"$TMP/o.out" 2>"$TMP/o.err" &
+  job=$!
+  wait_for '"step": 10,' "$run/metrics.jsonl" "$job" || bad "$name: the job did not reach step 10"
+  kill -"$sig" "$(rank_pid "$job" "$victim")"
+  for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done # a hang bound: 60 s
+  kill -0 "$job" 2>/dev/null && { bad "$name: the job ran on after the signal"; kill -9 "$job"; }
+  wait "$job"; rc=$?
+  [ "$rc" -eq 0 ] && ok || { bad "$name: exit $rc"; tail -5 "$TMP/o.err" >&2; }
+  grep -q "stopped by SIG$sig after step .* with a checkpoint" "$TMP/o.err" && ok || { bad "$name: no line saying the job stopped"; tail -5 "$TMP/o.err" >&2; }
+  [ -n "$(newest_step "$run")" ] && ok || bad "$name: no checkpoint"
+}
+one_rank "SIGTERM to the teacher alone" 0 TERM "$TMP/run5"
+one_rank "SIGUSR2 to one student of two" 2 USR2 "$TMP/run6" --world.students=2 --train.batches_per_step=2
+
 # ---- 3. checkpoint.every_minutes (0.005: 0.3 s): a checkpoint by wall time before the last step
 # (every teacher batch slowed by 1 ms, so that 3000 steps take at least 3 s on any machine)
 expect_ok every_minutes mpirun -np 2 "$R" "${base[@]}" --train.steps=3000 --checkpoint.every_minutes=0.005 \
@@ -93,6 +117,17 @@ wait "$job"; rc=$?
 grep -q "eval: stopped by SIGUSR1 before the evaluation was complete: nothing written" "$TMP/e.err" && ok ||
   { bad "eval, SIGUSR1: no line saying it stopped"; tail -5 "$TMP/e.err" >&2; }
 [ ! -e "$TMP/ev/eval.json" ] && ok || bad "eval, SIGUSR1: eval.json written by a stopped evaluation"
+# the same with SIGTERM to the teacher rank alone: it tells the student (before: the evaluation ran to its end)
+mpirun -np 2 "$R" "${ev[@]}" --run.dir="$TMP/ev2" >"$TMP/e.out" 2>"$TMP/e.err" &
+job=$!
+wait_for "eval: drafter" "$TMP/e.err" "$job" || bad "eval: the job never loaded its drafter"
+sleep 0.5
+kill -TERM "$(rank_pid "$job" 0)"
+wait "$job"; rc=$?
+[ "$rc" -eq 0 ] && ok || { bad "eval, SIGTERM to the teacher: exit $rc"; tail -5 "$TMP/e.err" >&2; }
+grep -q "eval: stopped by SIGTERM before the evaluation was complete: nothing written" "$TMP/e.err" && ok ||
+  { bad "eval, SIGTERM to the teacher: no line saying it stopped"; tail -5 "$TMP/e.err" >&2; }
+[ ! -e "$TMP/ev2/eval.json" ] && ok || bad "eval, SIGTERM to the teacher: eval.json written by a stopped evaluation"
 
 # ---- 4. dump-features and regenerate
 "$T" make-data "$TMP/data200.h5" --target "$TMP/target" --samples 200 --prompt-len 6 --gen-len 24 --seed 3 >/dev/null 2>&1 || bad "make-data 200"
@@ -109,21 +144,35 @@ stopped_job() {
   local name=$1 how=$2 glob=$3 out=$4 job rc
   shift 4
   set -- "$@" --test.slow_teacher=-2 --test.slow_ms=40
-  if [ "$how" = usr1 ]; then mpirun -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" &
-  else "$STOP" -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" & fi
+  if [ "$how" = term ]; then "$STOP" -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" &
+  else mpirun -np 2 "$@" >"$TMP/s.out" 2>"$TMP/s.err" & fi
   job=$!
   for _ in $(seq 1 1200); do compgen -G "$glob" >/dev/null && break; kill -0 "$job" 2>/dev/null || break; sleep 0.05; done
-  if [ "$how" = usr1 ]; then kill -USR1 "$job"; else kill -TERM "$job"; fi
+  case $how in
+  usr1) kill -USR1 "$job" ;;
+  term) kill -TERM "$job" ;;
+  rank1) kill -TERM "$(rank_pid "$job" 1)" ;; # one rank alone: it tells the other (stop_relay.h)
+  esac
   wait "$job"; rc=$?
   [ "$rc" -eq 0 ] && ok || { bad "$name: exit $rc after the signal"; tail -5 "$TMP/s.err" >&2; }
   grep -q "stopped by SIG.*resume with the same command" "$TMP/s.err" && ok || { bad "$name: no line saying it stopped"; tail -5 "$TMP/s.err" >&2; }
   [ ! -e "$out" ] && ok || bad "$name: $out written although the job was stopped (make the job bigger?)"
+  # every rank stopped at its unit: the other rank did not go on through its shards (the parts or
+  # shards on disk: far fewer than half of the job's)
+  if [ "$how" = rank1 ]; then
+    local n
+    n=$(compgen -G "$glob" | wc -l)
+    [ "$n" -lt "$half" ] && ok || bad "$name: $n units written after the signal to one rank (the other rank ran on)"
+    return # (the resume is the other cases')
+  fi
   expect_ok "$name: resumed" mpirun -np 2 "$@"
 }
 stopped_job "dump, SIGUSR1 to mpirun" usr1 "$TMP/feat_a/features-*.h5" "$TMP/feat_a/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_a"
 "$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_a" >/dev/null && ok || bad "dump, SIGUSR1: the resumed features differ"
 stopped_job "dump, SIGTERM to mpirun_stop.sh" term "$TMP/feat_b/features-*.h5" "$TMP/feat_b/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_b"
 "$PY" "$SRC/tests/cli/features_equal.py" "$TMP/feat_full" "$TMP/feat_b" >/dev/null && ok || bad "dump, SIGTERM: the resumed features differ"
+half=50 # of the 100 shards
+stopped_job "dump, SIGTERM to rank 1 alone" rank1 "$TMP/feat_c/features-*.h5" "$TMP/feat_c/features.json" "$R" "${dump[@]}" --features.dir="$TMP/feat_c"
 
 stopped_job "dump, a teacher group of 2, SIGUSR1" usr1 "$TMP/feat_g/features-*.h5" "$TMP/feat_g/features.json" "$R" "${dump[@]}" \
   --world.teacher_group_size=2 --features.dir="$TMP/feat_g"
@@ -143,4 +192,6 @@ stopped_job "regenerate, SIGUSR1 to mpirun" usr1 "$TMP/ra.h5.parts/part-*.h5" "$
 cmp -s "$TMP/full.h5" "$TMP/ra.h5" && ok || bad "regenerate, SIGUSR1: the resumed set differs from the uninterrupted one"
 stopped_job "regenerate, SIGTERM to mpirun_stop.sh" term "$TMP/rb.h5.parts/part-*.h5" "$TMP/rb.h5" "$R" "${regen[@]}" --regenerate.out="$TMP/rb.h5"
 cmp -s "$TMP/full.h5" "$TMP/rb.h5" && ok || bad "regenerate, SIGTERM: the resumed set differs from the uninterrupted one"
+half=20 # of the 40 shards
+stopped_job "regenerate, SIGTERM to rank 1 alone" rank1 "$TMP/rc.h5.parts/part-*.h5" "$TMP/rc.h5" "$R" "${regen[@]}" --regenerate.out="$TMP/rc.h5"
 finish

@@ -44,6 +44,19 @@ int main(void) {
     CHECK_ERR(config_set(&c, "nope.key=1"), "unknown key 'nope.key'");
     CHECK_ERR(config_set(&c, "world.students=0"), "outside");
     CHECK_ERR(config_load_file(&c, test_path("missing.json")), "missing.json");
+    // Decimal only (issue 49): strtod would take hexadecimal integers and floats, inf and nan.
+    CHECK_ERR(config_set(&c, "train.steps=0x10"), "key 'train.steps' wants an integer, got \"0x10\"");
+    CHECK_ERR(config_set(&c, "run.seed=0X1p4"), "key 'run.seed' wants an integer");
+    CHECK_ERR(config_set(&c, "loss.alpha=0x1p-3"), "key 'loss.alpha' wants a number, got \"0x1p-3\"");
+    CHECK_ERR(config_set(&c, "loss.selector_weight=0x10"), "key 'loss.selector_weight' wants a number");
+    CHECK_ERR(config_set(&c, "train.lr=nan"), "key 'train.lr' wants a number");
+    CHECK_ERR(config_set(&c, "train.lr= 0.1"), "key 'train.lr' wants a number");
+    CHECK_ERR(config_set(&c, "target.layer_ids=1,0x2"), "key 'target.layer_ids' wants integers");
+    CHECK_ERR(config_set(&c, "data.sets=a.h5:0x2"), "key 'data.sets': the weight in \"a.h5:0x2\" is not a number");
+    CHECK_ERR(config_load_json(&c, "{\"train\": {\"steps\": 0x10}}", "t.json"), "t.json: not valid JSON");
+    CHECK(config_set(&c, "loss.alpha=1.5e-1") == 0 && c.loss_alpha == 0.15);
+    CHECK(config_set(&c, "train.steps=+1e2") == 0 && c.steps == 100);
+    CHECK(config_set(&c, "train.lr=.5") == 0 && c.lr == 0.5);
     CHECK(c.seed == 99); // a failed override leaves the old value
 
     // Nothing silent: a key twice, a NUL, a value out of its range, each one line naming the key.

@@ -370,9 +370,33 @@ static void test_dflash2(void) {
     drafter_config c;
     static char s2[8192], keys[8192]; // with() reuses its buffers
     snprintf(s2, sizeof s2, "%s", with(small_json, "[\"DFlashDraftModel\"]", "[\"DFlash2DraftModel\"]"));
-    CHECK(parse(&c, with(s2, "\"hidden_size\": 32", "\"hidden_size\": 64")) == 0);
+    // its four keys are required in a config.json (issue 49: a removed one fell back to its default)
+    static const char *const k4[4] = {"conv_kernel_size", "conv_group_size", "selector_top_k", "selector_rank"};
+    static char all4[8192], miss[8192];
+    snprintf(all4, sizeof all4, "%s",
+             with(with(s2, "\"hidden_size\": 32", "\"hidden_size\": 64"), "\"mask_token_id\": 210}",
+                  "\"mask_token_id\": 210, \"conv_kernel_size\": 2, \"conv_group_size\": 16, \"selector_top_k\": 16, "
+                  "\"selector_rank\": 256}"));
+    CHECK_MSG(parse(&c, all4) == 0, "%s", error_msg());
     CHECK(strcmp(c.kind->name, "dflash2") == 0 && c.conv_kernel == 2 && c.conv_group == 16 && c.selector_top_k == 16 &&
           c.selector_rank == 256);
+    for (int i = 0; i < 4; i++) {
+        char key[64], msg[96];
+        snprintf(key, sizeof key, "\"%s\": ", k4[i]);
+        snprintf(miss, sizeof miss, "%s", all4);
+        char *at = strstr(miss, key), *end = at ? strpbrk(at, ",}") : NULL;
+        CHECK(at && end);
+        if (!at || !end) continue;
+        if (*end == ',') memmove(at, end + 2, strlen(end + 2) + 1); // "key": v, -> (gone)
+        else memmove(at - 2, end, strlen(end) + 1);                // , "key": v} -> }
+        snprintf(msg, sizeof msg, "missing 'dflash_config.%s'", k4[i]);
+        CHECK_ERR(parse(&c, miss), msg);
+    }
+    CHECK_ERR(parse(&c, with(s2, "\"hidden_size\": 32", "\"hidden_size\": 64")), "missing 'dflash_config.conv_kernel_size'");
+    // s2f: the four at the root (the error cases below override one in dflash_config, which wins)
+    static char s2f[8192];
+    snprintf(s2f, sizeof s2f, "%s", with(s2, "\"block_size\": 4,", "\"block_size\": 4, \"conv_kernel_size\": 2, \"conv_group_size\": 16, "
+                                         "\"selector_top_k\": 16, \"selector_rank\": 256,"));
     snprintf(keys, sizeof keys, "%s",
              with(with(s2, "\"mask_token_id\": 210}",
                        "\"mask_token_id\": 210, \"conv_kernel_size\": 3, \"conv_group_size\": 4, \"selector_top_k\": 5}"),
@@ -385,15 +409,15 @@ static void test_dflash2(void) {
     CHECK(strstr(out, "\"architectures\":\t[\"DFlash2DraftModel\"]") && b.kind == c.kind && b.conv_kernel == 3 &&
           b.conv_group == 4 && b.selector_top_k == 5 && b.selector_rank == 7);
     free(out);
-    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_group_size\": 5}")),
+    CHECK_ERR(parse(&c, with(s2f, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_group_size\": 5}")),
               "'conv_group_size' 5 does not divide hidden_size 32");
-    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 5, \"conv_group_size\": 4}")),
+    CHECK_ERR(parse(&c, with(s2f, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 5, \"conv_group_size\": 4}")),
               "'conv_kernel_size' 5 is longer than the block");
-    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 257}")),
+    CHECK_ERR(parse(&c, with(s2f, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 257}")),
               "'selector_top_k' 257 is above 256");
-    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 212}")),
+    CHECK_ERR(parse(&c, with(s2f, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"selector_top_k\": 212}")),
               "'selector_top_k' 212 is larger than vocab_size 211");
-    CHECK_ERR(parse(&c, with(s2, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 0}")),
+    CHECK_ERR(parse(&c, with(s2f, "\"mask_token_id\": 210}", "\"mask_token_id\": 210, \"conv_kernel_size\": 0}")),
               "'conv_kernel_size' must be positive");
 
     CHECK(parse(&c, keys) == 0); // H 32, 2 layers, K 3, G 4, V 211, selector rank 7
@@ -457,7 +481,10 @@ static void test_kind_table(void) {
         char arch[128];
         snprintf(arch, sizeof arch, "[\"%s\"]", k->architecture);
         drafter_config c;
-        CHECK_MSG(parse(&c, with(small_json, "[\"DFlashDraftModel\"]", arch)) == 0, "kind %s: %s", nm, error_msg());
+        // (with DFlash2's required keys, which a kind without them ignores)
+        CHECK_MSG(parse(&c, with(with(small_json, "[\"DFlashDraftModel\"]", arch), "\"block_size\": 4,",
+                                 "\"block_size\": 4, \"conv_kernel_size\": 2, \"conv_group_size\": 16, \"selector_top_k\": 16, "
+                                 "\"selector_rank\": 256,")) == 0, "kind %s: %s", nm, error_msg());
         if (c.kind != k) continue;
         int np = k->param_list(&c, NULL), L = (int)c.n_layers;
         drafter_param *p = calloc((size_t)np, sizeof *p);

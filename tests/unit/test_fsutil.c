@@ -4,7 +4,10 @@
 // followed) and fs_lock_dir (a second holder is refused naming the first; released on close and
 // when the holder dies); fs_lock_file (an output's lock: a second holder refused naming the output
 // key and the holder, the file removed at unlock and taken afresh), fs_same_path (one file under
-// two spellings, a link, a path that does not exist yet) and fs_in_dir; fs_h5_name.
+// two spellings, a link, a path that does not exist yet) and fs_in_dir; fs_h5_name. A lock file is
+// made exclusively (issue 49): a user's file, an empty file or a link of that name is refused and
+// left as it was, a stale lock line of ours is taken again; the probes test without making
+// anything; fs_under_dir finds an input inside an output directory (a link's name counts).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +140,76 @@ static void check_output_lock(void) {
     CHECK(fs_h5_name("notes.h5", "part-") == 0);
 }
 
+static int same_text(const char *p, const char *want) {
+    char got[256] = {0};
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f) fclose(f);
+    return n == strlen(want) && strcmp(got, want) == 0;
+}
+
+// issue 49: what is at a lock file's name and is not a lock of ours is never written over.
+static void check_lock_foreign(void) {
+    char out[1024], lock[1100], user[1100], dir[1024], first[300];
+    snprintf(out, sizeof out, "%s/f.h5", test_tmpdir());
+    snprintf(lock, sizeof lock, "%s.lock", out);
+    snprintf(user, sizeof user, "%s/user.txt", test_tmpdir());
+    CHECK(test_write_file(user, "mine\n", 5) == 0);
+    int fd = -1;
+    // a user's file of that name
+    CHECK(test_write_file(lock, "mine\n", 5) == 0);
+    CHECK_ERR(fs_lock_file(lock, "regenerate.out", out, &fd), "exists and is not a lock file of this project");
+    CHECK_ERR(fs_lock_file_probe(lock, "regenerate.out", out), "exists and is not a lock file of this project");
+    CHECK(same_text(lock, "mine\n"));
+    // an empty one (no job fills it)
+    CHECK(test_write_file(lock, "", 0) == 0);
+    CHECK_ERR(fs_lock_file(lock, "regenerate.out", out, &fd), "(an empty file)");
+    CHECK(exists(lock));
+    // a link to a user's file, and a dangling one: never followed
+    CHECK(unlink(lock) == 0 && symlink(user, lock) == 0);
+    CHECK_ERR(fs_lock_file(lock, "regenerate.out", out, &fd), "is a symbolic link");
+    CHECK_ERR(fs_lock_file_probe(lock, "regenerate.out", out), "is a symbolic link");
+    CHECK(same_text(user, "mine\n"));
+    snprintf(dir, sizeof dir, "%s/nothing", test_tmpdir());
+    CHECK(unlink(lock) == 0 && symlink(dir, lock) == 0);
+    CHECK_ERR(fs_lock_file(lock, "regenerate.out", out, &fd), "is a symbolic link");
+    CHECK(!exists(dir));
+    // a crashed job's lock line: taken again (this job's line now), removed at unlock
+    CHECK(unlink(lock) == 0);
+    CHECK(test_write_file(lock, "host gone pid 4 started then\n", 29) == 0);
+    CHECK(fs_lock_file_probe(lock, "regenerate.out", out) == 0);
+    CHECK(fs_lock_file(lock, "regenerate.out", out, &fd) == 0 && fd >= 0);
+    char line[64];
+    snprintf(line, sizeof line, " pid %lld started ", (long long)getpid());
+    FILE *f = fopen(lock, "r");
+    char got[256] = {0};
+    if (f) {
+        CHECK(fread(got, 1, sizeof got - 1, f) > 0);
+        fclose(f);
+    }
+    CHECK_MSG(strncmp(got, "host ", 5) == 0 && strstr(got, line), "the lock line is not this job's: %s", got);
+    fs_unlock_file(lock, fd);
+    CHECK(!exists(lock));
+    // run.dir's lock: a probe makes nothing
+    snprintf(dir, sizeof dir, "%s/rd", test_tmpdir());
+    CHECK(fs_mkdirs(dir) == 0 && fs_lock_dir_probe(dir) == 0);
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    CHECK(!exists(lock));
+    CHECK(symlink(user, lock) == 0);
+    CHECK_ERR(fs_lock_dir(dir, &fd), "is a symbolic link");
+    CHECK(same_text(user, "mine\n"));
+    // fs_under_dir: at any depth, the first name below the directory; a link's own name counts
+    char in[1200];
+    snprintf(in, sizeof in, "%s/sub", dir);
+    CHECK(fs_mkdirs(in) == 0);
+    snprintf(in, sizeof in, "%s/sub/x.json", dir);
+    CHECK(test_write_file(in, "{}", 2) == 0);
+    CHECK(fs_under_dir(in, dir, first, sizeof first) == 1 && strcmp(first, "sub") == 0);
+    CHECK(fs_under_dir(lock, dir, first, sizeof first) == 1 && strcmp(first, ".lock") == 0);
+    CHECK(fs_under_dir(user, dir, first, sizeof first) == 0);
+    CHECK(fs_under_dir(dir, dir, first, sizeof first) == 0);
+}
+
 int main(void) {
     char nested[1024];
     snprintf(nested, sizeof nested, "%s/a/b/c", test_tmpdir());
@@ -175,5 +248,6 @@ int main(void) {
     check_remove_tree();
     check_lock();
     check_output_lock();
+    check_lock_foreign();
     return test_finish("test_fsutil");
 }

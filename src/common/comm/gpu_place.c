@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/backend/gpu_info.h"
+#include "common/comm/watchdog.h"
 #include "common/core/check.h"
 
 void gpu_places_gather(MPI_Comm comm, int device, gpu_place **all, int *n) {
@@ -17,7 +18,9 @@ void gpu_places_gather(MPI_Comm comm, int device, gpu_place **all, int *n) {
     if (device >= 0 && gpu_pci_bus_id(device, me.bus, sizeof me.bus)) me.bus[0] = '\0';
     mpi_check(MPI_Comm_size(comm, n));
     *all = xmalloc((size_t)*n * sizeof(gpu_place));
-    mpi_check(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, *all, (int)sizeof me, MPI_BYTE, comm));
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(&me, (int)sizeof me, MPI_BYTE, *all, (int)sizeof me, MPI_BYTE, comm, &req));
+    watchdog_wait_all(&req, "the other ranks' GPU places");
 }
 
 void gpu_places_decline(const gpu_place *all, int n, char *why, size_t wn) {

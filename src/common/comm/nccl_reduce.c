@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/comm/gpu_place.h"
+#include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -65,16 +66,22 @@ int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, si
     // The id from the first rank (the byte after it says whether making it worked).
     unsigned char id[GPU_NCCL_ID_BYTES + 1] = {0};
     if (rank == 0) id[GPU_NCCL_ID_BYTES] = gpu_nccl_unique_id(id) == 0;
-    mpi_check(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, comm));
+    MPI_Request req;
+    mpi_check(MPI_Ibcast(id, (int)sizeof id, MPI_BYTE, 0, comm, &req));
+    watchdog_wait_all(&req, "the first rank's NCCL all-reduce id");
     if (!id[GPU_NCCL_ID_BYTES]) return error_set("NCCL all-reduce: the first rank could not make the communicator id");
     nccl_reduce *r = xcalloc(1, sizeof *r);
     r->nranks = size;
     int bad = 0;
-    if (nccl_reduce_cuda_init(&r->c, id, size, rank, device)) {
+    watchdog_wait_begin(-1, -1, 5, "the other ranks to join the NCCL all-reduce"); // NCCL's init waits for every rank
+    int failed = nccl_reduce_cuda_init(&r->c, id, size, rank, device);
+    watchdog_wait_end();
+    if (failed) {
         log_error("NCCL all-reduce: %s", error_msg());
         bad = 1;
     }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm, &req));
+    watchdog_wait_all(&req, "the other ranks to join the NCCL all-reduce");
     if (bad) {
         nccl_reduce_cuda_destroy(&r->c, 1);
         free(r);

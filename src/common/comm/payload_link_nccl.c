@@ -16,6 +16,7 @@
 #include "common/comm/gpu_place.h"
 #include "common/comm/payload_link_mpi.h"
 #include "common/comm/payload_link_ops.h"
+#include "common/comm/watchdog.h"
 #include "common/comm/world.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
@@ -63,14 +64,18 @@ static int nccl_open(void **impl, const world *w, int device, char *why, size_t 
     // The id from rank 0 (its first byte after the id says whether making it worked).
     unsigned char id[GPU_NCCL_ID_BYTES + 1] = {0};
     if (w->rank == 0) id[GPU_NCCL_ID_BYTES] = gpu_nccl_unique_id(id) == 0;
-    mpi_check(MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_Request req;
+    mpi_check(MPI_Ibcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+    watchdog_wait_all(&req, "rank 0's NCCL communicator id");
     if (!id[GPU_NCCL_ID_BYTES]) return error_set("NCCL: rank 0 could not make the communicator id");
     nccl_links *l = xcalloc(1, sizeof *l);
     l->rank = w->rank, l->size = w->size;
     l->pair = xcalloc((size_t)w->size, sizeof(void *));
     l->stream = xcalloc((size_t)w->size, sizeof(void *));
+    watchdog_wait_begin(0, w->size - 1, 5, "the other ranks to join the NCCL communicator"); // NCCL's init waits for every rank
     int bad = nccl_cuda_init(&l->all, id, w->size, w->rank, device) ? 1 : 0;
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    watchdog_wait_end();
+    watchdog_allreduce(&bad, 1, MPI_INT, MPI_MAX, "the other ranks to join the NCCL communicator");
     if (bad) {
         nccl_close(l);
         return error_set("NCCL: a rank could not join the communicator of all ranks (its log says why)");
@@ -85,10 +90,12 @@ static int nccl_open(void **impl, const world *w, int device, char *why, size_t 
         else lo = g * G + (j - w->students), hi = lo + 1;              // activations: stage -> next stage
         int member = w->rank == lo || w->rank == hi, peer = w->rank == lo ? hi : lo;
         void *pair = NULL, *stream = NULL;
+        watchdog_wait_begin(0, w->size - 1, 5, "the other ranks to split the NCCL communicator");
         if (nccl_cuda_split(l->all, member, w->rank == hi, &pair, &stream)) bad = 1;
+        watchdog_wait_end();
         if (member) l->pair[peer] = pair, l->stream[peer] = stream;
     }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    watchdog_allreduce(&bad, 1, MPI_INT, MPI_MAX, "the other ranks to split the NCCL communicator");
     if (bad) {
         nccl_close(l);
         return error_set("NCCL: splitting the teacher-student and stage-stage pairs failed");

@@ -10,6 +10,7 @@
 #include "common/comm/nccl_reduce.h"
 #include "common/comm/payload_link.h"
 #include "common/comm/protocol.h"
+#include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -42,27 +43,35 @@ static long long tt_round(const world *w, payload_link *link, uint32_t *buf, uin
             if (!dev)
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_value(w->rank, it, i);
             for (int s = 0; s < w->students; s++) {
+                // every wait of the test under the watchdog: a stopped peer ends it within the timeout
+                watchdog_wait_begin(w->teachers + s, w->teachers + s, 1, "a student to take a transport-test payload");
                 if (!dev) {
                     payload_link_send(link, w->teachers + s, TAG_TRANSPORT_TEST, buf, size_mul(n, 4));
+                    watchdog_wait_end();
                     continue;
                 }
                 payload_ticket tk = {0};
                 if (payload_link_post_send_dev(link, w->teachers + s, buf, n * 4, &tk) || payload_link_wait(&tk))
                     fatal("transport-test: %s", error_msg());
+                watchdog_wait_end();
                 payload_link_ticket_free(&tk);
             }
         } else {
             for (int t = 0; t < w->teachers; t++) {
                 if (!dev) {
+                    watchdog_wait_begin(t, t, 1, "a transport-test payload");
                     size_t got = payload_link_recv(link, t, TAG_TRANSPORT_TEST, buf, size_mul(n, 4), NULL);
+                    watchdog_wait_end();
                     if (got != n * 4) fatal("transport-test: %zu bytes from rank %d, want %llu", got, t, (unsigned long long)n * 4);
                     for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_value(t, it, i);
                     continue;
                 }
 #ifdef DFLASH_HAVE_CUDA
                 payload_ticket tk = {0};
+                watchdog_wait_begin(t, t, 1, "a transport-test payload");
                 if (payload_link_post_recv_dev(link, t, buf, n * 4, &tk) || payload_link_wait(&tk))
                     fatal("transport-test: %s", error_msg());
+                watchdog_wait_end();
                 payload_link_ticket_free(&tk);
                 wrong += tt_check_cuda(buf, n, t, it);
 #endif
@@ -80,12 +89,12 @@ static long long tt_path(const world *w, payload_link *link, const char *title, 
     if (reporter)
         printf("%s\n%12s %8s %12s %10s %10s\n", title, "bytes", "iters", "time_ms", "GB/s", "#wrong");
     for (uint64_t n = 256; n > 0; n = tt_next(n, max_bytes)) {
-        mpi_check(MPI_Barrier(MPI_COMM_WORLD));
+        watchdog_barrier("the other ranks to start a transport-test size");
         double t0 = time_now();
         int its = tt_iters(n, iterations);
         long long wrong = tt_round(w, link, buf, n, its);
         double el = time_now() - t0;
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+        watchdog_allreduce(&wrong, 1, MPI_LONG_LONG, MPI_SUM, "the other ranks' transport-test checks");
         wrong_total += wrong;
         // bytes moved into this student: every teacher's payload each iteration (checking included)
         double bytes = (double)n * 4 * w->teachers * its;
@@ -118,10 +127,12 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
 #endif
             if (!r)
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_sum_value(w->rank, it, i);
-            mpi_check(MPI_Barrier(MPI_COMM_WORLD));
+            watchdog_barrier("the other ranks to start a transport-test all-reduce");
             double t0 = time_now();
+            watchdog_wait_begin(0, w->size - 1, 1, "the transport-test all-reduce");
             if (r && (nccl_reduce_sum_f32(r, buf, n) || nccl_reduce_sync(r))) fatal("transport-test: %s", error_msg());
             if (!r) msg_allreduce(buf, (int64_t)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            watchdog_wait_end();
             el += time_now() - t0;
 #ifdef DFLASH_HAVE_CUDA
             if (r) wrong += tt_sum_check_cuda(buf, n, w->size, it);
@@ -129,8 +140,8 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
             if (!r)
                 for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_sum_expected(w->size, it, i);
         }
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &el, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); // the slowest rank's
+        watchdog_allreduce(&wrong, 1, MPI_LONG_LONG, MPI_SUM, "the other ranks' transport-test checks");
+        watchdog_allreduce(&el, 1, MPI_DOUBLE, MPI_MAX, "the other ranks' transport-test times"); // the slowest rank's
         wrong_total += wrong;
         double t = el / its, algbw = t > 0 ? (double)n * 4 / t / 1e9 : 0;
         if (reporter)
@@ -141,6 +152,7 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
 }
 
 long long transport_test_run(const world *w, backend *be, int iterations, long long max_bytes) {
+    for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // a peer on this host that dies is seen at once
     // Every transport of the registry in its order (collective: each opens on every rank or on none).
     long long wrong = 0;
     char why[256] = "";

@@ -41,9 +41,12 @@ static struct {
     double *deferred;             // [size] when this rank first saw the peer dead and left the report to a lower rank
     double *stopped_since;        // [size] when this rank first saw the same-host peer stopped (state T); 0 = running
     double hang_deferred;         // the same for the wait that timed out (0: not deferred)
+    double last_poll;             // when the thread last polled (a longer pause: this process was stopped)
+    double resumed;               // when this process resumed after being stopped (0: never stopped)
     int (*watches)(int watcher, int peer); // NULL: every rank watches every other
     int (*check)(void *ctx, char *msg, size_t n);
     void *check_ctx;
+    void (*on_finalize)(void); // watchdog_on_finalize
     pthread_t thread;
     pthread_mutex_t mu;
 } wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -269,6 +272,30 @@ static _Noreturn void watchdog_fail(const char *what_happened) {
     _exit(1);
 }
 
+// This process was stopped itself (SIGSTOP: the thread's 100 ms pause lasted more than
+// WATCHDOG_FROZEN_S): the time it was stopped is no peer's silence (the wait's clock and each
+// peer's stop count leave it out), and nothing is reported for WATCHDOG_RESUMED_QUIET_S, long enough
+// for the SIGTERM and SIGKILL that follow mpirun's SIGCONT when the job is ending because of this
+// rank. 1 while quiet. Under wd.mu.
+#define WATCHDOG_FROZEN_S 1.0
+#define WATCHDOG_RESUMED_QUIET_S 5.0
+static int watchdog_resumed(double now) {
+    double gap = wd.last_poll > 0 ? now - wd.last_poll : 0;
+    wd.last_poll = now;
+    if (gap > WATCHDOG_FROZEN_S) { // every clock moves past the time this process was stopped
+        wd.resumed = now;
+        if (wd.waiting) wd.wait_since += gap;
+        if (wd.hang_deferred > 0) wd.hang_deferred += gap;
+        for (int r = 0; wd.started && r < wd.w.size; r++) {
+            if (wd.stopped_since[r] > 0) wd.stopped_since[r] += gap;
+            if (wd.deferred[r] > 0) wd.deferred[r] += gap;
+        }
+        for (int i = 0; i < n_sib; i++)
+            if (sib[i].stopped_since > 0) sib[i].stopped_since += gap;
+    }
+    return wd.resumed > 0 && now - wd.resumed < WATCHDOG_RESUMED_QUIET_S;
+}
+
 static void *watchdog_loop(void *arg) {
     (void)arg;
     for (;;) {
@@ -278,6 +305,10 @@ static void *watchdog_loop(void *arg) {
         if (wd.stop) {
             pthread_mutex_unlock(&wd.mu);
             return NULL;
+        }
+        if (watchdog_resumed(now_s())) {
+            pthread_mutex_unlock(&wd.mu);
+            continue;
         }
         const char *what = wd.wait_what ? wd.wait_what : "its next message";
         int waiting = wd.waiting;
@@ -398,11 +429,30 @@ void watchdog_mpi_wait(MPI_Request *req, MPI_Status *st, int first, int last, do
 }
 
 int watchdog_agree(int status, const char *what) {
-    int out = status;
+    watchdog_allreduce(&status, 1, MPI_INT, MPI_MAX, what);
+    return status;
+}
+
+void watchdog_wait_all(MPI_Request *req, const char *what) {
+    watchdog_mpi_wait(req, NULL, 0, wd.started ? wd.w.size - 1 : -1, 5, what);
+}
+
+void watchdog_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, const char *what) {
     MPI_Request req;
-    mpi_check(MPI_Iallreduce(&status, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
-    watchdog_mpi_wait(&req, NULL, 0, wd.started ? wd.w.size - 1 : -1, 5, what);
-    return out;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, MPI_COMM_WORLD, &req));
+    watchdog_wait_all(&req, what);
+}
+
+void watchdog_bcast(void *buf, int bytes, int root, const char *what) {
+    MPI_Request req;
+    mpi_check(MPI_Ibcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+    watchdog_wait_all(&req, what);
+}
+
+void watchdog_barrier(const char *what) {
+    MPI_Request req;
+    mpi_check(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    watchdog_wait_all(&req, what);
 }
 
 // After MPI_Finalize, before exiting: every same-host peer has left MPI as well (named
@@ -448,6 +498,11 @@ static void watchdog_await_peers(void) {
 }
 
 void watchdog_finalize(void) {
+    if (wd.on_finalize) { // collective (e.g. the stop relay's close: stop_relay.h); once
+        void (*fn)(void) = wd.on_finalize;
+        wd.on_finalize = NULL;
+        fn();
+    }
     if (wd.running) {
         pthread_mutex_lock(&wd.mu);
         for (int r = 0; wd.watched && r < wd.w.size; r++) wd.watched[r] = 0; // the peers exit now: no news
@@ -468,6 +523,8 @@ void watchdog_finalize(void) {
 }
 
 void watchdog_set_watchers(int (*watches)(int watcher, int peer)) { wd.watches = watches; }
+
+void watchdog_on_finalize(void (*fn)(void)) { wd.on_finalize = fn; }
 
 void watchdog_watch(int rank, int on) {
     if (!wd.started || rank < 0 || rank >= wd.w.size || rank == wd.w.rank) return;

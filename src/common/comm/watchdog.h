@@ -12,6 +12,11 @@
 // waited for a batch; last checkpoint: ...; resume with ...", and ends this process with exit
 // status 1, which makes mpirun (or srun) end the whole job. The thread calls no MPI function
 // (MPI runs MPI_THREAD_FUNNELED), so it works while the main thread is blocked inside MPI.
+// A rank that was itself stopped (SIGSTOP; the thread sees a pause of more than a second between
+// its polls) reports nothing for 5 s after it resumes, and its clocks leave out the time it was
+// stopped: when mpirun ends the job (it sends SIGCONT before SIGTERM and SIGKILL to a stopped
+// rank), the rank the others named does not blame a healthy one (a peer that exited meanwhile, a
+// wait that outlasted the timeout while it was stopped) in a second line.
 #pragma once
 #include <mpi.h>
 #include <stddef.h>
@@ -40,9 +45,23 @@ void watchdog_mpi_wait(MPI_Request *req, MPI_Status *st, int first, int last, do
 // watchdog_agree: the largest status of every rank (an MPI_MAX all-reduce) as a sleeping, timed wait
 // (5 x: a rank may be loading its inputs).
 int watchdog_agree(int status, const char *what);
-// watchdog_finalize: MPI_Finalize (which waits for every rank) as a timed wait, the peers no longer
-// watched (they exit now), then watchdog_stop. Every exit of a started job goes through it.
+// The collectives over MPI_COMM_WORLD that the modes use, each as a sleeping wait on every rank,
+// timed as watchdog_agree's (5 x): no rank waits untimed in a collective (a peer stopped mid-run
+// ends the job within the timeout, run.rank_timeout). watchdog_allreduce: in place, n elements of a
+// predefined type; watchdog_bcast: `bytes` bytes from root; watchdog_barrier.
+void watchdog_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, const char *what);
+void watchdog_bcast(void *buf, int bytes, int root, const char *what);
+void watchdog_barrier(const char *what);
+// watchdog_wait_all: a collective's request (any communicator) completed as a sleeping wait timed
+// like those above (on ranks 0..size-1 of the job).
+void watchdog_wait_all(MPI_Request *req, const char *what);
+// watchdog_finalize: the finalize hook (watchdog_on_finalize), then MPI_Finalize (which waits for
+// every rank) as a timed wait, the peers no longer watched (they exit now), then watchdog_stop.
+// Every exit of a started job goes through it.
 void watchdog_finalize(void);
+// watchdog_on_finalize: fn runs first in watchdog_finalize, once, on every rank that set it (the
+// same on every rank: it may be collective, e.g. the stop relay's close, stop_relay.h). NULL: none.
+void watchdog_on_finalize(void (*fn)(void));
 // watchdog_set_watchers: which ranks watch which (watches(watcher, peer)), so that of the ranks that
 // see a peer on their host die, only the lowest that watches it reports it (the others wait 5 s for
 // the job to end before reporting it themselves). NULL (the default): every rank watches every other.

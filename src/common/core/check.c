@@ -22,12 +22,15 @@ _Noreturn void dflash_fatal(const char *file, int line, const char *hint, const 
     va_end(ap);
     for (char *c = msg; *c; c++) // one line, always
         if (*c == '\n') *c = ' ';
-    const char *base = strrchr(file, '/');
+    // the source location only for whoever debugs the program (DFLASH_ERROR_LOCATION=1): the user's
+    // line says what is wrong and which setting or file to change, not where the code noticed it
+    const char *base = strrchr(file, '/'), *debug = getenv("DFLASH_ERROR_LOCATION");
     base = base ? base + 1 : file;
-    char prefix[16] = "";
+    char prefix[16] = "", where[160] = "";
     if (log_world() > 1) snprintf(prefix, sizeof prefix, "[r%d] ", log_rank());
-    if (hint) fprintf(stderr, "%serror: %s (hint: %s) [%s:%d]\n", prefix, msg, hint, base, line); // one call: one line
-    else fprintf(stderr, "%serror: %s [%s:%d]\n", prefix, msg, base, line);
+    if (debug && debug[0] && strcmp(debug, "0") != 0) snprintf(where, sizeof where, " [%s:%d]", base, line);
+    if (hint) fprintf(stderr, "%serror: %s (hint: %s)%s\n", prefix, msg, hint, where); // one call: one line
+    else fprintf(stderr, "%serror: %s%s\n", prefix, msg, where);
     fflush(stderr);
     int init = 0, fin = 0, size = 1;
     MPI_Initialized(&init);

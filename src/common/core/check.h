@@ -1,7 +1,8 @@
 // check.h: fatal errors that end the whole job cleanly.
 //
 // Every failure the program cannot recover from goes through dflash_fatal(): one line on stderr,
-//   [rank R] error: <what went wrong> (hint: <what to try>) [file.c:123]
+//   [rN] error: <what went wrong> (hint: <what to try>)
+// (with DFLASH_ERROR_LOCATION=1 in the environment, the source location follows: " [file.c:123]")
 // then, when several MPI ranks are running, _exit(1) under Open MPI's mpirun (which ends the whole
 // job at a non-zero exit: no MPI_ABORT banner after the line) or MPI_Abort elsewhere (so no rank
 // hangs waiting for a dead peer), else exit(1). The *_check macros wrap the return codes of libc, MPI and HDF5; the CUDA, cuBLAS

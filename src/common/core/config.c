@@ -161,9 +161,30 @@ static int config_check_choice(const config_key *k, const char *v, const char *s
 }
 
 // Parsers from text (command line, defaults). Each returns -1 with error_set on a bad value.
+// text_is_decimal: s is a decimal number as JSON writes one (a sign, digits, a fraction, an
+// exponent): strtod alone would also take hexadecimal ("0x10", "0x1p-3"), "inf", "nan" and
+// leading spaces, which neither the docs nor a JSON config accept.
+static int text_is_decimal(const char *s) {
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++) digits++;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++) digits++;
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return *p == '\0';
+}
+
 // An integer is decimal ("010" is ten), or a number with an exponent that is a whole number
-// below 2^53 ("1e6" is a million).
+// below 2^53 ("1e6" is a million); never hexadecimal.
 static int parse_int(const char *s, int64_t *out) {
+    if (!text_is_decimal(s)) return -1;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -231,7 +252,9 @@ static int data_sets_parse_text(const config_key *k, const char *val, config_dat
             snprintf(num, sizeof num, "%.*s", (int)nl, colon + 1);
             char *end;
             weight = strtod(num, &end);
-            if (nl == 0 || nl >= sizeof num || end == num || *end)
+            // (spaces around the weight are allowed; inf and nan are refused below, as not finite)
+            if (nl == 0 || nl >= sizeof num || end == num || *end ||
+                (isfinite(weight) && !text_is_decimal(num + strspn(num, " \t"))))
                 return error_set("%s: key '%s': the weight in \"%.*s\" is not a number", source, k->key, (int)len, item);
             path_len = (size_t)(colon - item);
             while (path_len > 0 && (item[path_len - 1] == ' ' || item[path_len - 1] == '\t')) path_len--;
@@ -256,7 +279,7 @@ static int config_set_text(config *c, const config_key *k, const char *val, cons
     case CFG_FLOAT: {
         char *end;
         double v = strtod(val, &end);
-        if (end == val || *end || !isfinite(v))
+        if (end == val || *end || !isfinite(v) || !text_is_decimal(val))
             return error_set("%s: key '%s' wants a number, got \"%s\"", source, k->key, val);
         if (config_check_range(k, v, source)) return -1;
         *(double *)field = v;

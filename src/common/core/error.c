@@ -15,14 +15,29 @@ int error_set(const char *fmt, ...) {
     return -1;
 }
 
+// The message so far with a formatted text before it ("TEXT: old") or after it ("old; TEXT").
+static int error_wrap(int before, const char *fmt, va_list ap) {
+    char text[512], old[sizeof error_buf];
+    vsnprintf(text, sizeof text, fmt, ap);
+    memcpy(old, error_buf, sizeof old);
+    if (before) snprintf(error_buf, sizeof error_buf, "%s: %s", text, old);
+    else snprintf(error_buf, sizeof error_buf, "%s; %s", old, text);
+    return -1;
+}
+
 int error_prefix(const char *fmt, ...) {
-    char prefix[512], old[sizeof error_buf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    error_wrap(1, fmt, ap);
     va_end(ap);
-    memcpy(old, error_buf, sizeof old);
-    snprintf(error_buf, sizeof error_buf, "%s: %s", prefix, old);
+    return -1;
+}
+
+int error_append(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_wrap(0, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

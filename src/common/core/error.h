@@ -10,6 +10,9 @@
 int error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // error_prefix: prepend context, "ctx: <previous message>"; returns -1.
 int error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// error_append: add what to change, "<previous message>; <text>" (an out-of-memory failure names
+// the keys that size what did not fit); returns -1.
+int error_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 // error_msg: the last message set on this thread ("" when none).
 const char *error_msg(void);
 void error_clear(void);

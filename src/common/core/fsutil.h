@@ -27,14 +27,23 @@ int fs_write_text(const char *path, const char *text);
 int fs_remove_tree(const char *path);
 // fs_lock_dir: an exclusive lock on dir for this process's life: dir/.lock, locked with fcntl
 // (released by the kernel when the process dies, so a crashed job never blocks its own resume),
-// holding "host pid start-time" of the holder. 0 and *fd_out (keep it open), or -1 with error_set
-// naming the directory and the holder when another process has it.
+// holding the one line "host H pid P started T" of the holder. The lock file is made exclusively
+// (O_CREAT | O_EXCL), never through a symbolic link (O_NOFOLLOW); an existing one is taken only
+// when it is a regular file holding such a line (a crashed job's), anything else of that name (a
+// link, a user's file, an empty file no job fills) is refused, never written over. 0 and *fd_out
+// (keep it open), or -1 with error_set naming the directory and the holder when another process
+// has it (or the file that is not a lock of ours).
 int fs_lock_dir(const char *dir, int *fd_out);
-// fs_lock_file: the same lock on the file lock_path (created; e.g. "OUT.lock" beside a file
-// output), the refusal naming "<key> <target>" and the holder. The lock is on the file lock_path
-// names when it returns (a lock file removed and made again meanwhile by another job is noticed and
-// taken afresh), so fs_unlock_file may remove it.
+// fs_lock_dir_probe: the same checks without taking the lock or making anything (--preflight,
+// the frame's claim before the run): 0 when dir/.lock is missing or a free lock of ours.
+int fs_lock_dir_probe(const char *dir);
+// fs_lock_file: the same lock on the file lock_path (e.g. "OUT.lock" beside a file output), the
+// refusal naming "<key> <target>" and the holder. The lock is on the file lock_path names when it
+// returns (a lock file removed and made again meanwhile by another job is noticed and taken
+// afresh), so fs_unlock_file may remove it.
 int fs_lock_file(const char *lock_path, const char *key, const char *target, int *fd_out);
+// fs_lock_file_probe: fs_lock_file's checks, nothing taken or made (see fs_lock_dir_probe).
+int fs_lock_file_probe(const char *lock_path, const char *key, const char *target);
 // fs_unlock_file: remove lock_path, then release the lock (the next job makes the file again).
 void fs_unlock_file(const char *lock_path, int fd);
 // fs_same_path: 1 when a and b name one file or directory: the same device and inode when both
@@ -43,6 +52,10 @@ int fs_same_path(const char *a, const char *b);
 // fs_in_dir: 1 when path exists and is an entry of the directory dir (its parent is dir, by
 // device and inode).
 int fs_in_dir(const char *path, const char *dir);
+// fs_under_dir: 1 when path exists (a link counts) and lies under the existing directory dir, at
+// any depth: where its name is (its parent resolved) or where what it names is (resolved whole);
+// the first name below dir on that path into first[n] ("drafter" for dir/drafter/config.json).
+int fs_under_dir(const char *path, const char *dir, char *first, size_t n);
 // fs_h5_name: 1 when name is PREFIX*.h5 or one of its temporaries (PREFIX*.h5.tmp.PID): the
 // names this project's HDF5 writers give (trainset_writer) to the files they write under prefix.
 int fs_h5_name(const char *name, const char *prefix);

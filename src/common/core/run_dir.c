@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/core/error.h"
+#include "common/core/fsutil.h"
 #include "common/core/log.h"
 
 const char *const run_dir_checkpoint_files[] = {"model.safetensors", "optimizer.safetensors", "state.json", NULL};
@@ -94,7 +95,13 @@ static int run_dir_count(const char *path, void *arg) {
 }
 
 // Remove the files names (a list) from the directory path: a foreign file left in it keeps it, said once.
+// A link of that name (to a directory of someone else's) is not followed: it stays, said once.
 static int run_dir_remove_ours(const char *path, void *names) {
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        log_warn("run.overwrite: %s is not a directory this trainer wrote (a link or a file): left in place", path);
+        return 0;
+    }
     if (run_dir_remove_known(path, names) == 0) return 0;
     if (errno == ENOTEMPTY) { // a file of someone else's in it: it stays, with that file
         log_warn("run.overwrite: %s holds files this trainer does not write: left in place", path);
@@ -103,7 +110,8 @@ static int run_dir_remove_ours(const char *path, void *names) {
     return error_set("run.overwrite: cannot remove %s: %s", path, strerror(errno));
 }
 
-int run_dir_claim(const char *dir, int overwrite, int eval) {
+// run_dir_claim's checks, and with dry (--preflight) nothing removed.
+static int run_dir_claim_at(const char *dir, int overwrite, int eval, int dry) {
     char what[1024] = "", path[4200];
     size_t m = 0;
     if (eval) { // an evaluation writes eval.json only: an earlier one is what it would replace
@@ -129,6 +137,7 @@ int run_dir_claim(const char *dir, int overwrite, int eval) {
     if (!overwrite)
         return error_set("run.dir %s holds an earlier run (%s): continue it with --run.resume=true, or start over in "
                          "a new run.dir or with --run.overwrite=true (which removes those files)", dir, what);
+    if (dry) return 0;
     log_info("run.overwrite: removing the earlier run in %s (%s)", dir, what);
     for (int i = 0; run_dir_top_files[i]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, run_dir_top_files[i]);
@@ -141,4 +150,105 @@ int run_dir_claim(const char *dir, int overwrite, int eval) {
     rmdir(path); // when empty
     snprintf(path, sizeof path, "%s/drafter", dir);
     return run_dir_remove_ours(path, (void *)run_dir_drafter_files);
+}
+
+int run_dir_claim(const char *dir, int overwrite, int eval) { return run_dir_claim_at(dir, overwrite, eval, 0); }
+
+// The files a job writes at the top of dir, when there, are regular files: a link (or anything
+// else) of that name is never written through or replaced, resumed or not.
+static int run_dir_top_regular(const char *dir, int eval) {
+    char path[4200];
+    for (int i = 0; run_dir_top_files[i]; i++) {
+        if (eval && strcmp(run_dir_top_files[i], "eval.json") != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, run_dir_top_files[i]);
+        struct stat st;
+        if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return error_set("run.dir %s: %s is %s, not a file this trainer wrote: the job writes %s there and never "
+                             "through a link or over what it did not write; move it away or choose another run.dir",
+                             dir, path, S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+                                                                                               : "not a regular file",
+                             run_dir_top_files[i]);
+    }
+    return 0;
+}
+
+int run_dir_take(const char *dir, int resume, int overwrite, int eval, int dry, int *lock_fd) {
+    if (lock_fd) *lock_fd = -1;
+    struct stat st;
+    if (dry) { // nothing made: a directory that does not exist yet is free and holds no earlier run
+        if (stat(dir, &st) != 0) return 0;
+        if (!S_ISDIR(st.st_mode)) return error_set("run.dir %s: not a directory", dir);
+        if (fs_lock_dir_probe(dir) || run_dir_top_regular(dir, eval)) return -1;
+        return resume ? 0 : run_dir_claim_at(dir, overwrite, eval, 1);
+    }
+    if (fs_mkdirs(dir) || fs_lock_dir(dir, lock_fd)) return -1;
+    if (run_dir_top_regular(dir, eval) || (!resume && run_dir_claim_at(dir, overwrite, eval, 0))) {
+        fs_unlock_dir(*lock_fd);
+        *lock_fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+int run_dir_ours(const char *name, int eval) {
+    static const char *const more[] = {".lock", "checkpoints", "drafter", NULL};
+    for (int k = 0; k < 2; k++)
+        for (const char *const *n = k ? more : run_dir_top_files; *n; n++) {
+            if (eval && strcmp(*n, "eval.json") != 0 && strcmp(*n, ".lock") != 0) continue; // eval writes eval.json only
+            size_t len = strlen(*n); // the name, or one of its temporaries (NAME.tmp.PID, drafter.old.PID)
+            if (strncmp(name, *n, len) == 0 &&
+                (name[len] == '\0' || strncmp(name + len, ".tmp.", 5) == 0 || strncmp(name + len, ".old.", 5) == 0))
+                return 1;
+        }
+    return 0;
+}
+
+// The STEM of a leftover "STEM.tmp.PID" / "STEM.old.PID" (PID: digits) into stem; 0 when name is not one.
+static int run_dir_leftover_stem(const char *name, char *stem, size_t n) {
+    const char *tail = NULL;
+    for (const char *p = strchr(name, '.'); p; p = strchr(p + 1, '.'))
+        if (strncmp(p, ".tmp.", 5) == 0 || strncmp(p, ".old.", 5) == 0) tail = p;
+    if (!tail || !tail[5] || (size_t)(tail - name) >= n) return 0;
+    for (const char *c = tail + 5; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    memcpy(stem, name, (size_t)(tail - name));
+    stem[tail - name] = '\0';
+    return 1;
+}
+
+// An HDF5 file (its signature at offset 0, where this project's writers put the superblock), or an
+// empty one (a writer killed as it created it).
+static int run_dir_hdf5_or_empty(const char *path, off_t size) {
+    if (size == 0) return 1;
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(sig, 1, sizeof sig, f) : 0;
+    if (f) fclose(f);
+    return n == sizeof sig && memcmp(sig, "\211HDF\r\n\032\n", 8) == 0;
+}
+
+int run_dir_remove_leftovers(const char *dir, const char *stem, const char *const *dir_files) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t star = strlen(stem) > 0 && stem[strlen(stem) - 1] == '*' ? strlen(stem) - 1 : 0;
+    int removed = 0;
+    struct dirent *e;
+    char have[1024], path[4200];
+    while ((e = readdir(d))) {
+        if (!run_dir_leftover_stem(e->d_name, have, sizeof have)) continue;
+        size_t hl = strlen(have);
+        int match = star ? strncmp(have, stem, star) == 0 && hl > star + 3 && strcmp(have + hl - 3, ".h5") == 0
+                         : strcmp(have, stem) == 0;
+        if (!match) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0) continue;
+        if (dir_files ? S_ISDIR(st.st_mode) && run_dir_holds_only(path, dir_files) && fs_remove_tree(path) == 0
+                      : S_ISREG(st.st_mode) && run_dir_hdf5_or_empty(path, st.st_size) && unlink(path) == 0)
+            removed++;
+        else
+            log_warn("%s: left by an interrupted job, but not removed (not a file or a directory of this project's)", path);
+    }
+    closedir(d);
+    return removed;
 }

@@ -112,6 +112,10 @@ int featfile_writer_open(featfile_writer *w, const char *path, const featfile_in
     if (rc >= 0) rc = feat_attr_i64(root, "hidden_size", &h, 1);
     if (rc >= 0) rc = feat_attr_i64(root, "topk", &k, 1);
     if (rc >= 0) rc = feat_attr_str(root, "feature_dtype", "bfloat16");
+    if (rc >= 0 && info->target_by_content && info->target_config_crc >= 0)
+        rc = feat_attr_i64(root, "target_config_crc32c", &info->target_config_crc, 1);
+    if (rc >= 0 && info->target_by_content && info->target_weights_crc >= 0)
+        rc = feat_attr_i64(root, "target_weights_crc32c", &info->target_weights_crc, 1);
     if (root >= 0) H5Gclose(root);
     if (rc < 0 || w->d_features < 0 || w->d_topk_idx < 0 || w->d_topk_val < 0 || w->d_lse < 0 || w->d_crc < 0) {
         featfile_writer_abort(w);
@@ -172,6 +176,11 @@ int featfile_check(const char *path, const featfile_info *info, const int64_t *l
     int n_ids = h5safe_root_attr_int(root, path, "target_layer_ids", ids, 64);
     h5safe_root_attr_int(root, path, "hidden_size", &h, 1);
     h5safe_root_attr_int(root, path, "topk", &k, 1);
+    int64_t have_cfg = -1, have_w = -1; // the target by content, when the shard records it
+    if (H5Aexists(root, "target_config_crc32c") > 0 && h5safe_root_attr_int(root, path, "target_config_crc32c", &have_cfg, 1) != 1)
+        have_cfg = -1;
+    if (H5Aexists(root, "target_weights_crc32c") > 0 && h5safe_root_attr_int(root, path, "target_weights_crc32c", &have_w, 1) != 1)
+        have_w = -1;
     H5Gclose(root);
     // the shard's identity (its samples' lengths, layer ids, hidden size) against this run's part
     run_identity have, want;
@@ -196,13 +205,15 @@ int featfile_check(const char *path, const featfile_info *info, const int64_t *l
         have.data_tokens_crc = c;
     }
     have.target_hidden = h, want.target_hidden = info->hidden;
+    have.target_config_crc = have_cfg, have.target_weights_crc = have_w;
+    if (info->target_by_content) want.target_config_crc = info->target_config_crc, want.target_weights_crc = info->target_weights_crc;
     have.n_layer_ids = n_ids < 0 ? -1 : n_ids, want.n_layer_ids = info->n_feat;
     for (int i = 0; i < n_ids && i < 64; i++) have.layer_ids[i] = ids[i];
     for (int i = 0; i < info->n_feat; i++) want.layer_ids[i] = info->layer_ids[i];
     char what[1100];
     snprintf(what, sizeof what, "existing feature shard %s", path);
     int rc = 1;
-    if (identity_check(&have, what, &want, "remove it to redo it, or use the same data, shard size and layer ids"))
+    if (identity_check(&have, what, &want, "remove it to redo it, or use the same target, data, shard size and layer ids"))
         rc = -1;
     else if (k != info->topk)
         rc = error_set("existing feature shard %s was made with top-%lld, this run has top-%d (remove it to redo it)", path,

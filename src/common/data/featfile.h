@@ -10,7 +10,9 @@
 //                                    /features, /topk_idx, /topk_val, /lse (as little-endian bytes),
 //                                    verified by every read (featreader.h)
 // and root attributes target (model directory), target_architecture, target_layer_ids (int64
-// array), hidden_size, topk, feature_dtype = "bfloat16". Written like a training set: to a temporary
+// array), hidden_size, topk, feature_dtype = "bfloat16", and the target by content (identity.h):
+// target_config_crc32c, target_weights_crc32c (int64, each when known; a shard written before they
+// were recorded has neither, and is not compared on them). Written like a training set: to a temporary
 // name, renamed when complete, so a file under its final name is always whole.
 #pragma once
 #include <stdint.h>
@@ -26,6 +28,9 @@ typedef struct {
     int64_t layer_ids[64];
     int64_t hidden;
     int topk;
+    int target_by_content;      // 1: the two below are set (identity.h; -1 each: unknown), else not recorded
+    int64_t target_config_crc;  // CRC32C of the target's config.json
+    int64_t target_weights_crc; // its weights' fingerprint (identity_weights_crc)
 } featfile_info;
 
 typedef struct {
@@ -55,6 +60,7 @@ void featfile_writer_abort(featfile_writer *w);
 // featfile_check: does path hold a complete feature file made with these settings and n_samples
 // samples of these lengths and tokens (tokens_crc: CRC32C of their int32 tokens in order; the run's
 // samples the shard covers; identity.h compares them, so a shard of another training set is
-// refused)? 1 yes, 0 no such file, -1 (error_set naming both values) a file made differently.
+// refused; so is one made from another model at target.path, config.json or weights, when both
+// sides know it)? 1 yes, 0 no such file, -1 (error_set naming both values) a file made differently.
 int featfile_check(const char *path, const featfile_info *info, const int64_t *lengths, int64_t n_samples,
                    uint32_t tokens_crc);

@@ -2,10 +2,14 @@
 #include "common/data/identity.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/core/check.h"
 #include "common/core/crc32c.h"
@@ -13,7 +17,7 @@
 
 void identity_init(run_identity *id) {
     memset(id, 0, sizeof *id);
-    id->target_hidden = id->target_layers = id->target_vocab = id->target_config_crc = -1;
+    id->target_hidden = id->target_layers = id->target_vocab = id->target_config_crc = id->target_weights_crc = -1;
     id->n_layer_ids = -1;
     id->data_samples = id->data_lengths_crc = id->data_tokens_crc = -1;
     id->heldout_samples = id->heldout_crc = -1;
@@ -39,15 +43,80 @@ void identity_set_heldout(run_identity *id, const int64_t *idx, int64_t n) {
     id->heldout_crc = c;
 }
 
+#define IDENTITY_MAX_ST_HEADER ((int64_t)100 << 20) // a safetensors header past 100 MB is not one (safetensors.h)
+
+static int identity_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int64_t identity_weights_crc(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    char **names = NULL;
+    int n = 0, cap = 0, read_any = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 12 || strcmp(e->d_name + len - 12, ".safetensors") != 0) continue;
+        if (n == cap) names = xrealloc(names, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *names);
+        names[n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, identity_cmp_str);
+    uint32_t c = 0;
+    char *header = NULL;
+    uint8_t block[IDENTITY_WEIGHT_BLOCK];
+    size_t dlen = strlen(dir);
+    for (int k = 0; k < n; k++) {
+        char *path = xmalloc(dlen + strlen(names[k]) + 2);
+        sprintf(path, "%s/%s", dir, names[k]);
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        free(path);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        read_any = 1;
+        uint8_t le[8];
+        int64_t size = (int64_t)st.st_size, hlen = 0;
+        if (size >= 8 && pread(fd, le, 8, 0) == 8)
+            for (int b = 7; b >= 0; b--) hlen = hlen << 8 | le[b];
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)((uint64_t)size >> (8 * b));
+        c = crc32c_update(c, names[k], strlen(names[k]) + 1);
+        c = crc32c_update(c, le, 8);
+        if (size >= 8 && hlen > 0 && hlen <= IDENTITY_MAX_ST_HEADER && hlen <= size - 8) {
+            header = xrealloc(header, (size_t)hlen);
+            if (pread(fd, header, (size_t)hlen, 8) == (ssize_t)hlen) c = crc32c_update(c, header, (size_t)hlen);
+            // the values, sampled: blocks spread evenly over the data
+            int64_t data = 8 + hlen, span = size - data;
+            for (int b = 0; span > 0 && b < IDENTITY_WEIGHT_BLOCKS; b++) {
+                int64_t at = data + span / IDENTITY_WEIGHT_BLOCKS * b;
+                size_t len = (size_t)(size - at < IDENTITY_WEIGHT_BLOCK ? size - at : IDENTITY_WEIGHT_BLOCK);
+                if (pread(fd, block, len, at) == (ssize_t)len) c = crc32c_update(c, block, len);
+            }
+        }
+        close(fd);
+    }
+    free(header);
+    for (int k = 0; k < n; k++) free(names[k]);
+    free(names);
+    return read_any ? (int64_t)c : -1;
+}
+
 void identity_set_target(run_identity *id, const char *arch, int64_t hidden, int64_t layers, int64_t vocab,
-                         const char *config_json_path) {
+                         const char *target_dir) {
     snprintf(id->target_arch, sizeof id->target_arch, "%s", arch);
     id->target_hidden = hidden, id->target_layers = layers, id->target_vocab = vocab;
+    id->target_config_crc = id->target_weights_crc = -1;
+    if (!target_dir) return;
     uint32_t c;
     char *saved = xstrdup(error_msg()); // an unreadable config.json leaves the field unknown, no error
-    id->target_config_crc = config_json_path && crc32c_file(config_json_path, &c) == 0 ? (int64_t)c : -1;
+    char *path = xmalloc(strlen(target_dir) + 16);
+    sprintf(path, "%s/config.json", target_dir);
+    id->target_config_crc = crc32c_file(path, &c) == 0 ? (int64_t)c : -1;
+    free(path);
     error_set("%s", saved);
     free(saved);
+    id->target_weights_crc = identity_weights_crc(target_dir);
 }
 
 void identity_set_data(run_identity *id, const int64_t *lengths, int64_t n) {
@@ -87,7 +156,8 @@ int identity_check(const run_identity *a, const char *what, const run_identity *
     ID_INT("target hidden_size", target_hidden, "%lld")
     ID_INT("target num_hidden_layers", target_layers, "%lld")
     ID_INT("target vocab_size", target_vocab, "%lld")
-    ID_INT("target config.json CRC32C", target_config_crc, "%08llx")
+    ID_INT("target.path config.json CRC32C", target_config_crc, "%08llx")
+    ID_INT("target.path weights (*.safetensors) fingerprint", target_weights_crc, "%08llx")
     int same_ids = a->n_layer_ids == b->n_layer_ids;
     for (int i = 0; same_ids && i < a->n_layer_ids; i++) same_ids = a->layer_ids[i] == b->layer_ids[i];
     if (a->n_layer_ids >= 0 && b->n_layer_ids >= 0 && !same_ids) {
@@ -117,6 +187,7 @@ char *identity_to_json(const run_identity *id) {
     if (id->target_layers >= 0) cJSON_AddNumberToObject(o, "target_num_hidden_layers", (double)id->target_layers);
     if (id->target_vocab >= 0) cJSON_AddNumberToObject(o, "target_vocab_size", (double)id->target_vocab);
     if (id->target_config_crc >= 0) cJSON_AddNumberToObject(o, "target_config_crc32c", (double)id->target_config_crc);
+    if (id->target_weights_crc >= 0) cJSON_AddNumberToObject(o, "target_weights_crc32c", (double)id->target_weights_crc);
     if (id->n_layer_ids >= 0) {
         cJSON *a = cJSON_AddArrayToObject(o, "target_layer_ids");
         for (int i = 0; i < id->n_layer_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)id->layer_ids[i]));
@@ -162,6 +233,7 @@ int identity_from_json(const void *obj_, const char *where, run_identity *id) {
         identity_int(o, "target_num_hidden_layers", where, &id->target_layers) ||
         identity_int(o, "target_vocab_size", where, &id->target_vocab) ||
         identity_int(o, "target_config_crc32c", where, &id->target_config_crc) ||
+        identity_int(o, "target_weights_crc32c", where, &id->target_weights_crc) ||
         identity_str(o, "feature_convention", where, id->feature_convention, sizeof id->feature_convention) ||
         identity_int(o, "data_samples", where, &id->data_samples) ||
         identity_int(o, "data_lengths_crc32c", where, &id->data_lengths_crc) ||

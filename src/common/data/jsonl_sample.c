@@ -20,6 +20,8 @@ static void sample_reserve(jsonl_sample *s, int64_t n) {
 }
 
 int jsonl_sample_parse(const char *line, size_t len, int64_t vocab_size, jsonl_sample *s) {
+    const char *nul = memchr(line, '\0', len); // JSON is text: cJSON would stop there, taking a part of the line
+    if (nul) return error_set("a NUL byte at column %lld (a JSON line is text)", (long long)(nul - line) + 1);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, len + 1, &end, 1);
     if (!root) {

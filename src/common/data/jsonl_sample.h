@@ -3,7 +3,8 @@
 //
 // input_ids: a non-empty array of integers in [0, vocab_size) (>= 0 and <= INT32_MAX when
 // vocab_size <= 0). loss_mask: optional (absent or null = all ones), as long as input_ids, 0/1 or
-// false/true. Other keys are ignored; nothing but whitespace may follow the object.
+// false/true. Other keys are ignored; nothing but whitespace may follow the object. A NUL byte
+// anywhere in the line is refused (the line is text).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -98,7 +98,9 @@ int drafter_init(drafter *d, const drafter_config *c, backend *be, uint64_t seed
     d->layers = xcalloc((size_t)c->n_layers, sizeof *d->layers);
     if (arena_init(&d->mem, "drafter", be, drafter_bytes(c, be, lm_head == NULL))) {
         drafter_free(d);
-        return -1;
+        return error_append("the drafter's size: drafter.layers %lld, drafter.intermediate %lld, drafter.heads %lld x "
+                            "drafter.head_dim %lld (or drafter.config's), at the target's hidden size and vocabulary",
+                            (long long)c->n_layers, (long long)c->intermediate, (long long)c->n_heads, (long long)c->head_dim);
     }
     drafter_carve(d, &d->mem, lm_head == NULL);
     d->cfg.kind->bind(d);

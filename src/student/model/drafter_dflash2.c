@@ -3,8 +3,9 @@
 // the same order, first in the flat buffer), then per layer the two GroupedDynamicCausalConv
 // modules (attention_conv, mlp_conv: base_kernel [2, K, H] and kernel_projection [2*K*H/G, H]).
 // Its config keys (dflash_config, else the root, as the package's _draft_value reads them):
-// conv_kernel_size K (default 2), conv_group_size G (16; channels per group, H % G == 0),
-// selector_top_k k (16) and selector_rank r (256). Last in the flat buffer, the CandidateSelector's
+// conv_kernel_size K (the package's default 2), conv_group_size G (16; channels per group, H % G == 0),
+// selector_top_k k (16) and selector_rank r (256), each required in a config.json (the defaults
+// serve the drafter.* keys only). Last in the flat buffer, the CandidateSelector's
 // three tensors: candidate_selector.predecessor_codebook [V, r] and .successor_codebook [V, r]
 // (stored without ".weight": the package's from_pretrained key_mapping adds it) and
 // candidate_selector.hidden_projection.weight [r, H], all normal(0, 0.02) like the package's
@@ -108,6 +109,11 @@ static int dflash2_config_parse(drafter_config *c, const cJSON *root, const cJSO
     const char *keys[4] = {"conv_kernel_size", "conv_group_size", "selector_top_k", "selector_rank"};
     int64_t *vals[4] = {&c->conv_kernel, &c->conv_group, &c->selector_top_k, &c->selector_rank};
     for (int i = 0; i < 4; i++) {
+        // required, like the Qwen3 structural keys (drafter_config.c): they shape the tensors and the
+        // selector, so a config that lost one is refused rather than read with the package's default
+        if (!json_field(root, keys[i]) && !json_field(dflash, keys[i]))
+            return error_set("%s: missing 'dflash_config.%s' (a DFlash2DraftModel key: the drafter's shape; the "
+                             "exports of this trainer write it)", src, keys[i]);
         if (json_get_positive(root, keys[i], src, vals[i])) return -1;
         if (dflash && json_get_positive(dflash, keys[i], src, vals[i])) return -1;
     }

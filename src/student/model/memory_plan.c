@@ -214,7 +214,8 @@ int plan_make(const drafter_config *c, const backend *be, const plan_request *r,
     plan_total(c, be, &t, &b);
     char need[32], have[32];
     return error_set("memory budget %s is too small for this drafter and batch (%d tokens): it needs at least %s "
-                     "(%llu bytes) with 1 anchor per chunk and the tiled loss",
+                     "(%llu bytes) with 1 anchor per chunk and the tiled loss; raise train.mem_budget, or lower "
+                     "data.max_tokens_per_batch or the drafter's size (drafter.layers, drafter.intermediate)",
                      bytes_format(r->budget, have, sizeof have), r->max_tokens, bytes_format(b.total, need, sizeof need),
                      (unsigned long long)b.total);
 }

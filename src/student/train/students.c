@@ -97,7 +97,9 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
         // The pieces' collectives on a communicator of their own: they are started as their copies
         // complete, which differs between the students, so on comm they could interleave differently
         // with the students' other collectives (the agreement and statistics after the micro-batches).
-        mpi_check(MPI_Comm_dup(comm, &g->ring_comm));
+        MPI_Request dup;
+        mpi_check(MPI_Comm_idup(comm, &g->ring_comm, &dup));
+        watchdog_mpi_wait(&dup, NULL, students_first, students_last, 5, "the other students to set up the gradient all-reduce");
         g->chunk = students_grads_chunk(d->numel);
         int bad = 0;
         for (int i = 0; i < STUDENTS_GRAD_CHUNKS && !bad; i++) {
@@ -109,7 +111,7 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
                 sl->ev = backend_event_new(d->be);
             }
         }
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm)); // the same answer everywhere
+        students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to pin their host rings"); // the same answer everywhere
         if (bad) {
             students_grads_close(g, 1);
             return error_set("the gradient all-reduce over MPI: a student could not pin its host ring of %d chunks "

@@ -11,6 +11,7 @@
 #include "common/backend/gpu_reserve.h"
 #include "common/core/bytes.h"
 #include "common/comm/protocol.h"
+#include "common/comm/stop_relay.h"
 #include "common/comm/watchdog.h"
 #include "common/comm/wire.h"
 #include "common/core/check.h"
@@ -114,6 +115,35 @@ typedef struct {
     int eval_stopped; // --mode eval stopped by a signal: no result
 } train_job;
 
+// train_claim_done: a resumed run with nothing to do: the teachers told, the lock let go; 1.
+static int train_claim_done(train_job *j) {
+    if (j->s == 0) run_dir_remove_leftovers(j->cfg->run_dir, "drafter", run_dir_drafter_files); // killed exports'
+    batch_source done = {.live = j->live, .T = j->w->groups, .G = j->w->group_size, .my_rank = j->w->rank, .link = j->links};
+    batch_source_stop_teachers(&done);
+    fs_unlock_dir(j->lock_fd);
+    return 1;
+}
+
+// train_resume_finished: a resumed run.dir without a checkpoint whose run finished all the same
+// (checkpoint.every 0: the summary in metrics.jsonl, written after the export, is its record). 0:
+// not finished (the resume starts from step 0); 1: finished at train.steps or later, nothing to do
+// (said in one line); -1 with error_set: finished before train.steps, which cannot go on without a
+// checkpoint.
+static int train_resume_finished(train_job *j) {
+    const config *cfg = j->cfg;
+    int64_t at = train_log_finished_at(cfg->run_dir);
+    if (at < 0) return 0;
+    if (at >= cfg->steps) {
+        if (j->s == 0)
+            log_info("run.resume: already finished at step %lld (train.steps %lld; %s/metrics.jsonl, no checkpoint): "
+                     "nothing to do", (long long)at, (long long)cfg->steps, cfg->run_dir);
+        return 1;
+    }
+    return error_set("run.resume: the run in %s finished at step %lld without a checkpoint (checkpoint.every 0), so it "
+                     "cannot go on to train.steps %lld: start a new run (another run.dir, or --run.overwrite=true), "
+                     "with checkpoint.every > 0 to extend it later", cfg->run_dir, (long long)at, (long long)cfg->steps);
+}
+
 // train_claim: the run directory locked and claimed, and a resumed run's starting point. 0 to go
 // on, 1 when a resumed run has nothing left to do (the teachers told), -1 with error_set.
 static int train_claim(train_job *j) {
@@ -121,10 +151,10 @@ static int train_claim(train_job *j) {
     const int s = j->s;
     // One job per run directory, for the job's life; the second is refused before it writes anything.
     j->lock_fd = -1;
-    if (s == 0 && (fs_mkdirs(cfg->run_dir) || fs_lock_dir(cfg->run_dir, &j->lock_fd))) return -1;
     // A new run never writes over an earlier one (its metrics, checkpoints, drafter): refused, or
-    // with run.overwrite those files go first (only those).
-    if (s == 0 && !cfg->resume && run_dir_claim(cfg->run_dir, cfg->overwrite, j->eval)) return -1;
+    // with run.overwrite those files go first (only those). The same code the frame and
+    // --preflight run dry (mode_train_claim).
+    if (s == 0 && run_dir_take(cfg->run_dir, cfg->resume, cfg->overwrite, j->eval, 0, &j->lock_fd)) return -1;
     // A resumed run: the newest checkpoint, complete, of this run (first student), and not past the end.
     j->start_step = 0;
     j->resume_found = 0, j->export_only = 0;
@@ -141,10 +171,10 @@ static int train_claim(train_job *j) {
             if (s == 0)
                 log_info("run.resume: already finished at step %lld (train.steps %lld; %s/checkpoints): nothing to do",
                          (long long)j->start_step, (long long)cfg->steps, cfg->run_dir);
-            batch_source done = {.live = j->live, .T = j->w->groups, .G = j->w->group_size, .my_rank = j->w->rank, .link = j->links};
-            batch_source_stop_teachers(&done);
-            fs_unlock_dir(j->lock_fd);
-            return 1;
+            return train_claim_done(j);
+        } else if (!j->resume_found) { // no checkpoint: finished all the same?
+            int finished = train_resume_finished(j);
+            if (finished) return finished < 0 ? -1 : train_claim_done(j);
         }
     }
     return 0;
@@ -239,7 +269,9 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     safetensors_dir_close(td);
     if (eval && eval_load_drafter(d, cfg)) return -1;
     j->opt_mem = (arena){0};
-    if (arena_init(&j->work, "student work", be, student_work_bytes(d, &j->plan))) return -1;
+    if (arena_init(&j->work, "student work", be, student_work_bytes(d, &j->plan)))
+        return error_append("lower data.max_tokens_per_batch or train.max_anchors, or set train.mem_budget (the plan "
+                            "then fits its chunks to it)");
     j->sw = student_work_create(d, &j->plan, &j->work);
     optim_config *oc = &j->oc;
     optim_config_default(oc);
@@ -249,7 +281,9 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     j->opt = (optim){0};
     if (!eval) {
         size_t scratch = oc->muon ? optim_muon_bytes(d->params, d->n_params) : 0;
-        if (arena_init(&j->opt_mem, "optimizer", be, optim_bytes(d->numel, cfg->ema_decay > 0) + scratch)) return -1;
+        if (arena_init(&j->opt_mem, "optimizer", be, optim_bytes(d->numel, cfg->ema_decay > 0) + scratch))
+            return error_append("the optimizer's state is a few copies of the drafter's weights (drafter.layers, "
+                                "drafter.intermediate; train.ema adds one)");
         optim_init(&j->opt, oc, be, d->numel, &j->opt_mem, d->master);
         if (oc->muon) optim_muon_init(&j->opt, d->params, d->n_params, &j->opt_mem);
     }
@@ -305,7 +339,7 @@ static int train_group_batches(train_job *j, const batch_group *g, step_stats *c
     const int64_t kind = g->kind;
     int rc = 0;
     for (int64_t n = g->first; n < g->first + g->count && rc == 0; n++) {
-        if (j->eval && stop_requested()) { // --mode eval: a signal ends it after this batch (below)
+        if (j->eval && stop_relay_poll()) { // --mode eval: a signal (on any rank) ends it after this batch (below)
             *cut_short = 1;
             break;
         }
@@ -391,10 +425,11 @@ static int train_log_interval(train_job *j, double lr) {
 static int train_checkpoint(train_job *j, int *stop_here) {
     const config *cfg = j->cfg;
     const int s = j->s;
-    // A signal on any rank stops every student after this step, with a checkpoint (stop.h); a
-    // checkpoint by wall time is due when the first student's clock says so: the students agree
-    // on both, so they write and stop in step.
-    int flags[2] = {stop_requested() ? 1 : 0,
+    // A signal on any rank (a teacher's reaches the students through the stop relay:
+    // stop_relay.h) stops every student after this step, with a checkpoint (stop.h); a checkpoint
+    // by wall time is due when the first student's clock says so: the students agree on both (the
+    // signal's number: the largest), so they write and stop in step.
+    int flags[2] = {stop_relay_poll(),
                     s == 0 && cfg->ckpt_every_minutes > 0 && time_now() - j->t_ckpt >= cfg->ckpt_every_minutes * 60.0};
     students_allreduce(flags, 2, MPI_INT, MPI_MAX, j->comm, "the other students after the step");
     int stop = flags[0] && j->step < cfg->steps;
@@ -406,7 +441,7 @@ static int train_checkpoint(train_job *j, int *stop_here) {
     if (stop) {
         if (s == 0)
             log_info("stopped by %s after step %lld with a checkpoint in %s/checkpoints; resume with the same "
-                     "command and --run.resume=true", stop_signal_name(stop_requested()),
+                     "command and --run.resume=true", stop_signal_name(flags[0]),
                      (long long)j->step, cfg->run_dir);
         *stop_here = 1;
         return 0;
@@ -434,13 +469,14 @@ static int train_group(train_job *j, int64_t gi, int *done) {
     int bad = rc ? 1 : 0;
     students_allreduce(&bad, 1, MPI_INT, MPI_MAX, j->comm, "the other students to finish the step");
     if (bad) return rc ? rc : TRAIN_REPORTED_ELSEWHERE; // the student that failed says why
-    if (j->eval) { // a signal on any student: no result (eval.json is a whole evaluation's)
-        int stop = cut_short || (stop_requested() && gi + 1 < j->sc.n_groups);
+    if (j->eval) { // a signal on any rank: no result (eval.json is a whole evaluation's)
+        // (the signal's number; cut short by a signal implies one: stop_relay_poll's answer stays)
+        int stop = cut_short || gi + 1 < j->sc.n_groups ? stop_relay_poll() : 0;
         students_allreduce(&stop, 1, MPI_INT, MPI_MAX, j->comm, "the other students to finish the evaluation");
         if (stop) {
             if (s == 0)
                 log_info("eval: stopped by %s before the evaluation was complete: nothing written (eval.json "
-                         "holds only a whole evaluation); run the same command again", stop_signal_name(stop_requested()));
+                         "holds only a whole evaluation); run the same command again", stop_signal_name(stop));
             j->eval_stopped = 1;
             *done = 1;
             return 0;
@@ -496,6 +532,7 @@ static int train_finish(train_job *j, int rc) {
         char dir[CONFIG_STR + 16];
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
         if (drafter_export(&j->d, dir, 0)) rc = -1;
+        else run_dir_remove_leftovers(cfg->run_dir, "drafter", run_dir_drafter_files); // killed exports' drafter.tmp.PID
         double per_s = wall > 0 ? (double)S / wall : 0;
         if (rc == 0 && j->export_only) {
             rc = train_log_exported(cfg->run_dir, j->step);

@@ -209,6 +209,24 @@ int train_log_finished(const char *run_dir, int64_t steps) {
     return found;
 }
 
+int64_t train_log_finished_at(const char *run_dir) {
+    char path[CONFIG_STR + 32], line[8192];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    int64_t at = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *steps = strstr(line, "\"steps\": ");
+        size_t n = strlen(line);
+        long long v;
+        if (n >= 2 && line[n - 1] == '\n' && line[n - 2] == '}' && // a whole line: a cut one is no record
+            strstr(line, "\"summary\": true") && strstr(line, "\"finished\": true") && steps &&
+            sscanf(steps + 9, "%lld", &v) == 1 && v >= 0)
+            at = v;
+    }
+    if (f) fclose(f);
+    return at;
+}
+
 int train_log_exported(const char *run_dir, int64_t steps) {
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);

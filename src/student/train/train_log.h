@@ -50,6 +50,9 @@ void train_log_summary(train_log *lg, int finished, int64_t steps, double wall, 
 // train_log_finished: run_dir/metrics.jsonl holds the summary of a run finished at `steps`, which
 // is written only after its drafter was exported (1), or not (0: the export is missing).
 int train_log_finished(const char *run_dir, int64_t steps);
+// train_log_finished_at: the step of the last finished summary in run_dir/metrics.jsonl (a run that
+// ended at train.steps and exported its drafter, with or without checkpoints); -1 when none.
+int64_t train_log_finished_at(const char *run_dir);
 // train_log_exported: appends the summary line of a run whose export a resume completed (the
 // statistics stay with the earlier lines): {"summary": true, "finished": true, "steps": N,
 // "exported_on_resume": true}. -1 with error_set when the write fails.

@@ -145,11 +145,11 @@ int train_target_open(const config *cfg, target_config *tc, teacher_contract *ct
 // The batch plan over the usable samples: of the training sets (live; their vocabulary checked
 // against the target's) or of the offline feature directory (*fr stays open for reading).
 // The run's identity (identity.h): the target, the layers the teachers send, the feature convention.
+// The target by content (its config.json's CRC and its weights' fingerprint): a resume, or a
+// student-only run, under the same target.path with another model is refused (identity_check).
 static void train_identity(const config *cfg, const target_config *tc, const teacher_contract *ct, run_identity *id) {
-    char path[CONFIG_STR + 16];
-    snprintf(path, sizeof path, "%s/config.json", cfg->target_path);
     identity_init(id);
-    identity_set_target(id, tc->arch_name, tc->hidden, tc->n_layers, tc->vocab, path);
+    identity_set_target(id, tc->arch_name, tc->hidden, tc->n_layers, tc->vocab, cfg->target_path);
     id->n_layer_ids = ct->n_feat;
     for (int i = 0; i < ct->n_feat; i++) id->layer_ids[i] = ct->layer_ids[i];
     snprintf(id->feature_convention, sizeof id->feature_convention, "%s", "hidden_states[id+1]");
