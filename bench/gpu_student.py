@@ -41,9 +41,13 @@ attention 12 N nq hd kv_mean per layer (kv_mean = mean keys a query sees), lm_he
 """
 import argparse, gc, importlib.util, json, math, os, statistics, subprocess, sys, tempfile, time
 
-import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+try:  # the GPU machine may have no PyTorch: say so in one line (exit 77: tests/gpu/check.sh's skip)
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+except ImportError as e:
+    print(f"gpu_student.py: {sys.executable} cannot import PyTorch ({e}): not run", file=sys.stderr)
+    sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("bench_loss_torch", os.path.join(HERE, "loss", "bench_loss_torch.py"))

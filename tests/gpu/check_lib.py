@@ -2,7 +2,8 @@
 """check_lib.py: the parsing and the JSON summary of tests/gpu/check.sh (not a test itself).
 
   check_lib.py summary WORK OUT [final]  write OUT/summary.json from WORK/parts.tsv, WORK/*.num, WORK/meta.num
-                                         ("complete": true only with final, at the end of the check)
+                                         ("complete": true only with final, at the end of the check, and
+                                         every part run; "not_run" names the parts that were not)
   check_lib.py compare FILE              `dflash_tool compare` output -> "max_rel_err tensors failed"
   check_lib.py ctest FILE NUMS           `ctest -V` output -> per-test results and op error lines into NUMS;
                                          prints "passed failed skipped"
@@ -46,13 +47,16 @@ def summary(work, out, final=False):
             if len(f) < 5:
                 continue
             name, status, seconds, limit, note = f[:5]
+            ran = len(f) < 6 or f[5] != "0"
             nums = read_nums(os.path.join(work, name + ".num"))
             parts.append({"name": name, "status": status, "seconds": round(float(seconds), 1),
-                          "limit_s": int(limit), "note": note, "numbers": nums})
+                          "limit_s": int(limit), "ran": ran, "note": note, "numbers": nums})
     statuses = [p["status"] for p in parts]
-    result = "FAIL" if "FAIL" in statuses else ("PASS" if "PASS" in statuses else "SKIP")
+    not_run = [p["name"] for p in parts if not p["ran"]]
+    # a part not run (no time left, no build) makes the check incomplete, and an incomplete check fails
+    result = "FAIL" if "FAIL" in statuses or not_run else ("PASS" if "PASS" in statuses else "SKIP")
     doc = dict(meta)
-    doc.update({"result": result, "complete": bool(final),
+    doc.update({"result": result, "complete": bool(final) and not not_run, "not_run": not_run,
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "parts": parts})
     tmp = os.path.join(out, ".summary.json.tmp")
     with open(tmp, "w") as f:
