@@ -7,6 +7,8 @@
 //   C F32:  2 (k + 4) 2^-23 S   (the fp32 dot-product bound, once per side; see test_backend.c)
 //   C BF16: that plus 2^-8 |c|  (the GPU rounds the fp32 result to bf16 once: relative error
 //                                <= 2^-9, doubled for slack); C's input is bf16 on both sides too.
+// Then two GEMMs at the fused loss's real strides whose operands span 2^31 elements or more
+// (test_gemm_wide, below).
 // F32 GEMMs run with CUBLAS_COMPUTE_32F in the default math mode, i.e. without TF32, so the fp32
 // bound applies (with TF32 it would be ~2^-11 relative and this test would flag it).
 #include <math.h>
@@ -125,6 +127,68 @@ static void test_gemm(backend *gpu, backend *cpu) {
     }
 }
 
+// The fused loss's GEMMs at real sizes (V 248,320): an operand whose row-major extent, row stride
+// ld times (rows - 1) plus its row, spans 2^31 elements or more goes through cuBLAS's 64-bit
+// interface (check_cuda.h: cublas_span_needs_64; the emulator stops a 32-bit call with such an
+// operand). Two cases at the loss's strides, with few columns so that only the rows' first elements
+// are touched (the rest of the span is never written: untouched device pages on the emulator):
+//   dlogits  dx[nr, 8] = dlogits[nr, 3] (bf16, row stride 2V) W[3, 8]   nr = 4,330: A spans 2^31+
+//   logits   logits[nr, 5] (fp32, row stride V) = x[nr, 16] W[5, 16]^T    nr = 8,650: C spans 2^31+
+// Each against the CPU backend on the same (bf16-rounded) values, gemm_compare's tolerance
+// 2 (k + 4) 2^-23 S (+ 2^-8 |c| for a bf16 C).
+static int gemm_wide_case(backend *gpu, backend *cpu, int m, int n, int k, int lda, int ldc, dtype c_dt) {
+    const int ta = 0, tb = c_dt == DT_F32 ? 1 : 0; // logits: x W^T; dx: dlogits W
+    int ldb = tb ? k : n;
+    size_t na = (size_t)m * k, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * n;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *got = malloc(nc * 4);
+    uint16_t *h = malloc((na > nb ? na : nb) * 2);
+    for (size_t i = 0; i < na; i++) a[i] = f32_from_bf16(bf16_from_f32((float)test_rand_pm1()));
+    for (size_t i = 0; i < nb; i++) b[i] = f32_from_bf16(bf16_from_f32((float)test_rand_pm1()));
+    size_t c_size = c_dt == DT_BF16 ? 2 : 4;
+    size_t a_span = (size_t)lda * (size_t)(m - 1) + (size_t)k, c_span = (size_t)ldc * (size_t)(m - 1) + (size_t)n;
+    CHECK(a_span >= ((size_t)1 << 31) || c_span >= ((size_t)1 << 31));
+    char *da = backend_alloc(gpu, a_span * 2), *dc = backend_alloc(gpu, c_span * c_size);
+    CHECK_MSG(da && dc, "wide GEMM: %zu + %zu bytes of device memory", a_span * 2, c_span * c_size);
+    convert_from_f32(h, DT_BF16, a, (int64_t)na);
+    for (int i = 0; i < m; i++) backend_copy_to_device(gpu, da + (size_t)i * lda * 2, h + (size_t)i * k, (size_t)k * 2);
+    convert_from_f32(h, DT_BF16, b, (int64_t)nb);
+    void *db = dev_up_raw(gpu, h, nb * 2);
+    backend_gemm(gpu, ta, tb, m, n, k, 1.0f, da, lda, db, ldb, 0.0f, dc, ldc, DT_BF16, c_dt);
+    uint16_t *row = malloc((size_t)n * 4);
+    for (int i = 0; i < m; i++) {
+        backend_copy_to_host(gpu, row, dc + (size_t)i * ldc * c_size, (size_t)n * c_size);
+        if (c_dt == DT_BF16) convert_to_f32(got + (size_t)i * n, row, DT_BF16, n);
+        else memcpy(got + (size_t)i * n, row, (size_t)n * 4);
+    }
+    backend_gemm(cpu, ta, tb, m, n, k, 1.0f, a, k, b, ldb, 0.0f, c, n, DT_F32, DT_F32);
+    int bad = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) s += fabs((double)a[(size_t)i * k + p] * (tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]));
+            double tol = 2.0 * (k + 4) * 0x1p-23 * s + 1e-30;
+            if (c_dt == DT_BF16) tol += 0x1p-8 * fabs((double)c[(size_t)i * n + j]);
+            double err = fabs((double)got[(size_t)i * n + j] - c[(size_t)i * n + j]);
+            if (!(err <= tol) && bad++ < 3)
+                test_fail(__FILE__, __LINE__, "wide GEMM m=%d lda=%d ldc=%d C[%d,%d]: gpu %.8g cpu %.8g", m, lda, ldc, i,
+                          j, got[(size_t)i * n + j], c[(size_t)i * n + j]);
+        }
+    backend_free(gpu, da);
+    backend_free(gpu, db);
+    backend_free(gpu, dc);
+    free(a), free(b), free(c), free(got), free(h), free(row);
+    return bad;
+}
+
+static void test_gemm_wide(backend *gpu, backend *cpu) {
+    const int V = 248320;
+    int bad_dx = gemm_wide_case(gpu, cpu, 4330, 8, 3, 2 * V, 8, DT_BF16);
+    CHECK_MSG(bad_dx == 0, "dlogits-shaped GEMM past 2^31 elements: %d wrong values", bad_dx);
+    int bad_logits = gemm_wide_case(gpu, cpu, 8650, 5, 16, 16, V, DT_F32);
+    CHECK_MSG(bad_logits == 0, "logits-shaped GEMM past 2^31 elements: %d wrong values", bad_logits);
+    printf("wide GEMMs (operands past 2^31 elements): dlogits %d, logits %d wrong values\n", bad_dx, bad_logits);
+}
+
 static void test_memory(backend *gpu) {
     enum { N = 100000 };
     unsigned char *host = malloc(N), *back = malloc(N);
@@ -170,6 +234,7 @@ int main(void) {
     backend_close(&auto_be);
     test_memory(&gpu);
     test_gemm(&gpu, &cpu);
+    test_gemm_wide(&gpu, &cpu);
     backend_close(&gpu);
     backend_close(&cpu);
     return test_finish("test_backend_cuda");

@@ -273,7 +273,8 @@ extern "C" void cuda_stream_wait(backend *be, void *ev) {
 
 // Row-major C = op(A) op(B) is, read column-major, C^T = op(B)^T op(A)^T: a row-major [r, c]
 // matrix with row stride ld is the column-major [c, r] matrix with leading dimension ld. So cuBLAS
-// gets B first, then A, with m and n swapped and the same transpose flags and strides.
+// gets B first, then A, with m and n swapped and the same transpose flags and strides. An operand
+// spanning 2^31 elements or more (the fused loss's logits at real sizes) takes the 64-bit interface.
 extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
                           const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc,
                           dtype ab_dt, dtype c_dt) {
@@ -291,8 +292,11 @@ extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, i
     }
     if (m == 0 || n == 0) return;
     cuda_state *st = cuda_state_of(be);
-    cublas_check(cublasGemmEx(st->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ab_type, ldb, a,
-                              ab_type, lda, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (cublas_gemm_needs_64(ta, tb, n, m, k, ldb, lda, ldc)) // an operand spans 2^31 elements or more
+        cublas_check(cublasGemmEx_64(st->cublas, ta, tb, n, m, k, &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c,
+                                     c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+        cublas_check(cublasGemmEx(st->cublas, ta, tb, n, m, k, &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c,
+                                  c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

@@ -97,6 +97,25 @@ static inline void dflash_cublas_check(cublasStatus_t s, const char *call, const
 
 #define cublas_check(call) dflash_cublas_check((call), #call, __FILE__, __LINE__)
 
+// cublas_span_needs_64: a column-major operand of rows x cols with leading dimension ld spans
+// ld (cols - 1) + rows elements; at 2^31 or more the call goes through cuBLAS's 64-bit interface
+// (cublasGemmEx_64 and friends, cuBLAS 12+): the 32-bit one takes int sizes, and whether each of its
+// algorithms addresses such spans is undocumented. The fused loss's logits reach it at about 8,650
+// rows of V 248,320 (its bf16 dlogits, leading dimension 2V, at about 4,330). The emulator stops a
+// 32-bit call with such an operand (tests/emu/emu_cublas.cpp).
+static inline int cublas_span_needs_64(int64_t rows, int64_t cols, int64_t ld) {
+    return rows > 0 && cols > 0 && ld * (cols - 1) + rows >= ((int64_t)1 << 31);
+}
+
+// cublas_gemm_needs_64: any operand of op(A)[m, k] op(B)[k, n] = C[m, n] (column-major) does
+static inline int cublas_gemm_needs_64(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                                       int64_t lda, int64_t ldb, int64_t ldc) {
+    if (m <= 0 || n <= 0) return 0;
+    return cublas_span_needs_64(ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda) ||
+           cublas_span_needs_64(tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb) ||
+           cublas_span_needs_64(m, n, ldc);
+}
+
 // ---------------------------------------------------------------- NCCL
 
 static inline const char *nccl_hint(ncclResult_t r) {

@@ -623,11 +623,17 @@ extern "C" void cuda_gemm_batched_f32(backend *be, int trans_a, int trans_b, int
                                       const float *a, int lda, int64_t stride_a, const float *b, int ldb,
                                       int64_t stride_b, float beta, float *c, int ldc, int64_t stride_c, int batch) {
     if (m <= 0 || n <= 0 || batch <= 0) return;
-    cublas_check(cublasGemmStridedBatchedEx((cublasHandle_t)cuda_cublas(be), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                            trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_32F, ldb,
-                                            (long long)stride_b, a, CUDA_R_32F, lda, (long long)stride_a, &beta, c,
-                                            CUDA_R_32F, ldc, (long long)stride_c, batch, CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT));
+    cublasOperation_t ta = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (cublas_gemm_needs_64(ta, tb, n, m, k, ldb, lda, ldc)) // a member spans 2^31 elements (check_cuda.h)
+        cublas_check(cublasGemmStridedBatchedEx_64((cublasHandle_t)cuda_cublas(be), ta, tb, n, m, k, &alpha, b,
+                                                   CUDA_R_32F, ldb, (long long)stride_b, a, CUDA_R_32F, lda,
+                                                   (long long)stride_a, &beta, c, CUDA_R_32F, ldc, (long long)stride_c,
+                                                   batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+        cublas_check(cublasGemmStridedBatchedEx((cublasHandle_t)cuda_cublas(be), ta, tb, n, m, k, &alpha, b,
+                                                CUDA_R_32F, ldb, (long long)stride_b, a, CUDA_R_32F, lda,
+                                                (long long)stride_a, &beta, c, CUDA_R_32F, ldc, (long long)stride_c,
+                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 static void gdr_gemm_path(backend *be, bf16 *out, const bf16 *qkv, const float *g, const float *beta,

@@ -348,9 +348,25 @@ extern "C" void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W
         G++;
     }
     if (G == 0) return;
-    cublas_check(cublasGemmGroupedBatchedEx((cublasHandle_t)cuda_cublas(be), ta, tb, m, n, k, alpha, dA, CUDA_R_16BF,
-                                            lda, dB, CUDA_R_16BF, lda, beta, dC, CUDA_R_16BF, ldc, G, size,
-                                            CUBLAS_COMPUTE_32F));
+    // an expert's rows of x or y spanning 2^31 elements or more (check_cuda.h): the 64-bit interface,
+    // its sizes copied to 64-bit arrays
+    int wide = 0;
+    for (int g = 0; g < G; g++) wide |= cublas_gemm_needs_64(ta[g], tb[g], m[g], n[g], k[g], lda[g], lda[g], ldc[g]);
+    if (!wide) {
+        cublas_check(cublasGemmGroupedBatchedEx((cublasHandle_t)cuda_cublas(be), ta, tb, m, n, k, alpha, dA,
+                                                CUDA_R_16BF, lda, dB, CUDA_R_16BF, lda, beta, dC, CUDA_R_16BF, ldc, G,
+                                                size, CUBLAS_COMPUTE_32F));
+        return;
+    }
+    int64_t *w = (int64_t *)malloc((size_t)G * 6 * sizeof(int64_t));
+    if (!w) fatal("moe gemm on CUDA: out of host memory for %d groups' sizes", G);
+    int64_t *m64 = w, *n64 = w + G, *k64 = w + 2 * G, *ld64 = w + 3 * G, *ldc64 = w + 4 * G, *size64 = w + 5 * G;
+    for (int g = 0; g < G; g++)
+        m64[g] = m[g], n64[g] = n[g], k64[g] = k[g], ld64[g] = lda[g], ldc64[g] = ldc[g], size64[g] = size[g];
+    cublas_check(cublasGemmGroupedBatchedEx_64((cublasHandle_t)cuda_cublas(be), ta, tb, m64, n64, k64, alpha, dA,
+                                               CUDA_R_16BF, ld64, dB, CUDA_R_16BF, ld64, beta, dC, CUDA_R_16BF, ldc64,
+                                               G, size64, CUBLAS_COMPUTE_32F));
+    free(w);
 }
 
 // ---------------------------------------------------------------------------- elementwise
