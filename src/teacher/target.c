@@ -914,6 +914,7 @@ int target_forward(target_model *m, const target_outputs *o, target_work *w, con
     backend_copy_to_device(be, w->tokens, tokens, (size_t)T * sizeof(int32_t));
     backend_copy_to_device(be, w->pos, pos, (size_t)T * sizeof(int32_t));
     backend_copy_to_device(be, w->cu_seqlens, cu_seqlens, ((size_t)n_seq + 1) * sizeof(int32_t));
+    w->cu_host = cu_seqlens;
     free(pos);
 
     int64_t l0, l1; // a stage of a group: its layers only (target.h)

@@ -151,6 +151,7 @@ typedef struct target_work {
     void *router_act;                           // [T, E] act: the router's bias on every row (gpt-oss), before fp32
     int32_t *router_zero;                       // [T] i32 zeros: the rows ops_embed reads the bias into router_act with
     int32_t *tokens, *pos, *cu_seqlens;         // device copies of the batch
+    const int32_t *cu_host;                     // the batch's cu_seqlens on the host (the caller's, for the call)
     float *m, *s;                               // running LSE state [max_tokens]
     // outputs (device)
     void *features;     // [max_tokens, n_feat*H] act

@@ -271,6 +271,7 @@ static void decoder_upload(target_decoder *d, const int32_t *tokens, int R, int 
     backend_copy_to_device(be, d->w.tokens, tokens, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.pos, d->pos_host, (size_t)R * sizeof(int32_t));
     backend_copy_to_device(be, d->w.cu_seqlens, d->cu_host, ((size_t)n_seq + 1) * sizeof(int32_t));
+    d->w.cu_host = d->cu_host;
     if (target_stage_is_first(d->m)) target_embed(d->m, d->w.x, d->w.tokens, R);
 }
 

@@ -17,9 +17,14 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
+#include <atomic>
+#include <mutex>
 #include <vector>
+
+#include "emu_internal.h"
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -246,10 +251,32 @@ static int launch_error(dim3 grid, dim3 block, size_t smem, size_t smem_limit) {
 void emu_set_last_error(cudaError_t e);
 size_t emu_smem_limit(const void *kernel);
 
+// Launch counts (emu_internal.h): every kernel launch (run_kernel, failed ones included) here, the
+// cuBLAS calls in emu_cublas.cpp (emu_cublas_call_count), process-wide. With
+// DFLASH_EMU_LAUNCH_REPORT=1 each process prints them at exit:
+//     cuda emulator: launches: K kernels, G cuBLAS calls
+static std::atomic<long long> launches_kernel;
+
+static void emu_launch_report(void) {
+    fprintf(stderr, "cuda emulator: launches: %lld kernels, %lld cuBLAS calls\n", launches_kernel.load(),
+            emu_cublas_call_count());
+}
+
+extern "C" void emu_launch_counts(long long *kernels, long long *library) {
+    if (kernels) *kernels = launches_kernel.load();
+    if (library) *library = emu_cublas_call_count();
+}
+
 namespace emu {
 
 void run_kernel(const void *kernel, const char *name, dim3 grid, dim3 block, size_t smem, body_fn body, void *arg) {
     if (cur_thread) die("a kernel launch from inside a kernel");
+    static std::once_flag report_once;
+    std::call_once(report_once, [] {
+        const char *r = getenv("DFLASH_EMU_LAUNCH_REPORT");
+        if (r && strcmp(r, "1") == 0) atexit(emu_launch_report);
+    });
+    launches_kernel++;
     if (launch_error(grid, block, smem, emu_smem_limit(kernel))) {
         emu_set_last_error(cudaErrorInvalidConfiguration);
         return;

@@ -364,12 +364,12 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     const double tol = 2e-5;
 
     gdr_ref(ref, NULL, qkv, g, beta, cu, n_seq, Hk, Hv, dk, dv, NULL);
-    ops_gated_delta_rule(&be, out, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, NULL, work);
+    ops_gated_delta_rule(&be, out, qkv, g, beta, cu, NULL, n_seq, T, Hk, Hv, dk, dv, NULL, work);
     snprintf(name, sizeof name, "gated_delta_rule T=%d Hk=%d Hv=%d dk=%d dv=%d", T, Hk, Hv, dk, dv);
     test_report(name, test_rel_err_d(out, ref, no), tol);
 
     gdr_ref(ref, st_ref, qkv, g, beta, cu, n_seq, Hk, Hv, dk, dv, st0);
-    ops_gated_delta_rule(&be, out, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, st, work);
+    ops_gated_delta_rule(&be, out, qkv, g, beta, cu, NULL, n_seq, T, Hk, Hv, dk, dv, st, work);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d state in", dk, dv);
     test_report(name, test_rel_err_d(out, ref, no), tol);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d state out", dk, dv);
@@ -384,8 +384,8 @@ static void gdr_case(const int *lens_a, const int *lens_b, int n_seq, int Hk, in
     parts_move(&P, qkv, qa, qb, ld, 1);
     parts_move(&P, g, ga, gb, (size_t)Hv, 1);
     parts_move(&P, beta, ba, bb, (size_t)Hv, 1);
-    ops_gated_delta_rule(&be, oa, qa, ga, ba, P.cua, n_seq, P.cua[n_seq], Hk, Hv, dk, dv, st2, work);
-    ops_gated_delta_rule(&be, ob, qb, gb, bb, P.cub, n_seq, P.cub[n_seq], Hk, Hv, dk, dv, st2, work);
+    ops_gated_delta_rule(&be, oa, qa, ga, ba, P.cua, NULL, n_seq, P.cua[n_seq], Hk, Hv, dk, dv, st2, work);
+    ops_gated_delta_rule(&be, ob, qb, gb, bb, P.cub, NULL, n_seq, P.cub[n_seq], Hk, Hv, dk, dv, st2, work);
     parts_move(&P, two, oa, ob, (size_t)Hv * dv, 0);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d two parts = one run", dk, dv);
     test_report(name, test_rel_err(two, out, no), tol);

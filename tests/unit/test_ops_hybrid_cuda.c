@@ -40,6 +40,13 @@
 
 static backend cpu, gpu;
 
+#ifdef DFLASH_CUDA_EMU
+// the emulator's launch counts so far (tests/emu/emu_sched.cpp)
+void emu_launch_counts(long long *kernels, long long *library);
+#endif
+// the launches of gdr_case's first GPU call (0 outside the emulator)
+static long long gdr_kernels, gdr_library;
+
 // the device copy of a bf16 result against the CPU's, freed after
 static void report_bf16(const char *op, const void *d, const float *ref, size_t n) {
     float *got = dev_down_bf16(&gpu, d, n);
@@ -214,7 +221,7 @@ static void test_gates(void) {
 static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv, const char *plan) {
     if (*plan) setenv("DFLASH_CUDA_GDR", plan, 1);
     else unsetenv("DFLASH_CUDA_GDR");
-    int32_t cu[8];
+    int32_t cu[16];
     int T = make_cu(cu, lens, n_seq);
     size_t ld = 2 * (size_t)Hk * dk + (size_t)Hv * dv, nq = (size_t)T * ld, ng = (size_t)T * Hv;
     size_t no = (size_t)T * Hv * dv, ns = (size_t)n_seq * Hv * dk * dv;
@@ -233,14 +240,23 @@ static void gdr_case(const int *lens, int n_seq, int Hk, int Hv, int dk, int dv,
     float *d_st = dev_up_raw(&gpu, st0, ns * 4);
     char name[128];
 
-    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, NULL, work);
-    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, n_seq, T, Hk, Hv, dk, dv, NULL, d_work);
+    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, NULL, n_seq, T, Hk, Hv, dk, dv, NULL, work);
+    long long k0 = 0, l0 = 0, k1 = 0, l1 = 0;
+#ifdef DFLASH_CUDA_EMU
+    emu_launch_counts(&k0, &l0);
+#endif
+    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, NULL, n_seq, T, Hk, Hv, dk, dv, NULL, d_work);
+#ifdef DFLASH_CUDA_EMU
+    emu_launch_counts(&k1, &l1);
+#endif
+    gdr_kernels = k1 - k0;
+    gdr_library = l1 - l0;
     snprintf(name, sizeof name, "gated_delta_rule T=%d Hk=%d Hv=%d dk=%d dv=%d %s", T, Hk, Hv, dk, dv,
              *plan ? plan : "auto");
     report_bf16(name, d_out, ref, no);
 
-    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, n_seq, T, Hk, Hv, dk, dv, st, work);
-    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, n_seq, T, Hk, Hv, dk, dv, d_st, d_work);
+    ops_gated_delta_rule(&cpu, ref, qkv, g, beta, cu, NULL, n_seq, T, Hk, Hv, dk, dv, st, work);
+    ops_gated_delta_rule(&gpu, d_out, d_qkv, d_g, d_beta, d_cu, cu, n_seq, T, Hk, Hv, dk, dv, d_st, d_work);
     snprintf(name, sizeof name, "gated_delta_rule dk=%d dv=%d %s state in", dk, dv, *plan ? plan : "auto");
     report_bf16(name, d_out, ref, no);
     float *got = dev_down_f32(&gpu, d_st, ns);
@@ -280,6 +296,35 @@ static void test_gated_delta_rule_gemm(void) {
     gdr_case(e, 1, 1, 1, 33, 47, "gemm");   // one head, odd dims
     gdr_case(e, 1, 1, 1, 33, 47, "gemm:1");
     gdr_case(a, 3, 1, 1, 96, 160, "gemm:1"); // dk 3 x 32, dv 5 x 32
+    // 9 packed sequences, longest first in the carry: 3, 2 and 1 chunks, one shorter than a chunk, one
+    // exactly a chunk, an empty one. gemm: one batch of 8 sequences in flight (steps of 8, 5, 4);
+    // gemm:9: the steps of 5 and 4 sequences share a group; gemm:3: batches of 2, 3 and 3 sequences
+    // (a batch's states stored and the next one's loaded in one pass), groups of one step
+    int f[] = {150, 3, 190, 64, 100, 0, 177, 129, 40};
+    gdr_case(f, 9, 1, 2, 24, 40, "gemm");
+    gdr_case(f, 9, 1, 2, 24, 40, "gemm:9");
+    gdr_case(f, 9, 1, 2, 24, 40, "gemm:3");
+}
+
+// The launches of the GEMM form: the carry walks chunk steps (the j-th chunk of every sequence at
+// once), so 8 sequences of 3 chunks take launches per step, not per chunk: here at most 2 kernels
+// per group and 1 per step (+ 2: the states in and out) and 2 cuBLAS calls per group and 3 per step,
+// where the chunk-by-chunk carry took 1 kernel and 3 calls per chunk (24 chunks). Emulator only.
+static void test_gated_delta_rule_launches(void) {
+    if (!TEST_EMULATED) return;
+    int h[] = {129, 192, 150, 170, 131, 190, 188, 140}; // 3 chunks each, none a multiple of 64
+    gdr_case(h, 8, 1, 2, 16, 16, "gemm"); // one batch of 8, one group (24 chunks): 3 steps
+    long long steps = 3, groups = 1;
+    printf("gated_delta_rule launches, 8 sequences x 3 chunks: %lld kernels, %lld cuBLAS calls\n", gdr_kernels,
+           gdr_library);
+    CHECK(gdr_kernels >= steps && gdr_kernels <= 2 * groups + steps + 2);
+    CHECK(gdr_library <= 2 * groups + 3 * steps);
+    gdr_case(h, 8, 1, 2, 16, 16, "gemm:4"); // 2 batches of 4 (3 steps, 1 step a group each)
+    steps = 2 * 3, groups = 2 * 3;
+    printf("gated_delta_rule launches, 8 x 3 chunks, gemm:4: %lld kernels, %lld cuBLAS calls\n", gdr_kernels,
+           gdr_library);
+    CHECK(gdr_kernels >= steps && gdr_kernels <= 2 * groups + steps + 3);
+    CHECK(gdr_library <= 2 * groups + 3 * steps);
 }
 
 static void test_gated_delta_rule(void) {
@@ -289,8 +334,10 @@ static void test_gated_delta_rule(void) {
     gdr_case(b, 3, 1, 2, 72, 100, "");     // an empty sequence; dims not powers of two
     gdr_case(b, 3, 1, 2, 72, 100, "32x48");
     gdr_case(c, 2, 1, 3, 128, 128, "");    // Qwen3.6's head dims (2000 tokens on a GPU)
-    gdr_case(c, 2, 1, 3, 128, 128, "64x32");
+    gdr_case(c, 2, 1, 3, 128, 128, "32x32"); // sm_120's choice (64x32 needs 105 KiB: sm_80/sm_90 only)
+    gdr_case(b, 3, 1, 3, 128, 128, "");    // gdr_kernel at those dims: chunk 64, or 32 in sm_120's 99 KiB
     test_gated_delta_rule_gemm();
+    test_gated_delta_rule_launches();
 }
 
 // ----------------------------------------------------------------------------- batched GEMM

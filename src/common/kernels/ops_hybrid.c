@@ -45,11 +45,13 @@ size_t ops_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int 
 }
 
 void ops_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
-                          const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,
-                          void *work) {
+                          const int32_t *cu_seqlens, const int32_t *cu_host, int n_seq, int T, int Hk, int Hv, int dk,
+                          int dv, float *state, void *work) {
     if (Hk < 1 || Hv % Hk) fatal("gated delta rule: %d value heads do not group over %d key heads", Hv, Hk);
     if (dk < 1 || dv < 1) fatal("gated delta rule: head dims %d, %d", dk, dv);
-    DISPATCH(be, cuda_gated_delta_rule(be, out, qkv, g, beta, cu_seqlens, n_seq, T, Hk, Hv, dk, dv, state, work),
+    (void)cu_host; // (the CPU's cu_seqlens is host memory already)
+    DISPATCH(be,
+             cuda_gated_delta_rule(be, out, qkv, g, beta, cu_seqlens, cu_host, n_seq, T, Hk, Hv, dk, dv, state, work),
              cpu_gated_delta_rule(out, qkv, g, beta, cu_seqlens, n_seq, T, Hk, Hv, dk, dv, state, work, be->threads));
 }
 

@@ -53,13 +53,18 @@ void ops_gdn_gates(backend *be, float *beta, float *g, const void *b, const void
 //   S += k_t d^T; o_t = S^T q_t. Computed in chunks of tokens (GEMM-shaped work).
 //   state: NULL (every sequence starts at S = 0, the final state is dropped), or [n_seq, Hv, dk, dv]
 //          f32 in/out: each sequence's initial state on entry, its final state on exit (decoding).
+//   cu_host: a host copy of cu_seqlens, or NULL. The CUDA batched-GEMM form plans its chunk steps on
+//            the host from the lengths: with cu_host it reads them there, without it downloads
+//            cu_seqlens (one wait for the stream per call). The CPU backend ignores it.
 //   work: ops_gated_delta_rule_work_bytes(...) bytes of device memory (scratch; the memory plan counts it;
 //         NULL when that is 0). CPU: one slice per thread of the backend (be->threads); CUDA: the
-//         batched-GEMM form's chunk table, state and one group of chunks (ops_hybrid_cuda.cu).
+//         batched-GEMM form's chunk table, the states of the sequences in flight and one group of
+//         chunks (ops_hybrid_cuda.cu); it grows with T and n_seq, so the size for the most of both
+//         serves every smaller call.
 size_t ops_gated_delta_rule_work_bytes(const backend *be, int T, int n_seq, int Hk, int Hv, int dk, int dv);
 void ops_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
-                          const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,
-                          void *work);
+                          const int32_t *cu_seqlens, const int32_t *cu_host, int n_seq, int T, int Hk, int Hv, int dk,
+                          int dv, float *state, void *work);
 
 // ops_gated_rmsnorm: the gated norm of the linear mixer (not zero-centred), per row of D:
 //   out = w * (x * rsqrt(mean(x^2) + eps)) * silu(z)

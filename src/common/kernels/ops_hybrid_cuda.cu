@@ -1,7 +1,8 @@
 // ops_hybrid_cuda.cu: the CUDA kernels of the hybrid-target ops (see ops_hybrid.h and ops_hybrid_cuda.h).
 //
 // Written C-style, as ops_cuda.cu: bf16 activations and weights, fp32 gates, state and every sum; all
-// work on the backend's stream, nothing waits for it; int64 indices where a product of two sizes can
+// work on the backend's stream, nothing waits for it (but the delta rule's GEMM form, for the packed
+// sequences' lengths: once per call, see below); int64 indices where a product of two sizes can
 // pass 2^31; grid-stride loops. Each kernel computes the formula of its CPU twin (ops_hybrid_cpu.c) in
 // the same order where that is cheap, so the GPU test can hold it to bf16 tolerances.
 #include <math.h>
@@ -389,19 +390,33 @@ static void gdr_plan(int n_blocks, int dk, int dv, int *C_out, int *W_out) {
 //                                                 gdr_solve_kernel (below), which also masks P (P~ =
 //                                                 j <= i part times e^(gam_i - gam_j)), scales Q by e^gam
 //                                                 and K by e^(gam_last - gam)
-//   carry (per chunk, batched over heads; S the head's state at the chunk's start)
+//   carry (per chunk step, batched over sequences x heads; S the head's state at the chunk's start)
 //     [U ; -O1] = [U0 ; 0] - [W ; e^gam Q] S      GEMM 1 (U = U0 - W S is the solve of the CPU's
 //                                                 corrected right-hand side, by linearity)
 //     -O = -O1 - P~ U                             GEMM 2
-//     D = (e^(gam_last - gam) K)^T U              GEMM 3
-//     S = e^gam_last S + D, out = O (bf16)        gdr_carry_kernel
+//     S = e^gam_last S, out = O (bf16)            gdr_step_kernel
+//     S += (e^(gam_last - gam) K)^T U             GEMM 3 (beta 1: the decayed state plus the update)
 //
-// The packed sequences' chunks are numbered in order (gdr_chunks_kernel builds the table on the
-// device: no host sync), at most (T + n_seq (C-1)) / C of them; the carry walks them all in that order,
-// one launch group per chunk: gdr_carry_kernel reloads S from the state (or 0) where a sequence
-// begins and stores it where one ends, so the state crosses from chunk to chunk on the stream and
-// never through the host. The intra part runs on groups of G chunks (the scratch holds one group:
-// G bounded by GDR_GROUP_BYTES), each group's carry right after it.
+// Chunks of different sequences are independent, so the carry walks chunk steps, not chunks: step j
+// is the j-th chunk of every sequence in flight at once, one gdr_step_kernel and 3 GEMMs batched over
+// (sequences x heads) per step. The host plans it from the sequences' lengths (gdr_plan_carry): the
+// non-empty sequences sorted longest first (ties: in order), cut into batches of at most `lanes`
+// (each sequence in flight holds its state S [Hv, dk, dv] in the scratch: lane i of the batch at
+// S + i Hv dk dv); within a batch the sequences still running at step j are then a prefix of its
+// lanes, so every product of the step is one strided-batched call over a contiguous run of members.
+// The chunk table lists the chunks batch by batch, step by step, lane by lane (built on the host,
+// one upload); gdr_lanes_kernel loads a batch's states (or 0) before its first step and stores them
+// after its last (a sequence that ends early keeps its S untouched until then). The intra part runs
+// on groups of whole steps of one batch, G chunks at most (the scratch holds one group: G bounded by
+// GDR_GROUP_BYTES, and lanes <= G so that a step always fits a group), each group's steps right after
+// it. Launches per call: per batch 1 + 4 per group + 4 per step, plus 1 when the state is stored:
+// O(steps x batches), where the chunk-by-chunk carry took 4 per chunk (tests/unit/test_ops_hybrid_cuda.c
+// holds it to that, bench/RESULTS.md has the counts at the 27B layer shape).
+//
+// The lengths: from the caller's host copy (cu_host: the teacher's forward and decoder pass the
+// batch's, which they upload), so the host never waits; without one the op downloads cu_seqlens
+// (n_seq + 1 ints, one wait for the stream per call, none per chunk; none for one sequence, whose
+// length is T). Decoding stays on gdr_kernel.
 //
 // The triangular solve is a kernel of its own rather than cublasStrsmBatched: that takes arrays of
 // device pointers (one more kernel to fill them per group) and one matrix per member as it is
@@ -409,14 +424,13 @@ static void gdr_plan(int n_blocks, int dk, int dv, int *C_out, int *W_out) {
 // right-hand side formed from V and K: the kernel does those in the same pass, with A~ in shared
 // memory, one thread per right-hand-side column.
 #define GDR_GEMM_CHUNK 64
-#define GDR_GROUP_BYTES ((size_t)64 << 20) // the intra scratch of one group of chunks
-#define GDR_GROUP_MAX 64                   // chunks per group at most
+#define GDR_GROUP_BYTES ((size_t)128 << 20) // the intra scratch of one group of chunks
+#define GDR_GROUP_MAX 64                    // chunks per group at most
 #define GDR_SOLVE_THREADS 256
 
-// one entry of the chunk table: first token, token count (0: an unused slot), sequence, flags
-enum { GDR_FIRST = 1, GDR_LAST = 2 };
+// one entry of the chunk table: first token, token count, sequence
 typedef struct {
-    int32_t start, n, seq, flags;
+    int32_t start, n, seq;
 } gdr_chunk;
 
 // the scratch of one (chunk, head), in floats: WQ [2C, dk] (W rows, then Q rows), K [C, dk], A and
@@ -428,8 +442,10 @@ static size_t gdr_chunk_floats(int C, int dk, int dv) {
 static int64_t gdr_max_chunks(int T, int n_seq, int C) { return ((int64_t)T + (int64_t)n_seq * (C - 1)) / C; }
 
 // chunks per group: as many as GDR_GROUP_BYTES of scratch hold, at most GDR_GROUP_MAX and the chunks
-// there are; DFLASH_CUDA_GDR=gemm:G sets the most to G (tests: groups of a few chunks). Read by both
-// the work size and the op, so the two agree while the variable stays as it is.
+// there are; DFLASH_CUDA_GDR=gemm:G sets the most to G (tests: groups of a few chunks, batches of a
+// few sequences). Read by both the work size and the op, so the two agree while the variable stays
+// as it is. Fewer launches want a larger G (about 8 per step and batch of G sequences); 128 MiB holds
+// 14 chunks of the 27B layer (48 value heads of 128 x 128: 9 MiB a chunk).
 static int64_t gdr_group(int T, int n_seq, int Hv, int dk, int dv, int C) {
     int64_t nc = gdr_max_chunks(T, n_seq, C), most = GDR_GROUP_MAX;
     const char *env = getenv("DFLASH_CUDA_GDR");
@@ -441,24 +457,30 @@ static int64_t gdr_group(int T, int n_seq, int Hv, int dk, int dv, int C) {
     return g < 1 ? 1 : g;
 }
 
+// sequences in flight at once: a group holds one chunk of each, and there are n_seq at most
+static int64_t gdr_lanes(int64_t G, int n_seq) { return G < n_seq ? G : n_seq; }
+
 typedef struct {
-    gdr_chunk *chunks;  // [max chunks]
-    float *S, *D;       // [Hv, dk, dv] each: the carried state, the chunk's update
+    gdr_chunk *chunks;  // [max chunks]: batch by batch, step by step, lane by lane
+    float *S;           // [lanes, Hv, dk, dv]: the carried states of the batch's sequences
     float *WQ, *K, *A, *P, *Y, *el; // [G, Hv, ...] (see gdr_chunk_floats)
 } gdr_work;
 
 static size_t gdr_align(size_t b) { return (b + 255) & ~(size_t)255; }
 
+// Every size grows with T and n_seq, so a buffer sized for the most tokens and sequences (the memory
+// plan) holds the layout of any smaller call.
 static size_t gdr_work_layout(gdr_work *w, char *base, int T, int n_seq, int Hv, int dk, int dv) {
     int C = GDR_GEMM_CHUNK;
-    size_t G = (size_t)gdr_group(T, n_seq, Hv, dk, dv, C), gh = G * (size_t)Hv, off = 0;
-    size_t sizes[9] = {(size_t)gdr_max_chunks(T, n_seq, C) * sizeof(gdr_chunk),
-                       (size_t)Hv * dk * dv * 4, (size_t)Hv * dk * dv * 4,
+    int64_t G64 = gdr_group(T, n_seq, Hv, dk, dv, C);
+    size_t G = (size_t)G64, gh = G * (size_t)Hv, off = 0;
+    size_t sizes[8] = {(size_t)gdr_max_chunks(T, n_seq, C) * sizeof(gdr_chunk),
+                       (size_t)gdr_lanes(G64, n_seq) * Hv * dk * dv * 4,
                        gh * 2 * C * dk * 4, gh * C * dk * 4, gh * C * C * 4, gh * C * C * 4, gh * 2 * C * dv * 4,
                        gh * 4};
-    void **ptrs[9] = {(void **)&w->chunks, (void **)&w->S, (void **)&w->D, (void **)&w->WQ, (void **)&w->K,
+    void **ptrs[8] = {(void **)&w->chunks, (void **)&w->S, (void **)&w->WQ, (void **)&w->K,
                       (void **)&w->A, (void **)&w->P, (void **)&w->Y, (void **)&w->el};
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 8; i++) {
         *ptrs[i] = base ? base + off : NULL;
         off += gdr_align(sizes[i]);
     }
@@ -472,18 +494,6 @@ extern "C" size_t cuda_gated_delta_rule_work_bytes(const backend *be, int T, int
     if (T <= 0 || n_seq <= 0 || Hv <= 0) return 0;
     gdr_work w;
     return gdr_work_layout(&w, NULL, T, n_seq, Hv, dk, dv);
-}
-
-// One thread: sequence by sequence, its chunks in order; slots past the last chunk get n = 0.
-static __global__ void gdr_chunks_kernel(gdr_chunk *chunks, const int32_t *cu, int n_seq, int64_t max_chunks, int C) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    int64_t c = 0;
-    for (int s = 0; s < n_seq; s++)
-        for (int32_t t = cu[s]; t < cu[s + 1] && c < max_chunks; t += C, c++) {
-            int32_t n = min(C, cu[s + 1] - t);
-            chunks[c] = {t, n, s, (t == cu[s] ? GDR_FIRST : 0) | (t + n == cu[s + 1] ? GDR_LAST : 0)};
-        }
-    for (; c < max_chunks; c++) chunks[c] = {0, 0, 0, 0};
 }
 
 // One warp per (chunk j of the group, head h, row i): q and k of token start + i L2-normalised (q
@@ -589,32 +599,31 @@ static __global__ void __launch_bounds__(GDR_SOLVE_THREADS)
     if (tid == 0) el[b] = expf(glast);
 }
 
-// Between chunks c - 1 and c of the group (c - 1 < 0: none to finish; c = group size: none to start),
-// per head: finish c - 1 (S = e^gam_last S + D, its rows of out from -O, the state stored where its
-// sequence ends), then start c (S from the state, or 0, where its sequence begins). Unused slots
-// (n = 0) leave S as it is: D = 0 and e^gam_last = 1 there.
-static __global__ void gdr_carry_kernel(float *S, const float *D, const float *Y, const float *el, bf16 *out,
-                                        float *state, const gdr_chunk *chunks, int64_t prev, int64_t next,
-                                        int64_t prev_b, int Hv, int dk, int dv, int C) {
-    int64_t sd = (int64_t)dk * dv;
-    gdr_chunk pc = prev >= 0 ? chunks[prev] : gdr_chunk{0, 0, 0, 0};
-    gdr_chunk nc = next >= 0 ? chunks[next] : gdr_chunk{0, 0, 0, 0};
-    GRID_STRIDE(e, (int64_t)Hv * sd) {
-        int h = (int)(e / sd);
-        float v = S[e];
-        if (pc.n > 0) {
-            v = v * el[prev_b + h] + D[e];
-            if ((pc.flags & GDR_LAST) && state) state[(int64_t)pc.seq * Hv * sd + e] = v;
-        }
-        if (nc.n > 0 && (nc.flags & GDR_FIRST)) v = state ? state[(int64_t)nc.seq * Hv * sd + e] : 0.0f;
-        S[e] = v;
+// Between two batches of sequences: the n_store lanes of the one before (its step-0 entries, lane by
+// lane) store their S into the state; then the n_load lanes of the next start from theirs, or 0.
+// Each element is stored and loaded by the same thread, and the two batches hold different sequences.
+static __global__ void gdr_lanes_kernel(float *S, float *state, const gdr_chunk *store, int n_store,
+                                        const gdr_chunk *load, int n_load, int Hv, int64_t sd) {
+    int64_t hs = (int64_t)Hv * sd;
+    GRID_STRIDE(e, (int64_t)(n_store > n_load ? n_store : n_load) * hs) {
+        int64_t lane = e / hs, r = e % hs;
+        if (lane < n_store) state[(int64_t)store[lane].seq * hs + r] = S[e];
+        if (lane < n_load) S[e] = state ? state[(int64_t)load[lane].seq * hs + r] : 0.0f;
     }
-    if (pc.n > 0)
-        GRID_STRIDE(e, (int64_t)Hv * pc.n * dv) {
-            int64_t h = e / ((int64_t)pc.n * dv), r = e % ((int64_t)pc.n * dv), i = r / dv, c = r % dv;
-            out[((int64_t)(pc.start + i) * Hv + h) * dv + c] =
-                __float2bfloat16(-Y[((prev_b + h) * 2 * C + C + i) * dv + c]);
-        }
+}
+
+// One chunk step of a lanes' prefix (tab: the step's a entries; Y and el from the step's first member),
+// between GEMM 2 and GEMM 3: S = e^gam_last S per (lane, head), and the step's rows of out from -O.
+static __global__ void gdr_step_kernel(float *S, const float *Y, const float *el, bf16 *out, const gdr_chunk *tab,
+                                       int a, int Hv, int dk, int dv, int C) {
+    int64_t sd = (int64_t)dk * dv, cd = (int64_t)C * dv;
+    GRID_STRIDE(e, (int64_t)a * Hv * sd) S[e] *= el[e / sd];
+    GRID_STRIDE(e, (int64_t)a * Hv * cd) {
+        int64_t m = e / cd, r = e % cd, i = r / dv, c = r % dv; // member m = lane Hv + head
+        gdr_chunk ch = tab[m / Hv];
+        if (i < ch.n)
+            out[((int64_t)(ch.start + i) * Hv + m % Hv) * dv + c] = __float2bfloat16(-Y[(m * 2 * C + C + i) * dv + c]);
+    }
 }
 
 // Row-major strided-batched fp32 GEMM, C_b = alpha op(A_b) op(B_b) + beta C_b (strides in floats): by
@@ -636,74 +645,168 @@ extern "C" void cuda_gemm_batched_f32(backend *be, int trans_a, int trans_b, int
                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// The carry's plan on the host: the non-empty sequences sorted longest first (ties in order), and
+// the lanes of a batch [l0, l1) still running at step j (a prefix of them, by the sort).
+typedef struct {
+    int32_t start, len, seq;
+} gdr_seq;
+
+static int gdr_seq_cmp(const void *x, const void *y) {
+    const gdr_seq *a = (const gdr_seq *)x, *b = (const gdr_seq *)y;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+static int gdr_active(const gdr_seq *sq, int l0, int l1, int64_t j, int C) {
+    int a = 0;
+    while (l0 + a < l1 && sq[l0 + a].len > j * C) a++;
+    return a;
+}
+
+// The sequences' lengths from the caller's host copy cu_host, else from cu_seqlens (device; one
+// wait for the stream; for one sequence: T), checked, non-empty ones sorted; returns how many.
+static int gdr_sequences(gdr_seq *sq, cudaStream_t st, const int32_t *cu_dev, const int32_t *cu_host, int n_seq,
+                         int T) {
+    int32_t *cu = (int32_t *)xmalloc(((size_t)n_seq + 1) * sizeof(int32_t));
+    if (cu_host) {
+        memcpy(cu, cu_host, ((size_t)n_seq + 1) * sizeof(int32_t));
+    } else if (n_seq == 1) {
+        cu[0] = 0;
+        cu[1] = T;
+    } else {
+        cuda_check(cudaMemcpyAsync(cu, cu_dev, ((size_t)n_seq + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+        cuda_check(cudaStreamSynchronize(st));
+    }
+    if (cu[0] != 0 || cu[n_seq] != T)
+        fatal("gated delta rule on CUDA: batch boundaries run from %d to %d, not from 0 to %d tokens", (int)cu[0],
+              (int)cu[n_seq], T);
+    int L = 0;
+    for (int s = 0; s < n_seq; s++) {
+        if (cu[s + 1] < cu[s])
+            fatal("gated delta rule on CUDA: sequence %d's boundaries decrease (%d, then %d)", s, (int)cu[s],
+                  (int)cu[s + 1]);
+        if (cu[s + 1] > cu[s]) sq[L++] = {cu[s], cu[s + 1] - cu[s], s};
+    }
+    free(cu);
+    qsort(sq, (size_t)L, sizeof *sq, gdr_seq_cmp);
+    return L;
+}
+
 static void gdr_gemm_path(backend *be, bf16 *out, const bf16 *qkv, const float *g, const float *beta,
-                          const int32_t *cu, int n_seq, int T, int Hk, int Hv, int dk, int dv, float *state,
-                          void *work) {
+                          const int32_t *cu, const int32_t *cu_host, int n_seq, int T, int Hk, int Hv, int dk, int dv,
+                          float *state, void *work) {
     int C = GDR_GEMM_CHUNK;
     cudaStream_t st = stream_of(be);
     if (!work) fatal("gated delta rule on CUDA: no work buffer (ops_gated_delta_rule_work_bytes)");
     gdr_work w;
     gdr_work_layout(&w, (char *)work, T, n_seq, Hv, dk, dv);
-    int64_t nc = gdr_max_chunks(T, n_seq, C), G = gdr_group(T, n_seq, Hv, dk, dv, C);
-    int64_t sd = (int64_t)dk * dv;
-    gdr_chunks_kernel<<<1, 1, 0, st>>>(w.chunks, cu, n_seq, nc, C);
-    cuda_check_launch();
+    int64_t G = gdr_group(T, n_seq, Hv, dk, dv, C), lanes = gdr_lanes(G, n_seq), sd = (int64_t)dk * dv;
+
+    // the plan: batches of at most `lanes` sequences (balanced, longest first), the chunk table
+    gdr_seq *sq = (gdr_seq *)xmalloc((size_t)n_seq * sizeof(gdr_seq));
+    int L = gdr_sequences(sq, st, cu, cu_host, n_seq, T);
+    int64_t nb = (L + lanes - 1) / lanes, total = 0;
+    for (int i = 0; i < L; i++) total += (sq[i].len + C - 1) / C;
+    if (total > gdr_max_chunks(T, n_seq, C))
+        fatal("gated delta rule on CUDA: %" PRId64 " chunks overflow the table", total);
+    gdr_chunk *tab = (gdr_chunk *)xmalloc((size_t)total * sizeof(gdr_chunk));
+    int64_t *first = (int64_t *)xmalloc((size_t)(nb + 1) * sizeof(int64_t)), e = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int l0 = (int)(b * L / nb), l1 = (int)((b + 1) * L / nb);
+        first[b] = e;
+        for (int64_t j = 0; j * C < sq[l0].len; j++)
+            for (int i = l0; i < l1 && sq[i].len > j * C; i++) {
+                int32_t t = (int32_t)(j * C);
+                tab[e++] = {sq[i].start + t, sq[i].len - t < C ? sq[i].len - t : C, sq[i].seq};
+            }
+    }
+    first[nb] = e;
+    // pageable host memory: the copy is staged before the call returns, so tab may go at once
+    cuda_check(cudaMemcpyAsync(w.chunks, tab, (size_t)total * sizeof(gdr_chunk), cudaMemcpyHostToDevice, st));
+    free(tab);
+
     size_t smem = gdr_solve_smem_bytes(C);
     if (smem > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(gdr_solve_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    unsigned carry_grid = grid_for_threads((int64_t)Hv * (sd > (int64_t)C * dv ? sd : (int64_t)C * dv), HY_THREADS);
-    for (int64_t c0 = 0; c0 < nc; c0 += G) {
-        int64_t gn = nc - c0 < G ? nc - c0 : G, gh = gn * Hv;
-        const gdr_chunk *tab = w.chunks + c0;
-        int64_t rows = gh * C;
-        gdr_load_kernel<<<grid_for_threads(rows * 32, HY_THREADS), HY_THREADS, 0, st>>>(w.WQ, w.K, qkv, tab, rows, Hk,
-                                                                                        Hv, dk, dv, C);
-        cuda_check_launch();
-        // A = K K^T, P = Q K^T
-        cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.K, dk, (int64_t)C * dk, w.K, dk, (int64_t)C * dk, 0.0f, w.A,
-                              C, (int64_t)C * C, (int)gh);
-        cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.WQ + (size_t)C * dk, dk, 2 * (int64_t)C * dk, w.K, dk,
-                              (int64_t)C * dk, 0.0f, w.P, C, (int64_t)C * C, (int)gh);
-        gdr_solve_kernel<<<(unsigned)gh, GDR_SOLVE_THREADS, smem, st>>>(w.WQ, w.K, w.A, w.P, w.Y, w.el, qkv, g, beta,
-                                                                         tab, Hk, Hv, dk, dv, C);
-        cuda_check_launch();
-        for (int64_t j = 0; j <= gn; j++) {
-            gdr_carry_kernel<<<carry_grid, HY_THREADS, 0, st>>>(w.S, w.D, w.Y, w.el, out, state, w.chunks,
-                                                                 j > 0 ? c0 + j - 1 : -1, j < gn ? c0 + j : -1,
-                                                                 (j > 0 ? j - 1 : 0) * Hv, Hv, dk, dv, C);
+    int prev_n = 0; // the batch before: its lanes, whose states are still to be stored
+    for (int64_t b = 0; b <= nb; b++) {
+        int l0 = b < nb ? (int)(b * L / nb) : L, l1 = b < nb ? (int)((b + 1) * L / nb) : L, nl = l1 - l0;
+        int n_store = state ? prev_n : 0;
+        if (n_store > 0 || nl > 0) {
+            int64_t n = (int64_t)(n_store > nl ? n_store : nl) * Hv * sd;
+            gdr_lanes_kernel<<<grid_for_threads(n, HY_THREADS), HY_THREADS, 0, st>>>(
+                w.S, state, b > 0 ? w.chunks + first[b - 1] : NULL, n_store, w.chunks + first[b < nb ? b : 0], nl, Hv,
+                sd);
             cuda_check_launch();
-            if (j == gn) break;
-            size_t b0 = (size_t)j * Hv;
-            float *wq = w.WQ + b0 * 2 * C * dk, *k = w.K + b0 * C * dk, *p = w.P + b0 * C * C;
-            float *y = w.Y + b0 * 2 * C * dv;
-            // [U ; -O1] = [U0 ; 0] - [W ; e^gam Q] S
-            cuda_gemm_batched_f32(be, 0, 0, 2 * C, dv, dk, -1.0f, wq, dk, 2 * (int64_t)C * dk, w.S, dv, sd, 1.0f, y,
-                                  dv, 2 * (int64_t)C * dv, Hv);
-            // -O = -O1 - P~ U
-            cuda_gemm_batched_f32(be, 0, 0, C, dv, C, -1.0f, p, C, (int64_t)C * C, y, dv, 2 * (int64_t)C * dv, 1.0f,
-                                  y + (size_t)C * dv, dv, 2 * (int64_t)C * dv, Hv);
-            // D = (e^(gam_last - gam) K)^T U
-            cuda_gemm_batched_f32(be, 1, 0, dk, dv, C, 1.0f, k, dk, (int64_t)C * dk, y, dv, 2 * (int64_t)C * dv, 0.0f,
-                                  w.D, dv, sd, Hv);
+        }
+        prev_n = nl;
+        if (b == nb) break;
+        int64_t steps = ((int64_t)sq[l0].len + C - 1) / C, c0 = first[b];
+        for (int64_t j = 0; j < steps;) {
+            // a group: the steps from j on that fit G chunks (one always does: lanes <= G)
+            int64_t gn = 0, j2 = j;
+            for (; j2 < steps; j2++) {
+                int a = gdr_active(sq, l0, l1, j2, C);
+                if (gn + a > G) break;
+                gn += a;
+            }
+            int64_t gh = gn * Hv, rows = gh * C;
+            const gdr_chunk *gt = w.chunks + c0;
+            gdr_load_kernel<<<grid_for_threads(rows * 32, HY_THREADS), HY_THREADS, 0, st>>>(w.WQ, w.K, qkv, gt, rows,
+                                                                                            Hk, Hv, dk, dv, C);
+            cuda_check_launch();
+            // A = K K^T, P = Q K^T
+            cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.K, dk, (int64_t)C * dk, w.K, dk, (int64_t)C * dk, 0.0f,
+                                  w.A, C, (int64_t)C * C, (int)gh);
+            cuda_gemm_batched_f32(be, 0, 1, C, C, dk, 1.0f, w.WQ + (size_t)C * dk, dk, 2 * (int64_t)C * dk, w.K, dk,
+                                  (int64_t)C * dk, 0.0f, w.P, C, (int64_t)C * C, (int)gh);
+            gdr_solve_kernel<<<(unsigned)gh, GDR_SOLVE_THREADS, smem, st>>>(w.WQ, w.K, w.A, w.P, w.Y, w.el, qkv, g,
+                                                                             beta, gt, Hk, Hv, dk, dv, C);
+            cuda_check_launch();
+            // the group's steps: a lanes from entry o of the group on, members o Hv .. (o + a) Hv
+            for (int64_t o = 0; j < j2; j++) {
+                int a = gdr_active(sq, l0, l1, j, C), mb = a * Hv;
+                size_t b0 = (size_t)o * Hv;
+                float *wq = w.WQ + b0 * 2 * C * dk, *k = w.K + b0 * C * dk, *p = w.P + b0 * C * C;
+                float *y = w.Y + b0 * 2 * C * dv;
+                // [U ; -O1] = [U0 ; 0] - [W ; e^gam Q] S
+                cuda_gemm_batched_f32(be, 0, 0, 2 * C, dv, dk, -1.0f, wq, dk, 2 * (int64_t)C * dk, w.S, dv, sd, 1.0f,
+                                      y, dv, 2 * (int64_t)C * dv, mb);
+                // -O = -O1 - P~ U
+                cuda_gemm_batched_f32(be, 0, 0, C, dv, C, -1.0f, p, C, (int64_t)C * C, y, dv, 2 * (int64_t)C * dv,
+                                      1.0f, y + (size_t)C * dv, dv, 2 * (int64_t)C * dv, mb);
+                // S = e^gam_last S, out = O
+                int64_t n = (int64_t)mb * (sd > (int64_t)C * dv ? sd : (int64_t)C * dv);
+                gdr_step_kernel<<<grid_for_threads(n, HY_THREADS), HY_THREADS, 0, st>>>(w.S, y, w.el + b0, out, gt + o,
+                                                                                      a, Hv, dk, dv, C);
+                cuda_check_launch();
+                // S += (e^(gam_last - gam) K)^T U
+                cuda_gemm_batched_f32(be, 1, 0, dk, dv, C, 1.0f, k, dk, (int64_t)C * dk, y, dv, 2 * (int64_t)C * dv,
+                                      1.0f, w.S, dv, sd, mb);
+                o += a;
+            }
+            c0 += gn;
         }
     }
+    free(first);
+    free(sq);
 }
 
 // The batched-GEMM form for prefill (the sequences average at least a chunk), gdr_kernel for
-// decoding and short verification blocks, where the chunk-by-chunk carry over every sequence in turn
-// would be a chain of n_seq launches of a few rows. DFLASH_CUDA_GDR=gemm (or gemm:G) forces the GEMM
-// form, DFLASH_CUDA_GDR=CxW gdr_kernel with those sizes (tests).
+// decoding and short verification blocks, where the GEMM form's steps would be products of a few rows
+// (and its one wait for the lengths a wait per decoding step). DFLASH_CUDA_GDR=gemm (or gemm:G)
+// forces the GEMM form, DFLASH_CUDA_GDR=CxW gdr_kernel with those sizes (tests).
 extern "C" void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, const float *g, const float *beta,
-                                      const int32_t *cu_seqlens, int n_seq, int T, int Hk, int Hv, int dk, int dv,
-                                      float *state, void *work) {
+                                      const int32_t *cu_seqlens, const int32_t *cu_host, int n_seq, int T, int Hk,
+                                      int Hv, int dk, int dv, float *state, void *work) {
     if (n_seq <= 0 || Hv <= 0) return;
     if (Hk < 1 || Hv % Hk) fatal("gated delta rule: %d value heads do not group over %d key heads", Hv, Hk);
     const char *env = getenv("DFLASH_CUDA_GDR");
     int gemm = env && *env ? strncmp(env, "gemm", 4) == 0 : (int64_t)T >= (int64_t)GDR_GEMM_CHUNK * n_seq;
     if (gemm) {
         if (T > 0)
-            gdr_gemm_path(be, (bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, n_seq, T, Hk, Hv, dk, dv, state,
-                          work);
+            gdr_gemm_path(be, (bf16 *)out, (const bf16 *)qkv, g, beta, cu_seqlens, cu_host, n_seq, T, Hk, Hv, dk, dv,
+                          state, work);
         return;
     }
     if (n_seq > 65535) fatal("gated delta rule on CUDA: %d sequences exceed the grid's y limit", n_seq);

@@ -180,8 +180,8 @@ static void qwen3_5_deltanet(const target_model *m, const target_layer *L, targe
     target_linear(be, w->lb, w->xn, L->w_b, T, H, Hv);
     target_linear(be, w->la, w->xn, L->w_a, T, H, Hv);
     ops_gdn_gates(be, w->beta, w->g, w->lb, w->la, L->A_log, L->dt_bias, T, Hv);
-    ops_gated_delta_rule(be, w->core, w->qkv_conv, w->g, w->beta, w->cu_seqlens, n_seq, T, Hk, Hv, dk, dv, rec_state,
-                         w->gdn_work);
+    ops_gated_delta_rule(be, w->core, w->qkv_conv, w->g, w->beta, w->cu_seqlens, w->cu_host, n_seq, T, Hk, Hv, dk, dv,
+                         rec_state, w->gdn_work);
     ops_gated_rmsnorm(be, w->core, w->core, w->z, L->lin_norm, T * Hv, dv, (float)c->rms_eps);
     target_linear(be, w->xn, w->core, L->w_out, T, Hv * dv, H);
 }
