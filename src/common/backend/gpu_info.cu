@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/backend/gpu_info.h"
+#include "common/backend/nccl_setup_cuda.cuh"
 
 extern "C" {
 #include "common/core/error.h"
@@ -62,23 +63,6 @@ extern "C" int gpu_nccl_unique_id(void *id) {
     return r == ncclSuccess ? 0 : error_set("ncclGetUniqueId: %s", ncclGetErrorString(r));
 }
 
-// Wait until the communicator's pending operation is done; 0, or -1 (error_set) on an error or
-// when the deadline passes.
-static int gpu_nccl_wait(ncclComm_t comm, const char *what, double deadline) {
-    for (;;) {
-        ncclResult_t state = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-        if (r != ncclSuccess) return error_set("%s: %s", what, ncclGetErrorString(r));
-        if (state == ncclSuccess) return 0;
-        if (state != ncclInProgress) {
-            const char *last = ncclGetLastError(comm);
-            return error_set("%s: %s%s%s", what, ncclGetErrorString(state), last && last[0] ? ": " : "", last ? last : "");
-        }
-        if (gpu_now() > deadline) return error_set("%s: no answer within the timeout (a rank did not join?)", what);
-        gpu_pause();
-    }
-}
-
 extern "C" int gpu_nccl_check(const void *id, int nranks, int rank, int dev, double timeout_s) {
     double deadline = gpu_now() + timeout_s;
     cudaError_t e = cudaSetDevice(dev);
@@ -93,26 +77,21 @@ extern "C" int gpu_nccl_check(const void *id, int nranks, int rank, int dev, dou
     float value = (float)(rank + 1), sum = 0;
     cudaMemcpy(buf, &value, sizeof value, cudaMemcpyHostToDevice);
 
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0; // so that a rank that never joins ends in a timeout, not a hang
+    // non-blocking, so that a rank that never joins ends in a timeout, not a hang (nccl_setup_cuda.cuh)
+    nccl_cuda_who who = {"the communicator", "one of the GPU ranks", -1, -1, -1, "", timeout_s, NULL};
     ncclComm_t comm = NULL;
-    ncclUniqueId uid;
-    memcpy(&uid, id, sizeof uid);
-    int rc = 0;
-    ncclResult_t r = ncclCommInitRankConfig(&comm, nranks, uid, rank, &config);
-    if (r != ncclSuccess && r != ncclInProgress) rc = error_set("ncclCommInitRank: %s", ncclGetErrorString(r));
-    if (rc == 0) rc = gpu_nccl_wait(comm, "ncclCommInitRank", deadline);
+    int rc = nccl_setup_init(&comm, id, nranks, rank, &who);
     if (rc == 0) {
-        r = ncclAllReduce(buf, buf + 1, 1, ncclFloat, ncclSum, comm, stream);
+        ncclResult_t r = ncclAllReduce(buf, buf + 1, 1, ncclFloat, ncclSum, comm, stream);
         if (r != ncclSuccess && r != ncclInProgress) rc = error_set("ncclAllReduce: %s", ncclGetErrorString(r));
-        if (rc == 0) rc = gpu_nccl_wait(comm, "ncclAllReduce", deadline);
+        if (rc == 0) rc = nccl_setup_wait(comm, "ncclAllReduce", &who, deadline) ? -1 : 0;
     }
     while (rc == 0) { // the all-reduce on the stream
         e = cudaStreamQuery(stream);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) rc = gpu_cuda_fail("ncclAllReduce on the stream", e);
         else if (gpu_now() > deadline) rc = error_set("ncclAllReduce: not finished within the timeout");
-        else if (gpu_nccl_wait(comm, "ncclAllReduce", deadline)) rc = -1;
+        else if (nccl_setup_wait(comm, "ncclAllReduce", &who, deadline)) rc = -1;
         else gpu_pause();
     }
     if (rc == 0) {
@@ -120,15 +99,7 @@ extern "C" int gpu_nccl_check(const void *id, int nranks, int rank, int dev, dou
         float want = (float)nranks * (float)(nranks + 1) / 2;
         if (sum != want) rc = error_set("ncclAllReduce: the sum over %d ranks is %g, expected %g", nranks, sum, want);
     }
-    if (comm) {
-        if (rc == 0) {
-            r = ncclCommFinalize(comm);
-            if (r != ncclSuccess && r != ncclInProgress) rc = error_set("ncclCommFinalize: %s", ncclGetErrorString(r));
-            else rc = gpu_nccl_wait(comm, "ncclCommFinalize", deadline);
-        }
-        if (rc == 0) ncclCommDestroy(comm);
-        else ncclCommAbort(comm);
-    }
+    if (nccl_setup_end(comm, rc != 0, &who)) rc = -1; // finalized on success, else aborted
     cudaFree(buf);
     cudaStreamDestroy(stream);
     return rc;

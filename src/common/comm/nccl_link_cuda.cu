@@ -5,29 +5,40 @@
 #include <string.h>
 
 #include "common/comm/nccl_link_cuda.h"
+#include "common/backend/nccl_setup_cuda.cuh"
 #include "common/comm/nccl_try_cuda.cuh"
 
-extern "C" int nccl_cuda_init(void **comm, const void *id, int nranks, int rank, int device) {
+extern "C" int nccl_cuda_init(void **comm, const void *id, int nranks, int rank, int device, const nccl_cuda_who *who) {
+    *comm = NULL;
     CUDA_TRY(cudaSetDevice(device));
-    ncclUniqueId uid;
-    memcpy(&uid, id, sizeof uid);
     ncclComm_t c = NULL;
-    NCCL_TRY(ncclCommInitRank(&c, nranks, uid, rank));
+    int rc = nccl_setup_init(&c, id, nranks, rank, who);
+    if (rc) return rc;
     *comm = c;
     return 0;
 }
 
-extern "C" int nccl_cuda_split(void *comm, int member, int key, void **pair, void **stream) {
+extern "C" int nccl_cuda_split(void *comm, int member, int key, void **pair, void **stream, const nccl_cuda_who *who) {
     ncclComm_t p = NULL;
     *pair = NULL;
     *stream = NULL;
-    NCCL_TRY(ncclCommSplit((ncclComm_t)comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &p, NULL));
-    if (!member) return 0;
+    int rc = nccl_setup_split((ncclComm_t)comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key, &p, who);
+    if (rc || !member) return rc;
     cudaStream_t s;
-    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        ncclCommAbort(p);
+        return cuda_try_fail("cudaStreamCreateWithFlags", e);
+    }
     *pair = p;
     *stream = s;
     return 0;
+}
+
+// A call enqueued on a non-blocking communicator: ncclInProgress waited on (timeout_s at most).
+static int nc_enqueued(ncclComm_t comm, ncclResult_t r, const char *call, double timeout_s) {
+    nccl_cuda_who who = {"the NCCL link", "its peer rank", -1, -1, -1, "run.rank_timeout ", timeout_s, NULL};
+    return nccl_setup_result(comm, r, call, &who);
 }
 
 static int nc_event(void **event, cudaStream_t s) {
@@ -48,7 +59,8 @@ static int nc_peer(ncclComm_t pair, int *peer) {
     return 0;
 }
 
-extern "C" int nccl_cuda_send(void *pair, void *stream, const void *dev, size_t bytes, void *after_stream, void **event) {
+extern "C" int nccl_cuda_send(void *pair, void *stream, const void *dev, size_t bytes, void *after_stream, void **event,
+                              double timeout_s) {
     cudaStream_t s = (cudaStream_t)stream;
     if (after_stream) { // the payload is ready once the producer's queued work is done
         cudaEvent_t ready;
@@ -59,15 +71,16 @@ extern "C" int nccl_cuda_send(void *pair, void *stream, const void *dev, size_t 
     }
     int peer = 0;
     if (nc_peer((ncclComm_t)pair, &peer)) return -1;
-    NCCL_TRY(ncclSend(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, s));
-    return nc_event(event, s);
+    int rc = nc_enqueued((ncclComm_t)pair, ncclSend(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, s), "ncclSend", timeout_s);
+    return rc ? rc : nc_event(event, s);
 }
 
-extern "C" int nccl_cuda_recv(void *pair, void *stream, void *dev, size_t bytes, void **event) {
+extern "C" int nccl_cuda_recv(void *pair, void *stream, void *dev, size_t bytes, void **event, double timeout_s) {
     int peer = 0;
     if (nc_peer((ncclComm_t)pair, &peer)) return -1;
-    NCCL_TRY(ncclRecv(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, (cudaStream_t)stream));
-    return nc_event(event, (cudaStream_t)stream);
+    int rc = nc_enqueued((ncclComm_t)pair, ncclRecv(dev, bytes, ncclUint8, peer, (ncclComm_t)pair, (cudaStream_t)stream),
+                         "ncclRecv", timeout_s);
+    return rc ? rc : nc_event(event, (cudaStream_t)stream);
 }
 
 extern "C" int nccl_cuda_event_query(void *event) {
@@ -97,10 +110,8 @@ extern "C" int nccl_cuda_async_error(void *comm, char *msg, size_t n) {
     return 1;
 }
 
-extern "C" void nccl_cuda_destroy(void *comm, void *stream) {
-    if (comm) {
-        ncclCommFinalize((ncclComm_t)comm);
-        ncclCommDestroy((ncclComm_t)comm);
-    }
+extern "C" int nccl_cuda_destroy(void *comm, void *stream, int abort, const nccl_cuda_who *who) {
+    int rc = nccl_setup_end((ncclComm_t)comm, abort, who);
     if (stream) cudaStreamDestroy((cudaStream_t)stream);
+    return rc;
 }

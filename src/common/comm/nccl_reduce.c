@@ -60,6 +60,7 @@ int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, si
     int n_all;
     gpu_places_gather(comm, device, &all, &n_all);
     gpu_places_decline(all, n_all, why, n);
+    int first = all[0].world_rank, last = all[n_all - 1].world_rank, me = all[rank].world_rank; // (the students: in order)
     free(all);
     if (why[0]) return 0;
 
@@ -73,9 +74,19 @@ int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, si
     nccl_reduce *r = xcalloc(1, sizeof *r);
     r->nranks = size;
     int bad = 0;
-    watchdog_wait_begin(-1, -1, 5, "the other ranks to join the NCCL all-reduce"); // NCCL's init waits for every rank
-    int failed = nccl_reduce_cuda_init(&r->c, id, size, rank, device);
+    // NCCL's init waits for every rank: non-blocking, polled until the rank timeout (a hung peer ends
+    // the job with the line naming this set-up); the watchdog's wait (2 x) covers a peer that dies
+    char what[128];
+    snprintf(what, sizeof what, "NCCL set-up of the all-reduce's communicator of ranks %d..%d", first, last);
+    nccl_cuda_who who = {what, NULL, first, last, me, "run.rank_timeout ", watchdog_timeout(), watchdog_stopped_peer};
+    nccl_cuda_test_hook(me, "reduce");
+    watchdog_wait_begin(first, last, 2, "the NCCL set-up of the all-reduce (init)");
+    int failed = nccl_reduce_cuda_init(&r->c, id, size, rank, device, &who);
     watchdog_wait_end();
+    if (failed == NCCL_CUDA_TIMEOUT) { // a hung peer joins no agreement either: this rank ends the job
+        nccl_reduce_cuda_destroy(&r->c, 1);
+        fatal("%s", error_msg());
+    }
     if (failed) {
         log_error("NCCL all-reduce: %s", error_msg());
         bad = 1;
@@ -99,10 +110,7 @@ int nccl_reduce_after(nccl_reduce *r, backend *be) {
     return 0;
 }
 
-int nccl_reduce_group(nccl_reduce *r, int begin) {
-    (void)r;
-    return nccl_reduce_cuda_group(begin);
-}
+int nccl_reduce_group(nccl_reduce *r, int begin) { return nccl_reduce_cuda_group(&r->c, begin); }
 
 int nccl_reduce_sum_f32(nccl_reduce *r, float *dev, size_t count) {
     if (nccl_reduce_cuda_sum_f32(&r->c, dev, count))

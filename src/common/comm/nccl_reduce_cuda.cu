@@ -4,15 +4,24 @@
 #include <string.h>
 
 #include "common/comm/nccl_reduce_cuda.h"
+#include "common/backend/nccl_setup_cuda.cuh"
 #include "common/comm/nccl_try_cuda.cuh"
 
-extern "C" int nccl_reduce_cuda_init(nccl_reduce_cuda *c, const void *id, int nranks, int rank, int device) {
+// The waits after the set-up name the communicator so.
+static nccl_cuda_who nr_who(const nccl_reduce_cuda *c) {
+    nccl_cuda_who who = {"the NCCL all-reduce communicator", "one of its ranks", -1, -1, -1, "run.rank_timeout ", c->timeout_s,
+                         NULL};
+    return who;
+}
+
+extern "C" int nccl_reduce_cuda_init(nccl_reduce_cuda *c, const void *id, int nranks, int rank, int device,
+                                     const nccl_cuda_who *who) {
     memset(c, 0, sizeof *c);
+    c->timeout_s = who->timeout_s;
     CUDA_TRY(cudaSetDevice(device));
-    ncclUniqueId uid;
-    memcpy(&uid, id, sizeof uid);
     ncclComm_t comm = NULL;
-    NCCL_TRY(ncclCommInitRank(&comm, nranks, uid, rank));
+    int rc = nccl_setup_init(&comm, id, nranks, rank, who);
+    if (rc) return rc;
     c->comm = comm;
     cudaStream_t s;
     CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -33,15 +42,17 @@ extern "C" int nccl_reduce_cuda_after(nccl_reduce_cuda *c, void *stream) {
     return 0;
 }
 
-extern "C" int nccl_reduce_cuda_group(int begin) {
+extern "C" int nccl_reduce_cuda_group(nccl_reduce_cuda *c, int begin) {
     if (begin) NCCL_TRY(ncclGroupStart());
-    else NCCL_TRY(ncclGroupEnd());
-    return 0;
+    nccl_cuda_who who = nr_who(c);
+    return begin ? 0 : nccl_setup_result((ncclComm_t)c->comm, ncclGroupEnd(), "ncclGroupEnd", &who);
 }
 
 extern "C" int nccl_reduce_cuda_sum_f32(nccl_reduce_cuda *c, float *dev, size_t count) {
-    NCCL_TRY(ncclAllReduce(dev, dev, count, ncclFloat32, ncclSum, (ncclComm_t)c->comm, (cudaStream_t)c->stream));
-    return 0;
+    nccl_cuda_who who = nr_who(c); // (inside a group NCCL enqueues at ncclGroupEnd: ncclSuccess here)
+    return nccl_setup_result((ncclComm_t)c->comm,
+                             ncclAllReduce(dev, dev, count, ncclFloat32, ncclSum, (ncclComm_t)c->comm, (cudaStream_t)c->stream),
+                             "ncclAllReduce", &who);
 }
 
 extern "C" int nccl_reduce_cuda_join(nccl_reduce_cuda *c, void *stream) {
@@ -56,14 +67,8 @@ extern "C" int nccl_reduce_cuda_sync(nccl_reduce_cuda *c) {
 }
 
 extern "C" void nccl_reduce_cuda_destroy(nccl_reduce_cuda *c, int abort) {
-    if (c->comm) {
-        if (abort) {
-            ncclCommAbort((ncclComm_t)c->comm);
-        } else {
-            ncclCommFinalize((ncclComm_t)c->comm);
-            ncclCommDestroy((ncclComm_t)c->comm);
-        }
-    }
+    nccl_cuda_who who = nr_who(c);
+    nccl_setup_end((ncclComm_t)c->comm, abort, &who); // (a finalize that fails or times out: aborted)
     if (c->ready) cudaEventDestroy((cudaEvent_t)c->ready);
     if (c->done) cudaEventDestroy((cudaEvent_t)c->done);
     if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);

@@ -554,6 +554,18 @@ void watchdog_wait_end(void) {
     pthread_mutex_unlock(&wd.mu);
 }
 
+double watchdog_timeout(void) { return wd.running ? wd.timeout_s : 0; }
+
+int watchdog_stopped_peer(int first, int last, char *buf, size_t n) {
+    if (!wd.started) return 0;
+    long long pid = 0;
+    pthread_mutex_lock(&wd.mu);
+    int r = stopped_now(first, last, &pid);
+    if (r >= 0) snprintf(buf, n, "%srank %d (pid %lld, on this host, stopped by SIGSTOP)", rank_role_name(r), r, pid);
+    pthread_mutex_unlock(&wd.mu);
+    return r >= 0;
+}
+
 void watchdog_mark_ending(void) {
     static volatile int marked = 0;
     if (!wd.started || marked) return;

@@ -75,6 +75,13 @@ void watchdog_watch(int rank, int on);
 // hung, teacher), so the rank nearest to a hung peer names it first.
 void watchdog_wait_begin(int first, int last, double patience, const char *what);
 void watchdog_wait_end(void);
+// watchdog_timeout: the timeout (run.rank_timeout, seconds) while the thread runs, else 0 (no limit):
+// for waits that poll themselves (the NCCL set-up's, backend/nccl_setup_cuda.cuh).
+double watchdog_timeout(void);
+// watchdog_stopped_peer: for such a wait that timed out: a rank among world ranks first..last on
+// this host that is stopped (SIGSTOP) now, named in buf ("student rank 1 (pid 123, on this host,
+// stopped by SIGSTOP)"); 1, or 0 when none is (or the peers are not known yet).
+int watchdog_stopped_peer(int first, int last, char *buf, size_t n);
 // watchdog_mark_ending: this rank ends the job itself, after printing its own error line (fatal,
 // or the watchdog): its process name becomes "dflash-ending", which the peers on the same host
 // see, so they do not report its exit as a second, misleading error; then it waits 0.3 s (three
