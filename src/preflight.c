@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
 #include "modes/mode.h"
+#include "modes/job_plan.h"
 #include "modes/mode_claim.h"
 #include "student/model/drafter.h"
 #include "student/model/memory_plan.h"
@@ -51,10 +53,10 @@ typedef enum { PF_OK = 0, PF_WARN, PF_FAIL, PF_SKIP } pf_result;
 static const char *const pf_result_names[] = {"ok", "WARN", "FAIL", "skipped"};
 
 // The checks, in the table's order.
-typedef enum { PF_WORLD = 0, PF_BACKEND, PF_MEMORY, PF_PEER, PF_SHM, PF_NCCL, PF_TARGET, PF_DATA, PF_PROMPTS, PF_DIR,
-               PF_OUTPUT, PF_CHECKS } pf_check;
-static const char *const pf_check_names[PF_CHECKS] = {"world", "backend", "memory", "peer access", "/dev/shm", "nccl",
-                                                      "target", "data", "prompts", "run.dir", "output"};
+typedef enum { PF_WORLD = 0, PF_BACKEND, PF_MEMORY, PF_PINNED, PF_PEER, PF_SHM, PF_NCCL, PF_TARGET, PF_DATA, PF_PROMPTS,
+               PF_DIR, PF_OUTPUT, PF_CHECKS } pf_check;
+static const char *const pf_check_names[PF_CHECKS] = {"world", "backend", "memory", "pinned memory", "peer access",
+                                                      "/dev/shm", "nccl", "target", "data", "prompts", "run.dir", "output"};
 
 #define PF_MAX_ROWS 16
 #define PF_DETAIL 480
@@ -76,6 +78,7 @@ typedef struct {
     int32_t role, cuda, device_id, pad;
     int64_t need;              // bytes this rank's role allocates on its device (-1: unknown)
     int64_t free_b, total_b;   // its device's free and total memory (host RAM on the CPU)
+    int64_t pinned;            // page-locked host memory its role asks for (job_plan_pinned_rank; -1: unknown)
 } pf_info;
 
 typedef struct {
@@ -369,6 +372,65 @@ static void pf_memory(pf_ctx *x, const pf_info *all, const char *plan_detail, pf
     }
     pf_add(x, PF_MEMORY, w->rank, res, "%s; %s %s free of %s%s%s", plan_detail, dev, pf_bytes((size_t)me->free_b, f),
            pf_bytes((size_t)me->total_b, t), together, why);
+}
+
+// ----------------------------------------------------------------------------- pinned host memory
+
+// MemAvailable of /proc/meminfo in bytes (-1: unreadable).
+static int64_t pf_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+// Once per host: the pinned host memory the plan gives the host's ranks (job_plan_pinned_rank) against
+// the locked-memory limit of a process (RLIMIT_MEMLOCK, `ulimit -l`; WARN below the largest rank's:
+// past it the buffers are pageable, the job slower) and the host's MemAvailable (FAIL below the sum:
+// page-locked memory cannot be swapped; WARN past 90% of it).
+static void pf_pinned(pf_ctx *x, const pf_info *all) {
+    world *w = x->w;
+    const pf_info *me = &all[w->rank];
+    int64_t sum = 0, most = 0;
+    int ranks = 0, unknown = 0;
+    for (int r = 0; r < w->size; r++) {
+        if (strcmp(all[r].host, me->host) != 0) continue;
+        ranks++;
+        if (all[r].pinned < 0) unknown++;
+        else sum += all[r].pinned, most = all[r].pinned > most ? all[r].pinned : most;
+    }
+    char a[32], b[32], c[32], lim[64], unk[64] = "";
+    if (unknown) snprintf(unk, sizeof unk, " (%d rank(s) without a plan: see the memory row)", unknown);
+    if (sum == 0) {
+        pf_add(x, PF_PINNED, w->rank, unknown ? PF_SKIP : PF_OK, "%s: no pinned host memory planned for its %d rank(s)%s",
+               me->host, ranks, unk);
+        return;
+    }
+    struct rlimit rl;
+    int limited = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+    if (limited) snprintf(lim, sizeof lim, "`ulimit -l` %s a process", pf_bytes((size_t)rl.rlim_cur, c));
+    else snprintf(lim, sizeof lim, "`ulimit -l` unlimited");
+    int64_t avail = pf_mem_available();
+    pf_result res = PF_OK;
+    char why[200] = "";
+    if (avail >= 0 && sum > avail)
+        res = PF_FAIL, snprintf(why, sizeof why, ": more than the host's available memory (page-locked memory is never "
+                                                 "swapped): fewer ranks here, or transport.slots lower");
+    else if (limited && (uint64_t)most > (uint64_t)rl.rlim_cur)
+        res = PF_WARN, snprintf(why, sizeof why, ": a rank's %s is past `ulimit -l`: the rest would be pageable, its copies "
+                                                 "synchronous (raise `ulimit -l`, e.g. unlimited in the container)",
+                                pf_bytes((size_t)most, b));
+    else if (avail >= 0 && (double)sum > 0.9 * (double)avail)
+        res = PF_WARN, snprintf(why, sizeof why, ": less than 10%% of the available memory left over");
+    char av[32] = "unknown";
+    if (avail >= 0) pf_bytes((size_t)avail, av);
+    pf_add(x, PF_PINNED, w->rank, res, "%s: %d rank(s) pin %s (the largest %s; as --plan plans them, transport.payload %s); "
+           "%s; MemAvailable %s%s%s", me->host, ranks, pf_bytes((size_t)sum, a), pf_bytes((size_t)most, b), x->cfg->payload,
+           lim, av, unk, why);
 }
 
 // ----------------------------------------------------------------------------- GPUs: peer access, NCCL
@@ -852,6 +914,7 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     snprintf(me->host, sizeof me->host, "%s", host);
     me->role = w->role;
     me->need = -1;
+    me->pinned = -1;
     char plan_detail[PF_DETAIL] = "";
     pf_result plan_res = PF_SKIP;
     if (!x->have_be) {
@@ -868,6 +931,17 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
         else if (w->role == ROLE_TEACHER) me->need = pf_teacher_need(x, plan_detail, sizeof plan_detail, &plan_res);
         else if (!x->have_dc) plan_res = PF_FAIL, snprintf(plan_detail, sizeof plan_detail, "%s", x->drafter_err);
         else me->need = pf_student_need(x, plan_detail, sizeof plan_detail, &plan_res);
+        // pinned host memory: a training job's payload buffers and gradient ring (dump-features and
+        // regenerate pin nothing)
+        if (x->have_ct && (w->role == ROLE_TEACHER || x->have_dc)) {
+            int on_link = 0, grad_mpi = 0;
+            me->pinned = 0;
+            if (!x->dump && !x->regen) {
+                job_plan_links(cfg, w, &x->be, x->offline, strcmp(cfg->mode, "eval") == 0, &on_link, &grad_mpi);
+                me->pinned = (int64_t)job_plan_pinned_rank(cfg, w, w->rank, &x->be, &x->tc, &x->ct, &x->dc, on_link,
+                                                           grad_mpi, x->offline);
+            }
+        }
     }
     pf_info *all = xcalloc((size_t)w->size, sizeof *all);
     MPI_Request req;
@@ -875,6 +949,7 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the other ranks' preflight checks");
 
     pf_memory(x, all, plan_detail, plan_res);
+    if (w->local_rank == 0) pf_pinned(x, all);
     pf_peer(x, all);
     pf_nccl(x, all);
     if (w->local_rank == 0) { // once per host: what every rank of the host reads the same way

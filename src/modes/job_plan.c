@@ -77,6 +77,72 @@ static void plan_header(const config *cfg, const world *w, int t_known, const ch
            plan_ids(dc->target_layer_ids, dc->n_feat, ids, sizeof ids));
 }
 
+// ----------------------------------------------------------------------------- pinned host memory
+
+void job_plan_links(const config *cfg, const world *w, const backend *be, int offline, int eval, int *on_link, int *grad_mpi) {
+    int cuda = be->kind == BACKEND_CUDA;
+    *on_link = !offline && cuda && strcmp(cfg->payload, "mpi") != 0 && w->teachers > 0 && w->students > 0;
+    *grad_mpi = cuda && w->students > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0;
+}
+
+size_t job_plan_pinned_rank(const config *cfg, const world *w, int r, const backend *be, const target_config *tc,
+                            const teacher_contract *ct, const drafter_config *dc, int on_link, int grad_mpi, int offline) {
+    if (r < w->teachers) {
+        int G = w->group_size > 0 ? w->group_size : 1;
+        return teacher_pinned_bytes(be, cfg, tc, ct, G, G > 1 ? r % G : 0, w->students, on_link);
+    }
+    size_t bytes = offline ? 0 : batch_source_pinned_bytes(be, cfg, w, ct->topk, (int64_t)ct->n_feat * tc->hidden, on_link);
+    if (grad_mpi) bytes += students_grads_pinned_bytes(be, drafter_param_numel(dc));
+    return bytes;
+}
+
+// The host section of --plan: each role's pinned host memory per rank, and per host (the launcher's
+// ranks per host in consecutive blocks; without one every rank on one host): the fullest host.
+static void plan_host(const config *cfg, const world *w, int ranks_on_host, const backend *be, const target_config *tc,
+                      const teacher_contract *ct, const drafter_config *dc, int on_link, int grad_mpi, int offline) {
+    int n = w->size, per = ranks_on_host > 0 && ranks_on_host < n ? ranks_on_host : n;
+    char a[32], b[32], how[200];
+    snprintf(how, sizeof how, "%s", be->kind != BACKEND_CUDA ? "cpu: plain memory, nothing pinned"
+                                    : on_link ? "the payloads' features GPU to GPU: tickets, top-k and LSE through the host"
+                                              : "the payloads whole through the host, features included");
+    printf("host memory plan (pinned host memory, not on the device; %s)\n", how);
+    int G = w->group_size > 0 ? w->group_size : 1;
+    for (int st = 0; st < (w->teachers > 0 ? G : 0); st++) { // a teacher rank per stage (G = 1: one)
+        size_t v = job_plan_pinned_rank(cfg, w, st, be, tc, ct, dc, on_link, grad_mpi, offline);
+        char who[48] = "teacher rank";
+        if (G > 1) snprintf(who, sizeof who, "teacher rank, stage %d", st);
+        printf("  %-26s %12s  (%zu bytes per rank)\n", who, bytes_format(v, a, sizeof a), v);
+        printf("pinned_rank_bytes teacher %d %zu\n", st, v);
+    }
+    if (w->students > 0) {
+        size_t v = job_plan_pinned_rank(cfg, w, w->teachers, be, tc, ct, dc, on_link, grad_mpi, offline);
+        printf("  %-26s %12s  (%zu bytes per rank)\n", "student rank", bytes_format(v, a, sizeof a), v);
+        printf("pinned_rank_bytes student %zu\n", v);
+    }
+    size_t best = 0;
+    int best_h = 0, bt = 0, bs = 0;
+    for (int h = 0; h * per < n; h++) {
+        size_t sum = 0;
+        int t = 0, s = 0;
+        for (int r = h * per; r < n && r < (h + 1) * per; r++) {
+            sum += job_plan_pinned_rank(cfg, w, r, be, tc, ct, dc, on_link, grad_mpi, offline);
+            if (r < w->teachers) t++;
+            else s++;
+        }
+        if (h == 0 || sum > best) best = sum, best_h = h, bt = t, bs = s;
+    }
+    char where[96];
+    if (per < n) snprintf(where, sizeof where, "host %d of %d (%d ranks a host)", best_h, (n + per - 1) / per, per);
+    else snprintf(where, sizeof where, "one host");
+    printf("  %-26s %12s  (%zu bytes: %d teacher + %d student rank(s) on %s)\n", "host total", bytes_format(best, b, sizeof b),
+           best, bt, bs, where);
+    printf("pinned_host_bytes %zu\n", best);
+    if (be->kind == BACKEND_CUDA)
+        printf("  (transport.payload %s planned as %s, transport.grad_allreduce %s as %s; --preflight checks `ulimit -l` and "
+               "free memory against it)\n", cfg->payload, on_link ? "NCCL" : "MPI", cfg->grad_allreduce,
+               grad_mpi ? "MPI (the gradient ring)" : w->students > 1 ? "NCCL (no ring)" : "nothing (one student)");
+}
+
 int job_plan_roles(const config *cfg, const world_want *want, int world_size, world *w, int *known) {
     memset(w, 0, sizeof *w);
     *known = 1;
@@ -133,9 +199,11 @@ int job_plan_train(const config *cfg, const world_want *want, int world_size, in
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve sr;
     int grad_nccl = be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
-    // the pinned ring of the gradient all-reduce over MPI on a GPU (host memory; auto: if NCCL declines)
-    if (be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "nccl") != 0)
-        pr.host_pinned = students_grads_pinned_bytes(drafter_param_numel(&dc));
+    // pinned host memory: the payload buffers and, over MPI on a GPU, the gradient ring
+    int on_link, grad_mpi;
+    job_plan_links(cfg, &w, &be, offline, eval, &on_link, &grad_mpi);
+    if (!offline) pr.host_payload = batch_source_pinned_bytes(&be, cfg, &w, ct.topk, (int64_t)ct.n_feat * tc.hidden, on_link);
+    if (grad_mpi) pr.host_grads = students_grads_pinned_bytes(&be, drafter_param_numel(&dc));
     gpu_reserve_make(&sr, be.kind == BACKEND_CUDA, gpu_reserve_student_comms(ring, w.groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &sr);
     student_plan plan;
@@ -161,6 +229,10 @@ int job_plan_train(const config *cfg, const world_want *want, int world_size, in
         if (ring)
             printf("  (the NCCL receive ring: transport.payload %s, every rank on its own GPU; --transport.payload=mpi "
                    "plans without it)\n", cfg->payload);
+        fflush(stdout);
+    }
+    if (print) {
+        plan_host(cfg, &w, ranks_on_host, &be, &tc, &ct, &dc, on_link, grad_mpi, offline);
         fflush(stdout);
     }
     if (teacher_err[0] && student_err[0]) return error_set("%s; and %s", teacher_err, student_err);

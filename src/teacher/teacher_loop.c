@@ -1,6 +1,7 @@
 // teacher_loop.c: serve batches to students (see teacher_loop.h).
 #include "teacher/teacher_loop.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -120,20 +121,28 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
     int n_buf = protocol_send_buffers(cfg, G, w->students); // every batch this rank may have in flight
     stage_link sl;
     if (G > 1 && stage_link_init(&sl, w, be, link, n_buf, T, m.cfg.hidden, D)) return -1;
-    size_t max_bytes = wire_bytes(T, T, k, D);
+    // the host's part of a payload on the link chosen: with device blocks the features stay off it
+    size_t max_bytes = teacher_payload_bytes(T, k, D, on_link);
     int n_pay = last ? n_buf : 0; // the payload ring of the last stage
     // The payload ring: pinned host buffers (backend_host_alloc) the outputs are copied into
-    // asynchronously, each with the event its send waits for.
+    // asynchronously, each with the event its send waits for (teacher_pinned_bytes plans them).
     char **bufs = xcalloc((size_t)n_pay + 1, sizeof(char *));
     void **copied = xcalloc((size_t)n_pay + 1, sizeof(void *));
     payload_ticket *sends = xcalloc((size_t)n_pay + 1, sizeof(payload_ticket));
+    size_t pageable = 0;
     for (int i = 0; i < n_pay; i++) {
         if (!(bufs[i] = backend_host_alloc(be, max_bytes))) {
             for (int j = 0; j < i; j++) backend_host_free(be, bufs[j]), backend_event_free(be, copied[j]);
             free(bufs), free(copied), free(sends);
             return error_prefix("teacher rank %d: its payload ring (%d buffers)", w->rank, n_pay);
         }
+        if (be->kind == BACKEND_CUDA && !backend_host_pinned(be, bufs[i])) pageable += max_bytes;
         copied[i] = backend_event_new(be);
+    }
+    if (pageable) {
+        char what[96];
+        snprintf(what, sizeof what, "teacher rank %d's payload ring", w->rank);
+        backend_host_warn(what, pageable, size_mul(n_pay, max_bytes), "pageable instead, the copies into it are synchronous");
     }
     int32_t *tokens = xmalloc((size_t)T * sizeof(int32_t)), *cu = xmalloc(((size_t)T + 1) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)T);

@@ -7,6 +7,7 @@
 
 #include "common/backend/gpu_reserve.h"
 #include "common/comm/protocol.h"
+#include "common/comm/wire.h"
 
 #include "common/core/bytes.h"
 #include "common/core/check.h"
@@ -238,7 +239,55 @@ int teacher_group_budget(const config *cfg, const target_config *tc, backend *be
     return rc;
 }
 
+// ----------------------------------------------------------------------------- pinned host memory
+
+size_t teacher_payload_bytes(int T, int64_t k, int64_t D, int on_link) { return wire_bytes(T, T, k, on_link ? 0 : D); }
+
+size_t teacher_moe_pinned_bytes(const backend *be, const target_config *tc, int64_t l0, int64_t l1) {
+    if (be->kind != BACKEND_CUDA) return 0;
+    int moe = 0;
+    for (int64_t l = l0; l < l1 && l < tc->n_layers; l++) moe |= target_layer_is_sparse(tc, l);
+    int64_t cap = tc->n_experts > 64 ? tc->n_experts : 64; // ops_moe_cuda.cu's moe_state_get
+    return moe ? size_mul(cap + 1, sizeof(int32_t)) : 0;
+}
+
+size_t teacher_pinned_bytes(const backend *be, const config *cfg, const target_config *tc, const teacher_contract *ct,
+                            int G, int stage, int students, int on_link) {
+    if (G < 1) G = 1;
+    int64_t l0 = 0, l1 = tc->n_layers;
+    if (G > 1) {
+        int64_t *bounds = xmalloc(((size_t)G + 1) * sizeof(int64_t));
+        if (target_stage_split(tc, ops_act_dtype(be), G, bounds) == 0) l0 = bounds[stage], l1 = bounds[stage + 1];
+        free(bounds);
+    }
+    size_t bytes = teacher_moe_pinned_bytes(be, tc, l0, l1);
+    if (stage == G - 1 && students > 0) {
+        size_t one = teacher_payload_bytes(ct->max_tokens, ct->topk, (int64_t)ct->n_feat * tc->hidden, on_link);
+        bytes += size_mul(protocol_send_buffers(cfg, G, students), backend_host_bytes(be, one));
+    }
+    return bytes;
+}
+
 // ----------------------------------------------------------------------------- --plan
+
+// The pinned host memory of stage `stage` of G: one line (host memory: outside the device's total).
+static void plan_print_pinned(const config *cfg, const backend *be, const target_config *tc, const teacher_contract *ct,
+                              int G, int stage, int students, int nccl) {
+    size_t v = teacher_pinned_bytes(be, cfg, tc, ct, G, stage, students, nccl), moe = v;
+    char a[32], b[32], name[48] = "pinned host memory", ring[128] = "no payload ring";
+    if (G > 1) snprintf(name, sizeof name, "pinned host memory, stage %d", stage);
+    if (stage == G - 1 && students > 0) {
+        size_t one = teacher_payload_bytes(ct->max_tokens, ct->topk, (int64_t)ct->n_feat * tc->hidden, nccl);
+        int n = protocol_send_buffers(cfg, G, students);
+        moe = v - size_mul(n, backend_host_bytes(be, one));
+        snprintf(ring, sizeof ring, "a payload ring of %d buffers of %s%s", n, bytes_format(one, b, sizeof b),
+                 nccl ? ", features over NCCL" : "");
+    }
+    char m[48] = "";
+    if (moe) snprintf(m, sizeof m, " + MoE counts %zu B", moe);
+    printf("  %-26s %12s  (%zu bytes; host memory, not in the total: %s%s)\n", name, bytes_format(v, a, sizeof a), v,
+           be->kind == BACKEND_CUDA ? ring : "cpu: plain memory", m);
+}
 
 // G > 1: one row per stage, the split's balance, the stages' bytes.
 static int plan_print_group(const world *w, const config *cfg, backend *be, const target_model *m, target_outputs *o,
@@ -300,6 +349,8 @@ static int plan_print_group(const world *w, const config *cfg, backend *be, cons
             printf("  (NCCL buffers: each stage's send ring to the next, its receive buffer, the last stage's payload "
                    "ring; transport.payload %s, every rank on its own GPU; --transport.payload=mpi plans without them)\n",
                    cfg->payload);
+        teacher_contract ct = {.n_feat = o->n_feat, .topk = o->topk, .max_tokens = T};
+        for (int s = 0; s < G; s++) plan_print_pinned(cfg, be, &m->cfg, &ct, G, s, w->students, nccl);
         for (int s = 0; s < G; s++)
             printf("teacher_stage_bytes %d %lld %lld %zu %zu %zu %zu %zu\n", s, (long long)st[s].l0, (long long)st[s].l1,
                    st[s].weights, st[s].work, st[s].ring, st[s].reserve, st[s].total);
@@ -342,6 +393,7 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
         if (cfg->teacher_mem_budget > 0)
             printf("  %-26s %12s  (%s)\n", "budget (teacher.mem_budget)", bytes_format((size_t)cfg->teacher_mem_budget, a, sizeof a),
                    budget_rc ? "too small" : "fits");
+        plan_print_pinned(cfg, be, &m.cfg, &tc, 1, 0, w->students, nccl);
         fflush(stdout);
     }
     return budget_rc;

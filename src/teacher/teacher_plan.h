@@ -53,6 +53,22 @@ int teacher_train_outputs(const config *cfg, const target_model *m, teacher_cont
 size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, const teacher_contract *ct, int G,
                                 int stage, int students, int nccl);
 
+// teacher_payload_bytes: one buffer of a teacher's payload ring: a batch of T tokens with top-k k
+// (wire_bytes), with its features (D per token, bf16) unless they go GPU to GPU as device blocks
+// (on_link: the link chosen, payload_link_device): then only the tokens, top-k and LSE cross the host.
+size_t teacher_payload_bytes(int T, int64_t k, int64_t D, int on_link);
+// teacher_pinned_bytes: the page-locked host memory stage `stage` of a group of G on backend be asks
+// for (0 on the CPU backend): the last stage (or a teacher of one rank) with students its payload
+// ring, protocol_send_buffers buffers of teacher_payload_bytes (T = ct->max_tokens, D = n_feat x
+// hidden), each backend_host_bytes; and a stage with MoE layers the expert counts' download buffer
+// (ops_moe_cuda.cu: max(E, 64) + 1 int32s, cudaHostAlloc'd at its first MoE block). What
+// teacher_serve allocates, and what --plan counts. -1 cast to size_t never: a G past the layers
+// plans the split of the layers it has (target_stage_split's error is --plan's to report).
+size_t teacher_pinned_bytes(const backend *be, const config *cfg, const target_config *tc, const teacher_contract *ct,
+                            int G, int stage, int students, int on_link);
+// teacher_moe_pinned_bytes: the MoE part of it alone (0 without a MoE layer in [l0, l1) or on the CPU).
+size_t teacher_moe_pinned_bytes(const backend *be, const target_config *tc, int64_t l0, int64_t l1);
+
 // teacher_group_mem: the memory of every stage of a group of G on backend be (its kind decides the
 // dtype) for batches of T tokens: stages[G] (the split of target_stage_split). -1 with error_set
 // naming world.teacher_group_size when G is not in [1, n_layers].

@@ -43,7 +43,7 @@ has tiny-cuda-mpi "NCCL receive ring +0 B"
 expect_ok tiny-cuda-grad-mpi "$R" "${tiny[@]}" --device cuda --world.students=2 --train.batches_per_step=2 --transport.grad_allreduce=mpi --plan
 has tiny-cuda-grad-mpi "^  pinned host memory +[0-9.]+ [KMG]?i?B  \([0-9]+ bytes; host memory, not in the total"
 expect_ok tiny-cuda-grad-nccl "$R" "${tiny[@]}" --device cuda --world.students=2 --train.batches_per_step=2 --transport.grad_allreduce=nccl --plan
-[ "$(count '^  pinned host memory')" = 0 ] && ok || bad "grad_allreduce nccl: --plan reports pinned host memory"
+has tiny-cuda-grad-nccl "^  pinned host memory .*gradient ring 0 B\)$"
 
 # under mpirun: the same plan, printed once, for the launcher's world (2 ranks: 1 teacher + 1 student)
 expect_ok tiny-mpirun mpirun -np 2 "$R" "${tiny[@]}" --device cpu --plan
@@ -98,6 +98,15 @@ for budget in 95GiB 140GiB; do
   has q36-cuda "budget \(teacher.mem_budget\) .*\(fits\)"
   has q36-cuda "^plan: every role fits"
 done
+# pinned host memory (issue 50): every role's per rank and the host's total; over NCCL the payload
+# buffers hold no features: the 8-GPU host pins at most 16 GiB (over MPI the features make it ~32 GiB)
+has q36-cuda "^  pinned host memory .*a payload ring of 5 buffers of .*, features over NCCL\)$"
+has q36-cuda "^  pinned host memory .*payload buffers .* \+ gradient ring 0 B\)$"
+has q36-cuda "^  host total .*6 teacher \+ 2 student rank\(s\) on one host\)$"
+q36_host() { sed -n 's/^pinned_host_bytes //p' "$TMP/out"; }
+[ -n "$(q36_host)" ] && [ "$(q36_host)" -le $((16 << 30)) ] && ok || bad "qwen3.6-27b over NCCL pins '$(q36_host)' bytes a host, over 16 GiB"
+expect_ok q36-mpi "$R" "${q[@]}" --transport.payload=mpi --plan
+[ "$(q36_host)" -gt $((16 << 30)) ] && ok || bad "qwen3.6-27b over MPI: the payload buffers hold no features ($(q36_host) bytes)"
 expect_ok q36-cpu "$R" "${q[@]}" --device cpu --teacher.mem_budget=0 --train.mem_budget=0 --plan
 has q36-cpu "planned for cpu \(run.device cpu; no device opened\)"
 has q36-cpu "^teacher memory plan \(each of 6 teacher rank\(s\), cpu, fp32"
@@ -117,6 +126,7 @@ has coder "^plan: 1 teacher\(s\) \+ 1 student\(s\), mode train; planned for cuda
 has coder "Qwen3MoeForCausalLM, 48 layers \(48 MoE MLPs: 128 experts x 768, top 8\), hidden 2048, vocab 151936"
 has coder "target weights +5[0-9]\.[0-9] GiB"
 has coder "^plan: every role fits"
+has coder "^  pinned host memory .* \+ MoE counts 516 B\)$"
 expect_fail coder-too-big "the target's weights alone take 5[0-9].[0-9] GiB, more than teacher.mem_budget 40.0 GiB: Qwen3MoeForCausalLM does not fit one device" \
   "$R" "${c[@]}" --teacher.mem_budget=40GiB --plan
 # ---------------------------------------------------------------- teacher groups (world.teacher_group_size)

@@ -212,17 +212,40 @@ static std::map<void *, size_t> pinned_allocs;
 
 // DFLASH_EMU_PINNED_BYTES: the page-locked memory the system grants (default: no limit); past it
 // cudaHostAlloc fails as a GPU's does when the OS refuses to pin more (cudaErrorMemoryAllocation).
-static size_t pinned_total;
+// DFLASH_EMU_PINNED_REPORT=1: each process prints at exit
+//     cuda emulator: pinned host memory: rank R peak P bytes, N allocations of T bytes, F refused
+// (R: OMPI_COMM_WORLD_RANK, -1 outside mpirun; P: the most page-locked bytes held at once, as
+// cudaHostAlloc was asked for them; F: the cudaHostAlloc calls refused), so that a test can compare a
+// rank's pinned memory with its --plan (tests/gpu/test_pinned_plan_cuda.sh).
+static size_t pinned_total, pinned_peak, pinned_sum;
+static long long pinned_count, pinned_refused;
+
+static void emu_pinned_report(void) {
+    std::lock_guard<std::mutex> g(pinned_mu);
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    fprintf(stderr, "cuda emulator: pinned host memory: rank %s peak %zu bytes, %lld allocations of %zu bytes, %lld refused\n",
+            rank && *rank ? rank : "-1", pinned_peak, pinned_count, pinned_sum, pinned_refused);
+}
 
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int) {
     *p = NULL;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char *r = getenv("DFLASH_EMU_PINNED_REPORT");
+        if (r && strcmp(r, "1") == 0) atexit(emu_pinned_report);
+    });
     std::lock_guard<std::mutex> g(pinned_mu);
     const char *lim = getenv("DFLASH_EMU_PINNED_BYTES");
-    if (lim && *lim && pinned_total + bytes > (size_t)strtoull(lim, NULL, 10)) return emu_fail(cudaErrorMemoryAllocation);
+    if (lim && *lim && pinned_total + bytes > (size_t)strtoull(lim, NULL, 10)) {
+        pinned_refused++;
+        return emu_fail(cudaErrorMemoryAllocation);
+    }
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return emu_fail(cudaErrorMemoryAllocation);
     pinned_allocs[*p] = bytes;
     pinned_total += bytes;
+    pinned_sum += bytes, pinned_count++;
+    if (pinned_total > pinned_peak) pinned_peak = pinned_total;
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }

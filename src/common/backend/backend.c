@@ -5,10 +5,12 @@
 #include "common/backend/backend.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/backend/backend_cpu.h"
+#include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
@@ -145,9 +147,41 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 
 void *backend_host_alloc(backend *be, size_t bytes) {
 #ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes);
+    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes, 1);
 #endif
     return cpu_alloc(be, bytes);
+}
+
+void *backend_host_try_pin(backend *be, size_t bytes) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes, 0);
+#endif
+    return cpu_alloc(be, bytes);
+}
+
+int backend_host_pinned(backend *be, const void *p) {
+#ifdef DFLASH_HAVE_CUDA
+    if (be->kind == BACKEND_CUDA) return p && cuda_host_pinned(p);
+#endif
+    (void)be, (void)p;
+    return 0;
+}
+
+size_t backend_host_bytes(const backend *be, size_t bytes) {
+    return be->kind == BACKEND_CUDA && bytes <= SIZE_MAX - BACKEND_HOST_HDR ? bytes + BACKEND_HOST_HDR : be->kind == BACKEND_CUDA ? SIZE_MAX : 0;
+}
+
+void backend_host_warn(const char *what, size_t pageable, size_t wanted, const char *after) {
+    static int warned; // once per process (the ranks are processes: each says its own)
+    char a[32], b[32];
+    if (warned++) {
+        log_info("also not pinned: %s of %s (%s)", bytes_format(pageable, a, sizeof a), what, after);
+        return;
+    }
+    log_warn("the system refused to pin %s of %s (of %s; page-locked host memory is limited by `ulimit -l` and the "
+             "container's memlock limit): %s; raise `ulimit -l` or pin less (fewer buffers: "
+             "transport.slots; --preflight checks it)", bytes_format(pageable, a, sizeof a), what,
+             bytes_format(wanted, b, sizeof b), after);
 }
 
 void backend_host_free(backend *be, void *p) {

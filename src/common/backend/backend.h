@@ -56,10 +56,28 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
 // always complete; so a CPU job runs the same code with the same bytes.
 //
 // backend_host_alloc: host memory for transfers (page-locked by cudaHostAlloc on CUDA; 256-byte
-// aligned malloc on the CPU); NULL with error_set when it cannot be had. backend_host_free: NULL is
-// a no-op.
+// aligned malloc on the CPU); NULL with error_set when it cannot be had. When the system refuses to
+// pin (its locked-memory limit, `ulimit -l`), the buffer is pageable instead, silently: the caller
+// sums what it did not get pinned (backend_host_pinned) and says it once (backend_host_warn).
+// backend_host_try_pin: pinned or NULL (no pageable fallback, no error): for a caller that asks for
+// less when refused. backend_host_free: either's buffer; NULL is a no-op.
 void *backend_host_alloc(backend *be, size_t bytes);
+void *backend_host_try_pin(backend *be, size_t bytes);
 void backend_host_free(backend *be, void *p);
+// backend_host_pinned: 1 when p (from backend_host_alloc) is page-locked; 0 when pageable, and always
+// on the CPU backend (plain memory: nothing to pin).
+int backend_host_pinned(backend *be, const void *p);
+// BACKEND_HOST_HDR: the bytes a CUDA transfer buffer takes before the caller's block (which kind of
+// memory it is). backend_host_bytes: the page-locked memory backend_host_alloc(be, bytes) asks the
+// system for: bytes + BACKEND_HOST_HDR on CUDA, 0 on the CPU (be need only have its kind set: --plan
+// plans with a backend it does not open).
+#define BACKEND_HOST_HDR 256
+size_t backend_host_bytes(const backend *be, size_t bytes);
+// backend_host_warn: `pageable` of `wanted` bytes of `what` were not pinned: one warning per process
+// (the first call) naming them and the remedies (`ulimit -l`, fewer buffers); later calls log one
+// info line. `after` says what the job does instead (e.g. "pageable instead, their copies are
+// synchronous").
+void backend_host_warn(const char *what, size_t pageable, size_t wanted, const char *after);
 // stream: BACKEND_STREAM_MAIN, BACKEND_STREAM_COPY or BACKEND_STREAM_TO_DEVICE (backend_type.h).
 // backend_copy_async: bytes from src to dst (host or device memory; the direction comes from the
 // pointers) on `stream`, returning at once on CUDA. The host side should be backend_host_alloc'd

@@ -178,13 +178,15 @@ extern "C" void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_byt
 // ---------------------------------------------------------------------------- pinned host memory and async copies
 
 // Transfer buffers are page-locked when the system grants it. When it refuses (pinned memory is
-// limited by the OS and the container, and a 27B job's rings are tens of GiB), the buffer is
-// pageable instead, with one warning: the job runs, its copies are then staged by the driver (no
-// overlap). A header of HOST_HDR bytes before the block records which, for cuda_host_free.
-#define HOST_HDR 256
+// limited by the OS and the container: `ulimit -l`), the buffer is pageable instead (fallback 1),
+// silently: the caller sums what it did not get and warns once (backend_host_warn); its copies are
+// then staged by the driver (the host waits). fallback 0: NULL instead. A header of
+// BACKEND_HOST_HDR bytes before the block records which, for cuda_host_free and cuda_host_pinned;
+// backend_host_bytes counts it (the plan's pinned host memory is what cudaHostAlloc is asked for).
+#define HOST_HDR BACKEND_HOST_HDR
 enum { HOST_PINNED = 0x50494e44, HOST_PAGEABLE = 0x50414745 };
 
-extern "C" void *cuda_host_alloc(backend *be, size_t bytes) {
+extern "C" void *cuda_host_alloc(backend *be, size_t bytes, int fallback) {
     cuda_check(cudaSetDevice(be->device_id));
     char want[32];
     if (bytes > SIZE_MAX - 2 * HOST_HDR) {
@@ -199,11 +201,7 @@ extern "C" void *cuda_host_alloc(backend *be, size_t bytes) {
         return (char *)p + HOST_HDR;
     }
     (void)cudaGetLastError();
-    static int warned;
-    if (!warned++)
-        log_warn("cannot pin %s of host memory for %s (%s): using pageable memory, whose copies are not "
-                 "asynchronous (fewer payload buffers, transport.slots, pin less)",
-                 bytes_format(bytes, want, sizeof want), be->name, cudaGetErrorString(e));
+    if (!fallback) return NULL;
     p = aligned_alloc(HOST_HDR, (total + HOST_HDR - 1) / HOST_HDR * HOST_HDR);
     if (!p) {
         error_set("out of host memory: %s for %s's transfer buffers", bytes_format(bytes, want, sizeof want), be->name);
@@ -212,6 +210,8 @@ extern "C" void *cuda_host_alloc(backend *be, size_t bytes) {
     *(uint32_t *)p = HOST_PAGEABLE;
     return (char *)p + HOST_HDR;
 }
+
+extern "C" int cuda_host_pinned(const void *p) { return *(const uint32_t *)((const char *)p - HOST_HDR) == HOST_PINNED; }
 
 extern "C" void cuda_host_free(backend *be, void *p) {
     (void)be;

@@ -8,6 +8,7 @@
 extern "C" {
 #endif
 
+#include "common/backend/backend.h" // BACKEND_HOST_HDR
 #include "common/backend/backend_type.h"
 
 // The cuBLAS workspace each CUDA backend allocates at open (NVIDIA's recommended size for Hopper
@@ -45,7 +46,8 @@ void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(ba
 // pinned host memory and async copies (backend.h's block of the same name): cudaHostAlloc'd
 // buffers, cudaMemcpyAsync on the backend's stream or its copy stream (stream: BACKEND_STREAM_MAIN
 // BACKEND_STREAM_COPY or BACKEND_STREAM_TO_DEVICE), events (cudaEvent_t, timing off).
-void *cuda_host_alloc(backend *be, size_t bytes);
+void *cuda_host_alloc(backend *be, size_t bytes, int fallback); // fallback 0: NULL when refused
+int cuda_host_pinned(const void *p);
 void cuda_host_free(backend *be, void *p);
 void cuda_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes);
 void *cuda_event_new(backend *be);

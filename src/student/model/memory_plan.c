@@ -25,7 +25,8 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->ema = r->ema ? numel * sizeof(float) : 0;
     bd->optim_scratch = r->adam ? r->optim_scratch : 0;
     bd->links = r->link_bytes;
-    bd->host_pinned = r->host_pinned;
+    bd->host_payload = r->host_payload, bd->host_grads = r->host_grads;
+    bd->host_pinned = r->host_payload + r->host_grads;
     bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
 }
 
@@ -242,9 +243,12 @@ void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, con
     fprintf(f, "  %-26s %12s  (%zu bytes)\n", "total", bytes_format(bd->total, b, sizeof b), bd->total);
     fprintf(f, "plan_total_bytes %zu\n", bd->total);
     if (budget) fprintf(f, "  %-26s %12s\n", "budget", bytes_format(budget, b, sizeof b));
-    if (bd->host_pinned)
-        fprintf(f, "  %-26s %12s  (%zu bytes; host memory, not in the total: the gradient all-reduce over MPI)\n",
-                "pinned host memory", bytes_format(bd->host_pinned, b, sizeof b), bd->host_pinned);
+    if (bd->host_pinned) {
+        char c[32], d[32];
+        fprintf(f, "  %-26s %12s  (%zu bytes; host memory, not in the total: payload buffers %s + gradient ring %s)\n",
+                "pinned host memory", bytes_format(bd->host_pinned, b, sizeof b), bd->host_pinned,
+                bytes_format(bd->host_payload, c, sizeof c), bytes_format(bd->host_grads, d, sizeof d));
+    }
     fprintf(f, "  anchors per chunk %d, loss mode %s, rows per loss chunk %d, vocabulary tile %d\n", p->chunk_anchors,
             p->loss.mode == LOSS_MODE_ROWS ? "rows (2 GEMMs)" : "tiles (3 GEMMs)", p->loss.row_chunk, p->loss.vocab_tile);
     fprintf(f, "  estimated step time %.3g s (%d anchors)\n", bd->est_s, bd->anchors);

@@ -29,8 +29,10 @@ typedef struct {
     int force_row_chunk;      // > 0: rows per loss chunk (a multiple of B-1)
     int force_vocab_tile;     // > 0: vocabulary tile in mode TILES
     size_t link_bytes;        // the NCCL receive ring (GPU memory; 0 when the payloads come over MPI)
-    size_t host_pinned;       // pinned host memory beside the plan (the MPI gradient ring on a GPU,
-                              // students_grads_pinned_bytes): reported, never in the device's total
+    size_t host_payload;      // pinned host memory beside the plan: the payload buffers
+                              // (batch_source_pinned_bytes) ...
+    size_t host_grads;        // ... and the MPI gradient ring on a GPU (students_grads_pinned_bytes):
+                              // reported, never in the device's total
 } plan_request;
 
 typedef struct {
@@ -40,7 +42,8 @@ typedef struct {
     size_t library;                                                   // cuBLAS workspace (CUDA)
     size_t links;                                                     // NCCL receive ring
     size_t total;
-    size_t host_pinned;       // pinned host memory (plan_request's), not in total
+    size_t host_payload, host_grads; // pinned host memory (plan_request's), not in total
+    size_t host_pinned;       // their sum
     double est_s;             // the chosen plan's estimated step time (plan_step_seconds)
     int anchors;              // ... for this many anchors per step
     int has_runner_up;        // the fastest plan of another C or loss mode that fits

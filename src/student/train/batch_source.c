@@ -2,6 +2,7 @@
 // (see batch_source.h).
 #include "student/train/batch_source.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +75,14 @@ batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
 
 int batch_source_buffers(const config *cfg, const world *w) { return 2 * protocol_credits(cfg, w->group_size) * w->groups + 1; }
 
+size_t batch_source_payload_bytes(const config *cfg, int64_t k, int64_t D, int on_link) {
+    return wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, k, on_link ? 0 : D);
+}
+
+size_t batch_source_pinned_bytes(const backend *be, const config *cfg, const world *w, int64_t k, int64_t D, int on_link) {
+    return size_mul(batch_source_buffers(cfg, w), backend_host_bytes(be, batch_source_payload_bytes(cfg, k, D, on_link)));
+}
+
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf, payload_link *link,
                             size_t feat_bytes, backend *be) {
     memset(s, 0, sizeof *s);
@@ -88,10 +97,18 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     s->bufs = xcalloc((size_t)n_buf, sizeof(char *));
     s->buf_free = xmalloc((size_t)n_buf * sizeof(int));
     s->uploaded = xcalloc((size_t)n_buf, sizeof(void *));
+    size_t pageable = 0;
     for (int i = 0; i < n_buf; i++) {
         if (!(s->bufs[i] = backend_host_alloc(be, max_bytes))) fatal("student: its payload buffers: %s", error_msg());
+        if (be->kind == BACKEND_CUDA && !backend_host_pinned(be, s->bufs[i])) pageable += max_bytes;
         s->buf_free[i] = 1;
         s->uploaded[i] = backend_event_new(be);
+    }
+    if (pageable) {
+        char what[96];
+        snprintf(what, sizeof what, "student rank %d's payload buffers", w->rank);
+        backend_host_warn(what, pageable, size_mul(n_buf, max_bytes),
+                          "pageable instead, the features' uploads from them are synchronous");
     }
     // per item in flight: a ring of n_buf (each requested, unconsumed item holds a buffer)
     s->buf_of = xmalloc((size_t)n_buf * sizeof(int));

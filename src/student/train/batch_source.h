@@ -96,12 +96,22 @@ typedef struct {
 // batch_source_buffers: the payload buffers of a live source (in flight and arrived, not yet
 // consumed): twice every teacher's credits (protocol_credits, protocol.h), and one more.
 int batch_source_buffers(const config *cfg, const world *w);
+// batch_source_payload_bytes: one payload buffer of a live source: a batch of
+// data.max_tokens_per_batch tokens with top-k k (wire_bytes), with its features (D per token, bf16)
+// unless they come GPU to GPU as device blocks (on_link: the link chosen, payload_link_device): then
+// only the tokens, top-k ids and logits, LSE and header cross the host.
+size_t batch_source_payload_bytes(const config *cfg, int64_t k, int64_t D, int on_link);
+// batch_source_pinned_bytes: the page-locked host memory a live source on backend be asks for:
+// batch_source_buffers(cfg, w) buffers of batch_source_payload_bytes, each backend_host_bytes (0 on
+// the CPU backend). What batch_source_init_live allocates, and what --plan counts.
+size_t batch_source_pinned_bytes(const backend *be, const config *cfg, const world *w, int64_t k, int64_t D, int on_link);
 // batch_source_init_live: the teachers of world w (w->groups of them: a request goes to a group's
 // first rank, its payload comes from the last), `credits` requests outstanding per teacher
 // (protocol_credits), n_buf payload buffers (in flight and arrived, not yet consumed: the per-item
 // state is a ring of that size), over link; when it carries device blocks, one GPU buffer of
 // feat_bytes per payload buffer, from be. The payload buffers are be's pinned host memory
-// (backend_host_alloc; plain memory on the CPU).
+// (backend_host_alloc; plain memory on the CPU), max_bytes each (batch_source_payload_bytes for the
+// link); those the system refuses to pin are pageable, with one warning (backend_host_warn).
 void batch_source_init_live(batch_source *s, const world *w, int credits, size_t max_bytes, int n_buf,
                             payload_link *link, size_t feat_bytes, backend *be);
 // batch_source_upload_into: over MPI (no device blocks) on a CUDA backend, batch_source_get uploads

@@ -52,6 +52,8 @@ struct students_grads {
     grad_slot slot[STUDENTS_GRAD_CHUNKS]; // MPI on a GPU: the ring (slot[0].host NULL: in place)
     MPI_Comm ring_comm; // MPI on a GPU: a duplicate of comm for the pieces' MPI_Iallreduces alone
     int64_t chunk;     // elements of one chunk
+    int deferred;      // MPI on a GPU, the ring pageable (pinning refused): its copies wait for the
+                       // backward's end (students_grads_arm arms nothing), so the backward never waits on one
     int head, used;    // the oldest slot in use, and how many are
     int next_range, end_range; // gb.ranges[next_range .. end_range): issued buckets not yet in the ring
     int64_t next_off;  // the first element of ranges[next_range] not yet in the ring
@@ -68,8 +70,59 @@ int64_t students_grads_chunk(int64_t numel) {
     return c < STUDENTS_GRAD_CHUNK_MAX ? c : STUDENTS_GRAD_CHUNK_MAX;
 }
 
-size_t students_grads_pinned_bytes(int64_t numel) {
-    return size_mul(size_mul(students_grads_chunk(numel), sizeof(float)), STUDENTS_GRAD_CHUNKS);
+size_t students_grads_pinned_bytes(const backend *be, int64_t numel) {
+    return size_mul(backend_host_bytes(be, size_mul(students_grads_chunk(numel), sizeof(float))), STUDENTS_GRAD_CHUNKS);
+}
+
+// ring_pin: the ring's chunks pinned at `chunk` elements each, else (the system refuses) at half
+// that, and so on down to STUDENTS_GRAD_CHUNK_MIN: a smaller pinned ring cuts the gradient into more
+// pieces but keeps every copy asynchronous. The chunk it pinned, or 0 (none pinned, slots empty).
+static int64_t ring_pin(students_grads *g, int64_t chunk) {
+    backend *be = g->d->be;
+    for (int64_t c = chunk;;) {
+        int i = 0;
+        while (i < STUDENTS_GRAD_CHUNKS && (g->slot[i].host = backend_host_try_pin(be, size_mul(c, sizeof(float))))) i++;
+        if (i == STUDENTS_GRAD_CHUNKS) return c;
+        while (i > 0) backend_host_free(be, g->slot[--i].host), g->slot[i].host = NULL;
+        if (c <= STUDENTS_GRAD_CHUNK_MIN) return 0;
+        c = (c / 2 + 63) / 64 * 64;
+        if (c < STUDENTS_GRAD_CHUNK_MIN) c = STUDENTS_GRAD_CHUNK_MIN;
+    }
+}
+
+// ring_open: the ring of chunks, pinned when the system grants it (ring_pin), the chunk the same on
+// every student (their pieces' all-reduces must match): the smallest any pinned. When one pinned
+// none, every student's ring is pageable at the planned chunk, and deferred. 0, or 1 when this
+// student could not have host memory at all (its log says why).
+static int ring_open(students_grads *g) {
+    backend *be = g->d->be;
+    int64_t planned = students_grads_chunk(g->d->numel), got = ring_pin(g, planned), agreed = got;
+    students_allreduce(&agreed, 1, MPI_INT64_T, MPI_MIN, g->comm, "the other students to pin their host rings");
+    size_t want = size_mul(size_mul(planned, sizeof(float)), STUDENTS_GRAD_CHUNKS);
+    char what[96], after[192], c[32];
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    snprintf(what, sizeof what, "student rank %d's gradient ring (the all-reduce over MPI)", rank);
+    g->chunk = agreed > 0 ? agreed : planned;
+    if (agreed > 0) {
+        if (agreed < planned) { // a student was refused the full ring: all cut the gradient finer
+            snprintf(after, sizeof after, "a ring of %d pinned chunks of %s instead, still asynchronous (more pieces)",
+                     STUDENTS_GRAD_CHUNKS, bytes_format(size_mul(agreed, sizeof(float)), c, sizeof c));
+            if (got < planned) backend_host_warn(what, want - size_mul(size_mul(got, sizeof(float)), STUDENTS_GRAD_CHUNKS), want, after);
+        }
+    } else {
+        for (int i = 0; i < STUDENTS_GRAD_CHUNKS; i++) backend_host_free(be, g->slot[i].host), g->slot[i].host = NULL;
+        for (int i = 0; i < STUDENTS_GRAD_CHUNKS; i++)
+            if (!(g->slot[i].host = backend_host_alloc(be, size_mul(g->chunk, sizeof(float))))) {
+                log_error("the gradient all-reduce's host ring: %s", error_msg());
+                return 1;
+            }
+        g->deferred = 1;
+        if (got == 0)
+            backend_host_warn(what, want, want, "pageable instead: its copies wait for the end of each step's backward "
+                                                "(the backward never waits on one), so the sum no longer overlaps it");
+    }
+    return 0;
 }
 
 int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const char *want, int log) {
@@ -100,21 +153,12 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
         MPI_Request dup;
         mpi_check(MPI_Comm_idup(comm, &g->ring_comm, &dup));
         watchdog_mpi_wait(&dup, NULL, students_first, students_last, 5, "the other students to set up the gradient all-reduce");
-        g->chunk = students_grads_chunk(d->numel);
-        int bad = 0;
-        for (int i = 0; i < STUDENTS_GRAD_CHUNKS && !bad; i++) {
-            grad_slot *sl = &g->slot[i];
-            if (!(sl->host = backend_host_alloc(d->be, size_mul(g->chunk, sizeof(float))))) {
-                log_error("the gradient all-reduce's pinned host ring: %s", error_msg());
-                bad = 1;
-            } else {
-                sl->ev = backend_event_new(d->be);
-            }
-        }
-        students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to pin their host rings"); // the same answer everywhere
+        int bad = ring_open(g);
+        for (int i = 0; i < STUDENTS_GRAD_CHUNKS && !bad; i++) g->slot[i].ev = backend_event_new(d->be);
+        students_allreduce(&bad, 1, MPI_INT, MPI_MAX, comm, "the other students to set up their host rings"); // the same answer everywhere
         if (bad) {
             students_grads_close(g, 1);
-            return error_set("the gradient all-reduce over MPI: a student could not pin its host ring of %d chunks "
+            return error_set("the gradient all-reduce over MPI: a student could not allocate its host ring of %d chunks "
                              "(its log says why)", STUDENTS_GRAD_CHUNKS);
         }
     }
@@ -123,12 +167,17 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
                  "backward finishes each", g->gb.n_buckets);
     else if (log)
         log_info("gradients: summed over MPI %s (NCCL not used: %s)", cpu ? "in place" : "through host memory", why);
-    if (log && !g->nccl && !cpu) {
+    if (log && !g->nccl && !cpu && !g->deferred) {
         char c[32], all[32];
         log_info("gradients: over MPI in %d buckets started as the last micro-batch's backward finishes each, through "
                  "a ring of %d pinned host chunks of %s (%s of host memory), copied asynchronously",
                  g->gb.n_buckets, STUDENTS_GRAD_CHUNKS, bytes_format(size_mul(g->chunk, sizeof(float)), c, sizeof c),
-                 bytes_format(students_grads_pinned_bytes(d->numel), all, sizeof all));
+                 bytes_format(size_mul(size_mul(g->chunk, sizeof(float)), STUDENTS_GRAD_CHUNKS), all, sizeof all));
+    } else if (log && !g->nccl && !cpu) {
+        char c[32];
+        log_info("gradients: over MPI in %d buckets through a ring of %d pageable host chunks of %s (pinning refused), "
+                 "copied after each step's backward", g->gb.n_buckets, STUDENTS_GRAD_CHUNKS,
+                 bytes_format(size_mul(g->chunk, sizeof(float)), c, sizeof c));
     }
     *out = g;
     return 0;
@@ -245,7 +294,8 @@ static int grads_ready(void *ctx, int bucket) {
 }
 
 void students_grads_arm(students_grads *g, student_work *w, int on) {
-    if (g && (g->nccl || g->slot[0].host)) student_work_set_grad_hook(w, on ? grads_ready : NULL, g);
+    // (a pageable ring: no hook, its copies would make the backward wait: all go in the finish)
+    if (g && (g->nccl || (g->slot[0].host && !g->deferred))) student_work_set_grad_hook(w, on ? grads_ready : NULL, g);
 }
 
 int students_grads_finish(students_grads *g) {

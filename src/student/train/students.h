@@ -1,6 +1,7 @@
 // students.h: collectives among the student ranks, each under the watchdog: a student that died
 // or hangs ends the job with its rank named instead of leaving the others in the collective forever.
 #pragma once
+#include "common/backend/backend.h"
 #include <mpi.h>
 #include <stdint.h>
 
@@ -33,10 +34,15 @@ void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const cha
 // students_grads_chunk: the elements of one chunk for a gradient of numel elements: a quarter of it
 // (rounded up to 64 elements), at most STUDENTS_GRAD_CHUNK_MAX.
 int64_t students_grads_chunk(int64_t numel);
-// students_grads_pinned_bytes: the pinned host memory of the ring (STUDENTS_GRAD_CHUNKS chunks) that
-// the MPI path on a GPU takes for a gradient of numel elements; host memory, not the device's
-// (the student's --plan reports it beside the device's parts).
-size_t students_grads_pinned_bytes(int64_t numel);
+// students_grads_pinned_bytes: the pinned host memory of the ring (STUDENTS_GRAD_CHUNKS chunks, each
+// backend_host_bytes) that the MPI path on backend be takes for a gradient of numel elements (0 on
+// the CPU backend); host memory, not the device's (--plan reports it beside the device's parts).
+// When the system refuses to pin it, the ring is pinned at smaller chunks (halving down to
+// STUDENTS_GRAD_CHUNK_MIN elements, the same on every student): still asynchronous; when not even
+// those, it is pageable and its copies wait for the end of the step's backward (the backward never
+// waits on a copy); either with one warning (backend_host_warn).
+#define STUDENTS_GRAD_CHUNK_MIN ((int64_t)1024)
+size_t students_grads_pinned_bytes(const backend *be, int64_t numel);
 typedef struct students_grads students_grads;
 // students_grads_open: collective over comm (the students). want: "auto" (NCCL when every student
 // has a GPU of its own, else MPI), "mpi" or "nccl" (-1, error_set naming the key and the reason,

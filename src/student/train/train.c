@@ -239,9 +239,13 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = j->tc.tie_embeddings, .force_mode = -1};
     if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&j->dc);
     if (j->live && payload_link_device(j->links)) pr.link_bytes = (size_t)n_buf * feat_bytes;
-    // the pinned ring of the gradient all-reduce over MPI on a GPU (host memory; auto: if NCCL declines)
-    if (be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "nccl") != 0)
-        pr.host_pinned = students_grads_pinned_bytes(drafter_param_numel(&j->dc));
+    // pinned host memory (--plan's rule, job_plan_pinned_rank): the payload buffers for the link
+    // chosen and, over MPI on a GPU, the gradient ring (transport.grad_allreduce auto planned as NCCL)
+    if (j->live)
+        pr.host_payload = batch_source_pinned_bytes(be, cfg, j->w, j->ct.topk, (int64_t)j->ct.n_feat * j->tc.hidden,
+                                                    payload_link_device(j->links));
+    if (be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0)
+        pr.host_grads = students_grads_pinned_bytes(be, drafter_param_numel(&j->dc));
     plan_breakdown bd;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve gr;
@@ -309,7 +313,8 @@ static int train_source(train_job *j, int n_buf, size_t feat_bytes) {
     if (eval) batch_schedule_eval_only(&j->sc);                      // all the (held-out) batches
     int64_t D = (int64_t)j->ct.n_feat * j->tc.hidden;
     size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, j->ct.topk, D);
-    if (j->live) {
+    if (j->live) { // the host's part of a payload, sized for the link chosen (the plan's: batch_source_pinned_bytes)
+        max_bytes = batch_source_payload_bytes(cfg, j->ct.topk, D, payload_link_device(j->links));
         batch_source_init_live(&j->src, w, protocol_credits(cfg, w->group_size), max_bytes, n_buf, j->links, feat_bytes,
                                j->be);
         batch_source_upload_into(&j->src, student_work_features(j->sw), feat_bytes); // over MPI on a GPU: uploaded as they come
