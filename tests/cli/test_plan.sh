@@ -97,7 +97,17 @@ for budget in 95GiB 140GiB; do
   has q36-cuda "^student memory plan \(each of 2 student rank\(s\), cuda, bf16"
   has q36-cuda "budget \(teacher.mem_budget\) .*\(fits\)"
   has q36-cuda "^plan: every role fits"
+  # the loss's widest GEMM operand, its bf16 dlogits read with row stride 2 x tile: computed here
+  # from the plan's rows and tile; at 2^31 elements or more the plan says the 64-bit cuBLAS calls
+  read -r rows tile < <(sed -nE 's/^  anchors per chunk [0-9]+, loss mode .*, rows per loss chunk ([0-9]+), vocabulary tile ([0-9]+)$/\1 \2/p' "$TMP/out")
+  span=$(( 2 * tile * (rows - 1) + tile ))
+  if [ "$span" -ge $((1 << 31)) ]; then
+    has q36-span "^  loss GEMM operands span up to $span elements \(2\^31 or more\): cuBLAS's 64-bit interface on CUDA$"
+  else
+    [ "$(count "loss GEMM operands span")" = 0 ] && ok || bad "q36-span: a 64-bit line for a span of $span elements"
+  fi
 done
+[ "$span" -ge $((1 << 31)) ] && ok || bad "q36-span: the 140 GiB plan's loss spans $span elements, under 2^31"
 # pinned host memory (issue 50): every role's per rank and the host's total; over NCCL the payload
 # buffers hold no features: the 8-GPU host pins at most 16 GiB (over MPI the features make it ~32 GiB)
 has q36-cuda "^  pinned host memory .*a payload ring of 5 buffers of .*, features over NCCL\)$"

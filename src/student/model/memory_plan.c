@@ -251,6 +251,12 @@ void plan_print_titled(FILE *f, const char *title, const plan_breakdown *bd, con
     }
     fprintf(f, "  anchors per chunk %d, loss mode %s, rows per loss chunk %d, vocabulary tile %d\n", p->chunk_anchors,
             p->loss.mode == LOSS_MODE_ROWS ? "rows (2 GEMMs)" : "tiles (3 GEMMs)", p->loss.row_chunk, p->loss.vocab_tile);
+    // the loss's widest GEMM operand: its bf16 dlogits, read in place with row stride 2 x tile
+    // (docs/student.md "Rows per loss chunk and the 64-bit cuBLAS calls")
+    int64_t rc = p->loss.row_chunk, vt = p->loss.vocab_tile, span = rc > 0 ? 2 * vt * (rc - 1) + vt : 0;
+    if (span >= ((int64_t)1 << 31))
+        fprintf(f, "  loss GEMM operands span up to %lld elements (2^31 or more): cuBLAS's 64-bit interface on CUDA\n",
+                (long long)span);
     fprintf(f, "  estimated step time %.3g s (%d anchors)\n", bd->est_s, bd->anchors);
     const student_plan *q = &bd->runner_up;
     if (bd->has_runner_up)
