@@ -1,5 +1,5 @@
 #!/bin/bash
-# grow.sh: the data-volume row at the long run's length (README.md "Status", bench/RESULTS.md "fifth round"):
+# grow.sh: the data-volume row at the long run's length (README.md "Status", bench/RESULTS.md "Acceptance: the current long runs"):
 # run.sh's training set grown by more replies of the same target, with the same held-out prompts, then
 # run.sh's training and the three evaluations.
 #

@@ -1,6 +1,6 @@
 #!/bin/bash
 # sweep.sh: two training configurations side by side at equal wall time, one per core (the recipe rows of
-# README.md "Status" and bench/RESULTS.md "fourth round").
+# README.md "Status" and bench/RESULTS.md "The recipe at equal wall time").
 #
 #   examples/smollm2-135m/sweep.sh WORKDIR BUDGET NAME1 "ARGS1" NAME2 "ARGS2"
 #
