@@ -1,6 +1,7 @@
 // emu_device.cpp: the emulated devices, for the CPU emulator (tests/emu/README.md): how many,
-// their properties and attributes, peers, the PCI bus ids, and the dynamic shared memory a kernel
-// may opt into (emu_smem_limit, which the launcher in emu_sched.cpp checks).
+// their properties and attributes after a device profile (DFLASH_EMU_PROFILE: sm_80, sm_90, sm_120),
+// peers, the PCI bus ids, and the dynamic shared memory a kernel may opt into (emu_smem_limit, which
+// the launcher in emu_sched.cpp checks).
 #include "cuda_emu.h"
 #undef warpSize // the cudaDeviceProp field
 #include "emu_internal.h"
@@ -21,15 +22,47 @@
 #include <mutex>
 #include <vector>
 
+// ---------------------------------------------------------------------------- device profiles
+
+// What a kernel's launch choices may depend on, per architecture (the CUDA programming guide's table
+// of compute capabilities, and cudaGetDeviceProperties on each card). The SM count is the card's
+// (A100 108, H100 SXM 132, RTX PRO 6000 Blackwell 188); the emulator runs a grid's blocks one after
+// another whatever it says.
+struct emu_profile {
+    const char *arch, *card;
+    int major, minor;
+    size_t smem_block, smem_optin, smem_sm; // bytes: default per block, opt-in per block, per SM
+    int sms, threads_sm, blocks_sm;
+};
+static const emu_profile PROFILES[] = {
+    {"sm_80", "A100", 8, 0, 48 * 1024, 163 * 1024, 164 * 1024, 108, 2048, 32},
+    {"sm_90", "H100", 9, 0, 48 * 1024, 227 * 1024, 228 * 1024, 132, 2048, 32},
+    {"sm_120", "RTX PRO 6000 Blackwell", 12, 0, 48 * 1024, 99 * 1024, 100 * 1024, 188, 1536, 32},
+};
+
+// The profile named by DFLASH_EMU_PROFILE (default sm_90); an unknown name stops the program in one
+// line, as a device that cannot be opened would.
+static const emu_profile &profile(void) {
+    static const emu_profile *p = [] {
+        const char *s = getenv("DFLASH_EMU_PROFILE");
+        if (!s || !*s) s = "sm_90";
+        for (const emu_profile &q : PROFILES)
+            if (strcmp(s, q.arch) == 0) return &q;
+        fprintf(stderr, "cuda emulator: DFLASH_EMU_PROFILE=%s: unknown device profile (sm_80, sm_90 or sm_120)\n", s);
+        fflush(stderr);
+        _exit(2);
+        return (const emu_profile *)nullptr;
+    }();
+    return *p;
+}
+
 static std::mutex smem_mu;
 static std::map<const void *, size_t> smem_optin;
 size_t emu_smem_limit(const void *kernel) {
     std::lock_guard<std::mutex> g(smem_mu);
     auto it = smem_optin.find(kernel);
-    return it == smem_optin.end() ? 48 * 1024 : it->second;
+    return it == smem_optin.end() ? profile().smem_block : it->second;
 }
-
-static const size_t SMEM_OPTIN_MAX = 227 * 1024; // sm_90: 227 KiB per block
 
 // ---------------------------------------------------------------------------- device
 
@@ -56,6 +89,7 @@ static bool valid_device(int d) { return d >= 0 && d < device_count(); }
 static thread_local int current_device = 0;
 
 cudaError_t cudaGetDeviceCount(int *n) {
+    (void)profile(); // an unknown profile stops the program before any device is used
     *n = device_count();
     return cudaSuccess;
 }
@@ -75,31 +109,44 @@ cudaError_t cudaDeviceSynchronize(void) {
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     if (!valid_device(d)) return emu_fail(cudaErrorInvalidDevice);
+    const emu_profile &P = profile();
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CUDA emulator (CPU)");
+    snprintf(p->name, sizeof p->name, "CUDA emulator (CPU) as %s", P.arch);
     p->totalGlobalMem = emu_device_capacity();
-    p->sharedMemPerBlock = 48 * 1024;
-    p->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
+    p->sharedMemPerBlock = P.smem_block;
+    p->sharedMemPerBlockOptin = P.smem_optin;
+    p->sharedMemPerMultiprocessor = P.smem_sm;
+    p->regsPerBlock = p->regsPerMultiprocessor = 65536;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
+    p->maxThreadsPerMultiProcessor = P.threads_sm;
+    p->maxBlocksPerMultiProcessor = P.blocks_sm;
     p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
     p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 0x7fffffff;
     p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-    p->major = 9;
-    p->minor = 0;
-    p->multiProcessorCount = 1;
+    p->major = P.major;
+    p->minor = P.minor;
+    p->multiProcessorCount = P.sms;
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d) {
     if (!valid_device(d)) return emu_fail(cudaErrorInvalidDevice);
+    const emu_profile &P = profile();
     switch (attr) {
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)SMEM_OPTIN_MAX; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; return cudaSuccess;
-    case cudaDevAttrMultiProcessorCount: *v = 1; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)P.smem_optin; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)P.smem_block; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *v = (int)P.smem_sm; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = P.sms; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = P.major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *v = P.minor; return cudaSuccess;
+    case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *v = P.threads_sm; return cudaSuccess;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *v = P.blocks_sm; return cudaSuccess;
+    case cudaDevAttrMaxRegistersPerBlock: *v = 65536; return cudaSuccess;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *v = 65536; return cudaSuccess;
     default: return emu_fail(cudaErrorInvalidValue);
     }
 }
@@ -128,7 +175,7 @@ cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer) {
 
 cudaError_t cudaFuncSetAttribute(const void *kernel, enum cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || (size_t)value > SMEM_OPTIN_MAX) return emu_fail(cudaErrorInvalidValue);
+        if (value < 0 || (size_t)value > profile().smem_optin) return emu_fail(cudaErrorInvalidValue);
         std::lock_guard<std::mutex> g(smem_mu);
         smem_optin[kernel] = (size_t)value;
     }

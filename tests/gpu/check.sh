@@ -8,7 +8,9 @@
 #   DFLASH_CHECK_EMU=1 bash tests/gpu/check.sh   the GPU flow on the CUDA emulator (tests/emu: the
 #                                                kernels on the CPU), exactly one emulated GPU, the
 #                                                model-scale shapes scaled down: every part as on the
-#                                                device, the same summary and files (a dry run)
+#                                                device, the same summary and files (a dry run);
+#                                                DFLASH_CHECK_EMU_PROFILE=sm_80|sm_90|sm_120 (default
+#                                                sm_90) picks the emulated card (tests/emu/README.md)
 #
 # On a bare CUDA machine (nvcc, cuBLAS, NCCL; no Open MPI, HDF5, cJSON, OpenBLAS, no network) it
 # unpacks .gpu-deps/debs (scripts/fetch-gpu-deps.sh, run beforehand on a machine with a network),
@@ -89,12 +91,18 @@ part_build() {
   args+=($DFLASH_GPU_CMAKE_ARGS)
   if emu_mode; then # nvcc is off PATH (the driver): the emulator build needs only the CUDA headers
     args+=(-DDFLASH_CUDA=OFF -DDFLASH_CUDA_EMU=ON)
-    num cuda_arch "emulated"
+    num cuda_arch "emulated $DFLASH_EMU_PROFILE"
   elif gpu_mode; then
     local arch=${CUDA_ARCH:-}
-    if [ -z "$arch" ]; then
+    if [ -z "$arch" ]; then # compute capability 8.0 -> 80, 9.0 -> 90, 12.0 -> 120
       arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
       [ -n "$arch" ] || arch=90
+    fi
+    arch=${arch#sm_}
+    arch=${arch//./}
+    if nvcc --list-gpu-arch >/dev/null 2>&1 && ! nvcc --list-gpu-arch | grep -qx "compute_$arch"; then
+      note "nvcc ($(nvcc --version | tail -1)) cannot build for sm_$arch (sm_120 needs CUDA 12.8 or later)"
+      return 1
     fi
     args+=(-DDFLASH_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch")
     num cuda_arch "$arch"
@@ -553,6 +561,11 @@ OUT=$(cd "$OUT" && pwd)
 SLOW=1
 if [ "$EMU" = 1 ]; then
   SLOW=${DFLASH_CHECK_EMU_SLOW:-12}
+  # the emulated card (tests/emu/README.md, "Device profiles"), for every part
+  case ${DFLASH_CHECK_EMU_PROFILE:=sm_90} in
+    sm_80|sm_90|sm_120) export DFLASH_EMU_PROFILE=$DFLASH_CHECK_EMU_PROFILE ;;
+    *) echo "check: DFLASH_CHECK_EMU_PROFILE=$DFLASH_CHECK_EMU_PROFILE: unknown device profile (sm_80, sm_90 or sm_120)" >&2; exit 2 ;;
+  esac
   # exactly one emulated GPU, as the lent machine has; nvcc off PATH (the emulator build wants none)
   export DFLASH_EMU_DEVICES=1
   PATH=$(echo "$PATH" | tr ':' '\n' | grep -v -i cuda | paste -sd: -)
@@ -594,7 +607,7 @@ finish() {
   trap '' PIPE # the tee may be gone (a signal to the whole process group): finish anyway
   if complete; then summary final; else summary; fi
   echo
-  echo "== summary ($((SECONDS - START)) s, $OUT/summary.json)"
+  echo "== summary ($((SECONDS - START)) s, $OUT/summary.json$([ "$EMU" = 1 ] && echo ", emulated as $DFLASH_EMU_PROFILE"))"
   awk -F'\t' '{printf "%-5s %-10s %5.0f s  %s\n", $2, $1, $3, $5}' "$WORK/parts.tsv"
   if [ "$(wc -l <"$WORK/parts.tsv")" -lt "$N_PARTS" ]; then
     echo "check: interrupted after $(wc -l <"$WORK/parts.tsv") of $N_PARTS parts: incomplete"
@@ -613,7 +626,7 @@ PART_PID=
 trap 'echo "check: interrupted"; [ -n "$PART_PID" ] && kill -TERM "$PART_PID" 2>/dev/null; exit 130' INT TERM
 
 meta check "dflash_rank GPU check (issue 7): tests/gpu/check.sh"
-meta mode "$DEV$([ "$EMU" = 1 ] && echo " (CUDA emulator, 1 emulated GPU: a dry run)")"
+meta mode "$DEV$([ "$EMU" = 1 ] && echo " (CUDA emulator, 1 emulated GPU as $DFLASH_EMU_PROFILE: a dry run)")"
 meta date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 # (a copy of the tree without .git, as the device machine's: "unknown" unless DFLASH_COMMIT says it)
 if [ -n "${DFLASH_COMMIT:-}" ]; then
@@ -625,13 +638,18 @@ else
 fi
 meta commit "${DFLASH_COMMIT:-$head}"
 meta host "$(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2); $(nproc) cores"
+# device_profile: the card the kernels chose their tiles for: the emulator's profile, or sm_ and the
+# GPU's compute capability
 if [ "$EMU" = 1 ]; then
-  meta gpu "CUDA emulator (tests/emu): 1 emulated device on the CPU"
+  meta gpu "CUDA emulator (tests/emu): 1 emulated device on the CPU as $DFLASH_EMU_PROFILE"
+  meta device_profile "$DFLASH_EMU_PROFILE"
 elif [ "$DEV" = cuda ]; then
   meta gpu "$(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader 2>/dev/null | head -1)"
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  meta device_profile "${cap:+sm_$cap}${cap:-unknown (no nvidia-smi)}"
 fi
 meta nvcc "$(nvcc --version 2>/dev/null | tail -1 || echo none)"
-echo "== dflash_rank GPU check: mode $DEV$([ "$EMU" = 1 ] && echo " (emulated)"), build $BUILD, results $OUT, limit $LIMIT_TOTAL s"
+echo "== dflash_rank GPU check: mode $DEV$([ "$EMU" = 1 ] && echo " (emulated as $DFLASH_EMU_PROFILE)"), build $BUILD, results $OUT, limit $LIMIT_TOTAL s"
 
 failed_build=0
 # run_part NAME WEIGHT CAP LATER: the part under `timeout`, its limit its WEIGHT's share of the time

@@ -683,6 +683,18 @@ static int choose_cfg(int kind, int hd) {
     return want;
 }
 
+extern "C" int attn_tc_path_fits(const char *path, int hd, int backward) {
+    for (int c = 0; c < CFG_COUNT; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "tiled-%dx%d", cfg_bq[c], cfg_bk[c]);
+        if (!path || strcmp(path, name) != 0) continue;
+        size_t lim = (size_t)device_smem_optin();
+        return smem_bytes(TC_FWD, c, hd) <= lim &&
+               (!backward || (smem_bytes(TC_DQ, c, hd) <= lim && smem_bytes(TC_DKV, c, hd) <= lim));
+    }
+    return 1;
+}
+
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 template <class K> static void allow_smem(K kernel, size_t smem) {

@@ -29,6 +29,12 @@ int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, 
 int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v, const int32_t *cu_seqlens,
                    int n_seq, int T, int nq, int nkv, int hd, float scale, int window, const float *sinks);
 
+// attn_tc_path_fits: 0 when `path`, a DFLASH_CUDA_ATTN value, forces a tile shape ("tiled-BQxBK") whose
+// tiles at head_dim hd need more shared memory than the current device gives a block (the forward's;
+// with backward, also dQ's and dK/dV's): the attention would refuse it. 1 otherwise ("tiled" and
+// "scalar" always fit). For the tests, which force every shape: sm_120 holds fewer than sm_90.
+int attn_tc_path_fits(const char *path, int hd, int backward);
+
 #ifdef __cplusplus
 }
 #endif
