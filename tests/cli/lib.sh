@@ -35,6 +35,15 @@ tiny_job() {
   "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 24 --prompt-len 6 --gen-len 24 --seed 2 >/dev/null 2>&1 || bad "make-data"
 }
 
+# gpu_job SAMPLES GEN_LEN: the target ($TMP/target: qwen3, 2 layers, hidden 64, vocabulary 256) and
+# training set ($TMP/data.h5: SAMPLES samples of 8 prompt + GEN_LEN generated tokens) the CUDA job
+# tests (tests/gpu) train on.
+gpu_job() {
+  "$T" make-target "$TMP/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
+    "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples "$1" --prompt-len 8 --gen-len "$2" --seed 3 >/dev/null 2>&1 &&
+    ok || bad "make-target / make-data"
+}
+
 # run_dir_free DIR [SECONDS]: waits (default 60 s) until no process holds DIR/.lock, the run
 # directory's lock (a rank may outlive its mpirun while it winds down: a thread in fsync, a stopped
 # rank woken at the end); 0 once free, 1 if still held. A zombie holds no lock, so this is the
@@ -72,6 +81,15 @@ rank_pid() {
 need_cuda() {
   if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
     echo "SKIP: no usable CUDA device (or a binary built without CUDA)"
+    exit 77
+  fi
+}
+
+# need_emulator WHY: exits 77 (ctest's skip), saying WHY, unless dflash_rank is the CUDA emulator
+# build (tests/emu), for what only the emulator shows (its copy log, its pinned-memory report)
+need_emulator() {
+  if ! "$R" --version | grep -q "cuda(emulated)"; then
+    echo "SKIP: $1"
     exit 77
   fi
 }

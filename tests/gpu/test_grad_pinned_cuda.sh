@@ -23,9 +23,7 @@ fi
 emu=0
 "$R" --version | grep -q "cuda(emulated)" && emu=1
 
-"$T" make-target "$TMP/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
-  "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 48 --prompt-len 8 --gen-len 40 --seed 3 >/dev/null 2>&1 &&
-  ok || bad "make-target / make-data"
+gpu_job 48 40
 STEPS=3
 S2=(--mode train --device cuda --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
     --drafter.block_size=8 --drafter.layers=2 --train.lr=3e-3 --train.max_anchors=16 --train.log_interval=1

@@ -41,9 +41,7 @@ awk '/^NCCL all-reduce, fp32 sum over all 2 ranks, GPU memory/ {t = 1; next} t &
      t && $1 ~ /^[0-9]+$/ {rows++; if (NF != 6 || $6 != 0) bad = 1; next} t {exit} END {exit !(rows == 9 && !bad)}' "$TMP/out" &&
   ok || { bad "transport-test: no NCCL all-reduce table of 9 sizes with 0 wrong elements:"; cat "$TMP/out" >&2; }
 
-"$T" make-target "$TMP/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
-  "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 48 --prompt-len 8 --gen-len 40 --seed 3 >/dev/null 2>&1 &&
-  ok || bad "make-target / make-data"
+gpu_job 48 40
 ARGS=(--mode train --device cuda --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
       --drafter.block_size=8 --drafter.layers=1 --train.lr=3e-3 --train.max_anchors=16 --train.log_interval=4
       --train.eval_interval=12 --train.eval_batches=2 --data.max_tokens_per_batch=256 --data.heldout_samples=8

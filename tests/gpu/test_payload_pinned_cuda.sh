@@ -14,17 +14,12 @@
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 PY=/usr/bin/python3
-if ! "$R" --version | grep -q "cuda(emulated)"; then
-  echo "SKIP: the copy log is the CUDA emulator's (tests/emu); on a GPU, nsys shows the copies"
-  exit 77
-fi
+need_emulator "the copy log is the CUDA emulator's (tests/emu); on a GPU, nsys shows the copies"
 if ! "$R" --mode check --device cuda >/dev/null 2>&1; then
   echo "SKIP: no usable CUDA device"
   exit 77
 fi
-"$T" make-target "$TMP/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
-  "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 32 --prompt-len 8 --gen-len 32 --seed 3 >/dev/null 2>&1 &&
-  ok || bad "make-target / make-data"
+gpu_job 32 32
 
 export DFLASH_EMU_COPY_LOG=$TMP/copies.log
 expect_ok "train over MPI on cuda" mpirun -x DFLASH_EMU_COPY_LOG -np 2 "$R" --mode train --device cuda \

@@ -21,13 +21,8 @@
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 PY=/usr/bin/python3
-if ! "$R" --version | grep -q "cuda(emulated)"; then
-  echo "SKIP: DFLASH_EMU_PINNED_REPORT is the CUDA emulator's (tests/emu)"
-  exit 77
-fi
-"$T" make-target "$TMP/target" --arch qwen3 --layers 2 --hidden 64 --heads 4 --kv-heads 2 --vocab 256 --seed 11 >/dev/null 2>&1 &&
-  "$T" make-data "$TMP/data.h5" --target "$TMP/target" --samples 32 --prompt-len 8 --gen-len 32 --seed 3 >/dev/null 2>&1 &&
-  ok || bad "make-target / make-data"
+need_emulator "DFLASH_EMU_PINNED_REPORT is the CUDA emulator's (tests/emu)"
+gpu_job 32 32
 STEPS=2
 A=(--mode train --device cuda --target.path="$TMP/target" --data.path="$TMP/data.h5" --target.layer_ids=0,1
    --drafter.block_size=8 --drafter.layers=1 --train.lr=3e-3 --train.max_anchors=16 --train.log_interval=1
