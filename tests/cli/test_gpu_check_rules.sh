@@ -94,4 +94,18 @@ ops
 orc=$?
 [ "$orc" -eq 1 ] && ok || { bad "ops: exit $orc with a ctest skip, wanted 1 (FAIL)"; cat "$TMP/ops.log" >&2; }
 grep -q "skipped (ctest)" "$TMP/opsw/ops.note" && ok || bad "ops: the note does not say a skip failed: $(cat "$TMP/opsw/ops.note")"
+
+# Every CUDA job test that cannot run on the check's one GPU is excluded by name: those that skip
+# off the emulator (need_emulator, or a "not the CUDA emulator" skip) and those that need more
+# GPUs than one (nvidia-smi -L ... -lt N); test_regenerate_cuda and test_grad_pinned_cuda run with
+# one GPU and are not. The names as tests/CMakeLists.txt registers them (gpu.<script>; the
+# emulator's own test_profile.sh as gpu.test_emu_profile).
+excluded=$(sed -n '/^ops_excluded() {/,/^}/p' "$CHECK")
+for t in "$SRC"/tests/gpu/test_*.sh "$SRC"/tests/emu/test_profile.sh; do
+  name=gpu.$(basename "$t" .sh)
+  [ "$t" = "$SRC/tests/emu/test_profile.sh" ] && name=gpu.test_emu_profile
+  if grep -qE 'need_emulator |not the CUDA emulator|nvidia-smi -L .*-lt [2-9]' "$t"; then
+    grep -qF " $name \"" <<<"$excluded" && ok || bad "check.sh's ops part does not exclude $name, which cannot run on one GPU"
+  fi
+done
 finish

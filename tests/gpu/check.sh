@@ -173,7 +173,7 @@ need_py() {
 # not excluded must pass: a ctest skip is a failure on the emulator and on a GPU alike.
 ops_excluded() {
   printf '%s	%s
-'     gpu.test_e2e_cuda "this check's own e2e and transport parts run it"     gpu.test_nccl_cuda "needs two GPUs, one per rank (the check plans for one; the grads part runs NCCL when there are two)"     gpu.test_groups_cuda "needs three GPUs, one per rank (the groups part runs a teacher group on the one GPU)"     gpu.test_payload_pinned_cuda "reads the CUDA emulator's copy log (DFLASH_EMU_COPY_LOG): exits 77 on a GPU; ./tests/run.sh's emulator build runs it"
+'     gpu.test_e2e_cuda "this check's own e2e and transport parts run it"     gpu.test_nccl_cuda "needs two GPUs, one per rank (the check plans for one; the grads part runs NCCL when there are two)"     gpu.test_groups_cuda "needs three GPUs, one per rank (the groups part runs a teacher group on the one GPU)"     gpu.test_payload_pinned_cuda "reads the CUDA emulator's copy log (DFLASH_EMU_COPY_LOG): exits 77 on a GPU; ./tests/run.sh's emulator build runs it"     gpu.test_pinned_plan_cuda "reads the CUDA emulator's pinned-memory report (DFLASH_EMU_PINNED_REPORT): exits 77 on a GPU; ./tests/run.sh's emulator build runs it"     gpu.test_nccl_setup_cuda "needs two GPUs, one per rank (stops a rank during NCCL set-up; ./tests/run.sh runs it on two emulated devices)"     gpu.test_emu_profile "tests the CUDA emulator's device profiles: exits 77 on a GPU"
   /usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null ||
     printf '%s	%s
 ' gpu.test_regenerate_cuda "/usr/bin/python3 lacks h5py/numpy, which it compares through (Debian's python3-h5py, scripts/install-deps.sh)"
