@@ -229,11 +229,19 @@ start_munged || start_munged --force || fail_now "munged did not start: $(tail -
 # instance of this test running at the same time must not use the same ones. TmpFS (where PMIx makes
 # spmix_appdir_UID_JOB.STEP) is under TMP too.
 first_job=$((1000 + RANDOM * 30))
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Ports below the kernel's ephemeral range (ip_local_port_range), so that no outgoing connection of
+# a test running beside this one (ctest -j2: MPI over TCP) holds one as its local port; free when
+# nothing listens there and no socket, in any state, uses it (ss, when there).
+eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "${eph_low:-0}" -gt 12000 ] 2>/dev/null || eph_low=32768
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 1
+  ! command -v ss >/dev/null || [ -z "$(ss -Htan "( sport = :$1 )" 2>/dev/null)" ]
+}
 free_ports() { # free_ports N: the first of N free ports in a row
   local p i
   for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (eph_low - 10000 - $1)))
     for i in $(seq 0 $(($1 - 1))); do port_free $((p + i)) || continue 2; done
     echo "$p"
     return
