@@ -14,8 +14,9 @@
 
 // preflight_run: called on every rank after world_init (roles are assigned here, as the run
 // assigns them: the mode's rule, so a world that does not fit the roles is a FAIL row, not an
-// exit); the rows are what the mode's table entry asks (mode_def.preflight), with the run's own
-// claim (mode_def.claim, dry) and world checks (teacher groups on one host). Opens and closes its
+// exit); the rows are the ones every mode has and the checks the mode's table entry names
+// (mode_def.preflight: modes/preflight_rows.h), with the run's own claim (mode_def.claim, dry) and
+// world checks (teacher groups on one host). Opens and closes its
 // own backend. Returns the process exit status: 1 on rank 0 when a row FAILed, else 0 (the other
 // ranks exit 0 whatever failed, as mode_exit: mpirun then names rank 0's exit, whose table says why).
 int preflight_run(world *w, const config *cfg, const mode_def *mode);

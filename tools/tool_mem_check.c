@@ -264,7 +264,7 @@ static int mc_run_one(drafter *d, backend *be, const loss_config *lc, const mc_s
     }
     if (!rc) {
         out->arena_peak = arena_high_water(&d->mem) + arena_high_water(&work) + arena_high_water(&opt_mem);
-        if (be->kind == BACKEND_CUDA) {
+        if (be->caps.device) {
             size_t fr, tot;
             backend_mem_info(be, &fr, &tot);
             out->device_used = (long long)free_base - (long long)fr;
@@ -367,7 +367,7 @@ int tool_mem_check_main(int argc, char **argv) {
 
     backend be;
     if (backend_open(&be, device, 0)) { fprintf(stderr, "error: %s\n", error_msg()); return 1; }
-    if (!preset) preset = be.kind == BACKEND_CUDA ? "8b" : "tiny";
+    if (!preset) preset = be.caps.device ? "8b" : "tiny";
     size_t pi;
     for (pi = 0; pi < MC_NPRESETS; pi++)
         if (strcmp(preset, mc_presets[pi].name) == 0) break;
@@ -410,7 +410,7 @@ int tool_mem_check_main(int argc, char **argv) {
     backend_mem_info(&be, &free_base, &total_dev);
     // timing without --time-budget: no limit on the CPU; on a GPU 90 % of the memory free now, so that
     // the planner chunks a size that would not fit instead of running out of memory
-    if (!tbudget_s && be.kind == BACKEND_CUDA) tbudget = free_base / 10 * 9;
+    if (!tbudget_s && be.caps.device) tbudget = free_base / 10 * 9;
     double t0 = mc_now();
     int64_t VH = (int64_t)s.vocab * s.hidden;
     uint16_t *emb = xmalloc((size_t)VH * sizeof(uint16_t)), *head = s.untied ? xmalloc((size_t)VH * sizeof(uint16_t)) : NULL;
@@ -482,7 +482,7 @@ int tool_mem_check_main(int argc, char **argv) {
                        "\"shape\": {\"hidden\": %ld, \"layers\": %ld, \"heads\": %ld, \"kv_heads\": %ld, \"head_dim\": %ld, "
                        "\"intermediate\": %ld, \"vocab\": %ld, \"block\": %ld, \"n_feat\": %ld, \"tokens\": %ld, \"seqs\": %ld, "
                        "\"topk\": %ld, \"untied\": %s}, \"params\": %lld, \"init_s\": %.2f, \"budget\": %zu, \"runs\": [",
-                    be.name, be.kind == BACKEND_CUDA ? "true" : "false", total_dev, preset, s.hidden, s.layers, s.heads,
+                    be.name, be.caps.device ? "true" : "false", total_dev, preset, s.hidden, s.layers, s.heads,
                     s.kv_heads, s.head_dim, s.intermediate, s.vocab, s.block, s.n_feat, s.tokens, s.seqs, s.topk,
                     s.untied ? "true" : "false", (long long)d.numel, t_init, budget);
             for (int i = 0; i < n_runs; i++) {

@@ -1,6 +1,6 @@
 // bench_attn.c: the DFlash attention of one drafter layer (forward, then backward) timed on a backend;
 // on CUDA each path side by side in one run: the tensor-core tiles (attn_tc.cu) and the scalar
-// kernels (ops_train_cuda.cu), chosen through DFLASH_CUDA_ATTN as the trainer would see it.
+// kernels (attention_cuda.cu), chosen through DFLASH_CUDA_ATTN as the trainer would see it.
 //
 //   bench_attn [--device cpu|cuda] [--preset tiny|8b|27b] [--tokens S] [--anchors C] [--block B]
 //              [--heads NQ] [--kv-heads NKV] [--head-dim D] [--window W] [--causal 0|1] [--repeat N]
@@ -25,7 +25,6 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_train.h"
 
 typedef struct {
     long tokens, anchors, block, heads, kv_heads, head_dim, window, causal;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "common/backend/backend.h"
-#include "common/kernels/ops_hybrid.h"
+#include "common/kernels/deltanet.h"
 
 void emu_launch_counts(long long *kernels, long long *library); // tests/emu/emu_sched.cpp
 

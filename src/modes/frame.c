@@ -56,7 +56,7 @@ static int links_check(void *links, char *msg, size_t n) {
 
 int mode_payload_links(const world *w, const char *want, backend *be, payload_link **links) {
     char why[256] = "";
-    if (payload_link_open(links, want, w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+    if (payload_link_open(links, want, w, be->caps.device_links ? be->device_id : -1, why, sizeof why))
         fatal("%s", error_msg());
     if (!*links) { // the device transport asked for declined
         const char *label = want;

@@ -22,13 +22,10 @@
 // The backend a rank of the job would open, described but not opened: the kind decides the
 // dtypes and the library workspace the planners count; threads the CPU work buffers.
 void job_plan_backend(const config *cfg, int ranks_here, backend *be, char *how, size_t n) {
-    memset(be, 0, sizeof *be);
     int gpus = strcmp(cfg->device, "auto") == 0 ? backend_cuda_devices() : 0;
     int cuda = strcmp(cfg->device, "cuda") == 0 || gpus > 0;
-    be->kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
-    be->device = cuda ? DEVICE_CUDA : DEVICE_CPU;
-    // as dflash_rank sets it (threads.h)
-    be->threads = threads_choose((int)cfg->threads, ranks_here, NULL, 0);
+    // threads as dflash_rank sets them (threads.h)
+    backend_describe(be, cuda ? "cuda" : "cpu", threads_choose((int)cfg->threads, ranks_here, NULL, 0));
     if (cuda) snprintf(be->name, sizeof be->name, "cuda, bf16, planned: no device opened");
     else snprintf(be->name, sizeof be->name, "cpu, fp32, %d thread(s) per rank, planned", be->threads);
     if (strcmp(cfg->device, "auto") != 0)
@@ -80,9 +77,9 @@ static void plan_header(const config *cfg, const world *w, int t_known, const ch
 // ----------------------------------------------------------------------------- pinned host memory
 
 void job_plan_links(const config *cfg, const world *w, const backend *be, int offline, int eval, int *on_link, int *grad_mpi) {
-    int cuda = be->kind == BACKEND_CUDA;
-    *on_link = !offline && cuda && strcmp(cfg->payload, "mpi") != 0 && w->teachers > 0 && w->students > 0;
-    *grad_mpi = cuda && w->students > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0;
+    int links = be->caps.device_links;
+    *on_link = !offline && links && strcmp(cfg->payload, "mpi") != 0 && w->teachers > 0 && w->students > 0;
+    *grad_mpi = links && w->students > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0;
 }
 
 size_t job_plan_pinned_rank(const config *cfg, const world *w, int r, const backend *be, const target_config *tc,
@@ -102,7 +99,7 @@ static void plan_host(const config *cfg, const world *w, int ranks_on_host, cons
                       const teacher_contract *ct, const drafter_config *dc, int on_link, int grad_mpi, int offline) {
     int n = w->size, per = ranks_on_host > 0 && ranks_on_host < n ? ranks_on_host : n;
     char a[32], b[32], how[200];
-    snprintf(how, sizeof how, "%s", be->kind != BACKEND_CUDA ? "cpu: plain memory, nothing pinned"
+    snprintf(how, sizeof how, "%s", !be->caps.pinned_transfers ? "cpu: plain memory, nothing pinned"
                                     : on_link ? "the payloads' features GPU to GPU: tickets, top-k and LSE through the host"
                                               : "the payloads whole through the host, features included");
     printf("host memory plan (pinned host memory, not on the device; %s)\n", how);
@@ -137,7 +134,7 @@ static void plan_host(const config *cfg, const world *w, int ranks_on_host, cons
     printf("  %-26s %12s  (%zu bytes: %d teacher + %d student rank(s) on %s)\n", "host total", bytes_format(best, b, sizeof b),
            best, bt, bs, where);
     printf("pinned_host_bytes %zu\n", best);
-    if (be->kind == BACKEND_CUDA)
+    if (be->caps.device_links)
         printf("  (transport.payload %s planned as %s, transport.grad_allreduce %s as %s; --preflight checks `ulimit -l` and "
                "free memory against it)\n", cfg->payload, on_link ? "NCCL" : "MPI", cfg->grad_allreduce,
                grad_mpi ? "MPI (the gradient ring)" : w->students > 1 ? "NCCL (no ring)" : "nothing (one student)");
@@ -152,7 +149,7 @@ int job_plan_roles(const config *cfg, const world_want *want, int world_size, wo
 }
 
 int job_plan_train(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
-    int eval = strcmp(cfg->mode, "eval") == 0, offline = want->offline;
+    int eval = cfg->eval_only, offline = want->offline;
     if (!cfg->target_path[0])
         return error_set("--plan needs target.path, the target model directory (its config.json is enough: no weight is read)");
 
@@ -191,20 +188,20 @@ int job_plan_train(const config *cfg, const world_want *want, int world_size, in
                        .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = tc.tie_embeddings, .force_mode = -1};
     if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&dc);
     // the NCCL receive ring when the features would travel GPU to GPU (transport.payload auto or nccl)
-    int ring = !offline && be.kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0;
+    int ring = !offline && be.caps.device_links && strcmp(cfg->payload, "mpi") != 0;
     // (batch_source_buffers of them, as student_train counts it)
     if (ring)
         pr.link_bytes = (size_t)batch_source_buffers(cfg, &w) * (size_t)cfg->max_tokens_per_batch *
                         (size_t)(ct.n_feat * tc.hidden) * 2;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve sr;
-    int grad_nccl = be.kind == BACKEND_CUDA && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    int grad_nccl = be.caps.device_links && S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
     // pinned host memory: the payload buffers and, over MPI on a GPU, the gradient ring
     int on_link, grad_mpi;
     job_plan_links(cfg, &w, &be, offline, eval, &on_link, &grad_mpi);
     if (!offline) pr.host_payload = batch_source_pinned_bytes(&be, cfg, &w, ct.topk, (int64_t)ct.n_feat * tc.hidden, on_link);
     if (grad_mpi) pr.host_grads = students_grads_pinned_bytes(&be, drafter_param_numel(&dc));
-    gpu_reserve_make(&sr, be.kind == BACKEND_CUDA, gpu_reserve_student_comms(ring, w.groups, grad_nccl), 0);
+    gpu_reserve_make(&sr, be.caps.device, gpu_reserve_student_comms(ring, w.groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &sr);
     student_plan plan;
     plan_breakdown bd;

@@ -10,8 +10,9 @@
 // written: no output may be an input (mode_claim.h), the inputs opened (check_inputs), the outputs
 // claimed (claim: locked, what the mode did not write refused); every rank agreeing; then run.
 //
-// A new mode: one file mode_NAME.c defining `const mode_def mode_NAME`, one X(mode_NAME) in
-// modes.c's MODE_LIST, and its name among run.mode's choices (config.c; test_modes.sh compares).
+// A new mode: one file mode_NAME.c defining `const mode_def mode_NAME` with its --preflight entry
+// (a mode_preflight: its checks, its own or preflight_job.c's), one X(mode_NAME) in modes.c's
+// MODE_LIST, and its name among run.mode's choices (config.c; test_modes.sh compares).
 #pragma once
 
 #include <stddef.h>
@@ -55,16 +56,10 @@ void mode_paths_add_beside(mode_paths *p, const char *label, const char *key, co
 // mode_paths_data: data.path or each path of data.sets, or data.features (a directory).
 void mode_paths_data(mode_paths *p, const config *cfg);
 
-// What --preflight checks for a mode, besides the world, the backends, the memory plans, peer
-// access, /dev/shm and NCCL (docs/preflight.md: one row each).
-enum {
-    MODE_PF_TARGET = 1 << 0,  // target.path: config.json, the tensors
-    MODE_PF_DATA = 1 << 1,    // data.path / data.sets / data.features as a training job reads them
-    MODE_PF_DUMP = 1 << 2,    // the training sets as dump-features reads them (teacher.max_tokens)
-    MODE_PF_PROMPTS = 1 << 3, // regenerate.prompts: every line a prompt within the target's vocabulary
-    MODE_PF_OUTPUT = 1 << 4,  // each output: not an input, no input under it, claimable, writable, its free space
-    MODE_PF_DECODE = 1 << 5,  // the teacher's memory is the decode's (weights + KV caches), not a forward's
-};
+// What --preflight checks for a mode (preflight_rows.h): its hooks (the run's check of its roles,
+// the target's shape, each role's memory plan, pinned memory) and its own rows (the target, the
+// data or the prompts, the directory or the output it writes), besides the rows every mode has.
+struct mode_preflight;
 
 // What a mode's run gets: every rank calls run with its world (roles assigned), the configuration
 // and its open backend.
@@ -78,7 +73,7 @@ typedef struct {
     const char *name; // run.mode
     const char *what; // one line: what the job does
     world_rule roles; // the role each rank takes
-    unsigned preflight; // MODE_PF_* flags
+    const struct mode_preflight *preflight; // --preflight's hooks and rows (NULL: the rows every mode has)
     // 1: SIGTERM, SIGUSR1/2 and a first SIGINT make it finish its unit (a step, a shard, a batch),
     // keep what is complete and exit 0 (common/core/stop.h; the frame installs the handlers before
     // MPI starts); 0: the signals' default actions (a short mode with nothing to keep).
@@ -87,7 +82,8 @@ typedef struct {
     void (*inputs)(const config *cfg, mode_paths *in);
     void (*outputs)(const config *cfg, mode_paths *out);
     // Before MPI starts, on every rank (the run, --plan and --preflight): the configuration
-    // completed (eval: the drafter's shape). -1 with error_set (one line). NULL: nothing.
+    // checked and completed (train and eval: run.dir; eval: the drafter's shape). -1 with error_set
+    // (one line). NULL: nothing.
     int (*prepare)(config *cfg);
     // Before MPI starts, a run only (not --plan or --preflight, which report it their own way): the
     // keys the job cannot start without. -1 with error_set (one line). NULL: nothing.

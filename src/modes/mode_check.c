@@ -12,6 +12,7 @@
 #include "common/data/dataset.h"
 #include "common/data/safetensors.h"
 #include "modes/mode.h"
+#include "modes/preflight_job.h"
 #include "teacher/target_config.h"
 
 static void check_inputs_of(const config *cfg, mode_paths *in) {
@@ -85,11 +86,20 @@ static int check_run(mode_job *j) {
 
 static int check_groups(const world *w, const config *cfg) { return cfg->target_path[0] ? mode_groups_check(w, cfg) : 0; }
 
+// --preflight: the target and the training data, each role's memory plan as a training job's.
+static const mode_preflight check_preflight = {
+    .shape = pf_job_shape,
+    .teacher = pf_job_teacher,
+    .student = pf_job_student,
+    .pinned = pf_job_pinned,
+    .checks = {{"target", PF_ON_EACH_HOST, pf_job_target}, {"data", PF_ON_EACH_HOST, pf_job_data}},
+};
+
 const mode_def mode_check = {
     .name = "check",
     .what = "every rank takes its role and backend, opens the inputs it would use, reports one line; writes nothing",
     .roles = WORLD_RULE_CONFIGURED,
-    .preflight = MODE_PF_TARGET | MODE_PF_DATA,
+    .preflight = &check_preflight,
     .inputs = check_inputs_of,
     .check_inputs = check_groups,
     .plan = check_plan,

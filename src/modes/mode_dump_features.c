@@ -12,6 +12,7 @@
 #include "common/core/fsutil.h"
 #include "common/data/dataset.h"
 #include "modes/mode_claim.h"
+#include "modes/preflight_job.h"
 #include "teacher/dump_features.h"
 #include "teacher/teacher_plan.h"
 
@@ -75,11 +76,51 @@ static int dump_plan(const config *cfg, const world_want *want, int world_size, 
 
 static int dump_run(mode_job *j) { return mode_run_teachers(j, teacher_dump_features); }
 
+// --preflight: the teacher's memory for batches of teacher.max_tokens, each of which its
+// teacher.mem_budget must hold whole (the job refuses what does not fit).
+static int64_t dump_pf_teacher(pf_ctx *x, char *detail, size_t n, pf_result *res) {
+    return pf_teacher_forward(x, detail, n, res, (int)x->cfg->teacher_max_tokens, 0, 1);
+}
+
+// The training sets as dump-features reads them: every sample within teacher.max_tokens.
+static void dump_pf_data(pf_ctx *x, const char *host) {
+    dataset ds;
+    char what[256];
+    int64_t *len = NULL, longest = 0, max_tokens = x->cfg->teacher_max_tokens;
+    if (pf_data_sets(x, host, &ds, what, sizeof what, &len, &longest)) return;
+    if (longest > max_tokens)
+        pf_mode_row(x, PF_FAIL, "%s: a sample of %lld tokens, more than teacher.max_tokens = %lld", what,
+                    (long long)longest, (long long)max_tokens);
+    else
+        pf_mode_row(x, PF_OK, "%s; longest sample %lld tokens", what, (long long)longest);
+    free(len);
+    dataset_close(&ds);
+}
+
+// features.dir (the row of the directory the job writes: run.dir's): set, claimable, writable.
+static void dump_pf_dir(pf_ctx *x, const char *host) {
+    (void)host;
+    int created = 0, have_vs = 0;
+    size_t avail = 0;
+    const char *dir = x->cfg->features_dir;
+    if (pf_dir_writable(x, "features.dir", dir, PF_FAIL, &created, &avail, &have_vs)) return;
+    char f[32];
+    pf_mode_row(x, PF_OK, "features.dir %s: writable%s, %s free", dir, created ? " (created)" : "", pf_bytes(avail, f));
+}
+
+static const mode_preflight dump_preflight = {
+    .shape = pf_job_shape, // the teachers' contract (feature layers, top-k) as a training job's
+    .teacher = dump_pf_teacher,
+    .checks = {{"target", PF_ON_EACH_HOST, pf_job_target},
+               {"data", PF_ON_EACH_HOST, dump_pf_data},
+               {"run.dir", PF_ON_RANK0, dump_pf_dir}},
+};
+
 const mode_def mode_dump_features = {
     .name = "dump-features",
     .what = "every rank a teacher: the offline feature file of the training data into features.dir (resumable)",
     .roles = WORLD_RULE_TEACHERS,
-    .preflight = MODE_PF_TARGET | MODE_PF_DUMP | MODE_PF_OUTPUT,
+    .preflight = &dump_preflight,
     .stops = 1,
     .inputs = dump_inputs,
     .outputs = dump_outputs,

@@ -17,7 +17,9 @@
 #include "common/data/dataset.h"
 #include "student/train/checkpoint.h"
 #include "modes/job_plan.h"
+#include "modes/preflight_job.h"
 #include "student/train/train.h"
+#include "student/train/train_setup.h"
 #include "teacher/teacher_loop.h"
 
 void mode_train_inputs(const config *cfg, mode_paths *in) {
@@ -46,6 +48,16 @@ int mode_train_claim(const config *cfg, int dry) {
 int mode_eval_claim(const config *cfg, int dry) {
     (void)dry;
     return run_dir_take(cfg->run_dir, cfg->resume, cfg->overwrite, 1, 1, NULL);
+}
+
+int mode_train_prepare(config *cfg) {
+    if (!cfg->run_dir[0]) return error_set("run.dir is empty: a training job needs a run directory");
+    if (run_dir_refuse_unsafe("run.dir", cfg->run_dir)) return -1;
+    if (!cfg->data_features[0] && cfg->max_tokens_per_batch > cfg->teacher_max_tokens)
+        return error_set("data.max_tokens_per_batch = %lld is more than teacher.max_tokens = %lld: in train mode the "
+                         "teachers run the students' packed batches whole (lower the one or raise the other)",
+                         (long long)cfg->max_tokens_per_batch, (long long)cfg->teacher_max_tokens);
+    return 0;
 }
 
 int mode_train_needs(const config *cfg) {
@@ -121,14 +133,26 @@ int mode_train_run(mode_job *j) {
     return 0;
 }
 
+const mode_preflight mode_train_preflight = {
+    .roles = train_check_roles, // the run's own check of a training job's roles
+    .shape = pf_job_shape,
+    .teacher = pf_job_teacher,
+    .student = pf_job_student,
+    .pinned = pf_job_pinned,
+    .checks = {{"target", PF_ON_EACH_HOST, pf_job_target},
+               {"data", PF_ON_EACH_HOST, pf_job_data},
+               {"run.dir", PF_ON_FIRST_STUDENT, pf_job_run_dir}}, // the first student writes run.dir
+};
+
 const mode_def mode_train = {
     .name = "train",
     .what = "teachers serve batches, students train the drafter (data.features: every rank a student)",
     .roles = WORLD_RULE_JOB,
-    .preflight = MODE_PF_TARGET | MODE_PF_DATA | MODE_PF_OUTPUT,
+    .preflight = &mode_train_preflight,
     .stops = 1,
     .inputs = mode_train_inputs,
     .outputs = mode_train_outputs,
+    .prepare = mode_train_prepare,
     .needs = mode_train_needs,
     .claim = mode_train_claim,
     .check_inputs = mode_train_check_inputs,

@@ -8,6 +8,7 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "modes/mode.h"
+#include "modes/preflight_job.h"
 
 static int transport_plan(const config *cfg, const world_want *want, int world_size, int ranks_on_host, int print) {
     world w;
@@ -28,10 +29,20 @@ static int transport_run(mode_job *j) {
     return wrong ? 1 : 0;
 }
 
+// --preflight: the rows every mode has; the memory plans of a training job's roles when target.path
+// is given (its own tables are not planned), no row of its own.
+static const mode_preflight transport_preflight = {
+    .shape = pf_job_shape,
+    .teacher = pf_job_teacher,
+    .student = pf_job_student,
+    .pinned = pf_job_pinned,
+};
+
 const mode_def mode_transport_test = {
     .name = "transport-test",
     .what = "deterministic payloads teacher -> student, checked element by element, the bandwidth printed",
     .roles = WORLD_RULE_PAIRS,
+    .preflight = &transport_preflight,
     .plan = transport_plan,
     .run = transport_run,
 };

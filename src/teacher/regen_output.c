@@ -1,24 +1,26 @@
-// regen_output.c: regenerate.out's claim and its tidy-up after a successful end (see regen_output.h).
+// regen_output.c: what regenerate writes: its parts, their merge into regenerate.out, the output's
+// claim and its tidy-up after a successful end (see regen_output.h).
 #include "teacher/regen_output.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/fsutil.h"
 #include "common/core/log.h"
 #include "common/core/run_dir.h"
 #include "common/data/trainset.h"
-
-#define REGEN_SETTINGS_MAX 4096
+#include "teacher/regen_identity.h"
 
 // What regenerate writes in OUT.parts: a part (part-SSSSS-of-NNNNN.h5, or one being written), a
 // file, and a job's shard claims (claims-NONCE/, a directory of empty files named by shard;
-// regenerate.c). Anything else there is refused as not regenerate's: a new kind of entry regenerate
+// regen_shards.h). Anything else there is refused as not regenerate's: a new kind of entry regenerate
 // writes there is named here too.
 static int regen_parts_entry(const char *name, const struct stat *st) {
     if (S_ISREG(st->st_mode)) return fs_h5_name(name, "part-");
@@ -106,4 +108,142 @@ void regen_output_tidy(const config *cfg) {
     if (slash == dir) slash[1] = '\0', base = cfg->regen_out + 1; // "/x.h5": in "/"
     else if (slash) *slash = '\0';
     run_dir_remove_leftovers(slash ? dir : ".", base, NULL);
+}
+
+// ----------------------------------------------------------------------------- parts
+
+static void part_path(char *buf, size_t n, const regen *g, int64_t s) {
+    snprintf(buf, n, "%s/part-%05lld-of-%05lld.h5", g->parts, (long long)s, (long long)g->n_shards);
+}
+
+// The job's prompts whose parts are on disk now, whoever decoded them: what the progress line counts
+// from when a shard begins (a part is renamed into place complete, so its presence is its end).
+int64_t regen_output_prompts_done(const regen *g) {
+    char path[CONFIG_STR + 96];
+    int64_t n = 0;
+    for (int64_t s = 0; s < g->n_shards; s++) {
+        part_path(path, sizeof path, g, s);
+        if (access(path, F_OK) == 0) n += (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+    }
+    return n;
+}
+
+int regen_output_part_found(const regen *g, int64_t s, int64_t cnt) {
+    char path[CONFIG_STR + 64], have[REGEN_SETTINGS_MAX];
+    part_path(path, sizeof path, g, s);
+    if (access(path, F_OK) != 0) return 0;
+    trainset ts;
+    if (trainset_open(&ts, path, 0) < 0) return -1;
+    int rc = trainset_attr_str(&ts, "settings", have, sizeof have);
+    int64_t n = ts.n_raw;
+    trainset_close(&ts);
+    if (rc < 0) return -1;
+    if (rc == 1 && strcmp(have, g->settings) == 0 && n == cnt) return 1;
+    char diff[1024];
+    if (rc == 1 && strcmp(have, g->settings) == 0) snprintf(diff, sizeof diff, "%lld samples there, %lld here", (long long)n, (long long)cnt);
+    else regen_identity_diff(rc == 1 ? have : "", g->settings, diff, sizeof diff);
+    return error_set("%s was made with other settings (%s). Remove %s to start over", path, diff, g->parts);
+}
+
+int regen_output_part_write(regen *g, const shard_state *st, int64_t s) {
+    char path[CONFIG_STR + 64];
+    part_path(path, sizeof path, g, s);
+    trainset_writer w;
+    if (trainset_writer_open(&w, path, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
+    int32_t *ids = xmalloc((size_t)regen_sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)regen_sample_cap(g));
+    int rc = 0;
+    for (int64_t j = 0; rc == 0 && j < st->cnt; j++) {
+        if ((rc = regen_prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts)) < 0) break;
+        int64_t P = g->pi.s.n, R = st->rlen[j];
+        memcpy(ids, g->pi.s.ids, (size_t)P * sizeof(int32_t));
+        memcpy(ids + P, st->reply + st->at[j], (size_t)R * sizeof(int32_t));
+        memset(mask, 0, (size_t)P);
+        memset(mask + P, 1, (size_t)R);
+        rc = trainset_writer_append(&w, ids, mask, P + R);
+    }
+    free(ids);
+    free(mask);
+    if (rc == 0) rc = trainset_writer_dataset(&w, "/finish_reason", 1, st->finish, st->cnt);
+    if (rc == 0) rc = trainset_writer_attr(&w, "settings", g->settings, NULL, 0, NULL);
+    if (rc == 0) return trainset_writer_close(&w);
+    trainset_writer_abort(&w);
+    return -1;
+}
+
+// ----------------------------------------------------------------------------- merge (rank 0)
+
+int regen_output_merge(regen *g) {
+    const config *cfg = g->cfg;
+    trainset_writer w;
+    if (trainset_writer_open(&w, cfg->regen_out, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
+    uint8_t *finish = xmalloc((size_t)g->pi.n);
+    int32_t *ids = xmalloc((size_t)regen_sample_cap(g) * sizeof(int32_t));
+    uint8_t *mask = xmalloc((size_t)regen_sample_cap(g));
+    int64_t at = 0, n_stop = 0;
+    int rc = 0;
+    for (int64_t s = 0; rc == 0 && s < g->n_shards; s++) {
+        char path[CONFIG_STR + 64];
+        part_path(path, sizeof path, g, s);
+        // each part read is this run's (its settings and count checked again: another job's part
+        // would not fit the buffers sized for these settings), each sample bounded before it is read
+        int64_t cnt = (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+        int have = regen_output_part_found(g, s, cnt);
+        if (have <= 0) {
+            rc = have < 0 ? -1 : error_set("%s: missing (every shard's part should be there)", path);
+            break;
+        }
+        trainset ts;
+        if ((rc = trainset_open(&ts, path, 0)) < 0) break;
+        if (ts.n != ts.n_raw || at + ts.n_raw > g->pi.n) rc = error_set("%s: %lld samples, not what its shard holds", path, (long long)ts.n_raw);
+        if (rc == 0) rc = trainset_read_u8(&ts, "/finish_reason", finish + at);
+        for (int64_t i = 0; rc == 0 && i < ts.n; i++) {
+            int64_t len = trainset_len(&ts, i);
+            if (len > regen_sample_cap(g))
+                rc = error_set("%s: sample %lld has %lld tokens, more than a prompt and its reply can (%lld)", path,
+                               (long long)i, (long long)len, (long long)regen_sample_cap(g));
+            else if ((rc = trainset_read(&ts, i, ids, mask)) == 0) rc = trainset_writer_append(&w, ids, mask, len);
+            n_stop += finish[at + i] == FINISH_STOP;
+        }
+        at += ts.n_raw;
+        trainset_close(&ts);
+    }
+    free(ids);
+    free(mask);
+    if (rc == 0 && at != g->pi.n) rc = error_set("%s: the parts hold %lld samples, the prompts are %lld", g->parts, (long long)at, (long long)g->pi.n);
+    int64_t *held = xmalloc((size_t)g->pi.n * sizeof(int64_t)), n_held = 0;
+    char rule[512];
+    if (rc == 0) rc = trainset_writer_dataset(&w, "/finish_reason", 1, finish, g->pi.n);
+    if (rc == 0 && cfg->regen_heldout > 0) {
+        n_held = trainset_heldout_draw(g->pi.n, cfg->regen_heldout, (uint64_t)cfg->regen_seed, held, rule, sizeof rule);
+        rc = trainset_writer_dataset(&w, "/heldout", 0, held, n_held);
+        if (rc == 0) rc = trainset_writer_attr(&w, "heldout_rule", rule, NULL, 0, NULL);
+    }
+    int64_t i64;
+    double f;
+    if (rc == 0) rc = trainset_writer_attr(&w, "target", cfg->target_path, NULL, 0, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts", cfg->regen_prompts, NULL, 0, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "target_weights_crc32c", NULL, (i64 = g->weights_crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "target_config_crc32c", NULL, (i64 = g->config_crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_crc32c", NULL, (i64 = g->pi.crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_bytes", NULL, (i64 = g->pi.bytes, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "stop_ids", NULL, g->stops.id, g->stops.n, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "max_new_tokens", NULL, (i64 = g->max_new, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "max_len", NULL, (i64 = g->max_len, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "temperature", NULL, NULL, 0, (f = cfg->regen_temperature, &f));
+    if (rc == 0) rc = trainset_writer_attr(&w, "top_p", NULL, NULL, 0, (f = cfg->regen_top_p, &f));
+    if (rc == 0) rc = trainset_writer_attr(&w, "top_k", NULL, (i64 = cfg->regen_top_k, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "seed", NULL, (i64 = cfg->regen_seed, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "settings", g->settings, NULL, 0, NULL);
+    if (rc == 0) rc = trainset_writer_close(&w);
+    else trainset_writer_abort(&w);
+    if (rc == 0) {
+        log_info("regenerate: %lld samples (%lld ended at a stop id, %lld at the length limit), %lld tokens, %lld "
+                 "held out -> %s", (long long)g->pi.n, (long long)n_stop, (long long)(g->pi.n - n_stop),
+                 (long long)w.n_tokens, (long long)n_held, cfg->regen_out);
+        regen_output_tidy(cfg); // OUT.parts, and what killed merges left (OUT.tmp.PID)
+    }
+    free(held);
+    free(finish);
+    return rc;
 }

@@ -51,6 +51,11 @@
 // layers of the target and their caches; shards go to group s mod groups, the group's first stage
 // reads the prompts, drives the decode along the stages (regen_link.h: the rows over NCCL when
 // the payload link carries device blocks) and writes the parts. The file is the same as one rank's.
+//
+// The code by concern: regenerate.c (the set-up in order, the decode loop, this teacher's shards,
+// the end), regen_prompts.h (the prompts index and the stop ids), regen_identity.h (the settings
+// record and its comparison), regen_shards.h (the shards' size and claims), regen_output.h (the
+// parts, the merge, the output's claim and tidy-up), regen_job.h (the job's state they share).
 #pragma once
 
 #include "common/backend/backend.h"

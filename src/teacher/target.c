@@ -17,8 +17,6 @@
 #include "common/core/log.h"
 #include "common/data/safetensors.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
-#include "common/kernels/ops_hybrid.h" // the zero-centred RMSNorm (target_norm)
 #include "teacher/target_arch.h"
 #include "teacher/target_quant.h"
 

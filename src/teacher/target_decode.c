@@ -105,9 +105,10 @@ int target_decoder_init(target_decoder *d, target_model *m, int max_seqs, int ma
     int64_t q_width, kv_width, hd_max; // the widest head over the layers
     target_attn_max(&m->cfg, &q_width, &kv_width);
     hd_max = q_width / m->cfg.n_heads;
-    if (m->be->kind == BACKEND_CUDA && hd_max > OPS_DECODE_HD_MAX)
-        return error_set("the decode attention on CUDA takes head_dim up to %d; the target has %lld", OPS_DECODE_HD_MAX,
-                         (long long)hd_max);
+    int hd_limit = ops_attention_decode_head_dim_max(m->be);
+    if (hd_limit > 0 && hd_max > hd_limit)
+        return error_set("the decode attention on %s takes head_dim up to %d; the target has %lld",
+                         m->be->caps.device ? "CUDA" : "this backend", hd_limit, (long long)hd_max);
     size_t bytes = target_decoder_bytes(m, max_seqs, max_len, vocab_tile, smp);
     if (arena_init(&d->mem, "decoder cache + work", m->be, bytes))
         return error_append("%d sequences of %d positions: lower regenerate.max_seqs or regenerate.max_len (or set "

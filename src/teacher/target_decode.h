@@ -44,7 +44,7 @@
 // sequences; nothing is allocated while decoding.
 //
 // Backend: CPU (fp32) or CUDA (bf16 activations, fp32 states and softmax). Everything runs through
-// the backend ops on the device: the layers (ops.h, ops_hybrid.h, ops_moe.h, backend_gemm), the
+// the backend ops on the device: the layers (ops.h, ops_moe.h, backend_gemm), the
 // cache append and the single-query attention over the cache (ops_kv_append, ops_attention_decode),
 // the state moves of target_decoder_remove (ops_copy_2d), the running argmax and the sampling. The
 // host uploads a step's token ids and positions (and the draws) and reads back only the n_seq

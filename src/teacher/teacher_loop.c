@@ -136,7 +136,7 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
             free(bufs), free(copied), free(sends);
             return error_prefix("teacher rank %d: its payload ring (%d buffers)", w->rank, n_pay);
         }
-        if (be->kind == BACKEND_CUDA && !backend_host_pinned(be, bufs[i])) pageable += max_bytes;
+        if (be->caps.pinned_transfers && !backend_host_pinned(be, bufs[i])) pageable += max_bytes;
         copied[i] = backend_event_new(be);
     }
     if (pageable) {

@@ -72,7 +72,7 @@ size_t teacher_stage_ring_bytes(const config *cfg, const target_config *tc, cons
 
 size_t teacher_stage_reserve_bytes(const backend *be, int G, int s, int students, int nccl) {
     gpu_reserve r;
-    gpu_reserve_make(&r, be->kind == BACKEND_CUDA, gpu_reserve_teacher_comms(nccl, G, s, students), 1);
+    gpu_reserve_make(&r, be->caps.device, gpu_reserve_teacher_comms(nccl, G, s, students), 1);
     return r.total;
 }
 
@@ -244,7 +244,7 @@ int teacher_group_budget(const config *cfg, const target_config *tc, backend *be
 size_t teacher_payload_bytes(int T, int64_t k, int64_t D, int on_link) { return wire_bytes(T, T, k, on_link ? 0 : D); }
 
 size_t teacher_moe_pinned_bytes(const backend *be, const target_config *tc, int64_t l0, int64_t l1) {
-    if (be->kind != BACKEND_CUDA) return 0;
+    if (!be->caps.device) return 0;
     int moe = 0;
     for (int64_t l = l0; l < l1 && l < tc->n_layers; l++) moe |= target_layer_is_sparse(tc, l);
     int64_t cap = tc->n_experts > 64 ? tc->n_experts : 64; // ops_moe_cuda.cu's moe_state_get
@@ -286,14 +286,14 @@ static void plan_print_pinned(const config *cfg, const backend *be, const target
     char m[48] = "";
     if (moe) snprintf(m, sizeof m, " + MoE counts %zu B", moe);
     printf("  %-26s %12s  (%zu bytes; host memory, not in the total: %s%s)\n", name, bytes_format(v, a, sizeof a), v,
-           be->kind == BACKEND_CUDA ? ring : "cpu: plain memory", m);
+           be->caps.pinned_transfers ? ring : "cpu: plain memory", m);
 }
 
 // G > 1: one row per stage, the split's balance, the stages' bytes.
 static int plan_print_group(const world *w, const config *cfg, backend *be, const target_model *m, target_outputs *o,
                             int T) {
     int G = w->group_size;
-    int nccl = be->kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
+    int nccl = be->caps.device_links && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
     int budget_rc = teacher_group_budget(cfg, &m->cfg, be, o, T, G, w->students, nccl); // printed either way
     char err[1024] = "";
     if (budget_rc) snprintf(err, sizeof err, "%s", error_msg());
@@ -371,12 +371,12 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     if (teacher_train_outputs(cfg, &m, &tc, &o)) return -1;
     if (w->group_size > 1) return plan_print_group(w, cfg, be, &m, &o, tc.max_tokens);
     // the plan is printed either way; a group size advised is planned as plan_print_group would plan it
-    int nccl = be->kind == BACKEND_CUDA && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
+    int nccl = be->caps.device_links && strcmp(cfg->payload, "mpi") != 0 && w->students > 0;
     int budget_rc = stage_budget(cfg, &m, &o, tc.max_tokens, 1, 0, w->students, 0, nccl);
     size_t weights = target_weight_bytes(&m.cfg, ops_act_dtype(be));
     size_t work = target_work_bytes(&m, &o, tc.max_tokens, tc.max_tokens, o.vocab_tile);
     gpu_reserve gr;
-    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_teacher_comms(nccl, 1, 0, w->students), 1);
+    gpu_reserve_make(&gr, be->caps.device, gpu_reserve_teacher_comms(nccl, 1, 0, w->students), 1);
     size_t ring = teacher_stage_ring_bytes(cfg, &m.cfg, &tc, 1, 0, w->students, nccl);
     if (w->rank == 0) {
         char a[32], b[32], c[32], d[32], e[32], desc[160], ranks[48] = "each teacher rank";

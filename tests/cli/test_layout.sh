@@ -22,7 +22,17 @@
 #     to foo_cuda.h, whose kernels use foo.h's types, is one module, not a circle;
 #   - no folder under src holds more than 20 source files (.c, .cu, .cuh);
 #   - every source file starts with the comment that names it and says what it holds;
-#   - README's layout table names every folder under src that holds sources, and only those.
+#   - README's layout table names every folder under src that holds sources, and only those;
+#   - the backend is one object (src/common/backend/backend_ops.h): no file under src or tools
+#     outside src/common/backend names a backend kind (BACKEND_CUDA, BACKEND_CPU, DISPATCH, ON_CUDA),
+#     and none but the CUDA-only files (.cu, .cuh, *_cuda.h) tests DFLASH_HAVE_CUDA: a build without
+#     CUDA takes *_nocuda.c files instead (CMake's choice);
+#   - kernels by op: no file under src is named for a phase of training (ops_train*, *_backward.*,
+#     *_forward.*): an op's forward and backward live together;
+#   - the modes decide for themselves: no MODE_PF_ flag (preflight runs each mode's own checks) and
+#     no mode name compared as a string outside src/modes;
+#   - results read as results: no heading of bench/RESULTS.md or docs/ is a dated session, and
+#     docs/architecture.md (the one-page map) exists.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 cd "$SRC" || exit 1
 
@@ -190,6 +200,22 @@ for file in $(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o 
   name=$(basename "$file")
   head -1 "$file" | grep -qE "^// (${name}|${name%.*}):" && ok || bad "$file: its first line is not '// $name: what it holds'"
 done
+
+# the backend as one object
+code=$(find src tools -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) ! -path 'src/common/backend/*' | sort)
+hits=$(grep -nwE 'BACKEND_CUDA|BACKEND_CPU|DISPATCH|ON_CUDA' $code)
+[ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: names a backend kind outside src/common/backend (ask be->caps, call the op tables)"; done <<< "$hits"
+hits=$(grep -nE '^[[:space:]]*#[[:space:]]*(if|ifdef|ifndef|elif).*DFLASH_HAVE_CUDA' $(find src tools -type f \( -name '*.c' -o -name '*.h' \) ! -name '*_cuda.h' | sort))
+[ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: tests DFLASH_HAVE_CUDA outside the CUDA-only files (a *_nocuda.c file instead)"; done <<< "$hits"
+hits=$(find src -type f \( -name 'ops_train*' -o -name '*_backward.*' -o -name '*_forward.*' \) | sort)
+[ -z "$hits" ] && ok || bad "files named for a phase of training (an op's forward and backward live together): $(echo $hits)"
+hits=$(grep -rn 'MODE_PF_' src)
+[ -z "$hits" ] && ok || bad "per-mode preflight flags remain (each mode owns its checks): $(echo "$hits" | head -3)"
+hits=$(grep -rnE 'strcmp\([^;]*mode[^;]*"(train|eval|regenerate|check|dump-features|transport-test)"' src | grep -v '^src/modes/')
+[ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: a mode name compared outside src/modes (a property of the mode's entry)"; done <<< "$hits"
+hits=$(grep -nE '^#+ .*([Ss]ession|20[0-9]{2}-[0-9]{2}-[0-9]{2})' bench/RESULTS.md docs/*.md)
+[ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: a dated section (results by benchmark; the history is git's)"; done <<< "$hits"
+[ -f docs/architecture.md ] && ok || bad "docs/architecture.md is missing (the one-page map)"
 
 # README's table: `src...` rows against the folders that hold sources
 table=$(sed -n '/^## Layout/,/^## /p' README.md | grep -o '^| `src[^`]*`' | sed 's/^| `//; s/`$//' | sort -u)

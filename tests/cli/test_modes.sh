@@ -17,6 +17,8 @@
 #   4. dump-features: features.dir holding a file dump-features did not write is refused (by the
 #      run and by --preflight's row), a second dump into a features.dir in use ends naming the
 #      holder, and training whose run.dir is its data.features is refused.
+#   5. a training job's keys (run.dir) are checked by its mode's prepare hook, not config_check;
+#      no file outside src/modes compares a mode's name, and no --preflight flag (MODE_PF_) is left.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 mpi_jobs_without_leak_check
 tiny_job
@@ -159,4 +161,23 @@ expect_fail "features.dir in use" "features.dir $TMP/feat is in use by another j
   "$R" "${dump[@]}" --features.dir="$TMP/feat"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
+
+# ---------------------------------------------------------------- 5. what a mode asks is its table's
+# A training job's keys are its prepare hook's (mode_train.c), not config_check's: train and eval
+# refuse an empty run.dir (the run, --plan and --preflight alike, before MPI starts); dump-features,
+# which writes no run.dir, does not ask for one.
+expect_fail "train without run.dir" "run.dir is empty: a training job needs a run directory" \
+  "$R" --mode train "${job[@]}" --data.path="$TMP/data.h5" --run.dir=
+expect_fail "eval without run.dir, --preflight" "run.dir is empty: a training job needs a run directory" \
+  "$R" --mode eval "${job[@]}" --data.path="$TMP/data.h5" --eval.drafter="$TMP/run/drafter" --run.dir= --preflight
+"$R" "${dump[@]}" --features.dir="$TMP/feat-plan" --run.dir= --plan >"$TMP/out" 2>"$TMP/err" && ok ||
+  bad "dump-features --plan without run.dir: $(cat "$TMP/err")"
+# No mode's name is compared as a string outside src/modes (the floors below ask the table's
+# properties, or what the mode's prepare set: cfg->eval_only), and --preflight's checks are the
+# modes' entries (mode_def.preflight, src/modes/preflight_rows.h), not flags.
+names='"(train|eval|check|dump-features|regenerate|transport-test)"'
+hits=$(grep -rnE "strcmp\([^;]*mode[^;]*$names|strcmp\([^;]*$names[^;]*mode" "$SRC/src" | grep -v "^$SRC/src/modes/")
+[ -z "$hits" ] && ok || bad "a mode's name compared outside src/modes: $hits"
+hits=$(grep -rn 'MODE_PF_' "$SRC/src")
+[ -z "$hits" ] && ok || bad "--preflight's per-mode flags are left: $hits"
 finish

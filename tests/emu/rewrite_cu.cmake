@@ -1,6 +1,6 @@
 # rewrite_cu.cmake: a .cu file as C++ for the CUDA emulator (see cuda_emu.h).
 #
-#   cmake -DIN=src/common/kernels/ops_cuda.cu -DOUT=build-emu/emu/ops_cuda.cpp -P tests/emu/rewrite_cu.cmake
+#   cmake -DIN=src/common/kernels/norm_cuda.cu -DOUT=build-emu/emu/norm_cuda.cpp -P tests/emu/rewrite_cu.cmake
 #
 # Two textual changes, each on one line, so that line numbers stay those of the .cu file:
 #   name<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launcher(name, grid, block[, ...])(args)

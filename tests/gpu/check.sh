@@ -19,7 +19,7 @@
 #   deps        the bundled libraries unpacked and on the paths
 #   build       configure + build (CMAKE_CUDA_ARCHITECTURES from nvidia-smi's compute capability)
 #   ops         (1) ctest: unit.test_*_cuda (every forward op, the fused loss, the GEMMs and, from
-#               tests/unit/test_ops_train_cuda.c, every training op: CUDA against the CPU) and gpu.*
+#               tests/unit/test_ops_grad_cuda.c, every training op: CUDA against the CPU) and gpu.*
 #   reference   (2) teacher-dump / step-dump on the committed fixtures vs their references (compare)
 #   e2e         (3) mpirun -np 2: 1 teacher + 1 student sharing the GPU, MPI payloads; loss must fall
 #   transport   (6) transport-test (payload and all-reduce tables) and --preflight with 2 ranks (NCCL

@@ -17,7 +17,7 @@
 
 #include "common/backend/backend.h"
 #include "common/data/safetensors.h"
-#include "common/kernels/ops_dynconv.h"
+#include "common/kernels/dynconv.h"
 #include "testing.h"
 
 #define TOL 1e-5

@@ -208,7 +208,8 @@ static void test_stage_memory(const backend *be0) {
 
 int main(void) {
     test_rand_seed(0x9e3779b97f4a7c15ull); // the cases are the same on every run
-    backend be = {.kind = BACKEND_CPU, .device = DEVICE_CPU, .threads = 1};
+    backend be;
+    CHECK(backend_describe(&be, "cpu", 1) == 0);
     snprintf(be.name, sizeof be.name, "cpu (1 thread)");
     drafter_config c = shape(512, 2, 32000, 16);
     const int A = 256, slots = 15;

@@ -1,6 +1,7 @@
-// test_ops_arch.c: the architecture ops (ops_arch.h) and the decode attention with a window and
-// sinks (ops_attention_decode_ext) on the CPU backend (the fp32 reference), against naive formulas
-// written here independently, in double.
+// test_ops_arch.c: the architecture ops (activation.h, elementwise.h, attention.h:
+// ops_attention_ext) and the decode attention with a window and sinks (ops_attention_decode_ext)
+// on the CPU backend (the fp32 reference), against naive formulas written here independently, in
+// double.
 //
 // u = 2^-24 is the fp32 unit roundoff. Tolerances, per op:
 //   attention_ext, decode_ext  2e-5 * max|v| per element, as test_ops.c's attention: scores are fp32
@@ -35,7 +36,6 @@
 #include "common/backend/backend.h"
 #include "common/decode/ops_decode.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
 #include "testing.h"
 
 #define U32 0x1p-24 // fp32 unit roundoff

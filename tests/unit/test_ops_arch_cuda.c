@@ -1,6 +1,6 @@
-// test_ops_arch_cuda.c: the architecture ops (ops_arch.h) and the decode attention with a window and
-// sinks (ops_attention_decode_ext) on CUDA against the CPU reference (skipped, exit 77, without a
-// GPU; runs in the emulator build).
+// test_ops_arch_cuda.c: the architecture ops (activation.h, elementwise.h, attention.h:
+// ops_attention_ext) and the decode attention with a window and sinks (ops_attention_decode_ext)
+// on CUDA against the CPU reference (skipped, exit 77, without a GPU; runs in the emulator build).
 //
 // As test_ops_cuda.c: both sides get the same inputs, rounded to bf16 first (the CPU gets those exact
 // values as fp32; the sinks and the soft-cap's logits are f32 on both sides), so only the precision
@@ -26,7 +26,6 @@
 #include "common/core/half.h"
 #include "common/decode/ops_decode.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
 #include "testing.h"
 #include "testing_device.h"
 

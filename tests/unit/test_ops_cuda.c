@@ -159,7 +159,7 @@ static void test_rope(void) {
 // ----------------------------------------------------------------------------- attention
 
 // The causal attention has two CUDA paths, chosen by DFLASH_CUDA_ATTN: tensor-core tiles (attn_tc.cu;
-// "tiled", or "tiled-BQxBK" to force a tile shape) and the CUDA-core kernel of ops_cuda.cu ("scalar").
+// "tiled", or "tiled-BQxBK" to force a tile shape) and the CUDA-core kernel of attention_cuda.cu ("scalar").
 static const char *attn_path = "tiled";
 
 static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) {

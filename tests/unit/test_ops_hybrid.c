@@ -1,7 +1,7 @@
-// test_ops_hybrid.c: the hybrid-target ops (ops_hybrid.h) on the CPU backend (the fp32 reference)
-// against naive formulas written here independently, in double: the gated delta rule token by
-// token straight from the SPEC §2.1 recurrence (the op runs it in chunks of 64), the conv over
-// an explicit state ++ sequence window.
+// test_ops_hybrid.c: the hybrid-target ops (norm.h, rope.h, activation.h, deltanet.h) on the CPU
+// backend (the fp32 reference) against naive formulas written here independently, in double: the
+// gated delta rule token by token straight from the SPEC §2.1 recurrence (the op runs it in chunks
+// of 64), the conv over an explicit state ++ sequence window.
 //
 // Per check one line `op  err  tol  ok|FAIL`, err = max |op - ref| / max |ref| (relative to the
 // output's scale). u = 2^-24 is the fp32 unit roundoff; each tolerance is a small multiple of the
@@ -16,7 +16,7 @@
 
 #include "common/backend/backend.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_hybrid.h"
+#include "common/kernels/ops.h"
 #include "testing.h"
 
 #define U32 0x1p-24

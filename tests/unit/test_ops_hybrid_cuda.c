@@ -1,5 +1,5 @@
-// test_ops_hybrid_cuda.c: every hybrid-target op (ops_hybrid.h) on CUDA against the CPU reference
-// (skipped, exit 77, without a GPU; runs in the emulator build).
+// test_ops_hybrid_cuda.c: every hybrid-target op (norm.h, rope.h, activation.h, deltanet.h) on CUDA
+// against the CPU reference (skipped, exit 77, without a GPU; runs in the emulator build).
 //
 // As test_ops_cuda.c: both sides get the same inputs, rounded to bf16 first (the CPU gets those exact
 // values as fp32), so only the precision of the computation differs. Per op one line
@@ -27,9 +27,9 @@
 #include "common/backend/backend.h"
 #include "common/core/check.h"
 #include "common/core/half.h"
-#include "common/kernels/ops_hybrid.h"
+#include "common/kernels/ops.h"
 #ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/ops_hybrid_cuda.h"
+#include "common/kernels/deltanet_cuda.h"
 #endif
 #include "testing.h"
 #include "testing_device.h"

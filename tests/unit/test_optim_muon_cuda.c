@@ -6,7 +6,7 @@
 // (fp32, no TF32), the norm kept on the device.
 // Tolerances (max |cuda - cpu| / max |cpu| per tensor):
 //   AdamW's tensors (w, m, v)      1e-5: one fp32 formula per element (FMA contraction at most),
-//                                  as test_ops_train_cuda.c's optimizer kernels
+//                                  as test_ops_grad_cuda.c's optimizer kernels
 //   a Muon matrix's update W' - W  1e-4: fp32 GEMMs in another summation order through 5
 //                                  Newton-Schulz steps (test_optim_muon.c: the CPU is within 2e-6
 //                                  of float64); a wrong transpose, coefficient or scale errs by 1e-2+

@@ -1,54 +1,84 @@
-// backend.c: picks a backend and forwards every op to it (see backend.h).
+// backend.c: picks a backend, fills its capabilities, and forwards every call to its table
+// (backend.h, backend_ops.h).
 //
-// The CPU backend lives in backend_cpu.c, the CUDA one in backend_cuda.cu (only in builds with
-// DFLASH_HAVE_CUDA). Argument checks that do not depend on the device are done here, once.
+// The CPU backend lives in backend_cpu.c, the CUDA one in backend_cuda.cu (CUDA builds only; the
+// others compile backend_nocuda.c, which has no device). Argument checks that do not depend on the
+// device are done here, once.
 #include "common/backend/backend.h"
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/backend/backend_cpu.h"
+#include "common/backend/backend_cuda.h"
+#include "common/backend/backend_ops.h"
 #include "common/core/bytes.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/backend/backend_cuda.h"
-#endif
 
-int backend_compiled_cuda(void) {
-#ifdef DFLASH_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
+// backend_cpu_ops (backend_cpu.c) and backend_cuda_ops (backend_cuda.cu, CUDA builds only)
+extern const backend_ops backend_cpu_ops;
+
+// caps_fill: what every backend of the kind offers (backend_caps); backend_cuda.cu's open adds the
+// device's own (its compute capability, shared memory, memory). The rates are the planners'
+// (memory_plan.c). CPU: fp32 everywhere, about 100 GFLOP/s per thread for large GEMMs (half of it
+// at 40 rows), the attention loops 8 GFLOP/s per thread, the loss scan 1e9 logits/s per thread, an
+// op's fixed cost (OpenMP fan-out) 10 us. CUDA (bf16 tensor cores, H100/H200 class): 400 TFLOP/s,
+// half of it at 128 rows; attention 100 TFLOP/s; the scan 5e11 logits/s; 8 us per op.
+static void caps_fill(backend_caps *c, int cuda, int threads) {
+    double t = threads > 0 ? threads : 1;
+    if (!cuda) {
+        c->act_dtype = DT_F32;
+        c->rate_gemm = 100e9 * t, c->rate_gemm_half_rows = 40, c->rate_attn = 8e9 * t;
+        c->rate_scan = 1e9 * t, c->rate_op = 10e-6;
+        return;
+    }
+    c->device = c->pinned_transfers = c->device_links = 1;
+    c->act_dtype = DT_BF16;
+    c->compute_weight_bytes = 2;
+    c->library_workspace = CUDA_CUBLAS_WORKSPACE_BYTES;
+    c->rate_gemm = 400e12, c->rate_gemm_half_rows = 128, c->rate_attn = 100e12, c->rate_scan = 5e11, c->rate_op = 8e-6;
 }
 
-// cuda_devices: the device count and, when it is 0, why.
-static int cuda_devices(const char **why) {
-#ifdef DFLASH_HAVE_CUDA
-    return cuda_device_count(why);
-#else
-    *why = "this binary was built without CUDA";
+int backend_describe(backend *be, const char *kind, int threads) {
+    memset(be, 0, sizeof *be);
+    int cuda = strcmp(kind, "cuda") == 0;
+    if (!cuda && strcmp(kind, "cpu") != 0) return error_set("unknown backend '%s' (expected cpu or cuda)", kind);
+    be->kind = cuda ? BACKEND_CUDA : BACKEND_CPU;
+    be->device = cuda ? DEVICE_CUDA : DEVICE_CPU;
+    be->threads = threads;
+    caps_fill(&be->caps, cuda, threads);
+    // the table answers the op families' sizing questions (work buffers); a build without CUDA has
+    // no CUDA table and plans a GPU with the CPU's sizes, as it always has
+    be->ops = cuda && cuda_ops() ? cuda_ops() : &backend_cpu_ops;
+    snprintf(be->name, sizeof be->name, "%s (described, not opened)", kind);
     return 0;
-#endif
 }
 
 int backend_cuda_devices(void) {
     const char *why = NULL;
-    return cuda_devices(&why);
+    return cuda_device_count(&why);
+}
+
+static int open_cpu(backend *be) {
+    if (cpu_open(be)) return -1;
+    be->ops = &backend_cpu_ops;
+    caps_fill(&be->caps, 0, be->threads);
+    return 0;
 }
 
 int backend_open(backend *be, const char *want, int local_rank) {
     memset(be, 0, sizeof *be);
-    if (strcmp(want, "cpu") == 0) return cpu_open(be);
+    if (strcmp(want, "cpu") == 0) return open_cpu(be);
     if (strcmp(want, "auto") != 0 && strcmp(want, "cuda") != 0)
         return error_set("unknown backend '%s' (expected auto, cpu or cuda)", want);
 
     const char *why = "";
-    int count = cuda_devices(&why);
+    int count = cuda_device_count(&why);
     if (count == 0) {
         if (strcmp(want, "cuda") == 0) {
             if (!backend_compiled_cuda())
@@ -57,70 +87,42 @@ int backend_open(backend *be, const char *want, int local_rank) {
             return error_set("backend 'cuda' requested, but no CUDA device is usable: %s", why);
         }
         log_info("backend: using the CPU (%s)", why);
-        return cpu_open(be);
+        return open_cpu(be);
     }
-#ifdef DFLASH_HAVE_CUDA
     if (cuda_open(be, local_rank) != 0) return -1;
+    caps_fill(&be->caps, 1, 1);
     // Host-side helpers (conversions, the data loader) still use OpenMP threads.
     be->threads = omp_get_max_threads();
     return 0;
-#else
-    return error_set("internal: CUDA devices counted in a build without CUDA");
-#endif
 }
 
-// The CUDA dispatch: with DFLASH_HAVE_CUDA, call the CUDA twin when be is a CUDA backend.
-#ifdef DFLASH_HAVE_CUDA
-#define ON_CUDA(be, call)                                                                       \
-    if ((be)->kind == BACKEND_CUDA) {                                                           \
-        call;                                                                                   \
-        return;                                                                                 \
-    }
-#else
-#define ON_CUDA(be, call)                                                                       \
-    if ((be)->kind == BACKEND_CUDA) fatal("CUDA backend used in a build without CUDA");
-#endif
+int backend_table_missing(const backend *be, const char *table) {
+    fatal("backend %s has no %s ops", be->ops ? be->ops->name : "(not opened)", table);
+    return 0;
+}
 
 void backend_close(backend *be) {
-    ON_CUDA(be, cuda_close(be));
-    cpu_close(be);
+    if (be->ops) be->ops->close(be);
 }
 
-void *backend_alloc(backend *be, size_t bytes) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_alloc(be, bytes);
-#endif
-    return cpu_alloc(be, bytes);
-}
+void *backend_alloc(backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 
-void backend_free(backend *be, void *p) {
-    ON_CUDA(be, cuda_free(be, p));
-    cpu_free(be, p);
-}
+void backend_free(backend *be, void *p) { be->ops->free(be, p); }
 
 void backend_copy_to_device(backend *be, void *dst, const void *src_host, size_t bytes) {
-    ON_CUDA(be, cuda_copy_to_device(be, dst, src_host, bytes));
-    if (bytes) memcpy(dst, src_host, bytes);
+    be->ops->copy_to_device(be, dst, src_host, bytes);
 }
 
 void backend_copy_to_host(backend *be, void *dst_host, const void *src, size_t bytes) {
-    ON_CUDA(be, cuda_copy_to_host(be, dst_host, src, bytes));
-    if (bytes) memcpy(dst_host, src, bytes);
+    be->ops->copy_to_host(be, dst_host, src, bytes);
 }
 
-void backend_memset_zero(backend *be, void *p, size_t bytes) {
-    ON_CUDA(be, cuda_memset_zero(be, p, bytes));
-    if (bytes) memset(p, 0, bytes);
-}
+void backend_memset_zero(backend *be, void *p, size_t bytes) { be->ops->memset_zero(be, p, bytes); }
 
-void backend_sync(backend *be) {
-    ON_CUDA(be, cuda_sync(be));
-    // CPU work is synchronous: nothing to wait for.
-}
+void backend_sync(backend *be) { be->ops->sync(be); }
 
 void backend_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes) {
-    ON_CUDA(be, cuda_mem_info(be, free_bytes, total_bytes));
-    cpu_mem_info(be, free_bytes, total_bytes);
+    be->ops->mem_info(be, free_bytes, total_bytes);
 }
 
 void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha,
@@ -134,41 +136,21 @@ void backend_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, fl
         fatal("backend_gemm: row stride too small: lda=%d for %d columns, ldb=%d for %d, ldc=%d "
               "for %d", lda, a_cols, ldb, b_cols, ldc, n);
     int prof = be->timer ? be->timer->begin(be) : -1; // timed while profile.h collects
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) cuda_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
-    else
-#endif
-        cpu_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
+    be->ops->gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, ab_dt, c_dt);
     if (be->timer) be->timer->end(be, prof, __func__, 2.0 * m * n * k);
 }
 
-// pinned host memory and async copies (backend.h): on the CPU plain memory, copies at the call and
-// events that are always complete (a byte each, so that every event is a distinct pointer to free)
+// pinned host memory and async copies (backend.h)
 
-void *backend_host_alloc(backend *be, size_t bytes) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes, 1);
-#endif
-    return cpu_alloc(be, bytes);
-}
+void *backend_host_alloc(backend *be, size_t bytes) { return be->ops->host_alloc(be, bytes, 1); }
 
-void *backend_host_try_pin(backend *be, size_t bytes) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_host_alloc(be, bytes, 0);
-#endif
-    return cpu_alloc(be, bytes);
-}
+void *backend_host_try_pin(backend *be, size_t bytes) { return be->ops->host_alloc(be, bytes, 0); }
 
-int backend_host_pinned(backend *be, const void *p) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return p && cuda_host_pinned(p);
-#endif
-    (void)be, (void)p;
-    return 0;
-}
+int backend_host_pinned(backend *be, const void *p) { return be->ops->host_pinned(be, p); }
 
 size_t backend_host_bytes(const backend *be, size_t bytes) {
-    return be->kind == BACKEND_CUDA && bytes <= SIZE_MAX - BACKEND_HOST_HDR ? bytes + BACKEND_HOST_HDR : be->kind == BACKEND_CUDA ? SIZE_MAX : 0;
+    if (!be->caps.pinned_transfers) return 0;
+    return bytes <= SIZE_MAX - BACKEND_HOST_HDR ? bytes + BACKEND_HOST_HDR : SIZE_MAX;
 }
 
 void backend_host_warn(const char *what, size_t pageable, size_t wanted, const char *after) {
@@ -184,44 +166,20 @@ void backend_host_warn(const char *what, size_t pageable, size_t wanted, const c
              bytes_format(wanted, b, sizeof b), after);
 }
 
-void backend_host_free(backend *be, void *p) {
-    ON_CUDA(be, cuda_host_free(be, p));
-    cpu_free(be, p);
-}
+void backend_host_free(backend *be, void *p) { be->ops->host_free(be, p); }
 
 void backend_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes) {
-    ON_CUDA(be, cuda_copy_async(be, stream, dst, src, bytes));
-    if (bytes) memcpy(dst, src, bytes);
+    be->ops->copy_async(be, stream, dst, src, bytes);
 }
 
-void *backend_event_new(backend *be) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_event_new(be);
-#endif
-    return xcalloc(1, 1);
-}
+void *backend_event_new(backend *be) { return be->ops->event_new(be); }
 
-void backend_event_free(backend *be, void *ev) {
-    ON_CUDA(be, cuda_event_free(be, ev));
-    free(ev);
-}
+void backend_event_free(backend *be, void *ev) { be->ops->event_free(be, ev); }
 
-void backend_event_record(backend *be, void *ev, int stream) {
-    ON_CUDA(be, cuda_event_record(be, ev, stream));
-}
+void backend_event_record(backend *be, void *ev, int stream) { be->ops->event_record(be, ev, stream); }
 
-int backend_event_done(backend *be, void *ev) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_event_done(be, ev);
-#endif
-    (void)ev;
-    return 1;
-}
+int backend_event_done(backend *be, void *ev) { return be->ops->event_done(be, ev); }
 
-void backend_event_sync(backend *be, void *ev) {
-    ON_CUDA(be, cuda_event_sync(be, ev));
-}
+void backend_event_sync(backend *be, void *ev) { be->ops->event_sync(be, ev); }
 
-void backend_stream_wait(backend *be, void *ev) {
-    ON_CUDA(be, cuda_stream_wait(be, ev));
-}
+void backend_stream_wait(backend *be, void *ev) { be->ops->stream_wait(be, ev); }

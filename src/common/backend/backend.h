@@ -1,9 +1,10 @@
 // backend.h: where the numbers are computed — the CPU (reference, fp32, OpenBLAS + OpenMP) or a
-// CUDA GPU. Code above this layer calls backend_* and never includes a CUDA header.
+// CUDA GPU. Code above this layer calls backend_* and never includes a CUDA header, nor asks which
+// backend it has: it asks be->caps (backend_type.h), and the op families call their tables
+// (backend_ops.h).
 //
-// Every op has a CPU twin (backend_cpu.c) beside its CUDA version (backend_cuda.cu); the CPU one is
-// the reference the tests check, and tests/gpu/ compares the two on a GPU. Later issues add the
-// model ops (norms, RoPE, attention, loss) here in the same pattern.
+// Every call has a CPU twin (backend_cpu.c) beside its CUDA version (backend_cuda.cu); the CPU one
+// is the reference the tests check, and tests/gpu/ compares the two on a GPU.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,11 @@ int backend_cuda_devices(void);
 // error (-1, error_set). The GPU is local_rank modulo the visible devices.
 int backend_open(backend *be, const char *want, int local_rank);
 void backend_close(backend *be);
+// backend_describe: a backend of kind "cpu" or "cuda" with `threads` host threads, its capabilities
+// (be->caps) filled and nothing opened: what --plan plans for a machine it does not run on. Only
+// the caps, kind, name and the op families' sizing questions (ops_*_work_bytes) may be asked; no
+// memory, copy or op call may be made on it. -1 (error_set) for another kind.
+int backend_describe(backend *be, const char *kind, int threads);
 
 // Memory on the backend's device (host memory for the CPU backend, 256-byte aligned).
 // backend_alloc returns NULL (with error_set) when the device is out of memory.

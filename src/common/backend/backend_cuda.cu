@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "common/backend/backend_cuda.h"
+#include "common/backend/backend_ops.h"
 #include "common/backend/check_cuda.h"
 
 extern "C" {
@@ -65,6 +66,12 @@ extern "C" int cuda_device_count(const char **why) {
     return n;
 }
 
+extern "C" const backend_ops backend_cuda_ops;
+
+extern "C" int backend_compiled_cuda(void) { return 1; }
+
+extern "C" const struct backend_ops *cuda_ops(void) { return &backend_cuda_ops; }
+
 extern "C" int cuda_open(backend *be, int local_rank) {
     const char *why = NULL;
     int count = cuda_device_count(&why);
@@ -98,6 +105,11 @@ extern "C" int cuda_open(backend *be, int local_rank) {
     be->impl = st;
     snprintf(be->name, sizeof be->name, "cuda:%d %.80s (%.1f GiB)", dev, prop.name,
              (double)prop.totalGlobalMem / (double)(1ull << 30));
+    be->ops = &backend_cuda_ops; // backend_open adds the caps every CUDA device has
+    be->caps.sm_major = prop.major;
+    be->caps.sm_minor = prop.minor;
+    be->caps.smem_per_block = prop.sharedMemPerBlockOptin;
+    be->caps.mem_total = prop.totalGlobalMem;
     return 0;
 }
 
@@ -300,3 +312,83 @@ extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, i
         cublas_check(cublasGemmEx(st->cublas, ta, tb, n, m, k, &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c,
                                   c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+// OP TABLES: each op family's CUDA half (the helpers uncomment their family's lines)
+extern "C" {
+extern const struct norm_kernels norm_kernels_cuda;
+extern const struct rope_kernels rope_kernels_cuda;
+extern const struct attention_kernels attention_kernels_cuda;
+extern const struct activation_kernels activation_kernels_cuda;
+extern const struct elementwise_kernels elementwise_kernels_cuda;
+extern const struct topk_lse_kernels topk_lse_kernels_cuda;
+extern const struct dynconv_kernels dynconv_kernels_cuda;
+extern const struct deltanet_kernels deltanet_kernels_cuda;
+extern const struct decode_kernels decode_kernels_cuda;
+extern const struct moe_kernels moe_kernels_cuda;
+extern const struct quant_kernels quant_kernels_cuda;
+extern const struct optim_kernels optim_kernels_cuda;
+extern const struct loss_kernels loss_kernels_cuda;
+}
+
+
+static int cuda_host_pinned_be(backend *be, const void *p) { return (void)be, p && cuda_host_pinned(p); }
+
+// the timing events behind profile.c: recorded on the backend's stream, read once complete
+static void *cuda_timer_new(void) {
+    cudaEvent_t e;
+    cuda_check(cudaEventCreate(&e));
+    return (void *)e;
+}
+
+static void cuda_timer_free(void *event) { cuda_check(cudaEventDestroy((cudaEvent_t)event)); }
+
+static void cuda_timer_record(backend *be, void *event) {
+    cuda_check(cudaEventRecord((cudaEvent_t)event, cuda_state_of(be)->stream));
+}
+
+static double cuda_timer_seconds(void *start, void *stop) {
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)stop));
+    return 1e-3 * (double)ms;
+}
+
+extern "C" const backend_ops backend_cuda_ops = {
+    .name = "cuda",
+    .close = cuda_close,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_to_device = cuda_copy_to_device,
+    .copy_to_host = cuda_copy_to_host,
+    .memset_zero = cuda_memset_zero,
+    .sync = cuda_sync,
+    .mem_info = cuda_mem_info,
+    .gemm = cuda_gemm,
+    .host_alloc = cuda_host_alloc,
+    .host_pinned = cuda_host_pinned_be,
+    .host_free = cuda_host_free,
+    .copy_async = cuda_copy_async,
+    .event_new = cuda_event_new,
+    .event_free = cuda_event_free,
+    .event_record = cuda_event_record,
+    .event_done = cuda_event_done,
+    .event_sync = cuda_event_sync,
+    .stream_wait = cuda_stream_wait,
+    .timer_new = cuda_timer_new,
+    .timer_record = cuda_timer_record,
+    .timer_seconds = cuda_timer_seconds,
+    .timer_free = cuda_timer_free,
+    // OP TABLES (pointers)
+    .norm = &norm_kernels_cuda,
+    .rope = &rope_kernels_cuda,
+    .attention = &attention_kernels_cuda,
+    .activation = &activation_kernels_cuda,
+    .elementwise = &elementwise_kernels_cuda,
+    .topk_lse = &topk_lse_kernels_cuda,
+    .dynconv = &dynconv_kernels_cuda,
+    .deltanet = &deltanet_kernels_cuda,
+    .decode = &decode_kernels_cuda,
+    .moe = &moe_kernels_cuda,
+    .quant = &quant_kernels_cuda,
+    .optim = &optim_kernels_cuda,
+    .loss = &loss_kernels_cuda,
+};

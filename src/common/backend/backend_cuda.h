@@ -1,5 +1,6 @@
-// backend_cuda.h: the CUDA backend, called through backend.c's dispatch (compiled only when
-// DFLASH_HAVE_CUDA). A plain C header: backend_cuda.cu implements it with C linkage.
+// backend_cuda.h: the CUDA backend's functions (backend_cuda.cu, CUDA builds; its table
+// backend_cuda_ops is what backend.c calls) and the two that backend.c opens it with, which a build
+// without CUDA takes from backend_nocuda.c. A plain C header: C linkage.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -18,7 +19,11 @@ extern "C" {
 
 // cuda_device_count: visible devices; 0 when there is no driver or no GPU (a missing driver is an
 // error from cudaGetDeviceCount, not a crash). *why, when not NULL, gets the reason for 0.
+// cuda_device_count, cuda_open: backend_cuda.cu's, or backend_nocuda.c's in builds without CUDA
+// (no device, "built without CUDA").
 int cuda_device_count(const char **why);
+// cuda_ops: &backend_cuda_ops, or NULL in a build without CUDA.
+const struct backend_ops *cuda_ops(void);
 // cuda_open: device local_rank % count, a stream and a cuBLAS handle; -1 (error_set) if unusable.
 int cuda_open(backend *be, int local_rank);
 void cuda_close(backend *be);
@@ -31,10 +36,10 @@ void cuda_sync(backend *be);
 void cuda_mem_info(backend *be, size_t *free_bytes, size_t *total_bytes);
 void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float alpha, const void *a,
                int lda, const void *b, int ldb, float beta, void *c, int ldc, dtype ab_dt, dtype c_dt);
-// cuda_stream: the backend's stream (a cudaStream_t), for the kernels of ops_cuda.cu.
+// cuda_stream: the backend's stream (a cudaStream_t), for the op families' kernels (src/common/kernels/*_cuda.cu, ...).
 void *cuda_stream(backend *be);
 // cuda_cublas: the backend's cuBLAS handle (a cublasHandle_t: on the backend's stream, with its
-// workspace), for the ops that call cuBLAS themselves (ops_moe_cuda.cu's grouped GEMM, ops_hybrid_cuda.cu's strided-batched GEMMs).
+// workspace), for the ops that call cuBLAS themselves (ops_moe_cuda.cu's grouped GEMM, deltanet_cuda.cu's strided-batched GEMMs).
 void *cuda_cublas(backend *be);
 // cuda_op_state: an op module's own per-backend state (pinned buffers, events, small device arrays)
 // in slot `slot`: NULL until cuda_op_state_set stores it; cuda_close frees a stored state with the

@@ -24,8 +24,31 @@ typedef struct {
     void (*end)(struct backend *be, int token, const char *name, double flops);
 } backend_timer;
 
+// backend_caps: what the code above asks a backend instead of which one it is (filled by
+// backend_open, or by backend_describe for a plan of a machine this process does not open).
+typedef struct {
+    int device;              // 1: backend_alloc'd memory is a device's, the host does not address it
+                             // (copies by DMA, a runtime context and library workspaces to reserve)
+    int pinned_transfers;    // 1: transfer buffers are page-locked (backend_host_alloc), 0: plain memory
+    int device_links;        // 1: payloads and gradients can move device to device (NCCL links)
+    dtype act_dtype;         // activations, features, the drafter's compute weights: BF16 or F32
+    size_t compute_weight_bytes; // bytes per parameter of the compute copy of the weights (0: none,
+                             // the master fp32 copy is used)
+    size_t library_workspace;    // bytes a GEMM library keeps per handle (cuBLAS's workspace)
+    // rates for the planners' estimates: GEMM flop/s at large sizes and the row count that halves
+    // it, attention flop/s, the loss scan's logits/s, the fixed cost of one op (seconds)
+    double rate_gemm, rate_gemm_half_rows, rate_attn, rate_scan, rate_op;
+    // the device (0 on the CPU): its compute capability, shared memory per block, total memory
+    int sm_major, sm_minor;
+    size_t smem_per_block, mem_total;
+} backend_caps;
+
+typedef struct backend_ops backend_ops; // backend_ops.h
+
 typedef struct backend {
-    backend_kind kind;
+    const struct backend_ops *ops; // the backend's table (backend_ops.h)
+    backend_caps caps;
+    backend_kind kind;             // for the backend's own files and the tests: code above asks caps
     device_kind device;  // where backend_alloc'd memory lives
     int device_id;       // CUDA device ordinal (0 on CPU)
     int threads;         // CPU threads used (OpenMP / OpenBLAS)

@@ -1,7 +1,7 @@
 // gpu_info.h: questions about the GPUs that the preflight asks (peer access, NCCL), in plain C.
 //
-// gpu_info.cu implements them with the CUDA runtime and NCCL (builds with DFLASH_HAVE_CUDA);
-// gpu_info.c is the stub of CPU-only builds, where every function fails with error_set (callers
+// gpu_info.cu implements them with the CUDA runtime and NCCL (CUDA builds);
+// gpu_info_nocuda.c is the stub of CPU-only builds, where every function fails with error_set (callers
 // only ask on a CUDA backend). MPI stays out of the CUDA file: the caller broadcasts the NCCL id.
 #pragma once
 #include <stddef.h>

@@ -1,20 +1,19 @@
 // profile.c: per-op timing (see profile.h). A mark is one timed call: two events from a pool that
-// grows as needed (CUDA) or two wall-clock readings (CPU); prof_collect turns the marks into sums.
+// grows as needed (a device: the backend's timing events, backend_ops.h) or two wall-clock readings
+// (the CPU); prof_collect turns the marks into sums.
 #include "common/backend/profile.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/backend/backend_ops.h"
 #include "common/core/check.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/backend/profile_cuda.h"
-#endif
 
 typedef struct {
     const char *name;
     double flops;
-    int ev;        // CUDA: events ev (start) and ev + 1 (stop) of the pool
+    int ev;        // a device: events ev (start) and ev + 1 (stop) of the pool
     double t0, t1; // CPU: wall clock
 } prof_mark;
 
@@ -22,7 +21,7 @@ static struct {
     backend *be; // collecting on this backend; NULL: off
     prof_mark *marks;
     int n, cap;
-    void **events; // CUDA event pool: n_ev in use, cap_ev created
+    void **events; // the backend's timing events (backend_ops' timer_*): n_ev in use, cap_ev created
     int n_ev, cap_ev;
 } P;
 
@@ -32,7 +31,8 @@ static double wall_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int on_cuda(void) { return P.be && P.be->kind == BACKEND_CUDA; }
+// on_device: the backend times its ops with events of its own (work queued, not done, on return)
+static int on_device(void) { return P.be && P.be->ops && P.be->ops->timer_new; }
 
 static const backend_timer prof_timer = {.begin = prof_begin, .end = prof_end};
 
@@ -44,10 +44,8 @@ void prof_enable(backend *be) {
 
 void prof_disable(void) {
     if (P.be) P.be->timer = NULL;
-#ifdef DFLASH_HAVE_CUDA
     if (P.cap_ev) backend_sync(P.be);
-    for (int i = 0; i < P.cap_ev; i++) cuda_prof_event_free(P.events[i]);
-#endif
+    for (int i = 0; i < P.cap_ev; i++) P.be->ops->timer_free(P.events[i]);
     free(P.events);
     free(P.marks);
     memset(&P, 0, sizeof P);
@@ -55,20 +53,16 @@ void prof_disable(void) {
 
 // two events of the pool (created on first use), recorded start now
 static int take_events(void) {
-#ifdef DFLASH_HAVE_CUDA
     if (P.n_ev + 2 > P.cap_ev) {
         int cap = P.cap_ev ? 2 * P.cap_ev : 256;
         P.events = xrealloc(P.events, (size_t)cap * sizeof(void *));
-        for (int i = P.cap_ev; i < cap; i++) P.events[i] = cuda_prof_event_new();
+        for (int i = P.cap_ev; i < cap; i++) P.events[i] = P.be->ops->timer_new();
         P.cap_ev = cap;
     }
     int ev = P.n_ev;
     P.n_ev += 2;
-    cuda_prof_record(P.be, P.events[ev]);
+    P.be->ops->timer_record(P.be, P.events[ev]);
     return ev;
-#else
-    return -1;
-#endif
 }
 
 int prof_begin(backend *be) {
@@ -79,7 +73,7 @@ int prof_begin(backend *be) {
     }
     prof_mark *m = &P.marks[P.n];
     memset(m, 0, sizeof *m);
-    if (on_cuda()) m->ev = take_events();
+    if (on_device()) m->ev = take_events();
     else m->t0 = wall_s();
     return P.n++;
 }
@@ -89,12 +83,10 @@ void prof_end(backend *be, int token, const char *name, double flops) {
     prof_mark *m = &P.marks[token];
     m->name = name;
     m->flops = flops;
-#ifdef DFLASH_HAVE_CUDA
-    if (on_cuda()) {
-        cuda_prof_record(P.be, P.events[m->ev + 1]);
+    if (on_device()) {
+        P.be->ops->timer_record(P.be, P.events[m->ev + 1]);
         return;
     }
-#endif
     m->t1 = wall_s();
 }
 
@@ -113,9 +105,7 @@ int prof_collect(prof_row **rows) {
         const prof_mark *m = &P.marks[i];
         if (!m->name) continue; // begun, never ended (an op that failed)
         double s = m->t1 - m->t0;
-#ifdef DFLASH_HAVE_CUDA
-        if (on_cuda()) s = cuda_prof_seconds(P.events[m->ev], P.events[m->ev + 1]);
-#endif
+        if (on_device()) s = P.be->ops->timer_seconds(P.events[m->ev], P.events[m->ev + 1]);
         int j = 0;
         while (j < nr && strcmp(r[j].name, m->name) != 0) j++;
         if (j == nr) r[nr++] = (prof_row){m->name, 0, 0.0, 0.0};

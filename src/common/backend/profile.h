@@ -1,7 +1,8 @@
 // profile.h: where a step's time goes, op by op (`dflash_tool mem-check --profile`).
 //
-// While enabled on a backend, every op of ops.h and ops_train.h, every backend_gemm and the fused
-// loss's own kernels (loss_cuda.cu) on it are timed:
+// While enabled on a backend, every op called through an op family's table (BACKEND_OP: the
+// kernels' families, decode, MoE, de-quantisation, the optimizer, the selector), every backend_gemm
+// and the fused loss's own kernels (loss_cuda.cu) on it are timed:
 // on CUDA by a pair of events around it on the backend's stream (GPU time; the host does not wait),
 // on the CPU by the wall clock. prof_collect waits for the backend and sums the times per op name.
 // Disabled (the default), each op pays one branch.

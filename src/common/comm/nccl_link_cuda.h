@@ -1,6 +1,6 @@
 // nccl_link_cuda.h: the NCCL and CUDA calls under payload_link_nccl.c and nccl_reduce.c (plain C;
-// nccl_link_cuda.cu, built with DFLASH_HAVE_CUDA). Handles are opaque pointers (ncclComm_t,
-// cudaStream_t, cudaEvent_t).
+// nccl_link_cuda.cu in CUDA builds, nccl_nocuda.c's stand-ins in builds without: those decline or
+// fail, "built without CUDA"). Handles are opaque pointers (ncclComm_t, cudaStream_t, cudaEvent_t).
 // Every function returns 0, or -1 with error_set naming the call and NCCL's or CUDA's reason, or
 // NCCL_CUDA_TIMEOUT (backend/nccl_setup.h) when a peer did not answer within the timeout (a hung
 // peer: the caller ends the job, since that peer joins no agreement either).
@@ -16,6 +16,9 @@
 extern "C" {
 #endif
 
+// nccl_cuda_available: 1 when this build has NCCL; 0 with the reason in why[n] ("built without
+// CUDA") when it has not. The NCCL users ask it before their first collective.
+int nccl_cuda_available(char *why, size_t n);
 // nccl_cuda_init: join the communicator of all ranks (id from gpu_nccl_unique_id on rank 0).
 int nccl_cuda_init(void **comm, const void *id, int nranks, int rank, int device, const nccl_cuda_who *who);
 // nccl_cuda_split: the two-rank communicator of a pair (member = 0: not in this pair, *pair =

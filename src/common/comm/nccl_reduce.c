@@ -1,5 +1,5 @@
-// nccl_reduce.c: nccl_reduce_open's decision and set-up over MPI, and the dispatch to
-// nccl_reduce_cuda.cu (see nccl_reduce.h). CPU-only builds decline.
+// nccl_reduce.c: nccl_reduce_open's decision and set-up over MPI, and the calls of
+// nccl_reduce_cuda.h (see nccl_reduce.h). Builds without CUDA decline (nccl_cuda_available).
 #include "common/comm/nccl_reduce.h"
 
 #include <pthread.h>
@@ -7,19 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/gpu_info.h"
 #include "common/comm/gpu_place.h"
+#include "common/comm/nccl_link_cuda.h"
+#include "common/comm/nccl_reduce_cuda.h"
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/backend/backend_cuda.h"
-#include "common/backend/gpu_info.h"
-#include "common/comm/nccl_link_cuda.h"
-#include "common/comm/nccl_reduce_cuda.h"
-#endif
 
-#ifdef DFLASH_HAVE_CUDA
 struct nccl_reduce {
     nccl_reduce_cuda c;
     int nranks;
@@ -40,19 +36,9 @@ static void nr_register(nccl_reduce *r, int on) {
     pthread_mutex_unlock(&nr_mu);
 }
 
-#else
-struct nccl_reduce {
-    int unused;
-};
-#endif
-
 int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, size_t n) {
     *out = NULL;
-#ifndef DFLASH_HAVE_CUDA
-    (void)comm, (void)device;
-    snprintf(why, n, "built without CUDA");
-    return 0;
-#else
+    if (!nccl_cuda_available(why, n)) return 0;
     int rank = 0, size = 0;
     mpi_check(MPI_Comm_rank(comm, &rank));
     mpi_check(MPI_Comm_size(comm, &size));
@@ -101,12 +87,10 @@ int nccl_reduce_open(nccl_reduce **out, MPI_Comm comm, int device, char *why, si
     nr_register(r, 1);
     *out = r;
     return 0;
-#endif
 }
 
-#ifdef DFLASH_HAVE_CUDA
 int nccl_reduce_after(nccl_reduce *r, backend *be) {
-    if (nccl_reduce_cuda_after(&r->c, cuda_stream(be))) return error_prefix("NCCL all-reduce: waiting for the backend");
+    if (nccl_reduce_cuda_after(&r->c, be)) return error_prefix("NCCL all-reduce: waiting for the backend");
     return 0;
 }
 
@@ -119,7 +103,7 @@ int nccl_reduce_sum_f32(nccl_reduce *r, float *dev, size_t count) {
 }
 
 int nccl_reduce_join(nccl_reduce *r, backend *be) {
-    if (nccl_reduce_cuda_join(&r->c, cuda_stream(be))) return error_prefix("NCCL all-reduce: the backend waiting for it");
+    if (nccl_reduce_cuda_join(&r->c, be)) return error_prefix("NCCL all-reduce: the backend waiting for it");
     return 0;
 }
 
@@ -148,16 +132,3 @@ void nccl_reduce_close(nccl_reduce *r, int abort) {
     nccl_reduce_cuda_destroy(&r->c, abort);
     free(r);
 }
-#else
-// CPU-only builds: nccl_reduce_open never returns a communicator, so these are never reached with one.
-int nccl_reduce_after(nccl_reduce *r, backend *be) { (void)r, (void)be; return error_set("NCCL all-reduce: built without CUDA"); }
-int nccl_reduce_group(nccl_reduce *r, int begin) { (void)r, (void)begin; return error_set("NCCL all-reduce: built without CUDA"); }
-int nccl_reduce_sum_f32(nccl_reduce *r, float *dev, size_t count) {
-    (void)r, (void)dev, (void)count;
-    return error_set("NCCL all-reduce: built without CUDA");
-}
-int nccl_reduce_join(nccl_reduce *r, backend *be) { (void)r, (void)be; return error_set("NCCL all-reduce: built without CUDA"); }
-int nccl_reduce_sync(nccl_reduce *r) { (void)r; return error_set("NCCL all-reduce: built without CUDA"); }
-int nccl_reduce_check(void *ctx, char *msg, size_t n) { (void)ctx, (void)msg, (void)n; return 0; }
-void nccl_reduce_close(nccl_reduce *r, int abort) { (void)abort; free(r); }
-#endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/comm/nccl_reduce_cuda.h"
+#include "common/backend/backend_cuda.h"
 #include "common/backend/nccl_setup_cuda.cuh"
 #include "common/comm/nccl_try_cuda.cuh"
 
@@ -36,8 +37,8 @@ extern "C" int nccl_reduce_cuda_init(nccl_reduce_cuda *c, const void *id, int nr
 
 // One event suffices for each direction: cudaStreamWaitEvent waits for the record made just before
 // it, and a later record does not change what an earlier wait waits for.
-extern "C" int nccl_reduce_cuda_after(nccl_reduce_cuda *c, void *stream) {
-    CUDA_TRY(cudaEventRecord((cudaEvent_t)c->ready, (cudaStream_t)stream));
+extern "C" int nccl_reduce_cuda_after(nccl_reduce_cuda *c, backend *be) {
+    CUDA_TRY(cudaEventRecord((cudaEvent_t)c->ready, (cudaStream_t)cuda_stream(be)));
     CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)c->ready, 0));
     return 0;
 }
@@ -55,9 +56,9 @@ extern "C" int nccl_reduce_cuda_sum_f32(nccl_reduce_cuda *c, float *dev, size_t 
                              "ncclAllReduce", &who);
 }
 
-extern "C" int nccl_reduce_cuda_join(nccl_reduce_cuda *c, void *stream) {
+extern "C" int nccl_reduce_cuda_join(nccl_reduce_cuda *c, backend *be) {
     CUDA_TRY(cudaEventRecord((cudaEvent_t)c->done, (cudaStream_t)c->stream));
-    CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)c->done, 0));
+    CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)cuda_stream(be), (cudaEvent_t)c->done, 0));
     return 0;
 }
 

@@ -1,6 +1,6 @@
 // payload_link_nccl.c: the "nccl" transport of payload_link.h: host messages over MPI (as "mpi"),
 // device blocks GPU to GPU over NCCL (SPEC §8), in plain C; the NCCL and CUDA calls are
-// nccl_link_cuda.cu's (built with DFLASH_HAVE_CUDA). CPU-only builds decline.
+// nccl_link_cuda.h's. Builds without CUDA decline (nccl_cuda_available).
 //
 // One NCCL communicator over all ranks is split into one two-rank communicator per (teacher,
 // student) pair (a teacher group's last stage, world.h) and per pair of neighbouring stages of a
@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/gpu_info.h"
 #include "common/comm/gpu_place.h"
+#include "common/comm/nccl_link_cuda.h"
 #include "common/comm/payload_link_mpi.h"
 #include "common/comm/payload_link_ops.h"
 #include "common/comm/watchdog.h"
@@ -27,10 +29,6 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/backend/gpu_info.h"
-#include "common/comm/nccl_link_cuda.h"
-#endif
 
 typedef struct {
     int rank, size;
@@ -44,16 +42,12 @@ typedef struct {
 // if that fails); 1: a set-up failed, the communicators are aborted (no peer waited for).
 static void nccl_links_free(nccl_links *l, int abort) {
     if (!l) return;
-#ifdef DFLASH_HAVE_CUDA
     nccl_cuda_who who = {"NCCL: closing the payload links", NULL, 0, l->size - 1, l->rank, "run.rank_timeout ", l->timeout_s,
                          watchdog_stopped_peer};
     for (int r = 0; r < l->size; r++) // (a finalize that fails or times out: aborted, and said)
         if ((l->pair[r] || l->stream[r]) && nccl_cuda_destroy(l->pair[r], l->stream[r], abort, &who))
             log_warn("%s", error_msg());
     if (l->all && nccl_cuda_destroy(l->all, NULL, abort, &who)) log_warn("%s", error_msg());
-#else
-    (void)abort;
-#endif
     free(l->pair);
     free(l->stream);
     free(l);
@@ -63,11 +57,7 @@ static void nccl_close(void *impl) { nccl_links_free(impl, 0); }
 
 static int nccl_open(void **impl, const world *w, int device, char *why, size_t n) {
     *impl = NULL;
-#ifndef DFLASH_HAVE_CUDA
-    (void)w, (void)device;
-    snprintf(why, n, "built without CUDA");
-    return 0;
-#else
+    if (!nccl_cuda_available(why, n)) return 0;
     why[0] = '\0';
     if ((w->teachers == 0 || w->students == 0) && w->group_size <= 1) snprintf(why, n, "no teacher-student pair and no teacher group");
     gpu_place *all;
@@ -138,64 +128,32 @@ static int nccl_open(void **impl, const world *w, int device, char *why, size_t 
     }
     *impl = l;
     return 1;
-#endif
 }
 
 static int nccl_send_dev(void *impl, int peer, const void *dev, size_t bytes, void **event) {
     nccl_links *l = impl;
-#ifdef DFLASH_HAVE_CUDA
     if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
     if (nccl_cuda_send(l->pair[peer], l->stream[peer], dev, bytes, NULL, event, l->timeout_s))
         return error_prefix("NCCL send of %zu bytes to rank %d", bytes, peer);
     return 0;
-#else
-    (void)l, (void)dev, (void)bytes, (void)event;
-    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
-#endif
 }
 
 static int nccl_recv_dev(void *impl, int peer, void *dev, size_t bytes, void **event) {
     nccl_links *l = impl;
-#ifdef DFLASH_HAVE_CUDA
     if (!l || peer < 0 || peer >= l->size || !l->pair[peer]) return error_set("NCCL: no link to rank %d", peer);
     if (nccl_cuda_recv(l->pair[peer], l->stream[peer], dev, bytes, event, l->timeout_s))
         return error_prefix("NCCL receive of %zu bytes from rank %d", bytes, peer);
     return 0;
-#else
-    (void)l, (void)dev, (void)bytes, (void)event;
-    return error_set("NCCL: no link to rank %d (built without CUDA)", peer);
-#endif
 }
 
-static int nccl_event_done(void *event) {
-#ifdef DFLASH_HAVE_CUDA
-    return nccl_cuda_event_query(event);
-#else
-    (void)event;
-    return 1;
-#endif
-}
+static int nccl_event_done(void *event) { return nccl_cuda_event_query(event); }
 
-static int nccl_event_wait(void *event) {
-#ifdef DFLASH_HAVE_CUDA
-    return nccl_cuda_event_sync(event);
-#else
-    (void)event;
-    return 0;
-#endif
-}
+static int nccl_event_wait(void *event) { return nccl_cuda_event_sync(event); }
 
-static void nccl_event_free(void *event) {
-#ifdef DFLASH_HAVE_CUDA
-    nccl_cuda_event_destroy(event);
-#else
-    (void)event;
-#endif
-}
+static void nccl_event_free(void *event) { nccl_cuda_event_destroy(event); }
 
 static int nccl_check(void *impl, char *msg, size_t n) {
     nccl_links *l = impl;
-#ifdef DFLASH_HAVE_CUDA
     if (!l) return 0;
     char why[384];
     for (int r = 0; r < l->size; r++)
@@ -207,9 +165,6 @@ static int nccl_check(void *impl, char *msg, size_t n) {
         snprintf(msg, n, "NCCL communicator of all ranks failed: %s", why);
         return 1;
     }
-#else
-    (void)l, (void)msg, (void)n;
-#endif
     return 0;
 }
 

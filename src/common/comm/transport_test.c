@@ -10,13 +10,11 @@
 #include "common/comm/nccl_reduce.h"
 #include "common/comm/payload_link.h"
 #include "common/comm/protocol.h"
+#include "common/comm/transport_test_cuda.h"
 #include "common/comm/watchdog.h"
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/log.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/comm/transport_test_cuda.h"
-#endif
 
 // The sizes of a table, in elements of 4 bytes: 256 (1 KiB) by factors of 4 up to max_bytes, then
 // max_bytes itself when it is not one of them (rounded down to whole elements); 0 after the last.
@@ -37,9 +35,7 @@ static long long tt_round(const world *w, payload_link *link, uint32_t *buf, uin
     int dev = payload_link_device(link);
     for (int it = 0; it < iterations; it++) {
         if (w->role == ROLE_TEACHER) {
-#ifdef DFLASH_HAVE_CUDA
             if (dev) tt_fill_cuda(buf, n, w->rank, it);
-#endif
             if (!dev)
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_value(w->rank, it, i);
             for (int s = 0; s < w->students; s++) {
@@ -66,7 +62,6 @@ static long long tt_round(const world *w, payload_link *link, uint32_t *buf, uin
                     for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_value(t, it, i);
                     continue;
                 }
-#ifdef DFLASH_HAVE_CUDA
                 payload_ticket tk = {0};
                 watchdog_wait_begin(t, t, 1, "a transport-test payload");
                 if (payload_link_post_recv_dev(link, t, buf, n * 4, &tk) || payload_link_wait(&tk))
@@ -74,7 +69,6 @@ static long long tt_round(const world *w, payload_link *link, uint32_t *buf, uin
                 watchdog_wait_end();
                 payload_link_ticket_free(&tk);
                 wrong += tt_check_cuda(buf, n, t, it);
-#endif
             }
         }
     }
@@ -122,9 +116,7 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
         double el = 0;
         int its = tt_iters(n, iterations);
         for (int it = 0; it < its; it++) {
-#ifdef DFLASH_HAVE_CUDA
             if (r) tt_sum_fill_cuda(buf, n, w->rank, it);
-#endif
             if (!r)
                 for (uint64_t i = 0; i < n; i++) buf[i] = tt_sum_value(w->rank, it, i);
             watchdog_barrier("the other ranks to start a transport-test all-reduce");
@@ -134,9 +126,7 @@ static long long tt_sum_path(const world *w, nccl_reduce *r, float *buf, int ite
             if (!r) msg_allreduce(buf, (int64_t)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             watchdog_wait_end();
             el += time_now() - t0;
-#ifdef DFLASH_HAVE_CUDA
             if (r) wrong += tt_sum_check_cuda(buf, n, w->size, it);
-#endif
             if (!r)
                 for (uint64_t i = 0; i < n; i++) wrong += buf[i] != tt_sum_expected(w->size, it, i);
         }
@@ -158,7 +148,7 @@ long long transport_test_run(const world *w, backend *be, int iterations, long l
     char why[256] = "";
     for (int i = 0; i < payload_link_kinds(); i++) {
         payload_link *link = NULL;
-        if (payload_link_open(&link, payload_link_kind(i), w, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why))
+        if (payload_link_open(&link, payload_link_kind(i), w, be->caps.device_links ? be->device_id : -1, why, sizeof why))
             return -1;
         if (!link) {
             if (w->rank == w->teachers) printf("%s path: not used (%s)\n", payload_link_kind_label(i), why);
@@ -177,7 +167,7 @@ long long transport_test_run(const world *w, backend *be, int iterations, long l
     wrong += tt_sum_path(w, NULL, sums, iterations, max_bytes);
     free(sums);
     nccl_reduce *r = NULL;
-    if (nccl_reduce_open(&r, MPI_COMM_WORLD, be->kind == BACKEND_CUDA ? be->device_id : -1, why, sizeof why)) return -1;
+    if (nccl_reduce_open(&r, MPI_COMM_WORLD, be->caps.device_links ? be->device_id : -1, why, sizeof why)) return -1;
     if (r) {
         float *dev = backend_alloc(be, (size_t)max_bytes);
         if (!dev) fatal("transport-test: %s", error_msg());

@@ -1,6 +1,7 @@
 // transport_test_cuda.h: the transport test's payloads and all-reduce buffers filled and checked on
-// the GPU (plain C; transport_test_cuda.cu, built with DFLASH_HAVE_CUDA), so the NCCL paths are
-// checked device to device.
+// the GPU (plain C; transport_test_cuda.cu in CUDA builds), so the NCCL paths are checked device to
+// device. Builds without CUDA open no device transport and never call these (transport_test_nocuda.c
+// ends the job if one does).
 #pragma once
 #include <stdint.h>
 

@@ -455,6 +455,13 @@ void watchdog_barrier(const char *what) {
     watchdog_wait_all(&req, what);
 }
 
+void watchdog_allgather(const void *mine, void *all, int n, MPI_Datatype type, MPI_Comm comm, int first, int last,
+                        double patience, const char *what) {
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(mine, n, type, all, n, type, comm, &req));
+    watchdog_mpi_wait(&req, NULL, first, last, patience, what);
+}
+
 // After MPI_Finalize, before exiting: every same-host peer has left MPI as well (named
 // WATCHDOG_DONE_NAME) or exited. A peer stopped (SIGSTOP) after the last barrier would otherwise
 // be watched by no one once the others exited, and mpirun would wait on it forever: a peer stopped

@@ -55,6 +55,11 @@ void watchdog_barrier(const char *what);
 // watchdog_wait_all: a collective's request (any communicator) completed as a sleeping wait timed
 // like those above (on ranks 0..size-1 of the job).
 void watchdog_wait_all(MPI_Request *req, const char *what);
+// watchdog_allgather: n elements of a predefined type from every rank of comm (mine) into all
+// (comm's size x n, in rank order), as a sleeping wait on world ranks first..last timed with
+// patience (watchdog_wait_begin): for a collective among some of the ranks (the students').
+void watchdog_allgather(const void *mine, void *all, int n, MPI_Datatype type, MPI_Comm comm, int first, int last,
+                        double patience, const char *what);
 // watchdog_finalize: the finalize hook (watchdog_on_finalize), then MPI_Finalize (which waits for
 // every rank) as a timed wait, the peers no longer watched (they exit now), then watchdog_stop.
 // Every exit of a started job goes through it.

@@ -12,7 +12,6 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/json_util.h"
-#include "common/core/run_dir.h"
 
 #define F(field) offsetof(config, field), sizeof(((config *)0)->field)
 #define NOLIM -1e18, 1e18
@@ -558,10 +557,7 @@ void config_print_keys(FILE *f) {
 
 int config_check(const config *c) {
     if (config_data_count(c) < 0) return config_fail();
-    int eval = strcmp(c->mode, "eval") == 0, train = strcmp(c->mode, "train") == 0 || eval; // eval: a job of the same roles
-    if (eval && !c->eval_drafter[0])
-        return error_set("--mode eval needs eval.drafter: an exported drafter directory (config.json + model.safetensors) "
-                         "or a checkpoint directory (run.dir/checkpoints/step-N)");
+    // (what a mode asks of the keys besides is its prepare hook's: src/modes, e.g. mode_train_prepare)
     if (c->ema_decay >= 1)
         return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
                          "0 = no EMA", c->ema_decay);
@@ -570,12 +566,6 @@ int config_check(const config *c) {
         return error_set("train.max_anchors %lld x drafter.block_size %lld = %lld block positions per batch: at most 2^24 "
                          "(16777216)", (long long)c->max_anchors, (long long)c->block_size,
                          (long long)(c->max_anchors * c->block_size));
-    if (train && !c->run_dir[0]) return error_set("run.dir is empty: a training job needs a run directory");
-    if (train && run_dir_refuse_unsafe("run.dir", c->run_dir)) return -1;
-    if (train && !c->data_features[0] && c->max_tokens_per_batch > c->teacher_max_tokens)
-        return error_set("data.max_tokens_per_batch = %lld is more than teacher.max_tokens = %lld: in train mode the "
-                         "teachers run the students' packed batches whole (lower the one or raise the other)",
-                         (long long)c->max_tokens_per_batch, (long long)c->teacher_max_tokens);
     return 0;
 }
 

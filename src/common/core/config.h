@@ -105,6 +105,7 @@ typedef struct {
     double rank_timeout;            // seconds a rank waits on a peer before ending the job; 0 = forever
     int64_t test_stop_at_step;
     int plan_only;                  // --plan (command line only): print the memory plans and exit
+    int eval_only;                  // not a key: set by --mode eval's prepare (the job evaluates eval.drafter, trains nothing)
     // data
     char data_path[CONFIG_STR];
     config_data_sets data_sets;       // several training sets with weights (exclusive with data_path)
@@ -143,8 +144,9 @@ char *config_to_json(const config *c); // caller frees
 // config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
 void config_print_keys(FILE *f);
 // config_check: the checks across keys, once everything is applied (the file, then the overrides):
-// data.path and data.sets both set; train.ema = 1; in train mode an empty run.dir, and (with
-// teachers) data.max_tokens_per_batch above teacher.max_tokens. -1 with error_set naming the keys.
+// data.path and data.sets both set; train.ema = 1; the block positions of a batch. What a mode asks
+// besides (a training job's run.dir, eval's eval.drafter) its prepare hook checks (src/modes).
+// -1 with error_set naming the keys.
 int config_check(const config *c);
 // config_data_count: the training sets the configuration names: the entries of data.sets, or 1 for
 // data.path, 0 for neither; -1 with error_set when both are set (as config_check).

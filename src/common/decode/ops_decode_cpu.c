@@ -1,15 +1,20 @@
 // ops_decode_cpu.c: CPU twins of the decoding ops (see ops_decode.h): the reference the CUDA
-// kernels are tested against.
+// kernels are tested against, and the CPU backend's table of them (decode_kernels_cpu).
 #include "common/decode/ops_decode_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kernels/ops_cpu.h"
+#include "common/decode/ops_decode.h"
+#include "common/kernels/attention_cpu.h"
 #include "common/decode/sample_rule.h"
 
-void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *v, const int32_t *pos, int n,
-                   int max_len, int kvd) {
+// Every act buffer is float (the CPU's act dtype).
+static void cpu_kv_append(backend *be, void *k_cache_, void *v_cache_, const void *k_, const void *v_,
+                          const int32_t *pos, int n, int max_len, int kvd) {
+    (void)be;
+    float *k_cache = k_cache_, *v_cache = v_cache_;
+    const float *k = k_, *v = v_;
     for (int s = 0; s < n; s++) {
         size_t at = ((size_t)s * max_len + (size_t)pos[s]) * (size_t)kvd;
         memcpy(k_cache + at, k + (size_t)s * kvd, (size_t)kvd * sizeof(float));
@@ -17,12 +22,21 @@ void cpu_kv_append(float *k_cache, float *v_cache, const float *k, const float *
     }
 }
 
+// the work buffer of cpu_attention_decode: the scores [n*nq, max_len] f32
+static size_t cpu_attention_decode_work_bytes(const backend *be, int n, int nq, int max_len) {
+    (void)be;
+    return (size_t)n * (size_t)nq * (size_t)max_len * sizeof(float);
+}
+
 // Threads only when there is enough work to pay for them (a tiny model's step is microseconds, and
 // a parallel region on a busy machine can cost milliseconds).
 // With a window, row s's keys are positions j0 .. pos[s], j0 = max(0, pos[s] - window + 1).
-void cpu_attention_decode(float *out, const float *q, const float *k_cache, const float *v_cache, const int32_t *pos,
-                          int n, int nq, int nkv, int hd, int max_len, float scale, int window, const float *sinks,
-                          float *scores) {
+static void cpu_attention_decode(backend *be, void *out_, const void *q_, const void *k_cache_, const void *v_cache_,
+                                 const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale,
+                                 int window, const float *sinks, void *scores_) {
+    (void)be;
+    float *out = out_, *scores = scores_;
+    const float *q = q_, *k_cache = k_cache_, *v_cache = v_cache_;
     int group = nq / nkv, kvd = nkv * hd;
     int64_t work = (int64_t)n * nq * hd * (n ? pos[0] + 1 : 0);
 #pragma omp parallel for collapse(2) schedule(dynamic, 2) if (work >= 65536)
@@ -80,3 +94,26 @@ int32_t cpu_sample_row(const float *logits, int V, float temperature, int top_k,
     }
     return (int32_t)(0xFFFFFFFFu - (uint32_t)c[0].key); // no id has mass (NaN / inf logits): the first
 }
+
+static size_t cpu_sample_work_bytes(const backend *be, int n, int V) {
+    (void)be;
+    (void)n;
+    return cpu_sample_scratch_bytes(V);
+}
+
+// u and ids are host memory (the CPU backend's device); the rows one after another (one scratch:
+// a row's sort is the op's whole cost and V-sized).
+static void cpu_sample(backend *be, int32_t *ids, const float *logits, int ld, int n, int V, float temperature,
+                       int top_k, float top_p, const double *u, void *work) {
+    (void)be;
+    for (int s = 0; s < n; s++)
+        ids[s] = cpu_sample_row(logits + (size_t)s * ld, V, temperature, top_k, top_p, u[s], work);
+}
+
+const struct decode_kernels decode_kernels_cpu = {
+    .kv_append = cpu_kv_append,
+    .attention_decode_work_bytes = cpu_attention_decode_work_bytes,
+    .attention_decode = cpu_attention_decode,
+    .sample_work_bytes = cpu_sample_work_bytes,
+    .sample = cpu_sample,
+};

@@ -1,6 +1,7 @@
-// ops_decode_cuda.cu: the CUDA kernels of the decoding ops (see ops_decode.h and ops_decode_cuda.h).
+// ops_decode_cuda.cu: the CUDA kernels of the decoding ops (see ops_decode.h) and the CUDA backend's
+// table of them (decode_kernels_cuda).
 //
-// Written C-style, as ops_cuda.cu: bf16 cache and activations, fp32 scores, softmax and sums; all
+// Written C-style, as common/kernels' CUDA files: bf16 cache and activations, fp32 scores, softmax and sums; all
 // work on the backend's stream, nothing waits for it; int64 indices where a product of sizes can
 // pass 2^31.
 //   kv_append           one thread per element of the step's keys / values
@@ -23,7 +24,6 @@
 #include "common/backend/check_cuda.h"
 #include "common/core/check.h"
 #include "common/decode/ops_decode.h"
-#include "common/decode/ops_decode_cuda.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -44,8 +44,8 @@ static __global__ void kv_append_kernel(bf16 *kc, bf16 *vc, const bf16 *k, const
     }
 }
 
-extern "C" void cuda_kv_append(backend *be, void *k_cache, void *v_cache, const void *k, const void *v,
-                               const int32_t *pos, int n, int max_len, int kvd) {
+static void cuda_kv_append(backend *be, void *k_cache, void *v_cache, const void *k, const void *v, const int32_t *pos,
+                           int n, int max_len, int kvd) {
     if (n <= 0 || kvd <= 0) return;
     kv_append_kernel<<<grid_for_threads((int64_t)n * kvd, 256), 256, 0, stream_of(be)>>>(
         (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)k, (const bf16 *)v, pos, n, max_len, kvd);
@@ -123,9 +123,19 @@ static __global__ void attention_decode_kernel(bf16 *out, const bf16 *q, const b
     }
 }
 
-extern "C" void cuda_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
-                                      const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale,
-                                      int window, const float *sinks) {
+// no work buffer (the scores stay in registers and shared memory)
+static size_t cuda_attention_decode_work_bytes(const backend *be, int n, int nq, int max_len) {
+    (void)be;
+    (void)n;
+    (void)nq;
+    (void)max_len;
+    return 0;
+}
+
+static void cuda_attention_decode(backend *be, void *out, const void *q, const void *k_cache, const void *v_cache,
+                                  const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale,
+                                  int window, const float *sinks, void *work) {
+    (void)work;
     if (n <= 0 || nq <= 0) return;
     if (hd > OPS_DECODE_HD_MAX) fatal("decode attention on CUDA: head_dim %d > %d", hd, OPS_DECODE_HD_MAX);
     if ((int64_t)n * nq > 0x7fffffff) fatal("decode attention on CUDA: %d rows x %d heads exceed the grid", n, nq);
@@ -232,12 +242,24 @@ static __global__ void sample_kernel(int32_t *ids, const float *logits, int ld, 
     if (threadIdx.x == 0) ids[r] = (int32_t)(0xFFFFFFFFu - (uint32_t)pick);
 }
 
-extern "C" size_t cuda_sample_work_bytes(int n, int V) { return (size_t)(n > 0 ? n : 1) * (size_t)(V > 0 ? V : 1) * 8; }
+static size_t cuda_sample_work_bytes(const backend *be, int n, int V) {
+    (void)be;
+    return (size_t)(n > 0 ? n : 1) * (size_t)(V > 0 ? V : 1) * 8;
+}
 
-extern "C" void cuda_sample(backend *be, int32_t *ids, const float *logits, int ld, int n, int V, float temperature,
-                            int top_k, float top_p, const double *u, void *work) {
+static void cuda_sample(backend *be, int32_t *ids, const float *logits, int ld, int n, int V, float temperature,
+                        int top_k, float top_p, const double *u, void *work) {
     if (n <= 0) return;
     sample_kernel<<<(unsigned)n, SMP_THREADS, 0, stream_of(be)>>>(ids, logits, ld, V, temperature, top_k, top_p, u,
                                                                   (uint64_t *)work);
     cuda_check_launch();
 }
+
+extern "C" const struct decode_kernels decode_kernels_cuda = {
+    .kv_append = cuda_kv_append,
+    .attention_decode_work_bytes = cuda_attention_decode_work_bytes,
+    .attention_decode = cuda_attention_decode,
+    .sample_work_bytes = cuda_sample_work_bytes,
+    .attention_head_dim_max = OPS_DECODE_HD_MAX,
+    .sample = cuda_sample,
+};

@@ -4,7 +4,7 @@
 // head read the same keys, so an anchor's rows are taken slot-major, r = k * G + g (slot k, query
 // head kh * G + g): G * B rows, cut into tiles of BQ. The keys of a query tile are listed as the
 // context rows its slots may see (from the lowest window start among them up to the anchor), then
-// the block's slots; each row's own mask (SPEC §3, as seen_by in ops_train_cuda.cu) is applied
+// the block's slots; each row's own mask (SPEC §3, as seen_by in attention_cuda.cu) is applied
 // element by element when scores become probabilities.
 //
 // Tiles live in shared memory: bf16 operands [rows][hdp + 8] (hdp: head_dim rounded up to 16 and
@@ -341,7 +341,7 @@ static __device__ int seq_first(const int32_t *cu, int n_seq, int t) {
 }
 
 // window > 0: token t sees keys max(start, t - window + 1) .. t; sinks: NULL or [nq] logits, one per
-// query head, that join each row's softmax denominator (ops_attention_ext, ops_arch.h)
+// query head, that join each row's softmax denominator (ops_attention_ext, attention.h)
 struct causal_prob {
     const int32_t *cu_seqlens;
     int n_seq, T, window;

@@ -1,11 +1,11 @@
-// attn_tc.h: attention on tensor cores (attn_tc.cu): the DFlash attention (SPEC §3) for
-// ops_train_cuda.cu and the target's causal attention for ops_cuda.cu.
+// attn_tc.h: attention on tensor cores (attn_tc.cu): the DFlash attention (SPEC §3) and the
+// target's causal attention, for attention_cuda.cu.
 //
-// Same arguments and results as cuda_dflash_attn_forward / _backward (ops_train_cuda.h). Each call
+// Same arguments and results as cuda_dflash_attn_forward / _backward (attention_cuda.cu). Each call
 // returns 1 when it ran (queued on the backend's stream) and 0 when this path does not apply: it was
 // switched off (environment DFLASH_CUDA_ATTN=scalar) or no tile configuration fits the device's
 // shared memory for this head_dim. The caller then runs the scalar kernels, which stay the
-// reference the tiled ones are tested against (tests/unit/test_ops_train_cuda.c runs both).
+// reference the tiled ones are tested against (tests/unit/test_ops_grad_cuda.c runs both).
 #pragma once
 #include <stdint.h>
 
@@ -23,7 +23,7 @@ int dflash_tc_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, 
                        const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start, int C, int B,
                        int nq, int nkv, int hd, float scale, int window, int block_causal);
 
-// The target's causal attention over packed sequences (cuda_attention_causal in ops_cuda.cu; same
+// The target's causal attention over packed sequences (cuda_attention_causal in attention_cuda.cu; same
 // arguments, the sliding window and the sinks of ops_attention_ext included), forward only, on the
 // same tiles.
 int attn_tc_causal(backend *be, void *out, const void *q, const void *k, const void *v, const int32_t *cu_seqlens,

@@ -1,6 +1,6 @@
-// cuda_launch.cuh: what the op kernels' launches share (ops_cuda.cu, ops_train_cuda.cu,
-// ops_hybrid_cuda.cu, ops_moe_cuda.cu; included by .cu files, never by C): the backend's stream,
-// the grid of a grid-stride loop, the loop itself and the bf16 read.
+// cuda_launch.cuh: what the op kernels' launches share (the *_cuda.cu files of this folder and of
+// the other kernel folders; included by .cu files, never by C): the backend's stream, the grid of a
+// grid-stride loop, the loop itself and the bf16 read.
 #pragma once
 #include <stdint.h>
 

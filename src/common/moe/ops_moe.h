@@ -12,16 +12,22 @@
 //   ops_moe_combine   y[t] = sum_j w[t, j] ys[slot[t, j]]          [T, H] act
 //   (Qwen3.5-MoE) y += sigmoid(x @ shared_gate^T) * shared_mlp(x): ops_sigmoid_gate_add
 //
-// As in ops.h: a CPU twin (ops_moe_cpu.c, fp32, OpenMP + OpenBLAS per expert group, threads over
+// Each op has a CPU twin (ops_moe_cpu.c, fp32, OpenMP + OpenBLAS per expert group, threads over
 // experts) and CUDA (ops_moe_cuda.cu, bf16, fp32 accumulation; routing and grouping on the GPU, the
 // expert GEMMs one cuBLAS grouped GEMM each, whose sizes come from the expert counts the route
-// downloads: the host waits for them once per block, at the first expert GEMM).
-// ops_moe.c dispatches. "act" is ops_act_dtype(be); every buffer is device memory of the backend.
+// downloads: the host waits for them once per block, at the first expert GEMM), each backend's half
+// one table, struct moe_kernels below (moe_kernels_cpu in ops_moe_cpu.c, moe_kernels_cuda in
+// ops_moe_cuda.cu; with ops_moe_sigmoid.h's router). ops_moe.c checks the arguments and calls it.
+// "act" is ops_act_dtype(be); every buffer is device memory of the backend.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 // ops_moe_route: per token t, p = softmax(logits[t, :]) in fp32; the k largest p (ties: the lower
 // expert id first, as torch.topk on these sizes) into topk_idx [T, k] i32 (descending p) and
@@ -58,3 +64,25 @@ void ops_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, 
 
 // ops_sigmoid_gate_add: y[t, :] += sigmoid(g[t]) * s[t, :].   y, s [T, H] act, g [T] act (x @ shared_gate^T)
 void ops_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H);
+
+// moe_kernels: one backend's half of the ops above and of ops_moe_sigmoid_route (ops_moe_sigmoid.h)
+// (its .ops->moe), called with the ops' arguments once they are checked (gemm's max_rows at most R).
+struct moe_kernels {
+    size_t (*route_work_bytes)(const backend *be, int T, int E, int k);
+    void (*route)(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx, float *topk_w,
+                  int32_t *offsets, int32_t *perm, int32_t *slot, void *work);
+    void (*sigmoid_route)(backend *be, const float *logits, const float *bias, int T, int E, int k, int n_group,
+                          int topk_group, int renorm, float scale, int32_t *topk_idx, float *topk_w, int32_t *offsets,
+                          int32_t *perm, int32_t *slot);
+    void (*gather)(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H);
+    void (*gemm)(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E, int R, int N, int K,
+                 int max_rows);
+    void (*swiglu_packed)(backend *be, void *out, const void *gu, int R, int n_i); // n_i: I
+    void (*combine)(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
+                    const float *topk_w, int T, int k, int H);
+    void (*sigmoid_gate_add)(backend *be, void *y, const void *s, const void *g, int T, int H);
+};
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,7 +1,10 @@
 // ops_moe_cpu.c: the fp32 reference of the mixture-of-experts ops (see ops_moe.h), threaded with
-// OpenMP. The routing is a per-token softmax and top-k, then a counting sort of the (token, choice)
-// rows by expert; the grouped GEMM is one OpenBLAS sgemm per expert with rows.
+// OpenMP, and the CPU backend's table of them (moe_kernels_cpu, with ops_moe_sigmoid_cpu.c's
+// router). The routing is a per-token softmax and top-k, then a counting sort of the (token, choice)
+// rows by expert; the grouped GEMM is one OpenBLAS sgemm per expert with rows. Every act buffer is
+// float (the CPU's act dtype).
 #include "common/moe/ops_moe_cpu.h"
+#include "common/moe/ops_moe.h" // before cblas.h, whose complex.h makes I (ops_swiglu_packed's I) a macro
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -11,10 +14,18 @@
 #include "common/core/check.h"
 #include "common/kernels/vexp.h"
 
-// as ops_cpu.c: threads only past a few thousand elements
+// as common/kernels/cpu_kernel.h: threads only past a few thousand elements
 #define OPS_PAR_MIN 16384
 
 // ----------------------------------------------------------------------------- routing
+
+static size_t cpu_moe_route_work_bytes(const backend *be, int T, int E, int k) {
+    (void)be;
+    (void)T;
+    (void)E;
+    (void)k;
+    return 0; // the CPU sorts in place (offsets double as the cursors)
+}
 
 // Per token: p = softmax(logits) in fp32 (max, exp(l - max), sum in expert order, divide, as torch),
 // then the k largest p by insertion into a list kept sorted by (p descending, id ascending): an
@@ -22,8 +33,10 @@
 // (seen first) stays ahead. Then the stable counting sort: counts into offsets[e+1], the prefix sum,
 // and rows placed in (token, choice) order, which inside one expert is token order (a token picks an
 // expert at most once). offsets[e] serves as expert e's cursor while placing, then moves back.
-void cpu_moe_route(const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx, float *topk_w,
-                   int32_t *offsets, int32_t *perm, int32_t *slot) {
+static void cpu_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
+                          float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
+    (void)be;
+    (void)work;
 #pragma omp parallel if ((int64_t)T * E >= OPS_PAR_MIN)
     {
         float *p = xmalloc((size_t)E * sizeof(float));
@@ -77,7 +90,10 @@ void cpu_moe_group(const int32_t *topk_idx, int T, int E, int k, int32_t *offset
     offsets[0] = 0;
 }
 
-void cpu_moe_gather(float *xs, const float *x, const int32_t *perm, int R, int H) {
+static void cpu_moe_gather(backend *be, void *xs_, const void *x_, const int32_t *perm, int R, int H) {
+    (void)be;
+    float *xs = xs_;
+    const float *x = x_;
 #pragma omp parallel for if ((int64_t)R * H >= OPS_PAR_MIN)
     for (int r = 0; r < R; r++) memcpy(xs + (size_t)r * H, x + (size_t)perm[r] * H, (size_t)H * sizeof(float));
 }
@@ -89,8 +105,13 @@ void cpu_moe_gather(float *xs, const float *x, const int32_t *perm, int R, int H
 // (OpenBLAS's OpenMP build runs a call made there on one thread). Measured on 2 cores for T = 512,
 // k = 8, E = 64 / 128, H = 512..2048, I = 256..768 (both GEMMs of the block) against a serial loop
 // of multithreaded sgemms: 1.7x to 12x faster at every size (E = 64, H = 1024, I = 512: 221 vs
-// 1012 ms); the groups (32-64 rows) are too small for OpenBLAS to split well.
-void cpu_moe_gemm(float *y, const float *x, const float *W, const int32_t *offsets, int E, int R, int N, int K) {
+// 1012 ms); the groups (32-64 rows) are too small for OpenBLAS to split well. (max_rows: unused.)
+static void cpu_moe_gemm(backend *be, void *y_, const void *x_, const void *W_, const int32_t *offsets, int E, int R,
+                         int N, int K, int max_rows) {
+    (void)be;
+    (void)max_rows;
+    float *y = y_;
+    const float *x = x_, *W = W_;
 #pragma omp parallel for schedule(dynamic, 1) if ((int64_t)R * N * K >= OPS_PAR_MIN)
     for (int e = 0; e < E; e++) {
         int r0 = offsets[e], n = offsets[e + 1] - r0;
@@ -104,7 +125,11 @@ void cpu_moe_gemm(float *y, const float *x, const float *W, const int32_t *offse
 
 // ----------------------------------------------------------------------------- elementwise
 
-void cpu_swiglu_packed(float *out, const float *gu, int R, int n_i) {
+// n_i: I (complex.h, via cblas.h, defines I)
+static void cpu_swiglu_packed(backend *be, void *out_, const void *gu_, int R, int n_i) {
+    (void)be;
+    float *out = out_;
+    const float *gu = gu_;
 #pragma omp parallel for if ((int64_t)R * n_i >= OPS_PAR_MIN)
     for (int r = 0; r < R; r++) {
         const float *g = gu + (size_t)r * 2 * n_i, *u = g + n_i;
@@ -116,8 +141,11 @@ void cpu_swiglu_packed(float *out, const float *gu, int R, int n_i) {
 
 // Per token the k terms in ascending expert id: each step picks the choice with the smallest id
 // above the last one taken (a token's k ids are distinct). The first term is stored, the others added.
-void cpu_moe_combine(float *y, const float *ys, const int32_t *slot, const int32_t *topk_idx, const float *topk_w,
-                     int T, int k, int H) {
+static void cpu_moe_combine(backend *be, void *y_, const void *ys_, const int32_t *slot, const int32_t *topk_idx,
+                            const float *topk_w, int T, int k, int H) {
+    (void)be;
+    float *y = y_;
+    const float *ys = ys_;
 #pragma omp parallel for if ((int64_t)T * k * H >= OPS_PAR_MIN)
     for (int t = 0; t < T; t++) {
         const int32_t *idx = topk_idx + (size_t)t * k;
@@ -141,7 +169,10 @@ void cpu_moe_combine(float *y, const float *ys, const int32_t *slot, const int32
     }
 }
 
-void cpu_sigmoid_gate_add(float *y, const float *s, const float *g, int T, int H) {
+static void cpu_sigmoid_gate_add(backend *be, void *y_, const void *s_, const void *g_, int T, int H) {
+    (void)be;
+    float *y = y_;
+    const float *s = s_, *g = g_;
 #pragma omp parallel for if ((int64_t)T * H >= OPS_PAR_MIN)
     for (int t = 0; t < T; t++) {
         float a = 1.0f / (1.0f + vexpf(-g[t]));
@@ -151,3 +182,14 @@ void cpu_sigmoid_gate_add(float *y, const float *s, const float *g, int T, int H
         for (int h = 0; h < H; h++) yt[h] += a * st[h];
     }
 }
+
+const struct moe_kernels moe_kernels_cpu = {
+    .route_work_bytes = cpu_moe_route_work_bytes,
+    .route = cpu_moe_route,
+    .sigmoid_route = cpu_moe_sigmoid_route,
+    .gather = cpu_moe_gather,
+    .gemm = cpu_moe_gemm,
+    .swiglu_packed = cpu_swiglu_packed,
+    .combine = cpu_moe_combine,
+    .sigmoid_gate_add = cpu_sigmoid_gate_add,
+};

@@ -1,6 +1,7 @@
-// ops_moe_cuda.cu: the CUDA kernels of the mixture-of-experts ops (see ops_moe.h and ops_moe_cuda.h).
+// ops_moe_cuda.cu: the CUDA kernels of the mixture-of-experts ops (see ops_moe.h and ops_moe_cuda.h)
+// and the CUDA backend's table of them (moe_kernels_cuda, with ops_moe_sigmoid_cuda.cu's router).
 //
-// Written C-style, as ops_hybrid_cuda.cu: bf16 activations and weights, fp32 routing and every sum;
+// Written C-style, as common/kernels' CUDA files: bf16 activations and weights, fp32 routing and every sum;
 // all work on the backend's stream. int64 indices where a product of two sizes can pass 2^31;
 // grid-stride loops.
 //
@@ -27,6 +28,7 @@
 
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
+#include "common/moe/ops_moe.h"
 #include "common/moe/ops_moe_cuda.h"
 
 #if CUBLAS_VER_MAJOR * 100 + CUBLAS_VER_MINOR < 1205
@@ -211,14 +213,14 @@ static __global__ void scatter_kernel(const int32_t *topk_idx, const int32_t *of
     }
 }
 
-extern "C" size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int k) {
+static size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int k) {
     return 0; // the counts are accumulated in offsets itself
 }
 
 // After the scan the counts are final: their download goes before the scatter, so that the host
 // (waiting in the first expert GEMM) wakes while the scatter and the gather run.
-extern "C" void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
-                               float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
+static void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
+                           float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work) {
     cudaStream_t st = stream_of(be);
     moe_state *ms = moe_state_get(be, E); // (grows before anything is queued: it drains the stream)
     cuda_check(cudaMemsetAsync(offsets, 0, (size_t)(E + 1) * sizeof(int32_t), st));
@@ -274,7 +276,7 @@ static __global__ void gather_kernel(bf16 *xs, const bf16 *x, const int32_t *per
     GRID_STRIDE(i, (int64_t)R * H) xs[i] = x[(int64_t)perm[i / H] * H + i % H];
 }
 
-extern "C" void cuda_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H) {
+static void cuda_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H) {
     if (R <= 0 || H <= 0) return;
     gather_kernel<<<grid_for_threads((int64_t)R * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>((bf16 *)xs, (const bf16 *)x, perm,
                                                                                  R, H);
@@ -308,8 +310,8 @@ static __global__ void moe_ptrs_kernel(const int32_t *offsets, int E, const bf16
     }
 }
 
-extern "C" void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E,
-                              int R, int N, int K, int max_rows) {
+static void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E, int R,
+                          int N, int K, int max_rows) {
     (void)max_rows; // the groups have their exact row counts
     if (R <= 0 || N <= 0 || E <= 0) return;
     moe_state *st = moe_state_get(be, E);
@@ -379,7 +381,7 @@ static __global__ void swiglu_packed_kernel(bf16 *out, const bf16 *gu, int R, in
     }
 }
 
-extern "C" void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R, int I) {
+static void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R, int I) {
     if (R <= 0 || I <= 0) return;
     swiglu_packed_kernel<<<grid_for_threads((int64_t)R * I, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>((bf16 *)out,
                                                                                         (const bf16 *)gu, R, I);
@@ -405,8 +407,8 @@ static __global__ void combine_kernel(bf16 *y, const bf16 *ys, const int32_t *sl
     }
 }
 
-extern "C" void cuda_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
-                                 const float *topk_w, int T, int k, int H) {
+static void cuda_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
+                             const float *topk_w, int T, int k, int H) {
     moe_state *st = (moe_state *)cuda_op_state(be, CUDA_OP_STATE_MOE);
     if (st) st->src = NULL; // the block ends: its offsets buffer may be rewritten by anything now
     if (T <= 0 || H <= 0) return;
@@ -422,9 +424,20 @@ static __global__ void sigmoid_gate_add_kernel(bf16 *y, const bf16 *s, const bf1
     }
 }
 
-extern "C" void cuda_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H) {
+static void cuda_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H) {
     if (T <= 0 || H <= 0) return;
     sigmoid_gate_add_kernel<<<grid_for_threads((int64_t)T * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>(
         (bf16 *)y, (const bf16 *)s, (const bf16 *)g, T, H);
     cuda_check_launch();
 }
+
+extern "C" const struct moe_kernels moe_kernels_cuda = {
+    .route_work_bytes = cuda_moe_route_work_bytes,
+    .route = cuda_moe_route,
+    .sigmoid_route = cuda_moe_sigmoid_route,
+    .gather = cuda_moe_gather,
+    .gemm = cuda_moe_gemm,
+    .swiglu_packed = cuda_swiglu_packed,
+    .combine = cuda_moe_combine,
+    .sigmoid_gate_add = cuda_sigmoid_gate_add,
+};

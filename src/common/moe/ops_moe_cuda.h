@@ -1,11 +1,11 @@
-// ops_moe_cuda.h: the CUDA versions of the ops in ops_moe.h (ops_moe_cuda.cu): bf16 activations and
-// weights (act = __nv_bfloat16 on the device), fp32 routing and accumulation. Plain C interface;
-// every function runs on the backend's stream and does not synchronise, except cuda_moe_gemm: it
-// waits for the expert counts (once per MoE block: the download cuda_moe_route queued; offsets no
-// route wrote are downloaded and waited for at the call), which cuBLAS's grouped GEMM takes on the
-// host. Its state (pinned counts, an event, the pointer arrays) is the backend's CUDA_OP_STATE_MOE.
+// ops_moe_cuda.h: what the two files of the MoE family's CUDA kernels share: ops_moe_cuda.cu (the
+// ops of ops_moe.h and their table, moe_kernels_cuda: bf16 activations and weights, fp32 routing and
+// accumulation) and ops_moe_sigmoid_cuda.cu (the sigmoid router's). Plain C interface; both run on
+// the backend's stream and do not synchronise. The expert GEMMs wait for the counts the grouping
+// downloads (once per MoE block; offsets no route wrote are downloaded and waited for at the GEMM),
+// which cuBLAS's grouped GEMM takes on the host; that state (pinned counts, an event, the pointer
+// arrays) is the backend's CUDA_OP_STATE_MOE.
 #pragma once
-#include <stddef.h>
 #include <stdint.h>
 
 #include "common/backend/backend.h"
@@ -14,20 +14,17 @@
 extern "C" {
 #endif
 
-size_t cuda_moe_route_work_bytes(const backend *be, int T, int E, int k);
-void cuda_moe_route(backend *be, const float *logits, int T, int E, int k, int renorm, int32_t *topk_idx,
-                    float *topk_w, int32_t *offsets, int32_t *perm, int32_t *slot, void *work);
-// cuda_moe_group: cuda_moe_route's grouping (offsets, perm, slot; the counts' download) of the
-// chosen experts topk_idx [T, k] (device), for a route another kernel chose (ops_moe_sigmoid.h).
+// cuda_moe_group: the route's grouping (offsets, perm, slot; the counts' download) of the chosen
+// experts topk_idx [T, k] (device), for a route another kernel chose (ops_moe_sigmoid.h).
 void cuda_moe_group(backend *be, const int32_t *topk_idx, int T, int E, int k, int32_t *offsets, int32_t *perm,
                     int32_t *slot);
-void cuda_moe_gather(backend *be, void *xs, const void *x, const int32_t *perm, int R, int H);
-void cuda_moe_gemm(backend *be, void *y, const void *x, const void *W, const int32_t *offsets, int E, int R, int N,
-                   int K, int max_rows);
-void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R, int I);
-void cuda_moe_combine(backend *be, void *y, const void *ys, const int32_t *slot, const int32_t *topk_idx,
-                      const float *topk_w, int T, int k, int H);
-void cuda_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H);
+
+// cuda_moe_sigmoid_route (ops_moe_sigmoid_cuda.cu): ops_moe_sigmoid_route (ops_moe_sigmoid.h) in fp32,
+// same arguments (the grouping's counts downloaded for the expert GEMMs as the route's are); the
+// sigmoid_route of moe_kernels_cuda.
+void cuda_moe_sigmoid_route(backend *be, const float *logits, const float *bias, int T, int E, int k, int n_group,
+                            int topk_group, int renorm, float scale, int32_t *topk_idx, float *topk_w,
+                            int32_t *offsets, int32_t *perm, int32_t *slot);
 
 #ifdef __cplusplus
 }

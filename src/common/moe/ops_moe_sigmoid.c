@@ -1,13 +1,11 @@
-// ops_moe_sigmoid.c: dispatch of ops_moe_sigmoid_route (ops_moe_sigmoid.h) to the CPU reference or
-// the CUDA kernel; the checks that hold on both backends live here.
+// ops_moe_sigmoid.c: ops_moe_sigmoid_route (ops_moe_sigmoid.h): the checks that hold on both
+// backends, then the backend's MoE table (moe_kernels, ops_moe.h), timed under the op's name.
 #include "common/moe/ops_moe_sigmoid.h"
 
+#include "common/backend/backend_ops.h"
+#include "common/backend/profile.h"
 #include "common/core/check.h"
-#include "common/moe/ops_moe_sigmoid_cpu.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/moe/ops_moe_sigmoid_cuda.h"
-#endif
-#include "common/kernels/ops_dispatch.h"
+#include "common/moe/ops_moe.h"
 
 void ops_moe_sigmoid_route(backend *be, const float *logits, const float *bias, int T, int E, int k, int n_group,
                            int topk_group, int renorm, float scale, int32_t *topk_idx, float *topk_w,
@@ -18,9 +16,6 @@ void ops_moe_sigmoid_route(backend *be, const float *logits, const float *bias, 
     if (k < 1 || k > topk_group * (E / n_group))
         fatal("moe sigmoid route: top %d of the %d experts of %d groups", k, topk_group * (E / n_group), topk_group);
     if (T < 0 || (int64_t)T * k > INT32_MAX) fatal("moe sigmoid route: %d tokens x top %d", T, k);
-    DISPATCH(be,
-             cuda_moe_sigmoid_route(be, logits, bias, T, E, k, n_group, topk_group, renorm, scale, topk_idx, topk_w,
-                                    offsets, perm, slot),
-             cpu_moe_sigmoid_route(logits, bias, T, E, k, n_group, topk_group, renorm, scale, topk_idx, topk_w,
-                                   offsets, perm, slot));
+    BACKEND_OP(be, moe, sigmoid_route, logits, bias, T, E, k, n_group, topk_group, renorm, scale, topk_idx, topk_w,
+               offsets, perm, slot);
 }

@@ -5,7 +5,8 @@
 //
 // As ops_moe.h: a CPU twin (ops_moe_sigmoid_cpu.c, fp32, the reference) and CUDA
 // (ops_moe_sigmoid_cuda.cu: one warp per token; the grouping by expert is ops_moe_cuda.cu's,
-// cuda_moe_group, with the counts' download the expert GEMMs wait for). ops_moe_sigmoid.c dispatches.
+// cuda_moe_group, with the counts' download the expert GEMMs wait for), each the sigmoid_route of
+// its backend's MoE table (struct moe_kernels, ops_moe.h). ops_moe_sigmoid.c checks and calls it.
 #pragma once
 #include <stdint.h>
 

@@ -1,14 +1,13 @@
-// ops_moe_sigmoid_cpu.c: the fp32 reference of ops_moe_sigmoid_route (ops_moe_sigmoid.h), threaded
-// over tokens with OpenMP; the grouping by expert is ops_moe_cpu.c's (cpu_moe_group).
-#include "common/moe/ops_moe_sigmoid_cpu.h"
-
+// ops_moe_sigmoid_cpu.c: the fp32 reference of ops_moe_sigmoid_route (ops_moe_sigmoid.h),
+// cpu_moe_sigmoid_route (ops_moe_cpu.h, the sigmoid_route of moe_kernels_cpu), threaded over tokens
+// with OpenMP; the grouping by expert is ops_moe_cpu.c's (cpu_moe_group).
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/core/check.h"
 #include "common/moe/ops_moe_cpu.h"
 
-#define OPS_PAR_MIN 16384 // as ops_cpu.c: threads only past a few thousand elements
+#define OPS_PAR_MIN 16384 // as common/kernels/cpu_kernel.h: threads only past a few thousand elements
 
 // top_n: the n largest of v[0..m) into idx (descending v; ties: the lower index first, as an element
 // replaces a listed one only when strictly larger). vals: scratch [n].
@@ -30,9 +29,10 @@ static void top_n(const float *v, int m, int n, int32_t *idx, float *vals) {
 // Per token: s and b = s + bias (a NaN b as -inf), the groups' scores (top two b of each, the larger
 // first in the sum), the topk_group best groups by top_n, the other groups' b to -inf, the k largest
 // b by top_n, their s as weights (renormalised with the 1e-20 of transformers, scaled).
-void cpu_moe_sigmoid_route(const float *logits, const float *bias, int T, int E, int k, int n_group, int topk_group,
-                           int renorm, float scale, int32_t *topk_idx, float *topk_w, int32_t *offsets,
+void cpu_moe_sigmoid_route(backend *be, const float *logits, const float *bias, int T, int E, int k, int n_group,
+                           int topk_group, int renorm, float scale, int32_t *topk_idx, float *topk_w, int32_t *offsets,
                            int32_t *perm, int32_t *slot) {
+    (void)be;
     int per = E / n_group;
 #pragma omp parallel if ((int64_t)T * E >= OPS_PAR_MIN)
     {

@@ -1,5 +1,6 @@
-// ops_moe_sigmoid_cuda.cu: the CUDA kernel of ops_moe_sigmoid_route (see ops_moe_sigmoid.h and
-// ops_moe_sigmoid_cuda.h). fp32 throughout, on the backend's stream.
+// ops_moe_sigmoid_cuda.cu: the CUDA kernel of ops_moe_sigmoid_route (see ops_moe_sigmoid.h),
+// cuda_moe_sigmoid_route (ops_moe_cuda.h), the sigmoid_route of moe_kernels_cuda. fp32 throughout,
+// on the backend's stream.
 //
 // One warp per token (grid-stride over tokens); the warp's b [E] and group scores [G] in shared
 // memory, lane l owning experts l, l + 32, ... (and groups l, l + 32, ...):
@@ -20,7 +21,6 @@
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/moe/ops_moe_cuda.h"
-#include "common/moe/ops_moe_sigmoid_cuda.h"
 
 #include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"

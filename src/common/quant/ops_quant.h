@@ -14,7 +14,9 @@
 // the CUDA kernel and the load-time de-quantisation (target_quant.c, which calls the twin's row
 // functions) give the same bits. The CPU twin (ops_quant_cpu.c) writes f32; the CUDA kernel
 // (ops_quant_cuda.cu) writes bf16 by the host's rounding (half.c bf16_from_f32: nearest even), so its
-// output is bf16_from_f32 of the twin's, bit for bit (tests/unit/test_ops_quant_cuda.c).
+// output is bf16_from_f32 of the twin's, bit for bit (tests/unit/test_ops_quant_cuda.c). Each
+// backend's half is one table, struct quant_kernels below (quant_kernels_cpu in ops_quant_cpu.c,
+// quant_kernels_cuda in ops_quant_cuda.cu); ops_quant.c checks the arguments and calls it.
 //
 // dst is act (ops_act_dtype: f32 on the CPU, bf16 on CUDA); codes, blocks and scales are device
 // memory of the backend; nothing is synchronised.
@@ -22,6 +24,10 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 // ops_dequant_fp8: M matrices [O, I]: dst [M, O, I] act from codes [M, O, I] u8 (F8_E4M3) and
 // scales [M, ceil(O / bo), ceil(I / bi)] f32.
@@ -31,3 +37,15 @@ void ops_dequant_fp8(backend *be, void *dst, const uint8_t *codes, const float *
 // ops_dequant_mxfp4: N rows of G groups of 32: dst [N, 32 G] act from blocks [N, G, 16] u8 and
 // scales [N, G] u8 (e8m0 exponents, bias 127).
 void ops_dequant_mxfp4(backend *be, void *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N, int64_t G);
+
+// quant_kernels: one backend's half of the ops above (its .ops->quant), called with the ops'
+// arguments once they are checked and none of M, O, I, N, G is 0.
+struct quant_kernels {
+    void (*dequant_fp8)(backend *be, void *dst, const uint8_t *codes, const float *scales, int64_t M, int64_t O,
+                        int64_t I, int64_t bo, int64_t bi);
+    void (*dequant_mxfp4)(backend *be, void *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N, int64_t G);
+};
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,6 +1,6 @@
-// ops_quant_cpu.c: the fp32 reference of the de-quantisation ops (ops_quant.h), row by row; the rows
-// are also what target_quant.c's load-time path runs, so both settings of teacher.quant_weights
-// de-quantise by this one code.
+// ops_quant_cpu.c: the fp32 reference of the de-quantisation ops (ops_quant.h), row by row, and the
+// CPU backend's table of them (quant_kernels_cpu); the rows are also what target_quant.c's load-time
+// path runs, so both settings of teacher.quant_weights de-quantise by this one code.
 #include "common/quant/ops_quant_cpu.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/core/half.h"
+#include "common/quant/ops_quant.h"
 
 #define OPS_PAR_MIN 65536 // elements: below this one thread does the whole op
 
@@ -55,8 +56,11 @@ void cpu_dequant_mxfp4_row(float *out, const uint8_t *blocks, const uint8_t *sca
     }
 }
 
-void cpu_dequant_fp8(float *dst, const uint8_t *codes, const float *scales, int64_t M, int64_t O, int64_t I, int64_t bo,
-                     int64_t bi) {
+// The ops' twins: dst f32 (the CPU's act dtype).
+static void cpu_dequant_fp8(backend *be, void *dst_, const uint8_t *codes, const float *scales, int64_t M, int64_t O,
+                            int64_t I, int64_t bo, int64_t bi) {
+    (void)be;
+    float *dst = dst_;
     int64_t so = (O + bo - 1) / bo, si = (I + bi - 1) / bi, rows = M * O;
 #pragma omp parallel for schedule(static) if (rows * I >= OPS_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
@@ -65,7 +69,15 @@ void cpu_dequant_fp8(float *dst, const uint8_t *codes, const float *scales, int6
     }
 }
 
-void cpu_dequant_mxfp4(float *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N, int64_t G) {
+static void cpu_dequant_mxfp4(backend *be, void *dst_, const uint8_t *blocks, const uint8_t *scales, int64_t N,
+                              int64_t G) {
+    (void)be;
+    float *dst = dst_;
 #pragma omp parallel for schedule(static) if (N * G * 32 >= OPS_PAR_MIN)
     for (int64_t r = 0; r < N; r++) cpu_dequant_mxfp4_row(dst + r * G * 32, blocks + r * G * 16, scales + r * G, G);
 }
+
+const struct quant_kernels quant_kernels_cpu = {
+    .dequant_fp8 = cpu_dequant_fp8,
+    .dequant_mxfp4 = cpu_dequant_mxfp4,
+};

@@ -1,6 +1,6 @@
-// ops_quant_cpu.h: the CPU (fp32) twins of the ops in ops_quant.h, the reference, and the per-row
-// decodes they are made of, which target_quant.c's load-time de-quantisation also calls (one rule
-// for both settings of teacher.quant_weights).
+// ops_quant_cpu.h: the per-row decodes the CPU (fp32) twins of the ops in ops_quant.h are made of
+// (ops_quant_cpu.c, whose table quant_kernels_cpu holds the twins), which target_quant.c's load-time
+// de-quantisation also calls (one rule for both settings of teacher.quant_weights).
 #pragma once
 #include <stdint.h>
 
@@ -9,8 +9,3 @@
 void cpu_dequant_fp8_row(float *out, const uint8_t *codes, const float *scales, int64_t I, int64_t bi);
 // cpu_dequant_mxfp4_row: one row of G groups: blocks [G, 16], scales [G] (e8m0) -> out [32 G].
 void cpu_dequant_mxfp4_row(float *out, const uint8_t *blocks, const uint8_t *scales, int64_t G);
-
-// The ops' twins (ops_quant.h's arguments, dst f32).
-void cpu_dequant_fp8(float *dst, const uint8_t *codes, const float *scales, int64_t M, int64_t O, int64_t I, int64_t bo,
-                     int64_t bi);
-void cpu_dequant_mxfp4(float *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N, int64_t G);

@@ -1,8 +1,9 @@
-// ops_quant_cuda.cu: the CUDA kernels of the de-quantisation ops (see ops_quant.h and
-// ops_quant_cuda.h). Each output is its CPU twin's formula (ops_quant_cpu.c): the same fp32 product
-// of the decoded code and the scale (a lone multiply: nothing to contract), a NaN made the canonical
-// quiet NaN, then rounded to bf16 on the bits as half.c's bf16_from_f32 does (nearest even), so the
-// result is bf16_from_f32 of the twin's, bit for bit. All work on the backend's stream, nothing waits.
+// ops_quant_cuda.cu: the CUDA kernels of the de-quantisation ops (see ops_quant.h) and the CUDA
+// backend's table of them (quant_kernels_cuda): dst bf16. Each output is its CPU twin's formula
+// (ops_quant_cpu.c): the same fp32 product of the decoded code and the scale (a lone multiply:
+// nothing to contract), a NaN made the canonical quiet NaN, then rounded to bf16 on the bits as
+// half.c's bf16_from_f32 does (nearest even), so the result is bf16_from_f32 of the twin's, bit for
+// bit. All work on the backend's stream, nothing waits.
 #include <stdint.h>
 
 #include <cuda_bf16.h>
@@ -10,7 +11,7 @@
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/core/check.h"
-#include "common/quant/ops_quant_cuda.h"
+#include "common/quant/ops_quant.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -70,8 +71,8 @@ static __global__ void dequant_mxfp4_kernel(uint16_t *dst, const uint8_t *blocks
     }
 }
 
-extern "C" void cuda_dequant_fp8(backend *be, void *dst, const uint8_t *codes, const float *scales, int64_t M, int64_t O,
-                                 int64_t I, int64_t bo, int64_t bi) {
+static void cuda_dequant_fp8(backend *be, void *dst, const uint8_t *codes, const float *scales, int64_t M, int64_t O,
+                             int64_t I, int64_t bo, int64_t bi) {
     if (M <= 0 || O <= 0 || I <= 0) return;
     if (I > INT32_MAX) fatal("dequant fp8: rows of %lld columns (at most 2^31 - 1)", (long long)I);
     int bi32 = bi < I ? (int)bi : (int)I; // a block as wide as the row or wider: one scale for the row
@@ -80,11 +81,16 @@ extern "C" void cuda_dequant_fp8(backend *be, void *dst, const uint8_t *codes, c
     cuda_check_launch();
 }
 
-extern "C" void cuda_dequant_mxfp4(backend *be, void *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N,
-                                   int64_t G) {
+static void cuda_dequant_mxfp4(backend *be, void *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N,
+                               int64_t G) {
     if (N <= 0 || G <= 0) return;
     int64_t n = N * G * 16;
     dequant_mxfp4_kernel<<<grid_for_threads(n, DQ_THREADS), DQ_THREADS, 0, stream_of(be)>>>((uint16_t *)dst, blocks,
                                                                                             scales, n);
     cuda_check_launch();
 }
+
+extern "C" const struct quant_kernels quant_kernels_cuda = {
+    .dequant_fp8 = cuda_dequant_fp8,
+    .dequant_mxfp4 = cuda_dequant_mxfp4,
+};

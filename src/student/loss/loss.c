@@ -1,5 +1,6 @@
 // loss.c: the drafter's loss fused with the frozen lm_head (see loss.h; SPEC §4, §5): argument
-// checks and dispatch, the workspace layout, the CPU path, and the naive reference.
+// checks and dispatch through the backend's loss table, the workspace layout, the CPU path (the
+// table's CPU instance, loss_kernels_cpu), and the naive reference.
 //
 // The fused CPU path, per chunk of rc rows (whole anchors):
 //   ROWS   logits[rc, V] = x W^T                                   GEMM 1
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/backend_ops.h"
 #include "common/core/check.h"
 #include "common/kernels/vexp.h"
 #include "student/loss/loss_cuda.h"
@@ -304,20 +306,24 @@ void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan 
                            const loss_batch *b, loss_rows *rows, void *dx) {
     check_args(cfg, plan, b, rows);
     if (b->n == 0) return;
-    if (be->kind == BACKEND_CUDA) {
-#ifdef DFLASH_HAVE_CUDA
-        loss_cuda_forward_backward(be, cfg, plan, workspace, b, rows, dx);
-        return;
-#else
-        fatal("loss: the CUDA backend is not compiled in");
-#endif
-    }
-    // (on CUDA the ids are device memory and go unchecked: an id outside the vocabulary is never
-    // found in a tile and drops out of the terms, CE 0 for a bad label, KL 0 for a bad teacher id,
-    // as for the mask-0 rows that may carry such ids here)
+    // (untimed here: the GEMMs inside are timed as backend_gemm, the CUDA kernels by their names)
+    BACKEND_TABLE(be, loss)->forward_backward(be, cfg, plan, workspace, b, rows, dx);
+}
+
+// The CPU instance: the ids checked, then the fused path above. (On CUDA the ids are device memory
+// and go unchecked: an id outside the vocabulary is never found in a tile and drops out of the
+// terms, CE 0 for a bad label, KL 0 for a bad teacher id, as for the mask-0 rows that may carry such
+// ids here.)
+static void cpu_loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
+                                      const loss_batch *b, loss_rows *rows, void *dx) {
     cpu_check_ids(cfg, b);
     cpu_forward_backward(be, cfg, plan, workspace, b, rows, dx);
 }
+
+const struct loss_kernels loss_kernels_cpu = {
+    .forward_backward = cpu_loss_forward_backward,
+    .selector_forward_backward = loss_selector_cpu,
+};
 
 // ---------------------------------------------------------------------------- naive reference
 

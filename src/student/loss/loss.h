@@ -67,6 +67,25 @@ size_t loss_workspace_bytes(const loss_plan *p, int64_t hidden, int64_t vocab, i
 void loss_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
                            const loss_batch *b, loss_rows *rows, void *dx);
 
+// loss_kernels: the loss's op table (backend_ops.h), one instance per backend: loss_kernels_cpu
+// (loss.c) and loss_kernels_cuda (loss_cuda.cu). forward_backward: loss_forward_backward after its
+// argument checks (n > 0). selector_forward_backward: loss_selector.h's loss_selector_forward_backward
+// after its shape checks (anchors > 0); its halves are loss_selector.c's loss_selector_cpu (below) and
+// loss_selector_cuda.cu's loss_selector_cuda (loss_cuda.h).
+struct selector_batch;
+struct selector_out;
+struct loss_selector_grads;
+struct loss_kernels {
+    void (*forward_backward)(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
+                             const loss_batch *b, loss_rows *rows, void *dx);
+    void (*selector_forward_backward)(backend *be, const struct selector_batch *b, double scale, void *workspace,
+                                      const struct selector_out *out, const struct loss_selector_grads *g);
+};
+
+// loss_selector_cpu: the selector's CPU reference (loss_selector.c), loss_kernels_cpu's entry.
+void loss_selector_cpu(backend *be, const struct selector_batch *b, double scale, void *workspace,
+                       const struct selector_out *out, const struct loss_selector_grads *g);
+
 // loss_naive_cpu: the same on the CPU with all [n, V] logits materialised at once (the usual
 // PyTorch way). The reference in tests and the baseline of bench/loss.
 void loss_naive_cpu(const loss_config *cfg, const loss_batch *b, int topk_student, loss_rows *rows, float *dx);

@@ -1,4 +1,5 @@
-// loss_cuda.cu: the fused lm_head loss on the GPU (see loss.h, loss.c and loss_cuda.h).
+// loss_cuda.cu: the fused lm_head loss on the GPU (see loss.h, loss.c and loss_cuda.h), and the loss
+// table's CUDA instance, loss_kernels_cuda (its selector entry is loss_selector_cuda.cu's).
 //
 // The same algorithm as the CPU path in loss.c, per chunk of rows: GEMMs through backend_gemm
 // (cuBLAS, bf16 inputs, fp32 accumulation and fp32 logits), then kernels for the per-row work.
@@ -29,7 +30,7 @@
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
 #include "common/backend/profile.h"
-#include "common/kernels/ops_cuda.h"
+#include "common/kernels/topk_lse_cuda.h"
 #include "student/loss/loss_cuda.h"
 
 extern "C" {
@@ -257,8 +258,10 @@ static __global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, int64_t n
 
 // ---------------------------------------------------------------------------- driver
 
-extern "C" void loss_cuda_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
-                                           const loss_batch *b, loss_rows *rows, void *dx) {
+// loss_forward_backward on the CUDA backend (bf16 x, lm_head and dx; fp32 logits and statistics),
+// after loss.c has checked the arguments.
+static void loss_cuda_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
+                                       const loss_batch *b, loss_rows *rows, void *dx) {
     const int64_t n = b->n, H = b->hidden, V = b->vocab;
     const int k = b->k, K = plan->topk_student;
     if (K > OPS_TOPK_MAX) fatal("loss: student top-K %d above %d on CUDA", K, OPS_TOPK_MAX);
@@ -323,3 +326,8 @@ extern "C" void loss_cuda_forward_backward(backend *be, const loss_config *cfg, 
         }
     }
 }
+
+extern "C" const struct loss_kernels loss_kernels_cuda = {
+    .forward_backward = loss_cuda_forward_backward,
+    .selector_forward_backward = loss_selector_cuda,
+};

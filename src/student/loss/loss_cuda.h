@@ -1,5 +1,6 @@
 // loss_cuda.h: the seam between loss.c (dispatch, workspace layout, CPU path) and loss_cuda.cu
-// (the same algorithm on the GPU). A plain C header; loss_cuda.cu implements it with C linkage.
+// (the same algorithm on the GPU, the loss table's CUDA instance loss_kernels_cuda). A plain C
+// header; loss_cuda.cu and loss_selector_cuda.cu implement it with C linkage.
 //
 // Both backends carve the caller's workspace the same way (loss_work_carve, defined in loss.c), so
 // loss_workspace_bytes needs no backend: the layout is the union of what either one uses. The
@@ -43,10 +44,11 @@ typedef struct {
 // loss_work_carve: the layout inside workspace (NULL: only count). Returns the bytes it needs.
 size_t loss_work_carve(loss_work *w, void *workspace, const loss_plan *p, int64_t hidden, int64_t vocab, int k);
 
-// loss_cuda_forward_backward: loss_forward_backward on the CUDA backend (bf16 x, lm_head and dx;
-// fp32 logits and statistics). Called by loss.c after it has checked the arguments.
-void loss_cuda_forward_backward(backend *be, const loss_config *cfg, const loss_plan *plan, void *workspace,
-                                const loss_batch *b, loss_rows *rows, void *dx);
+// loss_selector_cuda: the selector's entry of loss_kernels_cuda (loss_selector_cuda.cu; loss.h's
+// struct loss_kernels): bf16 activations and weights, fp32 scores, softmax and gradients; runs on
+// the backend's stream without synchronising.
+void loss_selector_cuda(backend *be, const struct selector_batch *b, double scale, void *workspace,
+                        const struct selector_out *out, const struct loss_selector_grads *g);
 
 // ---------------------------------------------------------------------------- shared row math
 

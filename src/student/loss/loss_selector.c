@@ -1,14 +1,13 @@
-// loss_selector.c: dispatch of the chunk's candidate selector (loss_selector.h) to the CPU reference
-// (here, row by row through selector.c, fp32 with double sums) or the CUDA kernels
-// (loss_selector_cuda.cu), with the shape checks both rely on.
+// loss_selector.c: the chunk's candidate selector (loss_selector.h): the shape checks both backends
+// rely on, the dispatch through the backend's loss table (loss.h), and the CPU reference, its CPU
+// entry loss_selector_cpu (row by row through selector.c, fp32 with double sums).
 #include "student/loss/loss_selector.h"
 
+#include "common/backend/backend_ops.h"
+#include "common/backend/profile.h"
 #include "common/core/check.h"
-#include "common/kernels/ops_dispatch.h"
+#include "student/loss/loss.h"
 #include "student/loss/selector.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "student/loss/loss_selector_cuda.h"
-#endif
 
 // The workspace, the same on both backends: Z [R, r] f32 and dZ [R, r] (act, sized as f32) for
 // CUDA; the CPU uses its first r + k floats (one row's z and scores).
@@ -18,8 +17,10 @@ size_t loss_selector_workspace_bytes(int64_t R, int64_t rank, int k) {
 
 // The CPU reference: per anchor, its rows in order, the training term (teacher-forced prev) and
 // the greedy choice (prev = the slot before's choice). z [r], s [k] scratch from the workspace.
-static void cpu_selector_run(const selector_batch *b, double scale, float *ws, const selector_out *out,
-                             const loss_selector_grads *og) {
+void loss_selector_cpu(backend *be, const selector_batch *b, double scale, void *workspace, const selector_out *out,
+                       const loss_selector_grads *og) {
+    (void)be;
+    float *ws = workspace;
     selector_weights sw = {.vocab = b->vocab, .hidden = b->hidden, .rank = b->rank, .k = b->k,
                            .pred = b->pred, .succ = b->succ, .proj = b->proj};
     float *z = ws, *s = ws + b->rank;
@@ -54,6 +55,5 @@ void loss_selector_forward_backward(backend *be, const selector_batch *b, double
         fatal("selector: bad shape anchors %d, slots %d, k %d (row stride %d), V %lld, H %lld, rank %lld", b->anchors,
               b->slots, b->k, b->ld_cand, (long long)b->vocab, (long long)b->hidden, (long long)b->rank);
     if (b->anchors == 0) return;
-    DISPATCH(be, loss_selector_cuda_forward_backward(be, b, (float)scale, workspace, out, g),
-             cpu_selector_run(b, scale, workspace, out, g));
+    BACKEND_OP(be, loss, selector_forward_backward, b, scale, workspace, out, g);
 }

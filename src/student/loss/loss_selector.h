@@ -1,7 +1,8 @@
 // loss_selector.h: the slot loss's selector term (loss_terms.h, LOSS_TERM_SEL; SPEC §3.1): DFlash2's
 // candidate selector (selector.h) over one chunk's scored rows, called by the step where the
-// drafter has a selector, on either backend: the CPU reference row by row (loss_selector.c, calling selector.c), or the CUDA kernels
-// (loss_selector_cuda.cu: act inputs, fp32 scores and gradients). What it computes, per anchor i of
+// drafter has a selector, on either backend: the CPU reference row by row (loss_selector.c, calling
+// selector.c), or the CUDA kernels (loss_selector_cuda.cu: act inputs, fp32 scores and gradients),
+// the selector's entries of the loss's op table (loss.h, struct loss_kernels). What it computes, per anchor i of
 // the chunk and slot j = 1..B-1 (row r = i*(B-1) + j-1; rows outside the sequence, in_seq 0, are
 // skipped: loss 0, hit 0, choice -1):
 //   training (rows with w_r > 0): the k-way CE of the row's label among its candidates, prev = the
@@ -17,7 +18,7 @@
 
 #include "common/backend/backend.h"
 
-typedef struct {
+typedef struct selector_batch {
     int anchors, slots;          // C, B-1: R = C * slots rows, row r = i * slots + (j - 1)
     int64_t vocab, hidden, rank; // V, H, r
     int k;                       // candidates per row (selector_top_k)
@@ -35,13 +36,13 @@ typedef struct {
     const void *lm_head;         // [V, H] act, frozen: the unary term's gradient into x
 } selector_batch;
 
-typedef struct {                 // per-row results, device
+typedef struct selector_out {     // per-row results, device
     float *loss;                 // [R] k-way CE (0: no training term or a miss)
     uint8_t *hit;                // [R] 1 = a training row whose label is among its candidates
     int32_t *choice;             // [R] the greedy choice's token (-1 outside the sequence)
 } selector_out;
 
-typedef struct {                 // gradients, accumulated (+=), device
+typedef struct loss_selector_grads { // gradients, accumulated (+=), device
     float *pred, *succ;          // [V, r] f32
     float *proj;                 // [r, H] f32
     void *dx;                    // [R, H] act

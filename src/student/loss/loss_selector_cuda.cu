@@ -1,5 +1,6 @@
-// loss_selector_cuda.cu: the chunk's candidate selector on the GPU (see loss_selector.h; its CPU twin
-// is loss_selector.c over selector.c). bf16 rows, codebooks, projection and lm_head; fp32 scores,
+// loss_selector_cuda.cu: the chunk's candidate selector on the GPU, loss_selector_cuda (loss_cuda.h;
+// the selector's entry of loss_kernels_cuda; see loss_selector.h; its CPU twin is loss_selector.c's
+// loss_selector_cpu over selector.c). bf16 rows, codebooks, projection and lm_head; fp32 scores,
 // softmax and gradients. R rows of k candidates, rank r, hidden H, C anchors of `slots` rows:
 //   Z [R, r] f32 = X P^T                      backend_gemm (bf16 in, fp32 out), once per chunk
 //   row kernel (one block per row):           scores s_c = u_c + sum_i pred[prev, i] Z[r, i] succ[c, i]
@@ -18,7 +19,8 @@
 #include "common/backend/check_cuda.h"
 #include "common/kernels/cuda_launch.cuh"
 #include "common/kernels/cuda_reduce.cuh"
-#include "student/loss/loss_selector_cuda.h"
+#include "student/loss/loss_cuda.h"
+#include "student/loss/loss_selector.h"
 
 typedef __nv_bfloat16 bf16;
 #define SEL_THREADS 128 // a multiple of 32: each warp scores candidates, the block shares a row
@@ -123,9 +125,9 @@ static __global__ void sel_walk_kernel(const selector_batch b, const float *Z, i
     }
 }
 
-extern "C" void loss_selector_cuda_forward_backward(backend *be, const selector_batch *b, float scale,
-                                                    void *workspace, const selector_out *out,
-                                                    const loss_selector_grads *g) {
+extern "C" void loss_selector_cuda(backend *be, const selector_batch *b, double scale_in, void *workspace,
+                                   const selector_out *out, const loss_selector_grads *g) {
+    const float scale = (float)scale_in; // fp32 from here on
     int R = b->anchors * b->slots, rk = (int)b->rank, H = (int)b->hidden;
     cudaStream_t st = stream_of(be);
     float *Z = (float *)workspace;

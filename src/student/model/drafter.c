@@ -17,7 +17,6 @@
 #include "common/core/half.h"
 #include "common/core/rng.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_train.h"
 #include "student/model/drafter_kind.h"
 #include "teacher/target_config.h"
 

@@ -11,7 +11,6 @@
 #include "common/core/error.h"
 #include "common/core/tensor.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_train.h"
 #include "student/model/drafter.h"
 #include "student/model/drafter_config.h"
 #include "student/model/drafter_dflash.h"

@@ -12,7 +12,7 @@
 // _init_weights of nn.Embedding / nn.Linear. Its layer: DFlash's (drafter_dflash.h) with the
 // attention and the MLP each between a conv's prepare and finish; after the loss, the selector's
 // k-way CE on the scored rows; the chain and the decode walk follow the selector's greedy choice.
-// The convolutions' math is ops_dynconv (common/kernels/ops_dynconv.h), the selector's selector.h
+// The convolutions' math is ops_dynconv_forward / _backward (common/kernels/dynconv.h), the selector's selector.h
 // (on the backend: student/loss/loss_selector.h, the loss term loss_terms.h names).
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -25,8 +25,6 @@
 #include "common/core/json_util.h"
 #include "common/core/tensor.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_dynconv.h"
-#include "common/kernels/ops_train.h"
 #include "student/loss/loss_selector.h"
 #include "student/loss/loss_terms.h"
 #include "student/model/drafter.h"

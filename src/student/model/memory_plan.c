@@ -7,7 +7,6 @@
 #include "common/backend/arena.h"
 #include "common/core/bytes.h"
 #include "common/core/error.h"
-#include "common/backend/backend_cuda.h" // CUDA_CUBLAS_WORKSPACE_BYTES: a plan for cuda in any build (--plan)
 #include "student/model/drafter.h"
 
 // The drafter's share: computed from its own carving (drafter_bytes) split by formula into parts
@@ -19,7 +18,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     size_t numel = (size_t)drafter_param_numel(c);
     bd->weights_master = numel * sizeof(float);
     bd->grads = numel * sizeof(float);
-    bd->weights_compute = be->kind == BACKEND_CUDA ? numel * 2 : 0;
+    bd->weights_compute = numel * be->caps.compute_weight_bytes;
     bd->frozen = total - bd->weights_master - bd->grads - bd->weights_compute;
     bd->adam = r->adam ? 2 * numel * sizeof(float) : 0;
     bd->ema = r->ema ? numel * sizeof(float) : 0;
@@ -27,7 +26,7 @@ static void plan_drafter(const drafter_config *c, const backend *be, const plan_
     bd->links = r->link_bytes;
     bd->host_payload = r->host_payload, bd->host_grads = r->host_grads;
     bd->host_pinned = r->host_payload + r->host_grads;
-    bd->library = be->kind == BACKEND_CUDA ? CUDA_CUBLAS_WORKSPACE_BYTES : 0;
+    bd->library = be->caps.library_workspace;
 }
 
 static size_t plan_total(const drafter_config *c, const backend *be, const student_plan *p, plan_breakdown *bd) {
@@ -47,8 +46,9 @@ static size_t plan_total(const drafter_config *c, const backend *be, const stude
 }
 
 // ---------------------------------------------------------------- the step-time estimate
-// A table per backend kind (not a start-up measurement: --plan opens no device, and the plan must
-// be the same in --plan and in the job, whatever else runs on the machine then). CPU, per thread:
+// The backend's rates (backend_caps, filled by backend.c from these figures; not a start-up
+// measurement: --plan opens no device, and the plan must be the same in --plan and in the job,
+// whatever else runs on the machine then). CPU, per thread:
 // OpenBLAS sgemm (fp32) at about 100 GFLOP/s at large sizes (the machine: 120 at n = 2048,
 // 95 over a step's GEMMs) and m / (m + 40) of that at m rows (measured at n 32000, k 512: m 15:
 // 27 %, 60: 61 %, 240: 84 %, 960: 94 %); the scalar DFlash attention about 8 GFLOP/s; the loss scan
@@ -61,9 +61,8 @@ typedef struct {
 } plan_rates;
 
 static plan_rates plan_backend_rates(const backend *be) {
-    if (be->kind == BACKEND_CUDA) return (plan_rates){400e12, 128, 100e12, 5e11, 8e-6};
-    double t = be->threads > 0 ? be->threads : 1;
-    return (plan_rates){100e9 * t, 40, 8e9 * t, 1e9 * t, 10e-6};
+    const backend_caps *c = &be->caps;
+    return (plan_rates){c->rate_gemm, c->rate_gemm_half_rows, c->rate_attn, c->rate_scan, c->rate_op};
 }
 
 // Seconds of a GEMM of `flops` whose smallest dimension is m.

@@ -12,8 +12,6 @@
 #include "common/core/error.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
-#include "common/kernels/ops_train.h"
 #include "student/model/drafter_kind.h"
 #include "student/model/drafter_layout.h"
 #include "student/model/grad_buckets.h"
@@ -334,7 +332,7 @@ static int batch_check(const drafter *d, const student_plan *p, const student_ba
         return error_set("batch features must be [%d, %lld] (tokens, n_feat * hidden)", b->S, (long long)(c->n_feat * c->hidden));
     if (b->features.dt != DT_F32 && b->features.dt != DT_BF16)
         return error_set("batch features have dtype %s (want F32 or BF16)", dtype_name(b->features.dt));
-    if (b->features.device != DEVICE_CPU && (d->be->kind != BACKEND_CUDA || b->features.dt != ops_act_dtype(d->be)))
+    if (b->features.device != DEVICE_CPU && (!d->be->caps.device || b->features.dt != ops_act_dtype(d->be)))
         return error_set("batch features in GPU memory must be in the compute dtype (%s) of a CUDA backend",
                          dtype_name(ops_act_dtype(d->be)));
     if (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seq] != b->S) return error_set("batch cu_seqlens must run from 0 to %d", b->S);

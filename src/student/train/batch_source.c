@@ -100,7 +100,7 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
     size_t pageable = 0;
     for (int i = 0; i < n_buf; i++) {
         if (!(s->bufs[i] = backend_host_alloc(be, max_bytes))) fatal("student: its payload buffers: %s", error_msg());
-        if (be->kind == BACKEND_CUDA && !backend_host_pinned(be, s->bufs[i])) pageable += max_bytes;
+        if (be->caps.pinned_transfers && !backend_host_pinned(be, s->bufs[i])) pageable += max_bytes;
         s->buf_free[i] = 1;
         s->uploaded[i] = backend_event_new(be);
     }
@@ -130,7 +130,7 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
 }
 
 void batch_source_upload_into(batch_source *s, void *dev, size_t bytes) {
-    if (!s->live || s->on_link || s->be->kind != BACKEND_CUDA) return;
+    if (!s->live || s->on_link || !s->be->caps.device) return;
     s->up_dev = dev;
     s->up_bytes = bytes;
 }

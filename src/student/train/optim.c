@@ -1,18 +1,17 @@
-// optim.c: AdamW, Muon, clipping, schedule and EMA (see optim.h). The CPU loops are the reference of
-// the CUDA kernels in optim_cuda.cu; Muon's Newton-Schulz products are backend_gemm's (OpenBLAS sgemm
-// on the CPU, cuBLAS fp32 on a GPU).
+// optim.c: AdamW, Muon, clipping, schedule and EMA (see optim.h): the dispatchers of the optimizer's
+// op table and its CPU instance, optim_kernels_cpu, whose loops are the reference of the CUDA kernels
+// in optim_cuda.cu; Muon's Newton-Schulz products are backend_gemm's (OpenBLAS sgemm on the CPU,
+// cuBLAS fp32 on a GPU).
 #include "student/train/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/backend/backend_ops.h"
+#include "common/backend/profile.h"
 #include "common/core/check.h"
 #include "student/model/drafter_kind.h"
-
-#ifdef DFLASH_HAVE_CUDA
-#include "student/train/optim_cuda.h"
-#endif
 
 void optim_config_default(optim_config *c) {
     *c = (optim_config){.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0, .clip = 1.0,
@@ -160,45 +159,6 @@ double optim_step(optim *o, float *master, float *grad, double sum_w) {
     return norm;
 }
 
-double optim_sum_squares(backend *be, const float *g, int64_t n) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) return cuda_optim_sum_squares(be, g, n);
-#endif
-    double s = 0;
-#pragma omp parallel for reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    return s;
-}
-
-void optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
-                 float eps, float wd, float gscale, float bc1, float bc2) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_adamw(be, w, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
-        return;
-    }
-#endif
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i] * gscale;
-        m[i] = b1 * m[i] + (1 - b1) * gi;
-        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-        float mh = m[i] / bc1, vh = v[i] / bc2;
-        w[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * w[i]); // decoupled weight decay
-    }
-}
-
-void optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_ema_update(be, ema, w, n, decay);
-        return;
-    }
-#endif
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1 - decay) * w[i];
-}
-
 // ---------------------------------------------------------------------------------------------- Muon
 
 float *optim_muon_ns(optim *o, int64_t rows, int64_t cols) {
@@ -235,13 +195,66 @@ void optim_muon_update(optim *o, const optim_muon_mat *t, float *w, const float 
     optim_muon_apply(o->be, w, out, n, (float)(1.0 - (double)lr * c->weight_decay), (float)((double)lr * 0.2 * sqrt(side)));
 }
 
+// ---------------------------------------------------------------------------------------------- dispatch
+
+double optim_sum_squares(backend *be, const float *g, int64_t n) { return BACKEND_TABLE(be, optim)->sum_squares(be, g, n); }
+
+void optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                 float eps, float wd, float gscale, float bc1, float bc2) {
+    BACKEND_OP(be, optim, adamw, w, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
+}
+
+void optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
+    BACKEND_OP(be, optim, ema_update, ema, w, n, decay);
+}
+
 void optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale, float mu, double *ss) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_muon_momentum(be, x, m, g, n, gscale, mu, ss);
-        return;
+    BACKEND_OP(be, optim, muon_momentum, x, m, g, n, gscale, mu, ss);
+}
+
+void optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
+    BACKEND_OP(be, optim, muon_normalise, x, n, ss);
+}
+
+void optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
+    BACKEND_OP(be, optim, axpby, y, x, n, alpha, beta);
+}
+
+void optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
+    BACKEND_OP(be, optim, muon_apply, w, o, n, decay, lr_scaled);
+}
+
+// ---------------------------------------------------------------------------------------------- CPU
+
+static double cpu_sum_squares(backend *be, const float *g, int64_t n) {
+    (void)be;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return s;
+}
+
+static void cpu_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                      float eps, float wd, float gscale, float bc1, float bc2) {
+    (void)be;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        float mh = m[i] / bc1, vh = v[i] / bc2;
+        w[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * w[i]); // decoupled weight decay
     }
-#endif
+}
+
+static void cpu_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
+    (void)be;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) ema[i] = decay * ema[i] + (1 - decay) * w[i];
+}
+
+static void cpu_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale, float mu,
+                              double *ss) {
     (void)be;
     double s = 0;
 #pragma omp parallel for reduction(+ : s)
@@ -255,39 +268,31 @@ void optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_
     *ss = s;
 }
 
-void optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_muon_normalise(be, x, n, ss);
-        return;
-    }
-#endif
+static void cpu_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
     (void)be;
     float inv = (float)(1.0 / (sqrt(*ss) + 1e-7));
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-void optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_axpby(be, y, x, n, alpha, beta);
-        return;
-    }
-#endif
+static void cpu_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
     (void)be;
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i] + beta * y[i];
 }
 
-void optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
-#ifdef DFLASH_HAVE_CUDA
-    if (be->kind == BACKEND_CUDA) {
-        cuda_optim_muon_apply(be, w, o, n, decay, lr_scaled);
-        return;
-    }
-#endif
+static void cpu_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
     (void)be;
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - lr_scaled * o[i];
 }
+
+const struct optim_kernels optim_kernels_cpu = {
+    .sum_squares = cpu_sum_squares,
+    .adamw = cpu_adamw,
+    .ema_update = cpu_ema_update,
+    .muon_momentum = cpu_muon_momentum,
+    .muon_normalise = cpu_muon_normalise,
+    .axpby = cpu_axpby,
+    .muon_apply = cpu_muon_apply,
+};

@@ -81,7 +81,7 @@ double optim_lr(const optim_config *c, int64_t step);
 // update: the weights, the moments and the step count stay as they were.
 double optim_step(optim *o, float *master, float *grad, double sum_w);
 
-// The element-wise kernels (CPU here, CUDA in optim_cuda.cu).
+// The element-wise kernels: these dispatchers call the backend's optim table (below).
 double optim_sum_squares(backend *be, const float *g, int64_t n);
 void optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
                  float eps, float wd, float gscale, float bc1, float bc2);
@@ -93,7 +93,7 @@ void optim_muon_update(optim *o, const optim_muon_mat *t, float *w, const float 
 // GEMMs take its transpose when rows > cols: A = X^T X [cols, cols], X = a X + X B^T, the same
 // iteration on X^T without moving it); returns the buffer holding the result (ns_x or ns_y), same layout.
 float *optim_muon_ns(optim *o, int64_t rows, int64_t cols);
-// The Muon element-wise kernels (CPU in optim.c, CUDA in optim_cuda.cu):
+// The Muon element-wise kernels:
 // optim_muon_momentum: m = mu m + s g; x = s g + mu m (same layout as g); *ss = sum of x^2 (device).
 void optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale, float mu, double *ss);
 // optim_muon_normalise: x *= 1 / (sqrt(*ss) + 1e-7).
@@ -102,3 +102,18 @@ void optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss);
 void optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta);
 // optim_muon_apply: w = w (1 - lr wd) - lr_scaled o.
 void optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled);
+
+// optim_kernels: the optimizer's op table (backend_ops.h), one instance per backend: optim_kernels_cpu
+// (optim.c: the CPU loops, the reference) and optim_kernels_cuda (optim_cuda.cu). Each op is the
+// dispatcher above of the same name, with the same arguments; sum_squares returns the sum in double.
+struct optim_kernels {
+    double (*sum_squares)(backend *be, const float *g, int64_t n);
+    void (*adamw)(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1, float b2,
+                  float eps, float wd, float gscale, float bc1, float bc2);
+    void (*ema_update)(backend *be, float *ema, const float *w, int64_t n, float decay);
+    void (*muon_momentum)(backend *be, float *x, float *m, const float *g, int64_t n, float gscale, float mu,
+                          double *ss);
+    void (*muon_normalise)(backend *be, float *x, int64_t n, const double *ss);
+    void (*axpby)(backend *be, float *y, const float *x, int64_t n, float alpha, float beta);
+    void (*muon_apply)(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled);
+};

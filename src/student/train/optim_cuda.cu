@@ -1,9 +1,13 @@
-// optim_cuda.cu: AdamW, EMA, the squared gradient norm and Muon's element-wise steps on the GPU (the
-// CPU twins are in optim.c; Muon's GEMMs are backend_gemm's cuBLAS). fp32 throughout: the master
-// weights, moments and gradients are fp32 buffers. Muon's squared norm stays on the device.
+// optim_cuda.cu: the optimizer's op table on the GPU, optim_kernels_cuda (optim.h): AdamW, EMA, the
+// squared gradient norm and Muon's element-wise steps (the CPU twins are optim.c's optim_kernels_cpu;
+// Muon's GEMMs are backend_gemm's cuBLAS). fp32 throughout: the master weights, moments and gradients
+// are fp32 buffers. Muon's squared norm stays on the device.
 #include "common/backend/backend_cuda.h"
 #include "common/backend/check_cuda.h"
-#include "student/train/optim_cuda.h"
+
+extern "C" {
+#include "student/train/optim.h"
+}
 
 static cudaStream_t optim_stream(backend *be) { return (cudaStream_t)cuda_stream(be); }
 
@@ -27,7 +31,7 @@ __global__ static void optim_sum_squares_kernel(const float *g, int64_t n, doubl
     if (threadIdx.x == 0) atomicAdd(out, part[0]);
 }
 
-extern "C" double cuda_optim_sum_squares(backend *be, const float *g, int64_t n) {
+static double cuda_optim_sum_squares(backend *be, const float *g, int64_t n) {
     double *d = NULL, h = 0;
     cuda_check(cudaMallocAsync((void **)&d, sizeof(double), optim_stream(be)));
     cuda_check(cudaMemsetAsync(d, 0, sizeof(double), optim_stream(be)));
@@ -52,8 +56,8 @@ __global__ static void optim_adamw_kernel(float *w, const float *g, float *m, fl
     }
 }
 
-extern "C" void cuda_optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1,
-                                 float b2, float eps, float wd, float gscale, float bc1, float bc2) {
+static void cuda_optim_adamw(backend *be, float *w, const float *g, float *m, float *v, int64_t n, float lr, float b1,
+                             float b2, float eps, float wd, float gscale, float bc1, float bc2) {
     if (n <= 0) return;
     optim_adamw_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(w, g, m, v, n, lr, b1, b2, eps, wd, gscale, bc1, bc2);
     cuda_check_launch();
@@ -64,7 +68,7 @@ __global__ static void optim_ema_kernel(float *ema, const float *w, int64_t n, f
         ema[i] = decay * ema[i] + (1 - decay) * w[i];
 }
 
-extern "C" void cuda_optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
+static void cuda_optim_ema_update(backend *be, float *ema, const float *w, int64_t n, float decay) {
     if (n <= 0) return;
     optim_ema_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(ema, w, n, decay);
     cuda_check_launch();
@@ -92,8 +96,8 @@ __global__ static void optim_muon_momentum_kernel(float *x, float *m, const floa
     if (threadIdx.x == 0) atomicAdd(ss, part[0]);
 }
 
-extern "C" void cuda_optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale,
-                                         float mu, double *ss) {
+static void cuda_optim_muon_momentum(backend *be, float *x, float *m, const float *g, int64_t n, float gscale,
+                                     float mu, double *ss) {
     cuda_check(cudaMemsetAsync(ss, 0, sizeof(double), optim_stream(be)));
     if (n <= 0) return;
     int blocks = optim_blocks(n, 256);
@@ -108,7 +112,7 @@ __global__ static void optim_muon_normalise_kernel(float *x, int64_t n, const do
         x[i] *= inv;
 }
 
-extern "C" void cuda_optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
+static void cuda_optim_muon_normalise(backend *be, float *x, int64_t n, const double *ss) {
     if (n <= 0) return;
     optim_muon_normalise_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(x, n, ss);
     cuda_check_launch();
@@ -119,7 +123,7 @@ __global__ static void optim_axpby_kernel(float *y, const float *x, int64_t n, f
         y[i] = alpha * x[i] + beta * y[i];
 }
 
-extern "C" void cuda_optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
+static void cuda_optim_axpby(backend *be, float *y, const float *x, int64_t n, float alpha, float beta) {
     if (n <= 0) return;
     optim_axpby_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(y, x, n, alpha, beta);
     cuda_check_launch();
@@ -130,8 +134,18 @@ __global__ static void optim_muon_apply_kernel(float *w, const float *o, int64_t
         w[i] = w[i] * decay - lr_scaled * o[i];
 }
 
-extern "C" void cuda_optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
+static void cuda_optim_muon_apply(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled) {
     if (n <= 0) return;
     optim_muon_apply_kernel<<<optim_blocks(n, 256), 256, 0, optim_stream(be)>>>(w, o, n, decay, lr_scaled);
     cuda_check_launch();
 }
+
+extern "C" const struct optim_kernels optim_kernels_cuda = {
+    .sum_squares = cuda_optim_sum_squares,
+    .adamw = cuda_optim_adamw,
+    .ema_update = cuda_optim_ema_update,
+    .muon_momentum = cuda_optim_muon_momentum,
+    .muon_normalise = cuda_optim_muon_normalise,
+    .axpby = cuda_optim_axpby,
+    .muon_apply = cuda_optim_muon_apply,
+};

@@ -27,11 +27,7 @@ void students_allreduce(void *buf, int64_t n, MPI_Datatype type, MPI_Op op, MPI_
 }
 
 void students_allgather_i64(int64_t mine, int64_t *all, MPI_Comm comm, const char *what) {
-    watchdog_wait_begin(students_first, students_last, 1, what);
-    MPI_Request r;
-    mpi_check(MPI_Iallgather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, comm, &r));
-    world_wait(&r, NULL);
-    watchdog_wait_end();
+    watchdog_allgather(&mine, all, 1, MPI_INT64_T, comm, students_first, students_last, 1, what);
 }
 
 // MPI on a GPU: one chunk of the pinned ring and the piece of d->grad it carries.
@@ -130,7 +126,7 @@ int students_grads_open(students_grads **out, drafter *d, MPI_Comm comm, const c
     students_grads *g = xcalloc(1, sizeof *g);
     g->d = d, g->comm = comm, g->log = log;
     g->ring_comm = MPI_COMM_NULL;
-    int cpu = d->be->kind == BACKEND_CPU;
+    int cpu = !d->be->caps.device_links; // no device to device reduction: the CPU
     char why[256] = "";
     if (strcmp(want, "mpi") == 0) snprintf(why, sizeof why, "transport.grad_allreduce = mpi");
     else if (cpu && strcmp(want, "auto") == 0) snprintf(why, sizeof why, "CPU backend");

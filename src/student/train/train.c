@@ -244,13 +244,13 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     if (j->live)
         pr.host_payload = batch_source_pinned_bytes(be, cfg, j->w, j->ct.topk, (int64_t)j->ct.n_feat * j->tc.hidden,
                                                     payload_link_device(j->links));
-    if (be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0)
+    if (be->caps.device_links && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0)
         pr.host_grads = students_grads_pinned_bytes(be, drafter_param_numel(&j->dc));
     plan_breakdown bd;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve gr;
-    int grad_nccl = be->kind == BACKEND_CUDA && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
-    gpu_reserve_make(&gr, be->kind == BACKEND_CUDA, gpu_reserve_student_comms(payload_link_device(j->links), j->w->groups, grad_nccl), 0);
+    int grad_nccl = be->caps.device_links && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    gpu_reserve_make(&gr, be->caps.device, gpu_reserve_student_comms(payload_link_device(j->links), j->w->groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &gr);
     if (plan_make(&j->dc, be, &pr, &j->plan, &bd)) { // (--plan prints it without a job: job_plan.c)
         char a[32], b[32];
@@ -572,7 +572,7 @@ static int student_train_job(train_job *j, const world *w, const config *cfg, ba
                              payload_link *links) {
     j->w = w, j->cfg = cfg, j->be = be, j->comm = comm, j->links = links;
     j->s = w->role_index, j->S = w->students, j->T = w->teachers, j->live = cfg->data_features[0] == '\0';
-    j->eval = strcmp(cfg->mode, "eval") == 0; // --mode eval: one evaluation of eval.drafter, no training
+    j->eval = cfg->eval_only; // --mode eval: one evaluation of eval.drafter, no training
     if (train_check_roles(w, cfg)) return -1;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
     students_set_ranks(j->T, j->T + j->S - 1);

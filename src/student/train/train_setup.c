@@ -260,7 +260,7 @@ int train_data_plan(const config *cfg, const target_config *tc, const teacher_co
 
 int train_check_roles(const world *w, const config *cfg) {
     if (w->students < 1) return error_set("a training job needs a student rank (world.students)");
-    if (strcmp(cfg->mode, "eval") != 0 && cfg->batches_per_step % w->students) // (eval: no step)
+    if (!cfg->eval_only && cfg->batches_per_step % w->students) // (eval: no step)
         return error_set("train.batches_per_step = %lld is not a multiple of the %d student(s)",
                          (long long)cfg->batches_per_step, w->students);
     if (!cfg->data_features[0] && w->teachers == 0)
@@ -329,5 +329,6 @@ int eval_config_prepare(config *cfg) {
     }
     cfg->heldout_samples = BATCHPLAN_ALL_HELDOUT; // every sample of the data counts
     cfg->eval_batches = 0;
+    cfg->eval_only = 1; // what the job's lower floors ask (train_check_roles, student_train), not the mode's name
     return 0;
 }

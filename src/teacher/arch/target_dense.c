@@ -19,8 +19,6 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
-#include "common/kernels/ops_hybrid.h" // ops_rope_partial
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 

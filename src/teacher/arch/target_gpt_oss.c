@@ -1,7 +1,7 @@
 // target_gpt_oss.c: gpt-oss targets (transformers' models/gpt_oss: GptOssForCausalLM, model_type
 // gpt_oss; gpt-oss-20b and gpt-oss-120b), table gpt_oss (target_arch.h). The attention is
 // target_dense.c's with gpt-oss's settings; the MLP (a mixture of experts with biases and a clamped
-// SwiGLU) is this file's, on target_moe.c's buffers and the ops of ops_moe.h / ops_arch.h. The
+// SwiGLU) is this file's, on target_moe.c's buffers and the ops of ops_moe.h / attention.h. The
 // residual frame (plain RMSNorm, pre-norm blocks, untied lm_head) is target.c's.
 //
 // Per layer (GptOssDecoderLayer):
@@ -37,7 +37,6 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_arch.h"
 #include "common/moe/ops_moe.h"
 #include "teacher/target.h"
 #include "teacher/target_arch.h"

@@ -21,7 +21,6 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 #include "common/kernels/ops.h"
-#include "common/kernels/ops_hybrid.h"
 #include "teacher/target.h"
 #include "teacher/target_arch.h"
 
