@@ -199,7 +199,7 @@ def st_mutant():
 tdir = os.path.join(tmp, "m", "tgt")
 os.makedirs(tdir, exist_ok=True)
 shutil.copy(os.path.join(tmp, "tgt", "config.json"), tdir)
-N_ST = 160
+N_ST = 110
 for i in range(N_ST):
     path = os.path.join(tdir, "model.safetensors")
     with open(path, "wb") as f:
@@ -234,7 +234,7 @@ def h5_mutant(i):
     return name, b
 
 
-N_H5 = 180
+N_H5 = 144
 dump_every = 12
 for i in range(N_H5):
     name, b = h5_mutant(i)
@@ -271,7 +271,7 @@ cfg = json.loads(cfg_text)
 cdir = os.path.join(tmp, "m", "cfg")
 os.makedirs(cdir, exist_ok=True)
 os.symlink(os.path.join(tmp, "tgt", "model.safetensors"), os.path.join(cdir, "model.safetensors"))
-N_CFG = 72
+N_CFG = 54
 n_cfg_before = counts["ran"]
 for i in range(N_CFG):
     c = json.loads(cfg_text)
@@ -312,7 +312,7 @@ for i in range(N_CFG):
 index_text = open(os.path.join(tmp, "shards", "model.safetensors.index.json")).read()
 index = json.loads(index_text)
 shard_names = sorted(set(index["weight_map"].values()))
-N_IDX = 48
+N_IDX = 36
 for i in range(N_IDX):
     d = os.path.join(tmp, "m", "idx_%02d" % i)
     shutil.copytree(os.path.join(tmp, "shards"), d)
@@ -438,7 +438,7 @@ def mutate_gen_config():
     return json.dumps({"eos_token_id": v, "bos_token_id": v})
 
 
-N_RP, N_RG = 30, 20
+N_RP, N_RG = 22, 14
 rg_accepted = counts["accepted"]
 for i in range(N_RP):
     regen_run("regenerate prompts mutant %d" % i, mutate_prompts(), None)
@@ -470,7 +470,7 @@ def losses(run_dir):  # what a run computed, without its timings
 
 
 ck_step = os.path.join("checkpoints", "step-00000002")
-N_CK = 36
+N_CK = 27
 for i in range(N_CK):
     d = os.path.join(tmp, "m", "ck_%02d" % i)
     shutil.copytree(os.path.join(tmp, "ckrun"), d)
@@ -490,7 +490,7 @@ reference = losses(os.path.join(tmp, "m", "ft_ref"))
 if not reference:
     failures.append("the unmutated features did not train")
 shard = sorted(f for f in os.listdir(os.path.join(tmp, "feat")) if f.endswith(".h5"))[0]
-N_FT = 36
+N_FT = 27
 ft_same = 0
 for i in range(N_FT):
     d = os.path.join(tmp, "m", "ft_%02d" % i)

@@ -84,32 +84,33 @@ typedef struct {
     backend *be;
     MPI_Comm comm;
     payload_link *links;
-    int s, S, T, live, eval; // this student, the students, the teachers; live: teachers feed it; eval: --mode eval
+    int student, students, teachers; // this student's index, the students, the teachers (groups)
+    int live, eval;                  // live: teachers feed it; eval: --mode eval
     int lock_fd;
     int64_t start_step;
     int resume_found, export_only; // export_only: finished, but the export after its last checkpoint is missing
-    target_config tc;
-    teacher_contract ct;
-    drafter_config dc;
-    batchplan bp;
-    featreader *fr;
-    run_identity rid;
+    target_config target_cfg;     // the target's shape
+    teacher_contract contract;    // what the teachers send (layers, top-k)
+    drafter_config drafter_cfg;
+    batchplan batch_plan;
+    featreader *features;         // offline features (data.features), else NULL
+    run_identity identity;
     student_plan plan;
     drafter d;
     arena work, opt_mem;
-    student_work *sw;
-    optim_config oc;
+    student_work *step_work;
+    optim_config optim_cfg;
     optim opt;
-    loss_config lc;
-    batch_schedule sc;
+    loss_config loss_cfg;
+    batch_schedule schedule;
     batch_source src;
-    train_log lg;
+    train_log logger;
     students_grads *grads;
     int n_ranks;
     int64_t *peaks;
     int32_t *valid, *anchors, *matches, *matches_at;
     // progress
-    double t_run, t_int, t_ckpt, wait_int, last_norm;
+    double t_run, t_interval, t_ckpt, wait_interval, last_norm; // clocks: the run, this log interval, the last checkpoint
     step_stats interval, first_eval, last_eval;
     int64_t step, evals, total_block, total_ctx;
     int eval_stopped; // --mode eval stopped by a signal: no result
@@ -117,7 +118,7 @@ typedef struct {
 
 // train_claim_done: a resumed run with nothing to do: the teachers told, the lock let go; 1.
 static int train_claim_done(train_job *j) {
-    if (j->s == 0) run_dir_remove_leftovers(j->cfg->run_dir, "drafter", run_dir_drafter_files); // killed exports'
+    if (j->student == 0) run_dir_remove_leftovers(j->cfg->run_dir, "drafter", run_dir_drafter_files); // killed exports'
     batch_source done = {.live = j->live, .T = j->w->groups, .G = j->w->group_size, .my_rank = j->w->rank, .link = j->links};
     batch_source_stop_teachers(&done);
     fs_unlock_dir(j->lock_fd);
@@ -134,7 +135,7 @@ static int train_resume_finished(train_job *j) {
     int64_t at = train_log_finished_at(cfg->run_dir);
     if (at < 0) return 0;
     if (at >= cfg->steps) {
-        if (j->s == 0)
+        if (j->student == 0)
             log_info("run.resume: already finished at step %lld (train.steps %lld; %s/metrics.jsonl, no checkpoint): "
                      "nothing to do", (long long)at, (long long)cfg->steps, cfg->run_dir);
         return 1;
@@ -148,7 +149,7 @@ static int train_resume_finished(train_job *j) {
 // on, 1 when a resumed run has nothing left to do (the teachers told), -1 with error_set.
 static int train_claim(train_job *j) {
     const config *cfg = j->cfg;
-    const int s = j->s;
+    const int s = j->student;
     // One job per run directory, for the job's life; the second is refused before it writes anything.
     j->lock_fd = -1;
     // A new run never writes over an earlier one (its metrics, checkpoints, drafter): refused, or
@@ -184,35 +185,35 @@ static int train_claim(train_job *j) {
 // (checked against a resumed checkpoint's), each set's line. 0, or what student_train returns.
 static int train_inputs(train_job *j, st_dir *td, const st_entry **e_emb, const st_entry **e_head) {
     const config *cfg = j->cfg;
-    const int s = j->s, eval = j->eval;
+    const int s = j->student, eval = j->eval;
     checkpoint_begin_run(cfg->run_dir, j->start_step, j->resume_found);
 
     // The target: its shape, and only its embedding and lm_head (SPEC §3).
-    if (train_target_open(cfg, &j->tc, &j->ct, &j->dc, td, e_emb, e_head)) return -1;
+    if (train_target_open(cfg, &j->target_cfg, &j->contract, &j->drafter_cfg, td, e_emb, e_head)) return -1;
 
     // Data: the batch plan over the usable samples of the training sets (the same on every rank).
-    batchplan *bp = &j->bp;
-    j->fr = NULL;
-    if (train_data_plan(cfg, &j->tc, &j->ct, bp, &j->fr, &j->rid)) return -1;
+    batchplan *bp = &j->batch_plan;
+    j->features = NULL;
+    if (train_data_plan(cfg, &j->target_cfg, &j->contract, bp, &j->features, &j->identity)) return -1;
     // a resumed run: the inputs its checkpoint recorded against this run's (identity.h)
-    if (j->resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, j->start_step, &j->rid)) return -1;
-    checkpoint_set_identity(&j->rid);
+    if (j->resume_found && s == 0 && checkpoint_check_identity(cfg->run_dir, j->start_step, &j->identity)) return -1;
+    checkpoint_set_identity(&j->identity);
     int recorded = 0; // a set's own /heldout: a checkpoint trained on the same set must have held out the same
     for (int i = 0; i < bp->n_sets; i++) recorded |= bp->sets[i].recorded;
-    if (eval && recorded && s == 0 && eval_check_heldout(cfg, &j->rid)) return -1;
+    if (eval && recorded && s == 0 && eval_check_heldout(cfg, &j->identity)) return -1;
     if (eval && bp->n_heldout == 0) { // (a recorded /heldout that is empty): a result over nothing would read as 0
         batchplan_free(bp);
-        if (j->fr) featreader_close(j->fr);
+        if (j->features) featreader_close(j->features);
         return s == 0 ? error_set("--mode eval: nothing to evaluate: the held-out split of %s is empty (its /heldout "
                                   "holds no sample)", config_data_count(cfg) > 0 ? config_data_path(cfg, 0, NULL) : cfg->data_features)
                       : TRAIN_REPORTED_ELSEWHERE;
     }
-    train_unverified = j->fr && !featreader_verified(j->fr) ? "the features (written before checksums)" : NULL;
+    train_unverified = j->features && !featreader_verified(j->features) ? "the features (written before checksums)" : NULL;
     for (int i = 0; i < bp->n_sets && s == 0; i++) {
         const batchplan_set_info *si = &bp->sets[i];
         const char *name = "";
         if (config_data_count(cfg) > 0) name = config_data_path(cfg, i, NULL);
-        else featreader_set(j->fr, i, NULL, &name);
+        else featreader_set(j->features, i, NULL, &name);
         const char *split = si->recorded ? "the set's /heldout" : "its last ones, data.heldout_samples";
         if (eval) // no training draws: the epoch line would say 0
             log_info("data: set %d %s: %lld usable samples, %lld held out (%s)", i, name, (long long)si->n,
@@ -233,26 +234,26 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
                         size_t feat_bytes) {
     const config *cfg = j->cfg;
     backend *be = j->be;
-    const int s = j->s, eval = j->eval;
+    const int s = j->student, eval = j->eval;
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
-                       .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = j->ct.topk,
-                       .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = j->tc.tie_embeddings, .force_mode = -1};
-    if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&j->dc);
+                       .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors, .k = j->contract.topk,
+                       .adam = !eval, .ema = !eval && cfg->ema_decay > 0, .tied = j->target_cfg.tie_embeddings, .force_mode = -1};
+    if (!eval && strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&j->drafter_cfg);
     if (j->live && payload_link_device(j->links)) pr.link_bytes = (size_t)n_buf * feat_bytes;
     // pinned host memory (--plan's rule, job_plan_pinned_rank): the payload buffers for the link
     // chosen and, over MPI on a GPU, the gradient ring (transport.grad_allreduce auto planned as NCCL)
     if (j->live)
-        pr.host_payload = batch_source_pinned_bytes(be, cfg, j->w, j->ct.topk, (int64_t)j->ct.n_feat * j->tc.hidden,
+        pr.host_payload = batch_source_pinned_bytes(be, cfg, j->w, j->contract.topk, (int64_t)j->contract.n_feat * j->target_cfg.hidden,
                                                     payload_link_device(j->links));
-    if (be->caps.device_links && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0)
-        pr.host_grads = students_grads_pinned_bytes(be, drafter_param_numel(&j->dc));
+    if (be->caps.device_links && j->students > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") == 0)
+        pr.host_grads = students_grads_pinned_bytes(be, drafter_param_numel(&j->drafter_cfg));
     plan_breakdown bd;
     // a budget is all the process may use on its card: the plan gets it less the reserve (gpu_reserve.h)
     gpu_reserve gr;
-    int grad_nccl = be->caps.device_links && j->S > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
+    int grad_nccl = be->caps.device_links && j->students > 1 && !eval && strcmp(cfg->grad_allreduce, "mpi") != 0;
     gpu_reserve_make(&gr, be->caps.device, gpu_reserve_student_comms(payload_link_device(j->links), j->w->groups, grad_nccl), 0);
     pr.budget = gpu_reserve_usable(pr.budget, &gr);
-    if (plan_make(&j->dc, be, &pr, &j->plan, &bd)) { // (--plan prints it without a job: job_plan.c)
+    if (plan_make(&j->drafter_cfg, be, &pr, &j->plan, &bd)) { // (--plan prints it without a job: job_plan.c)
         char a[32], b[32];
         if (gr.total && cfg->train_mem_budget > 0)
             return error_prefix("train.mem_budget %s less its GPU reserve %s (gpu_reserve.h)",
@@ -268,16 +269,16 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     if (gpu_reserve_check(be, bd.total - bd.library, grad_nccl, who, "train.mem_budget")) return -1;
     drafter *d = &j->d;
     tensor head = e_head ? st_entry_tensor(e_head) : (tensor){0};
-    if (drafter_init(d, &j->dc, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
-    d->embed_scale = (float)j->tc.embed_scale; // the target's scaled embedding (Gemma)
+    if (drafter_init(d, &j->drafter_cfg, be, (uint64_t)cfg->seed, st_entry_tensor(e_emb), e_head ? &head : NULL)) return -1;
+    d->embed_scale = (float)j->target_cfg.embed_scale; // the target's scaled embedding (Gemma)
     safetensors_dir_close(td);
     if (eval && eval_load_drafter(d, cfg)) return -1;
     j->opt_mem = (arena){0};
     if (arena_init(&j->work, "student work", be, student_work_bytes(d, &j->plan)))
         return error_append("lower data.max_tokens_per_batch or train.max_anchors, or set train.mem_budget (the plan "
                             "then fits its chunks to it)");
-    j->sw = student_work_create(d, &j->plan, &j->work);
-    optim_config *oc = &j->oc;
+    j->step_work = student_work_create(d, &j->plan, &j->work);
+    optim_config *oc = &j->optim_cfg;
     optim_config_default(oc);
     oc->lr = cfg->lr, oc->warmup_frac = cfg->warmup_frac, oc->weight_decay = cfg->weight_decay, oc->clip = cfg->grad_clip;
     oc->total_steps = cfg->steps, oc->ema_decay = cfg->ema_decay;
@@ -299,7 +300,7 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
     } else if (cfg->resume && s == 0) {
         log_info("run.resume: no checkpoint in %s/checkpoints, starting from step 0", cfg->run_dir);
     }
-    loss_config_make(&j->lc, cfg, (int)j->dc.block_size);
+    loss_config_make(&j->loss_cfg, cfg, (int)j->drafter_cfg.block_size);
     return 0;
 }
 
@@ -307,22 +308,22 @@ static int train_memory(train_job *j, st_dir *td, const st_entry *e_emb, const s
 // buffers and the students' gradient sums. 0, or what student_train returns.
 static int train_source(train_job *j, int n_buf, size_t feat_bytes) {
     const config *cfg = j->cfg;
-    const int s = j->s, S = j->S, eval = j->eval;
+    const int s = j->student, S = j->students, eval = j->eval;
     const world *w = j->w;
-    batch_schedule_make(&j->sc, cfg, s, S, j->bp.n_heldout_batches); // --mode eval: no step, one evaluation over
-    if (eval) batch_schedule_eval_only(&j->sc);                      // all the (held-out) batches
-    int64_t D = (int64_t)j->ct.n_feat * j->tc.hidden;
-    size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, j->ct.topk, D);
+    batch_schedule_make(&j->schedule, cfg, s, S, j->batch_plan.n_heldout_batches); // --mode eval: no step, one evaluation over
+    if (eval) batch_schedule_eval_only(&j->schedule);                      // all the (held-out) batches
+    int64_t D = (int64_t)j->contract.n_feat * j->target_cfg.hidden;
+    size_t max_bytes = wire_bytes(cfg->max_tokens_per_batch, cfg->max_tokens_per_batch, j->contract.topk, D);
     if (j->live) { // the host's part of a payload, sized for the link chosen (the plan's: batch_source_pinned_bytes)
-        max_bytes = batch_source_payload_bytes(cfg, j->ct.topk, D, payload_link_device(j->links));
+        max_bytes = batch_source_payload_bytes(cfg, j->contract.topk, D, payload_link_device(j->links));
         batch_source_init_live(&j->src, w, protocol_credits(cfg, w->group_size), max_bytes, n_buf, j->links, feat_bytes,
                                j->be);
-        batch_source_upload_into(&j->src, student_work_features(j->sw), feat_bytes); // over MPI on a GPU: uploaded as they come
-    } else batch_source_init_offline(&j->src, j->fr, &j->bp, max_bytes);
+        batch_source_upload_into(&j->src, student_work_features(j->step_work), feat_bytes); // over MPI on a GPU: uploaded as they come
+    } else batch_source_init_offline(&j->src, j->features, &j->batch_plan, max_bytes);
 
     // Run directory and metrics (first student).
-    j->lg = (train_log){0};
-    if (s == 0 && !eval && !j->export_only && train_log_open(&j->lg, cfg, j->start_step > 0)) return -1;
+    j->logger = (train_log){0};
+    if (s == 0 && !eval && !j->export_only && train_log_open(&j->logger, cfg, j->start_step > 0)) return -1;
     j->n_ranks = w->size;
     j->peaks = xcalloc((size_t)j->n_ranks, sizeof(int64_t));
     j->valid = xmalloc((size_t)cfg->max_tokens_per_batch * sizeof(int32_t));
@@ -349,7 +350,7 @@ static int train_group_batches(train_job *j, const batch_group *g, step_stats *c
             break;
         }
         wire_batch wb;
-        if ((rc = batch_source_get(&j->src, &j->sc, n, &wb))) break;
+        if ((rc = batch_source_get(&j->src, &j->schedule, n, &wb))) break;
         student_batch b = {.S = (int)wb.S, .n_seq = (int)wb.n_seq, .k = (int)wb.k, .tokens = wb.tokens,
                            .loss_mask = wb.mask, .cu_seqlens = wb.cu, .topk_idx = wb.topk_idx, .topk_val = wb.topk_val,
                            .lse = wb.lse};
@@ -358,7 +359,7 @@ static int train_group_batches(train_job *j, const batch_group *g, step_stats *c
                                          : tensor_make(DT_BF16, wb.features, DEVICE_CPU, 2, shape);
         int nv = anchors_valid(wb.mask, wb.cu, (int)wb.n_seq, j->valid);
         if (kind == WIRE_HELDOUT) { // every anchor, forward only, then the decode walk over them
-            if (nv > 0 && (rc = student_eval(&j->d, &j->lc, &j->plan, j->sw, &b, j->valid, nv, cur, j->matches)) == 0) {
+            if (nv > 0 && (rc = student_eval(&j->d, &j->loss_cfg, &j->plan, j->step_work, &b, j->valid, nv, cur, j->matches)) == 0) {
                 for (int i = 0; i < nv; i++) j->matches_at[j->valid[i]] = j->matches[i];
                 metrics_decode_walk(wb.mask, wb.cu, (int)wb.n_seq, j->matches_at, &cur->decode_tokens, &cur->decode_steps);
             }
@@ -366,8 +367,8 @@ static int train_group_batches(train_job *j, const batch_group *g, step_stats *c
             uint64_t batch_id = ((uint64_t)kind << 40) | (uint64_t)wb.index;
             int na = anchors_sample(j->valid, nv, (int)cfg->max_anchors, (uint64_t)cfg->seed, batch_id, j->anchors);
             // the last micro-batch starts the gradient sums while its backward runs
-            students_grads_arm(j->grads, j->sw, n == g->first + g->count - 1);
-            if (na > 0) rc = student_step(&j->d, &j->lc, &j->plan, j->sw, &b, j->anchors, na, cur);
+            students_grads_arm(j->grads, j->step_work, n == g->first + g->count - 1);
+            if (na > 0) rc = student_step(&j->d, &j->loss_cfg, &j->plan, j->step_work, &b, j->anchors, na, cur);
         }
         batch_source_release(&j->src, n);
     }
@@ -383,11 +384,11 @@ static int train_update(train_job *j, const step_stats *cur) {
     double limit = 0;
     j->last_norm = optim_step(&j->opt, j->d.master, j->d.grad, cur->sum_w);
     if (!isfinite(j->last_norm)) // optim_step left the weights as they were
-        return train_nonfinite(j->s, cfg, j->step, "the gradient norm", j->last_norm, "");
+        return train_nonfinite(j->student, cfg, j->step, "the gradient norm", j->last_norm, "");
     if (train_diverged(&j->opt.norm_mean, j->last_norm, cfg->divergence_factor, &limit)) {
         char why[160];
         snprintf(why, sizeof why, ", past %g (train.divergence_factor %g x its running mean)", limit, cfg->divergence_factor);
-        return train_nonfinite(j->s, cfg, j->step, "the gradient norm", j->last_norm, why);
+        return train_nonfinite(j->student, cfg, j->step, "the gradient norm", j->last_norm, why);
     }
     drafter_sync_compute(&j->d);
     train_stats_add(&j->interval, cur);
@@ -402,9 +403,9 @@ static int train_update(train_job *j, const step_stats *cur) {
 static int train_log_interval(train_job *j, double lr) {
     const config *cfg = j->cfg;
     if (!(j->step % cfg->log_interval == 0 || j->step == cfg->steps)) return 0;
-    const int S = j->S, T = j->T;
-    double now = time_now(), el = now - j->t_int;
-    double wait = j->src.wait_s - j->wait_int;
+    const int S = j->students, T = j->teachers;
+    double now = time_now(), el = now - j->t_interval;
+    double wait = j->src.wait_s - j->wait_interval;
     double wait_all = wait;
     students_allreduce(&wait_all, 1, MPI_DOUBLE, MPI_MAX, j->comm, "the students' log line");
     int64_t mine = (int64_t)(j->d.mem.used + j->work.used + j->opt_mem.used);
@@ -414,13 +415,13 @@ static int train_log_interval(train_job *j, double lr) {
     for (int r = 0; r < T && r / j->w->group_size < 1024; r++) j->peaks[r] = j->src.last_peak[r / j->w->group_size];
     for (int i = 0; i < S; i++) j->peaks[T + i] = student_peaks[i];
     free(student_peaks);
-    if (j->s == 0)
-        train_log_line(&j->lg, NULL, j->step, &j->interval, &j->lc, (int)j->dc.block_size, lr, j->last_norm, el,
+    if (j->student == 0)
+        train_log_line(&j->logger, NULL, j->step, &j->interval, &j->loss_cfg, (int)j->drafter_cfg.block_size, lr, j->last_norm, el,
                        el > 0 ? wait_all / el : 0, j->peaks, j->n_ranks);
     memset(&j->interval, 0, sizeof j->interval);
-    j->t_int = now;
-    j->wait_int = j->src.wait_s;
-    if (train_log_failed(&j->lg)) // the job would go on without its metrics: stop with the reason
+    j->t_interval = now;
+    j->wait_interval = j->src.wait_s;
+    if (train_log_failed(&j->logger)) // the job would go on without its metrics: stop with the reason
         return error_set("%s/metrics.jsonl: a write failed (is the disk full?)", cfg->run_dir);
     return 0;
 }
@@ -429,7 +430,7 @@ static int train_log_interval(train_job *j, double lr) {
 // signal, test.stop_at_step): *stop. 0, or -1 when the checkpoint failed.
 static int train_checkpoint(train_job *j, int *stop_here) {
     const config *cfg = j->cfg;
-    const int s = j->s;
+    const int s = j->student;
     // A signal on any rank (a teacher's reaches the students through the stop relay:
     // stop_relay.h) stops every student after this step, with a checkpoint (stop.h); a checkpoint
     // by wall time is due when the first student's clock says so: the students agree on both (the
@@ -463,8 +464,8 @@ static int train_checkpoint(train_job *j, int *stop_here) {
 // *done set when the job ends here without an error, or the error's rc.
 static int train_group(train_job *j, int64_t gi, int *done) {
     const config *cfg = j->cfg;
-    const int s = j->s;
-    const batch_group group = batch_schedule_group(&j->sc, gi), *g = &group;
+    const int s = j->student;
+    const batch_group group = batch_schedule_group(&j->schedule, gi), *g = &group;
     const int64_t kind = g->kind;
     step_stats cur;
     memset(&cur, 0, sizeof cur);
@@ -476,7 +477,7 @@ static int train_group(train_job *j, int64_t gi, int *done) {
     if (bad) return rc ? rc : TRAIN_REPORTED_ELSEWHERE; // the student that failed says why
     if (j->eval) { // a signal on any rank: no result (eval.json is a whole evaluation's)
         // (the signal's number; cut short by a signal implies one: stop_relay_poll's answer stays)
-        int stop = cut_short || gi + 1 < j->sc.n_groups ? stop_relay_poll() : 0;
+        int stop = cut_short || gi + 1 < j->schedule.n_groups ? stop_relay_poll() : 0;
         students_allreduce(&stop, 1, MPI_INT, MPI_MAX, j->comm, "the other students to finish the evaluation");
         if (stop) {
             if (s == 0)
@@ -490,7 +491,7 @@ static int train_group(train_job *j, int64_t gi, int *done) {
     train_stats_allreduce(&cur, j->comm);
     // NaN or inf: stop before it reaches the weights, a checkpoint or the export (every student
     // sees the same sums; the first says it).
-    double loss = train_stats_loss(&cur, &j->lc);
+    double loss = train_stats_loss(&cur, &j->loss_cfg);
     double limit = 0;
     if (!isfinite(loss))
         return train_nonfinite(s, cfg, j->step, kind == WIRE_HELDOUT ? "the held-out loss" : "the loss", loss, "");
@@ -503,11 +504,11 @@ static int train_group(train_job *j, int64_t gi, int *done) {
         if (j->evals == 0) j->first_eval = cur;
         j->last_eval = cur;
         j->evals++;
-        if (s == 0 && !j->eval) train_log_line(&j->lg, "heldout", j->step, &cur, &j->lc, (int)j->dc.block_size, 0, 0, 0, 0, NULL, 0);
+        if (s == 0 && !j->eval) train_log_line(&j->logger, "heldout", j->step, &cur, &j->loss_cfg, (int)j->drafter_cfg.block_size, 0, 0, 0, 0, NULL, 0);
         return 0;
     }
     // An optimizer step: all-reduce the un-normalised gradients, then one update.
-    double lr = optim_lr(&j->oc, j->opt.step);
+    double lr = optim_lr(&j->optim_cfg, j->opt.step);
     if ((rc = train_update(j, &cur))) return rc;
     if ((rc = train_log_interval(j, lr))) return rc;
     return train_checkpoint(j, done);
@@ -517,7 +518,7 @@ static int train_group(train_job *j, int64_t gi, int *done) {
 // exported and the summary; everything freed. Returns rc, or the first error of the finish.
 static int train_finish(train_job *j, int rc) {
     const config *cfg = j->cfg;
-    const int s = j->s, S = j->S, T = j->T;
+    const int s = j->student, S = j->students, T = j->teachers;
     // Tell every teacher this student is done (also after an error, so they can stop), once the
     // batches still in flight have landed.
     if (batch_source_drain(&j->src) && rc == 0) rc = -1;
@@ -532,7 +533,7 @@ static int train_finish(train_job *j, int rc) {
     double wall = time_now() - j->t_run;
     // the samples evaluated: every one, or a set's /heldout
     if (rc == 0 && s == 0 && j->eval && !j->eval_stopped)
-        rc = eval_write_result(cfg, &j->last_eval, &j->lc, (int)j->dc.block_size, (int64_t)j->bp.n_heldout);
+        rc = eval_write_result(cfg, &j->last_eval, &j->loss_cfg, (int)j->drafter_cfg.block_size, (int64_t)j->batch_plan.n_heldout);
     else if (rc == 0 && s == 0 && !j->eval) {
         char dir[CONFIG_STR + 16];
         snprintf(dir, sizeof dir, "%s/drafter", cfg->run_dir);
@@ -543,11 +544,11 @@ static int train_finish(train_job *j, int rc) {
             rc = train_log_exported(cfg->run_dir, j->step);
             if (rc == 0) log_info("run.resume: the drafter of step %lld exported to %s", (long long)j->step, dir);
         } else if (rc == 0) // the summary names the exported drafter: only after a successful export
-            train_log_summary(&j->lg, j->step >= cfg->steps, j->step, wall, (double)j->total_block * per_s,
+            train_log_summary(&j->logger, j->step >= cfg->steps, j->step, wall, (double)j->total_block * per_s,
                               (double)j->total_ctx * per_s, j->peaks, j->n_ranks, T, &j->first_eval, &j->last_eval, dir);
     }
-    train_log_close(&j->lg);
-    batch_schedule_free(&j->sc);
+    train_log_close(&j->logger);
+    batch_schedule_free(&j->schedule);
     free(j->peaks);
     free(j->valid);
     free(j->anchors);
@@ -555,13 +556,13 @@ static int train_finish(train_job *j, int rc) {
     free(j->matches_at);
     students_grads_close(j->grads, rc != 0);
     batch_source_free(&j->src);
-    if (j->fr) featreader_close(j->fr);
-    student_work_destroy(j->sw);
+    if (j->features) featreader_close(j->features);
+    student_work_destroy(j->step_work);
     arena_free(&j->work);
     optim_free(&j->opt);
     arena_free(&j->opt_mem);
     drafter_free(&j->d);
-    batchplan_free(&j->bp);
+    batchplan_free(&j->batch_plan);
     fs_unlock_dir(j->lock_fd);
     return rc;
 }
@@ -571,11 +572,11 @@ static int train_finish(train_job *j, int rc) {
 static int student_train_job(train_job *j, const world *w, const config *cfg, backend *be, MPI_Comm comm,
                              payload_link *links) {
     j->w = w, j->cfg = cfg, j->be = be, j->comm = comm, j->links = links;
-    j->s = w->role_index, j->S = w->students, j->T = w->teachers, j->live = cfg->data_features[0] == '\0';
+    j->student = w->role_index, j->students = w->students, j->teachers = w->teachers, j->live = cfg->data_features[0] == '\0';
     j->eval = cfg->eval_only; // --mode eval: one evaluation of eval.drafter, no training
     if (train_check_roles(w, cfg)) return -1;
     for (int r = 0; r < w->size; r++) watchdog_watch(r, 1); // the teachers and the other students
-    students_set_ranks(j->T, j->T + j->S - 1);
+    students_set_ranks(j->teachers, j->teachers + j->students - 1);
     int rc = train_claim(j);
     if (rc) return rc < 0 ? -1 : 0; // 1: a resumed run with nothing left to do
     st_dir td;
@@ -584,18 +585,18 @@ static int student_train_job(train_job *j, const world *w, const config *cfg, ba
     // Memory: the plan, then every allocation up front. The NCCL receive ring: one GPU buffer of
     // features per host buffer of the source.
     int n_buf = batch_source_buffers(cfg, w);
-    size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(j->ct.n_feat * j->tc.hidden) * 2;
+    size_t feat_bytes = (size_t)cfg->max_tokens_per_batch * (size_t)(j->contract.n_feat * j->target_cfg.hidden) * 2;
     if ((rc = train_memory(j, &td, e_emb, e_head, n_buf, feat_bytes))) return rc;
     if ((rc = train_source(j, n_buf, feat_bytes))) return rc;
 
-    j->t_run = j->t_int = j->t_ckpt = time_now();
+    j->t_run = j->t_interval = j->t_ckpt = time_now();
     j->step = j->start_step;
     // A resumed run skips the groups before its checkpoint (and asks no teacher for their batches).
     // (the evaluation after the checkpoint's step, when one is due, runs after the resume)
-    int64_t first_group = j->start_step > 0 ? batch_schedule_group_of_step(&j->sc, j->start_step - 1) + 1 : 0;
-    if (j->export_only) first_group = j->sc.n_groups; // no step, no evaluation: the checkpoint's weights are exported
-    if (first_group < j->sc.n_groups) batch_source_start_at(&j->src, batch_schedule_group(&j->sc, first_group).first);
-    for (int64_t gi = first_group; gi < j->sc.n_groups; gi++) {
+    int64_t first_group = j->start_step > 0 ? batch_schedule_group_of_step(&j->schedule, j->start_step - 1) + 1 : 0;
+    if (j->export_only) first_group = j->schedule.n_groups; // no step, no evaluation: the checkpoint's weights are exported
+    if (first_group < j->schedule.n_groups) batch_source_start_at(&j->src, batch_schedule_group(&j->schedule, first_group).first);
+    for (int64_t gi = first_group; gi < j->schedule.n_groups; gi++) {
         int done = 0;
         if ((rc = train_group(j, gi, &done)) || done) break;
     }
