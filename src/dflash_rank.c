@@ -146,7 +146,7 @@ static int args_parse(int argc, char **argv, config *cfg) {
             return 1;
         }
         if (strcmp(a, "--config-keys") == 0) {
-            printf("| key | type | default | meaning |\n|---|---|---|---|\n");
+            printf("| key | type | default | meaning | declared in |\n|---|---|---|---|---|\n");
             config_print_keys(stdout);
             return 1;
         }

@@ -106,7 +106,7 @@ static void pf_plan(pf_ctx *x, const char *host, pf_info *me, char *plan_detail,
     size_t fr = 0, tot = 0;
     backend_mem_info(&x->be, &fr, &tot);
     me->free_b = (int64_t)fr, me->total_b = (int64_t)tot;
-    if (!x->have_ct) {
+    if (!x->have_contract) {
         snprintf(plan_detail, n, "no memory plan without the target's shape (see the target row)");
         return;
     }
@@ -190,9 +190,8 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     pf_result plan_res = PF_SKIP;
     pf_plan(x, host, me, plan_detail, sizeof plan_detail, &plan_res);
     pf_info *all = xcalloc((size_t)w->size, sizeof *all);
-    MPI_Request req;
-    mpi_check(MPI_Iallgather(me, (int)sizeof *me, MPI_BYTE, all, (int)sizeof *me, MPI_BYTE, MPI_COMM_WORLD, &req));
-    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the other ranks' preflight checks");
+    watchdog_allgather(me, all, (int)sizeof *me, MPI_BYTE, MPI_COMM_WORLD, 0, w->size - 1, 5,
+                       "the other ranks' preflight checks");
 
     pf_memory(x, all, plan_detail, plan_res);
     if (w->local_rank == 0) pf_pinned(x, all);
@@ -202,16 +201,13 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     pf_mode_checks(x, host);
 
     pf_rows *gathered = w->rank == 0 ? xmalloc((size_t)w->size * sizeof *gathered) : NULL;
-    mpi_check(MPI_Igather(&x->rows, (int)sizeof x->rows, MPI_BYTE, gathered, (int)sizeof x->rows, MPI_BYTE, 0,
-                          MPI_COMM_WORLD, &req));
-    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the other ranks' preflight rows");
+    watchdog_gather(&x->rows, gathered, (int)sizeof x->rows, 0, 5, "the other ranks' preflight rows");
     int fails = 0;
     if (w->rank == 0) {
         printf("preflight: dflash_rank %s, %d rank(s), mode %s\n", DFLASH_VERSION, w->size, cfg->mode);
         fails = pf_print(&m, gathered, w->size);
     }
-    mpi_check(MPI_Ibcast(&fails, 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
-    watchdog_mpi_wait(&req, NULL, 0, w->size - 1, 5, "the preflight table");
+    watchdog_bcast(&fails, (int)sizeof fails, 0, "the preflight table");
     if (x->have_be) backend_close(&x->be);
     free(x->mode_state);
     free(gathered);

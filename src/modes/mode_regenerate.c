@@ -112,7 +112,7 @@ static void regen_pf_scan(pf_ctx *x, regen_pf_prompts *p) {
     while (!bad && (got = getline(&line, &cap, f)) != -1) {
         line_no++;
         if (jsonl_line_blank(line, (size_t)got)) continue;
-        if (jsonl_sample_parse(line, (size_t)got, x->have_tc ? x->tc.vocab : 0, &smp) < 0) {
+        if (jsonl_sample_parse(line, (size_t)got, x->have_target_cfg ? x->target_cfg.vocab : 0, &smp) < 0) {
             snprintf(p->err, sizeof p->err, "regenerate.prompts %s line %lld: %s", cfg->regen_prompts,
                      (long long)line_no, error_msg());
             bad = 1;
@@ -135,7 +135,7 @@ static void regen_pf_scan(pf_ctx *x, regen_pf_prompts *p) {
 
 // The shape: the target's config alone (the decode has no feature layers and no drafter), then the prompts.
 static void regen_pf_shape(pf_ctx *x) {
-    if (pf_target_config(x) == 0) x->have_ct = 1;
+    if (pf_target_config(x) == 0) x->have_contract = 1;
     regen_pf_prompts *p = xcalloc(1, sizeof *p);
     x->mode_state = p;
     regen_pf_scan(x, p);
@@ -156,13 +156,13 @@ static int64_t regen_pf_teacher(pf_ctx *x, char *detail, size_t n, pf_result *re
     }
     target_model m;
     memset(&m, 0, sizeof m);
-    m.cfg = x->tc;
+    m.cfg = x->target_cfg;
     m.be = &x->be;
     int G = w->group_size > 1 ? w->group_size : 1;
     char who[96] = "teacher";
     if (G > 1) {
         int64_t *bounds = xmalloc(((size_t)G + 1) * sizeof *bounds);
-        int rc = target_stage_split(&x->tc, ops_act_dtype(&x->be), G, bounds);
+        int rc = target_stage_split(&x->target_cfg, ops_act_dtype(&x->be), G, bounds);
         m.layer_begin = bounds[w->stage], m.layer_end = bounds[w->stage + 1];
         free(bounds);
         if (rc) {
@@ -174,7 +174,7 @@ static int64_t regen_pf_teacher(pf_ctx *x, char *detail, size_t n, pf_result *re
                  (long long)m.layer_end - 1);
     }
     int64_t L = cfg->regen_max_len > 0 ? cfg->regen_max_len : p->longest + cfg->regen_max_new_tokens - 1;
-    if (cfg->regen_max_len == 0 && L > x->tc.max_positions) L = x->tc.max_positions;
+    if (cfg->regen_max_len == 0 && L > x->target_cfg.max_positions) L = x->target_cfg.max_positions;
     if (L > INT32_MAX / 2) L = INT32_MAX / 2;
     int64_t seqs = cfg->regen_max_seqs > 0 ? cfg->regen_max_seqs : cfg->teacher_mem_budget > 0 ? 1 : 8;
     if (seqs > cfg->regen_shard_prompts) seqs = cfg->regen_shard_prompts;

@@ -36,21 +36,21 @@ int pf_target_config(pf_ctx *x) {
         snprintf(x->target_err, sizeof x->target_err, "target.path is not set");
         return -1;
     }
-    x->have_tc = target_config_load(&x->tc, x->cfg->target_path) == 0;
-    if (!x->have_tc) snprintf(x->target_err, sizeof x->target_err, "%s", error_msg());
-    return x->have_tc ? 0 : -1;
+    x->have_target_cfg = target_config_load(&x->target_cfg, x->cfg->target_path) == 0;
+    if (!x->have_target_cfg) snprintf(x->target_err, sizeof x->target_err, "%s", error_msg());
+    return x->have_target_cfg ? 0 : -1;
 }
 
 void pf_job_shape(pf_ctx *x) {
     if (pf_target_config(x)) return;
-    x->have_ct = teacher_contract_make(x->cfg, x->tc.n_layers, &x->ct) == 0;
-    if (!x->have_ct) {
+    x->have_contract = teacher_contract_make(x->cfg, x->target_cfg.n_layers, &x->contract) == 0;
+    if (!x->have_contract) {
         snprintf(x->target_err, sizeof x->target_err, "%s", error_msg());
         return;
     }
     // The drafter's shape as the student derives it (and its checks against the target).
-    x->have_dc = train_drafter_config(x->cfg, &x->tc, &x->ct, &x->dc) == 0;
-    if (!x->have_dc) snprintf(x->drafter_err, sizeof x->drafter_err, "%s", error_msg());
+    x->have_drafter_cfg = train_drafter_config(x->cfg, &x->target_cfg, &x->contract, &x->drafter_cfg) == 0;
+    if (!x->have_drafter_cfg) snprintf(x->drafter_err, sizeof x->drafter_err, "%s", error_msg());
 }
 
 void pf_target_row(pf_ctx *x, const char *host, int layers) {
@@ -59,7 +59,7 @@ void pf_target_row(pf_ctx *x, const char *host, int layers) {
         pf_mode_row(x, x->mode->needs ? PF_FAIL : PF_SKIP, "target.path is not set");
         return;
     }
-    if (!x->have_tc || !x->have_ct) {
+    if (!x->have_target_cfg || !x->have_contract) {
         pf_mode_row(x, PF_FAIL, "%s: %s", host, x->target_err);
         return;
     }
@@ -69,22 +69,22 @@ void pf_target_row(pf_ctx *x, const char *host, int layers) {
         return;
     }
     char emb[96]; // model.embed_tokens.weight, or under the multimodal wrappers' prefix
-    target_names_resolve(&x->tc, &d);
-    snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(&x->tc));
-    const char *head = target_head_name(&x->tc);
+    target_names_resolve(&x->target_cfg, &d);
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", target_tensor_prefix(&x->target_cfg));
+    const char *head = target_head_name(&x->target_cfg);
     const char *missing = !safetensors_dir_find(&d, emb)                                      ? emb
-                          : !x->tc.tie_embeddings && !safetensors_dir_find(&d, head) ? head
+                          : !x->target_cfg.tie_embeddings && !safetensors_dir_find(&d, head) ? head
                                                                                       : NULL;
     size_t bytes = 0;
     for (int i = 0; i < d.n; i++) bytes += d.entries[i]->nbytes;
     char b[32], ids[160] = "";
-    for (int i = 0; i < x->ct.n_feat; i++)
-        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "", (long long)x->ct.layer_ids[i]);
+    for (int i = 0; i < x->contract.n_feat; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "", (long long)x->contract.layer_ids[i]);
     if (missing)
         pf_mode_row(x, PF_FAIL, "%s: %s: no tensor %s", host, cfg->target_path, missing);
     else
         pf_mode_row(x, PF_OK, "%s: %s, %lld layers, hidden %lld, vocab %lld; %d tensors, %s in %d file(s)%s%s", host,
-                    x->tc.arch_name, (long long)x->tc.n_layers, (long long)x->tc.hidden, (long long)x->tc.vocab, d.n,
+                    x->target_cfg.arch_name, (long long)x->target_cfg.n_layers, (long long)x->target_cfg.hidden, (long long)x->target_cfg.vocab, d.n,
                     pf_bytes(bytes, b), d.n_files, layers ? "; feature layers " : "", layers ? ids : "");
     safetensors_dir_close(&d);
 }
@@ -98,10 +98,10 @@ int64_t pf_teacher_forward(pf_ctx *x, char *detail, size_t n, pf_result *res, in
     const world *w = x->w;
     target_model m;
     memset(&m, 0, sizeof m);
-    m.cfg = x->tc;
+    m.cfg = x->target_cfg;
     m.be = &x->be;
-    target_outputs o = {.n_feat = x->ct.n_feat, .topk = x->ct.topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
-    for (int i = 0; i < x->ct.n_feat; i++) o.layer_ids[i] = x->ct.layer_ids[i];
+    target_outputs o = {.n_feat = x->contract.n_feat, .topk = x->contract.topk, .vocab_tile = (int)cfg->teacher_vocab_tile};
+    for (int i = 0; i < x->contract.n_feat; i++) o.layer_ids[i] = x->contract.layer_ids[i];
     if (target_outputs_check(&m, &o)) {
         *res = PF_FAIL;
         snprintf(detail, n, "teacher: %s", error_msg());
@@ -111,7 +111,7 @@ int64_t pf_teacher_forward(pf_ctx *x, char *detail, size_t n, pf_result *res, in
     // the stages' activations and payloads over NCCL: device links, unless transport.payload = mpi
     int nccl = G > 1 && x->be.caps.device_links && strcmp(cfg->payload, "mpi") != 0;
     teacher_stage_mem *st = xmalloc((size_t)G * sizeof *st);
-    if (teacher_group_mem(cfg, &x->tc, &x->be, &o, tokens, G, students, nccl, st)) {
+    if (teacher_group_mem(cfg, &x->target_cfg, &x->be, &o, tokens, G, students, nccl, st)) {
         *res = PF_FAIL;
         snprintf(detail, n, "teacher: %s", error_msg());
         free(st);
@@ -136,7 +136,7 @@ int64_t pf_teacher_forward(pf_ctx *x, char *detail, size_t n, pf_result *res, in
             return -1;
         }
     } else if (!fit_batch && cfg->teacher_mem_budget > 0 &&
-               teacher_group_budget(cfg, &x->tc, &x->be, &o, tokens, G, students, nccl)) { // the run's own check
+               teacher_group_budget(cfg, &x->target_cfg, &x->be, &o, tokens, G, students, nccl)) { // the run's own check
         *res = PF_FAIL;
         snprintf(detail, n, "%s: %s", who, error_msg());
         return -1;
@@ -152,25 +152,25 @@ int64_t pf_teacher_forward(pf_ctx *x, char *detail, size_t n, pf_result *res, in
 
 // The teacher of a training job: the students' packed batches (the contract's max_tokens).
 int64_t pf_job_teacher(pf_ctx *x, char *detail, size_t n, pf_result *res) {
-    return pf_teacher_forward(x, detail, n, res, x->ct.max_tokens, x->w->students, 0);
+    return pf_teacher_forward(x, detail, n, res, x->contract.max_tokens, x->w->students, 0);
 }
 
 // The student's memory: plan_make exactly as student_train calls it.
 int64_t pf_job_student(pf_ctx *x, char *detail, size_t n, pf_result *res) {
     const config *cfg = x->cfg;
-    if (!x->have_dc) {
+    if (!x->have_drafter_cfg) {
         *res = PF_FAIL;
         snprintf(detail, n, "%s", x->drafter_err);
         return -1;
     }
     plan_request pr = {.budget = (size_t)cfg->train_mem_budget, .max_tokens = (int)cfg->max_tokens_per_batch,
                        .max_seqs = (int)cfg->max_tokens_per_batch, .max_anchors = (int)cfg->max_anchors,
-                       .k = x->ct.topk, .adam = 1, .ema = cfg->ema_decay > 0, .tied = x->tc.tie_embeddings,
+                       .k = x->contract.topk, .adam = 1, .ema = cfg->ema_decay > 0, .tied = x->target_cfg.tie_embeddings,
                        .force_mode = -1};
-    if (strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&x->dc);
+    if (strcmp(cfg->optimizer, "muon") == 0) pr.optim_scratch = optim_muon_plan_bytes(&x->drafter_cfg);
     student_plan plan;
     plan_breakdown bd;
-    if (plan_make(&x->dc, &x->be, &pr, &plan, &bd)) {
+    if (plan_make(&x->drafter_cfg, &x->be, &pr, &plan, &bd)) {
         *res = PF_FAIL;
         snprintf(detail, n, "student plan: %s (train.mem_budget)", error_msg());
         return -1;
@@ -190,10 +190,10 @@ int64_t pf_job_student(pf_ctx *x, char *detail, size_t n, pf_result *res) {
 // A training job's pinned host memory: the payload buffers and the gradient ring, as --plan plans them.
 int64_t pf_job_pinned(pf_ctx *x) {
     const world *w = x->w;
-    if (w->role != ROLE_TEACHER && !x->have_dc) return -1;
+    if (w->role != ROLE_TEACHER && !x->have_drafter_cfg) return -1;
     int on_link = 0, grad_mpi = 0;
     job_plan_links(x->cfg, w, &x->be, x->offline, x->cfg->eval_only, &on_link, &grad_mpi);
-    return (int64_t)job_plan_pinned_rank(x->cfg, w, w->rank, &x->be, &x->tc, &x->ct, &x->dc, on_link, grad_mpi,
+    return (int64_t)job_plan_pinned_rank(x->cfg, w, w->rank, &x->be, &x->target_cfg, &x->contract, &x->drafter_cfg, on_link, grad_mpi,
                                          x->offline);
 }
 
@@ -221,7 +221,7 @@ static void pf_data_features(pf_ctx *x, const char *host) {
         return;
     }
     const config *cfg = x->cfg;
-    int64_t want_d = x->have_ct && x->have_tc ? x->ct.n_feat * x->tc.hidden : -1, n = featreader_samples(fr);
+    int64_t want_d = x->have_contract && x->have_target_cfg ? x->contract.n_feat * x->target_cfg.hidden : -1, n = featreader_samples(fr);
     char what[256];
     snprintf(what, sizeof what, "%s: data.features %s: %lld sample(s) from %d set(s), top-%d, %d feature columns", host,
              cfg->data_features, (long long)n, featreader_n_sets(fr), featreader_topk(fr), featreader_feat_dim(fr));
@@ -229,8 +229,8 @@ static void pf_data_features(pf_ctx *x, const char *host) {
     int n_sets = 0;
     int64_t *len = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) len[i] = featreader_len(fr, i);
-    if (want_d >= 0 && (featreader_topk(fr) != x->ct.topk || featreader_feat_dim(fr) != want_d))
-        pf_mode_row(x, PF_FAIL, "%s; the run expects top-%d and %lld", what, x->ct.topk, (long long)want_d);
+    if (want_d >= 0 && (featreader_topk(fr) != x->contract.topk || featreader_feat_dim(fr) != want_d))
+        pf_mode_row(x, PF_FAIL, "%s; the run expects top-%d and %lld", what, x->contract.topk, (long long)want_d);
     else if (n == 0)
         pf_mode_row(x, PF_FAIL, "%s: no sample to train on", what);
     else if ((n_sets = dataset_feature_sets(cfg, fr, sets)) < 0)
@@ -271,8 +271,8 @@ int pf_data_sets(pf_ctx *x, const char *host, dataset *ds, char *what, size_t n,
         pf_mode_row(x, PF_FAIL, "%s: no sample with a valid anchor, %lld loss tokens (data.min_loss_tokens) and "
                                 "valid ids (rejected: %lld bad offsets, %lld bad ids, %lld short)",
                     what, (long long)cfg->min_loss_tokens, (long long)rej_off, (long long)rej_ids, (long long)rej_short);
-    else if (x->have_tc && ds->vocab_size > x->tc.vocab)
-        pf_mode_row(x, PF_FAIL, "%s, larger than the target's %lld", what, (long long)x->tc.vocab);
+    else if (x->have_target_cfg && ds->vocab_size > x->target_cfg.vocab)
+        pf_mode_row(x, PF_FAIL, "%s, larger than the target's %lld", what, (long long)x->target_cfg.vocab);
     else
         done = 0;
     if (done) {
@@ -360,12 +360,12 @@ void pf_job_run_dir(pf_ctx *x, const char *host) {
     size_t avail = 0;
     if (pf_dir_writable(x, key, dir, PF_SKIP, &created, &avail, &have_vs)) return;
     char f[32], n1[32], n2[32];
-    if (!x->have_dc) {
+    if (!x->have_drafter_cfg) {
         pf_mode_row(x, PF_OK, "%s %s: writable%s, %s free%s", key, dir, created ? " (created)" : "", pf_bytes(avail, f),
                     "; size of the checkpoints unknown (target unreadable)");
         return;
     }
-    size_t numel = (size_t)drafter_param_numel(&x->dc);
+    size_t numel = (size_t)drafter_param_numel(&x->drafter_cfg);
     size_t per_ckpt = numel * sizeof(float) * (3 + (cfg->ema_decay > 0)); // weights, Adam m and v, EMA
     size_t n_ckpt = cfg->ckpt_every > 0 ? (size_t)cfg->ckpt_keep + 1 : 0;
     size_t need = n_ckpt * per_ckpt + numel * sizeof(float);                // + the export (fp32 at most)

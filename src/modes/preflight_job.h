@@ -15,10 +15,10 @@
 // claim hook (dry). -1 with error_set.
 int pf_claim(pf_ctx *x);
 
-// pf_target_config: target.path's config.json into x->tc (have_tc); -1 with x->target_err set.
+// pf_target_config: target.path's config.json into x->target_cfg (have_target_cfg); -1 with x->target_err set.
 int pf_target_config(pf_ctx *x);
 // pf_job_shape: the shape hook of a training job's modes: the target's config, the teachers'
-// contract (have_ct) and the drafter's shape as the student derives it (have_dc, drafter_err).
+// contract (have_contract) and the drafter's shape as the student derives it (have_drafter_cfg, drafter_err).
 void pf_job_shape(pf_ctx *x);
 // pf_target_row: the target row: config.json, the tensors (the embedding, lm_head unless tied),
 // their bytes; with layers, the feature layers the teachers send.

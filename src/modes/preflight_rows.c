@@ -223,9 +223,8 @@ void pf_nccl(pf_ctx *x, const pf_info *all) {
         msg.ok = gpu_nccl_unique_id(msg.id) == 0;
         if (!msg.ok) snprintf(msg.why, sizeof msg.why, "%s", error_msg());
     }
-    MPI_Request req; // timed: a stopped GPU rank ends the preflight within the rank timeout
-    mpi_check(MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, 0, gc, &req));
-    watchdog_wait_all(&req, "the first GPU rank's NCCL id");
+    // timed: a stopped GPU rank ends the preflight within the rank timeout
+    watchdog_bcast_on(&msg, (int)sizeof msg, 0, gc, "the first GPU rank's NCCL id");
     char ver[32];
     gpu_nccl_version(ver, sizeof ver);
     if (!msg.ok)

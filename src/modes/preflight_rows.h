@@ -61,12 +61,12 @@ typedef struct pf_ctx {
     int offline;               // a training job from data.features (the mode's roles: world_want.offline)
     backend be;
     int have_be;
-    target_config tc;          // the target's config.json
-    int have_tc;
-    teacher_contract ct;       // layer ids, top-k, batch size
-    int have_ct;               // the shape is known as far as the mode's memory plans need it
-    drafter_config dc;         // the drafter's shape (for the student plan and the checkpoint size)
-    int have_dc;
+    target_config target_cfg;  // the target's config.json
+    int have_target_cfg;
+    teacher_contract contract; // layer ids, top-k, batch size
+    int have_contract;         // the shape is known as far as the mode's memory plans need it
+    drafter_config drafter_cfg; // the drafter's shape (for the student plan and the checkpoint size)
+    int have_drafter_cfg;
     char target_err[PF_DETAIL], drafter_err[PF_DETAIL];
     void *mode_state;          // what a mode's shape hook keeps for its rows (malloc'd; the frame frees it)
     int check;                 // the mode check running now (its row's check: PF_MODE_ROWS + i)

@@ -1,5 +1,6 @@
 // dump_features.c: the teacher-only offline mode (see dump_features.h).
 #include "teacher/dump_features.h"
+#include "common/core/config.h"
 
 #include <errno.h>
 #include <mpi.h>
@@ -553,3 +554,10 @@ int teacher_dump_features(const world *w, const config *cfg, backend *be, payloa
     for (int i = 0; i < CONFIG_MAX_SETS; i++) free((void *)res.set_heldout[i]);
     return rc;
 }
+
+// Settings: the keys of the offline feature files (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key features_keys[] = {
+    {"features.dir", CFG_STRING, CONFIG_F(features_dir), "", "directory of the offline feature files (written by dump-features)", NULL, CONFIG_NOLIM},
+    {"features.shard_samples", CFG_INT, CONFIG_F(features_shard_samples), "1024", "at most this many samples per feature shard (the unit of work and of resuming); the shard count is rounded up to a multiple of the teachers so each does the same work (a resume with another teacher count makes other shards)", NULL, 1, 1e12},
+};
+const config_key_set features_settings = CONFIG_KEY_SET(features_keys, NULL);

@@ -16,7 +16,7 @@
 // The inputs by content: what the parts and the set record and a resume compares.
 int regen_identity_make(regen *g) {
     const config *cfg = g->cfg;
-    const target_config *c = &g->m.cfg;
+    const target_config *c = &g->target.cfg;
     char cpath[CONFIG_STR + 16];
     snprintf(cpath, sizeof cpath, "%s/config.json", cfg->target_path);
     int64_t wcrc = identity_weights_crc(cfg->target_path); // (none readable: 0, as before; the loader names why)
@@ -26,9 +26,9 @@ int regen_identity_make(regen *g) {
                      "target_weights=%08x target_config=%08x vocab=%lld prompts=%lld prompts_bytes=%lld "
                      "prompts_crc32c=%08x max_new_tokens=%d max_len=%d temperature=%.17g top_p=%.17g top_k=%lld "
                      "seed=%llu shard_prompts=%lld stop_ids=[", g->weights_crc, g->config_crc, (long long)c->vocab,
-                     (long long)g->pi.n, (long long)g->pi.bytes, g->pi.crc, g->max_new, g->max_len,
+                     (long long)g->prompts.n, (long long)g->prompts.bytes, g->prompts.crc, g->max_new, g->max_len,
                      cfg->regen_temperature, cfg->regen_top_p, (long long)cfg->regen_top_k,
-                     (unsigned long long)cfg->regen_seed, (long long)g->per);
+                     (unsigned long long)cfg->regen_seed, (long long)g->shard_prompts);
     for (int i = 0; i < g->stops.n && n < (int)sizeof g->settings - 24; i++)
         n += snprintf(g->settings + n, sizeof g->settings - (size_t)n, "%s%lld", i ? "," : "", (long long)g->stops.id[i]);
     snprintf(g->settings + n, sizeof g->settings - (size_t)n, "]");

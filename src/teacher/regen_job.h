@@ -20,21 +20,21 @@ enum { FINISH_STOP = 0, FINISH_LENGTH = 1 };
 
 typedef struct regen {
     const config *cfg;
-    target_model m;
-    target_decoder dec;
+    target_model target;
+    target_decoder decoder;
     regen_link link;  // the decoder's calls along the stages of a teacher group
     payload_link *links; // the job's payload link (the stages' messages)
-    int G;            // world.teacher_group_size
-    prompt_index pi;
+    int group_size;   // world.teacher_group_size
+    prompt_index prompts;
     regen_stops stops;
     int max_len, max_seqs, max_new;
-    decode_sampling smp;
+    decode_sampling sampling;
     char settings[REGEN_SETTINGS_MAX]; // every setting that changes the output, as text (parts record it)
     char parts[CONFIG_STR + 16];
     char claims[CONFIG_STR + 64]; // this job's claim files: OUT.parts/claims-NONCE/SSSSS
     char tokenizer[CONFIG_STR + 64];
     uint32_t weights_crc, config_crc; // the target's identity by content
-    int64_t n_shards, per;
+    int64_t n_shards, shard_prompts; // regenerate.shard_prompts: prompts per shard
     int64_t reply_cap;   // reply tokens a shard's buffer holds: the most any shard can need
     int done_already;    // regenerate.out exists, made with these settings
 } regen;
@@ -44,7 +44,7 @@ typedef struct regen {
 typedef struct {
     int64_t first, cnt;
     int64_t base; // the job's prompts whose parts were on disk when this shard began (progress)
-    int64_t *at;       // [per + 1]
+    int64_t *at;       // [shard_prompts + 1]
     int32_t *reply;    // [reply_cap]
     int32_t *rlen;
     uint8_t *finish;
@@ -60,12 +60,12 @@ typedef struct {
 
 // The reply tokens prompt i can need: max_new_tokens, or fewer when its cache fills first.
 static inline int64_t regen_reply_need(const regen *g, int64_t i) {
-    int64_t room = (int64_t)g->max_len - g->pi.len[i] + 1;
+    int64_t room = (int64_t)g->max_len - g->prompts.len[i] + 1;
     return room < g->max_new ? room : g->max_new;
 }
 
 // The longest sample a set can hold: a prompt and its reply, at most max_len + 1 tokens.
 static inline int64_t regen_sample_cap(const regen *g) {
-    int64_t a = g->pi.longest + g->max_new, b = (int64_t)g->max_len + 1;
+    int64_t a = g->prompts.longest + g->max_new, b = (int64_t)g->max_len + 1;
     return a < b ? a : b;
 }

@@ -123,7 +123,7 @@ int64_t regen_output_prompts_done(const regen *g) {
     int64_t n = 0;
     for (int64_t s = 0; s < g->n_shards; s++) {
         part_path(path, sizeof path, g, s);
-        if (access(path, F_OK) == 0) n += (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+        if (access(path, F_OK) == 0) n += (s + 1) * g->shard_prompts < g->prompts.n ? g->shard_prompts : g->prompts.n - s * g->shard_prompts;
     }
     return n;
 }
@@ -149,14 +149,14 @@ int regen_output_part_write(regen *g, const shard_state *st, int64_t s) {
     char path[CONFIG_STR + 64];
     part_path(path, sizeof path, g, s);
     trainset_writer w;
-    if (trainset_writer_open(&w, path, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
+    if (trainset_writer_open(&w, path, g->target.cfg.vocab, g->tokenizer) < 0) return -1;
     int32_t *ids = xmalloc((size_t)regen_sample_cap(g) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)regen_sample_cap(g));
     int rc = 0;
     for (int64_t j = 0; rc == 0 && j < st->cnt; j++) {
-        if ((rc = regen_prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts)) < 0) break;
-        int64_t P = g->pi.s.n, R = st->rlen[j];
-        memcpy(ids, g->pi.s.ids, (size_t)P * sizeof(int32_t));
+        if ((rc = regen_prompts_read(&g->prompts, st->first + j, g->cfg->regen_prompts)) < 0) break;
+        int64_t P = g->prompts.s.n, R = st->rlen[j];
+        memcpy(ids, g->prompts.s.ids, (size_t)P * sizeof(int32_t));
         memcpy(ids + P, st->reply + st->at[j], (size_t)R * sizeof(int32_t));
         memset(mask, 0, (size_t)P);
         memset(mask + P, 1, (size_t)R);
@@ -176,8 +176,8 @@ int regen_output_part_write(regen *g, const shard_state *st, int64_t s) {
 int regen_output_merge(regen *g) {
     const config *cfg = g->cfg;
     trainset_writer w;
-    if (trainset_writer_open(&w, cfg->regen_out, g->m.cfg.vocab, g->tokenizer) < 0) return -1;
-    uint8_t *finish = xmalloc((size_t)g->pi.n);
+    if (trainset_writer_open(&w, cfg->regen_out, g->target.cfg.vocab, g->tokenizer) < 0) return -1;
+    uint8_t *finish = xmalloc((size_t)g->prompts.n);
     int32_t *ids = xmalloc((size_t)regen_sample_cap(g) * sizeof(int32_t));
     uint8_t *mask = xmalloc((size_t)regen_sample_cap(g));
     int64_t at = 0, n_stop = 0;
@@ -187,7 +187,7 @@ int regen_output_merge(regen *g) {
         part_path(path, sizeof path, g, s);
         // each part read is this run's (its settings and count checked again: another job's part
         // would not fit the buffers sized for these settings), each sample bounded before it is read
-        int64_t cnt = (s + 1) * g->per < g->pi.n ? g->per : g->pi.n - s * g->per;
+        int64_t cnt = (s + 1) * g->shard_prompts < g->prompts.n ? g->shard_prompts : g->prompts.n - s * g->shard_prompts;
         int have = regen_output_part_found(g, s, cnt);
         if (have <= 0) {
             rc = have < 0 ? -1 : error_set("%s: missing (every shard's part should be there)", path);
@@ -195,7 +195,7 @@ int regen_output_merge(regen *g) {
         }
         trainset ts;
         if ((rc = trainset_open(&ts, path, 0)) < 0) break;
-        if (ts.n != ts.n_raw || at + ts.n_raw > g->pi.n) rc = error_set("%s: %lld samples, not what its shard holds", path, (long long)ts.n_raw);
+        if (ts.n != ts.n_raw || at + ts.n_raw > g->prompts.n) rc = error_set("%s: %lld samples, not what its shard holds", path, (long long)ts.n_raw);
         if (rc == 0) rc = trainset_read_u8(&ts, "/finish_reason", finish + at);
         for (int64_t i = 0; rc == 0 && i < ts.n; i++) {
             int64_t len = trainset_len(&ts, i);
@@ -210,12 +210,12 @@ int regen_output_merge(regen *g) {
     }
     free(ids);
     free(mask);
-    if (rc == 0 && at != g->pi.n) rc = error_set("%s: the parts hold %lld samples, the prompts are %lld", g->parts, (long long)at, (long long)g->pi.n);
-    int64_t *held = xmalloc((size_t)g->pi.n * sizeof(int64_t)), n_held = 0;
+    if (rc == 0 && at != g->prompts.n) rc = error_set("%s: the parts hold %lld samples, the prompts are %lld", g->parts, (long long)at, (long long)g->prompts.n);
+    int64_t *held = xmalloc((size_t)g->prompts.n * sizeof(int64_t)), n_held = 0;
     char rule[512];
-    if (rc == 0) rc = trainset_writer_dataset(&w, "/finish_reason", 1, finish, g->pi.n);
+    if (rc == 0) rc = trainset_writer_dataset(&w, "/finish_reason", 1, finish, g->prompts.n);
     if (rc == 0 && cfg->regen_heldout > 0) {
-        n_held = trainset_heldout_draw(g->pi.n, cfg->regen_heldout, (uint64_t)cfg->regen_seed, held, rule, sizeof rule);
+        n_held = trainset_heldout_draw(g->prompts.n, cfg->regen_heldout, (uint64_t)cfg->regen_seed, held, rule, sizeof rule);
         rc = trainset_writer_dataset(&w, "/heldout", 0, held, n_held);
         if (rc == 0) rc = trainset_writer_attr(&w, "heldout_rule", rule, NULL, 0, NULL);
     }
@@ -225,8 +225,8 @@ int regen_output_merge(regen *g) {
     if (rc == 0) rc = trainset_writer_attr(&w, "prompts", cfg->regen_prompts, NULL, 0, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "target_weights_crc32c", NULL, (i64 = g->weights_crc, &i64), -1, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "target_config_crc32c", NULL, (i64 = g->config_crc, &i64), -1, NULL);
-    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_crc32c", NULL, (i64 = g->pi.crc, &i64), -1, NULL);
-    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_bytes", NULL, (i64 = g->pi.bytes, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_crc32c", NULL, (i64 = g->prompts.crc, &i64), -1, NULL);
+    if (rc == 0) rc = trainset_writer_attr(&w, "prompts_bytes", NULL, (i64 = g->prompts.bytes, &i64), -1, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "stop_ids", NULL, g->stops.id, g->stops.n, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "max_new_tokens", NULL, (i64 = g->max_new, &i64), -1, NULL);
     if (rc == 0) rc = trainset_writer_attr(&w, "max_len", NULL, (i64 = g->max_len, &i64), -1, NULL);
@@ -239,7 +239,7 @@ int regen_output_merge(regen *g) {
     else trainset_writer_abort(&w);
     if (rc == 0) {
         log_info("regenerate: %lld samples (%lld ended at a stop id, %lld at the length limit), %lld tokens, %lld "
-                 "held out -> %s", (long long)g->pi.n, (long long)n_stop, (long long)(g->pi.n - n_stop),
+                 "held out -> %s", (long long)g->prompts.n, (long long)n_stop, (long long)(g->prompts.n - n_stop),
                  (long long)w.n_tokens, (long long)n_held, cfg->regen_out);
         regen_output_tidy(cfg); // OUT.parts, and what killed merges left (OUT.tmp.PID)
     }

@@ -87,12 +87,8 @@ int regen_prompts_check_shard(prompt_index *pi, int64_t first, int64_t cnt, cons
 
 void regen_prompts_free(prompt_index *pi) {
     if (pi->f) fclose(pi->f);
-    free(pi->at);
-    free(pi->line_no);
-    free(pi->len);
-    free(pi->line_bytes);
-    free(pi->line_crc);
-    free(pi->line);
+    void *arrays[] = {pi->at, pi->line_no, pi->len, pi->line_bytes, pi->line_crc, pi->line}; // the index, the line buffer
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
     jsonl_sample_free(&pi->s);
     memset(pi, 0, sizeof *pi);
 }

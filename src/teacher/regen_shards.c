@@ -23,15 +23,15 @@ static int64_t mul_i64(int64_t a, int64_t b) {
 
 int regen_shards_plan(regen *g) {
     const config *cfg = g->cfg;
-    g->per = cfg->regen_shard_prompts < g->pi.n ? cfg->regen_shard_prompts : g->pi.n;
-    g->n_shards = (g->pi.n + g->per - 1) / g->per;
+    g->shard_prompts = cfg->regen_shard_prompts < g->prompts.n ? cfg->regen_shard_prompts : g->prompts.n;
+    g->n_shards = (g->prompts.n + g->shard_prompts - 1) / g->shard_prompts;
     // a shard's reply buffer: the most reply tokens any shard can need (each prompt at most
     // max_new_tokens, fewer when its cache fills first), every sum and product checked, refused
     // past this machine's memory before anything is allocated
     g->reply_cap = 0;
     for (int64_t s = 0; s < g->n_shards; s++) {
-        int64_t need = 0, end = (s + 1) * g->per < g->pi.n ? (s + 1) * g->per : g->pi.n;
-        for (int64_t i = s * g->per; i < end; i++) need += regen_reply_need(g, i); // <= n * 2^30: no overflow
+        int64_t need = 0, end = (s + 1) * g->shard_prompts < g->prompts.n ? (s + 1) * g->shard_prompts : g->prompts.n;
+        for (int64_t i = s * g->shard_prompts; i < end; i++) need += regen_reply_need(g, i); // <= n * 2^30: no overflow
         if (need > g->reply_cap) g->reply_cap = need;
     }
     int64_t bytes = mul_i64(g->reply_cap, (int64_t)sizeof(int32_t)), phys = (int64_t)sysconf(_SC_PHYS_PAGES);

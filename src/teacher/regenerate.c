@@ -2,6 +2,7 @@
 // continuous batching, this teacher's shards, and the end (the merge or a stop); the prompts, the
 // identity, the shards' claims and the parts are in regen_*.c (see regenerate.h).
 #include "teacher/regenerate.h"
+#include "common/core/config.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -37,69 +38,69 @@ static int regen_slots(regen *g) {
     const config *cfg = g->cfg;
     int64_t cap = cfg->regen_max_seqs > 0 ? cfg->regen_max_seqs : REGEN_AUTO_SEQS_NOBUDGET;
     if (cfg->regen_max_seqs == 0 && cfg->teacher_mem_budget > 0) { // the fewest any stage of a group holds
-        int64_t bounds[REGEN_MAX_STAGES + 1] = {0, 0}, b0 = g->m.layer_begin, b1 = g->m.layer_end;
-        if (g->G > REGEN_MAX_STAGES) return error_set("regenerate: teacher groups of at most %d ranks", REGEN_MAX_STAGES);
-        if (g->G > 1 && target_stage_split(&g->m.cfg, ops_act_dtype(g->m.be), g->G, bounds) < 0) return -1;
+        int64_t bounds[REGEN_MAX_STAGES + 1] = {0, 0}, b0 = g->target.layer_begin, b1 = g->target.layer_end;
+        if (g->group_size > REGEN_MAX_STAGES) return error_set("regenerate: teacher groups of at most %d ranks", REGEN_MAX_STAGES);
+        if (g->group_size > 1 && target_stage_split(&g->target.cfg, ops_act_dtype(g->target.be), g->group_size, bounds) < 0) return -1;
         size_t budget = (size_t)cfg->teacher_mem_budget;
-        for (int k = 0; k < g->G; k++) {
-            g->m.layer_begin = bounds[k];
-            g->m.layer_end = bounds[k + 1];
-            size_t weights = target_model_weight_bytes(&g->m);
+        for (int k = 0; k < g->group_size; k++) {
+            g->target.layer_begin = bounds[k];
+            g->target.layer_end = bounds[k + 1];
+            size_t weights = target_model_weight_bytes(&g->target);
             int64_t c = 0;
             for (int s = 1; s <= REGEN_AUTO_SEQS_CAP; s++)
-                if (weights + target_decoder_bytes(&g->m, s, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp) <= budget) c = s;
+                if (weights + target_decoder_bytes(&g->target, s, g->max_len, (int)cfg->teacher_vocab_tile, &g->sampling) <= budget) c = s;
             if (c == 0) {
-                size_t one = target_decoder_bytes(&g->m, 1, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp);
-                g->m.layer_begin = b0;
-                g->m.layer_end = b1;
+                size_t one = target_decoder_bytes(&g->target, 1, g->max_len, (int)cfg->teacher_vocab_tile, &g->sampling);
+                g->target.layer_begin = b0;
+                g->target.layer_end = b1;
                 return error_set("teacher.mem_budget %lld bytes does not hold the weights (%zu bytes) and one sequence "
                                  "of %d cached positions (%zu bytes)%s", (long long)cfg->teacher_mem_budget, weights,
-                                 g->max_len, one, g->G > 1 ? " on a stage of the teacher group" : "");
+                                 g->max_len, one, g->group_size > 1 ? " on a stage of the teacher group" : "");
             }
             if (k == 0 || c < cap) cap = c;
         }
-        g->m.layer_begin = b0;
-        g->m.layer_end = b1;
+        g->target.layer_begin = b0;
+        g->target.layer_end = b1;
     }
-    if (cap > g->per) cap = g->per; // never more slots than a shard has prompts
+    if (cap > g->shard_prompts) cap = g->shard_prompts; // never more slots than a shard has prompts
     g->max_seqs = (int)cap;
     return 0;
 }
 
 static int regen_setup(regen *g, const world *w) {
     const config *cfg = g->cfg;
-    g->G = w->group_size > 1 ? w->group_size : 1;
+    g->group_size = w->group_size > 1 ? w->group_size : 1;
     // (target.path, regenerate.prompts and regenerate.out are set and claimed: the mode's needs and
     // claim, src/modes/mode_regenerate.c) the weights are loaded last, once the inputs and the output are known to be usable
-    if (target_config_load(&g->m.cfg, cfg->target_path) || teacher_stage_select(w, &g->m)) return -1;
-    const target_config *c = &g->m.cfg;
+    if (target_config_load(&g->target.cfg, cfg->target_path) || teacher_stage_select(w, &g->target)) return -1;
+    const target_config *c = &g->target.cfg;
     if (regen_stops_load(&g->stops, cfg, c->vocab) < 0) return -1;
-    if (regen_prompts_index(&g->pi, cfg->regen_prompts, c->vocab) < 0) return -1;
+    if (regen_prompts_index(&g->prompts, cfg->regen_prompts, c->vocab) < 0) return -1;
     if (cfg->regen_max_len > c->max_positions)
         return error_set("regenerate.max_len %lld is past the target's max_position_embeddings %lld (%s/config.json)",
                          (long long)cfg->regen_max_len, (long long)c->max_positions, cfg->target_path);
     g->max_new = (int)cfg->regen_max_new_tokens;
-    int64_t L = cfg->regen_max_len > 0 ? cfg->regen_max_len : g->pi.longest + g->max_new - 1;
+    int64_t L = cfg->regen_max_len > 0 ? cfg->regen_max_len : g->prompts.longest + g->max_new - 1;
     if (cfg->regen_max_len == 0 && L > c->max_positions) L = c->max_positions;
     if (L > INT32_MAX / 2) L = INT32_MAX / 2;
     g->max_len = (int)L;
-    for (int64_t i = 0; i < g->pi.n; i++)
-        if (g->pi.len[i] > g->max_len || g->pi.len[i] > c->max_positions)
+    for (int64_t i = 0; i < g->prompts.n; i++)
+        if (g->prompts.len[i] > g->max_len || g->prompts.len[i] > c->max_positions)
             return error_set("regenerate.prompts %s line %lld: the prompt has %d tokens, longer than the cache of %d "
                              "positions per sequence (%s; the target's max_position_embeddings is %lld)",
-                             cfg->regen_prompts, (long long)g->pi.line_no[i], g->pi.len[i], g->max_len,
+                             cfg->regen_prompts, (long long)g->prompts.line_no[i], g->prompts.len[i], g->max_len,
                              cfg->regen_max_len > 0 ? "regenerate.max_len" : "the longest prompt + max_new_tokens - 1",
                              (long long)c->max_positions);
     // the held-out rule must leave samples to train on
     double h = cfg->regen_heldout;
-    int64_t held = h >= 1 ? (h < (double)g->pi.n ? (int64_t)h : g->pi.n) : h > 0 ? (int64_t)floor(h * (double)g->pi.n) : 0;
+    int64_t held = h >= 1 ? (h < (double)g->prompts.n ? (int64_t)h : g->prompts.n) : h > 0 ? (int64_t)floor(h * (double)g->prompts.n) : 0;
     if (h > 0 && held < 1) held = 1;
-    if (held >= g->pi.n)
+    if (held >= g->prompts.n)
         return error_set("regenerate.heldout %g holds out all %lld prompts of %s, leaving none to train on: set "
                          "regenerate.heldout below %lld (a count) or below 1 (a fraction), or 0 for none",
-                         h, (long long)g->pi.n, cfg->regen_prompts, (long long)g->pi.n);
+                         h, (long long)g->prompts.n, cfg->regen_prompts, (long long)g->prompts.n);
     if (regen_shards_plan(g) < 0) return -1;
-    g->smp = (decode_sampling){.temperature = (float)cfg->regen_temperature, .top_p = (float)cfg->regen_top_p,
+    g->sampling = (decode_sampling){.temperature = (float)cfg->regen_temperature, .top_p = (float)cfg->regen_top_p,
                                .top_k = (int)cfg->regen_top_k};
     if (regen_slots(g) < 0) return -1;
     snprintf(g->parts, sizeof g->parts, "%s.parts", cfg->regen_out);
@@ -108,10 +109,10 @@ static int regen_setup(regen *g, const world *w) {
     if (out < 0) return -1;
     g->done_already = out;
     if (out) return 0;
-    if (target_load_stage(&g->m, cfg->target_path, g->m.be, g->m.layer_begin, g->m.layer_end > 0 ? g->m.layer_end : -1))
+    if (target_load_stage(&g->target, cfg->target_path, g->target.be, g->target.layer_begin, g->target.layer_end > 0 ? g->target.layer_end : -1))
         return -1;
-    if (target_decoder_init(&g->dec, &g->m, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->smp)) return -1;
-    regen_link_init(&g->link, w, &g->dec, g->links);
+    if (target_decoder_init(&g->decoder, &g->target, g->max_seqs, g->max_len, (int)cfg->teacher_vocab_tile, &g->sampling)) return -1;
+    regen_link_init(&g->link, w, &g->decoder, g->links);
     return 0;
 }
 
@@ -123,7 +124,7 @@ static int regen_emit(regen *g, shard_state *st, int64_t j, int32_t t) {
     st->reply[st->at[j] + n] = t;
     st->rlen[j] = ++n;
     st->tokens++;
-    int P = g->pi.len[st->first + j];
+    int P = g->prompts.len[st->first + j];
     if (regen_stops_has(&g->stops, t)) st->finish[j] = FINISH_STOP;
     else if (n >= g->max_new || P + n - 1 >= g->max_len) st->finish[j] = FINISH_LENGTH; // no room to feed t
     else return 0;
@@ -133,7 +134,7 @@ static int regen_emit(regen *g, shard_state *st, int64_t j, int32_t t) {
 // The draw of shard prompt j's next token from its stream (sampling), the one number decode_sample's
 // rule takes from it per token.
 static void regen_draw(regen *g, shard_state *st, int64_t j, double *u) {
-    if (g->smp.temperature > 0.0f) *u = rng_uniform(&st->r[j]);
+    if (g->sampling.temperature > 0.0f) *u = rng_uniform(&st->r[j]);
 }
 
 // Decode the shard's prompts with continuous batching: the free slots take the next waiting prompts,
@@ -141,8 +142,8 @@ static void regen_draw(regen *g, shard_state *st, int64_t j, double *u) {
 // done counts this rank's prompts; the progress line counts the job's: the shards claim in order,
 // so every prompt before this shard's is claimed by some rank, and its rate and ETA are the job's.
 static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *done) {
-    target_decoder *d = &g->dec;
-    int sampling = g->smp.temperature > 0.0f;
+    target_decoder *d = &g->decoder;
+    int sampling = g->sampling.temperature > 0.0f;
     int64_t waiting = 0, finished = 0;
     regen_link_reset(&g->link);
     while (finished < st->cnt) {
@@ -150,12 +151,12 @@ static int regen_decode_shard(regen *g, shard_state *st, progress *pg, int64_t *
             // the waiting prompts that fit the free slots and the decoder's work buffers (rows tokens;
             // one prompt always fits: it is at most max_len <= rows)
             int s0 = d->n_seq, k = 0, T = 0;
-            while (s0 + k < g->max_seqs && waiting < st->cnt && T + g->pi.len[st->first + waiting] <= d->rows) {
+            while (s0 + k < g->max_seqs && waiting < st->cnt && T + g->prompts.len[st->first + waiting] <= d->rows) {
                 int64_t j = waiting++;
                 rng_init(&st->r[j], (uint64_t)g->cfg->regen_seed, (uint64_t)(st->first + j), REGEN_RNG_ID);
-                if (regen_prompts_read(&g->pi, st->first + j, g->cfg->regen_prompts) < 0) return -1;
-                memcpy(st->pack + T, g->pi.s.ids, (size_t)g->pi.s.n * sizeof(int32_t));
-                st->plen[k] = (int)g->pi.s.n;
+                if (regen_prompts_read(&g->prompts, st->first + j, g->cfg->regen_prompts) < 0) return -1;
+                memcpy(st->pack + T, g->prompts.s.ids, (size_t)g->prompts.s.n * sizeof(int32_t));
+                st->plen[k] = (int)g->prompts.s.n;
                 T += st->plen[k];
                 st->u[k] = 0;
                 regen_draw(g, st, j, &st->u[k]);
@@ -211,7 +212,7 @@ static void regen_progress_line(int64_t done, int64_t shards, int64_t tokens, do
 // takes the next one: the work balances itself). A shard's part depends only on its prompts and
 // the settings, so who decodes it does not change the set.
 static int regen_run_shards(regen *g, const world *w) {
-    int64_t per = g->per, done = 0, shards = 0;
+    int64_t per = g->shard_prompts, done = 0, shards = 0;
     shard_state st = {0};
     st.at = xmalloc(((size_t)per + 1) * sizeof(int64_t));
     st.reply = xmalloc((size_t)g->reply_cap * sizeof(int32_t)); // checked at setup
@@ -222,10 +223,10 @@ static int regen_run_shards(regen *g, const world *w) {
     st.cur = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.next = xmalloc((size_t)g->max_seqs * sizeof(int32_t));
     st.u = xmalloc((size_t)g->max_seqs * sizeof(double));
-    st.pack = xmalloc((size_t)g->dec.rows * sizeof(int32_t));
+    st.pack = xmalloc((size_t)g->decoder.rows * sizeof(int32_t));
     st.plen = xmalloc((size_t)g->max_seqs * sizeof(int));
     progress pg;
-    progress_start(&pg, "regenerate (the job's prompts: parts on disk + this shard's)", g->pi.n);
+    progress_start(&pg, "regenerate (the job's prompts: parts on disk + this shard's)", g->prompts.n);
     double t0 = time_now(), t_line = t0;
     int64_t skipped = 0, tokens0 = 0, said = -1; // said: prompts done at the last tokens/s line
     int rc = 0;
@@ -237,7 +238,7 @@ static int regen_run_shards(regen *g, const world *w) {
             continue;
         }
         st.first = s * per;
-        st.cnt = st.first + per < g->pi.n ? per : g->pi.n - st.first;
+        st.cnt = st.first + per < g->prompts.n ? per : g->prompts.n - st.first;
         int have = regen_output_part_found(g, s, st.cnt);
         if (have < 0) {
             rc = -1;
@@ -250,7 +251,7 @@ static int regen_run_shards(regen *g, const world *w) {
             progress_update(&pg, regen_output_prompts_done(g));
             continue;
         }
-        if ((rc = regen_prompts_check_shard(&g->pi, st.first, st.cnt, g->cfg->regen_prompts)) < 0) break;
+        if ((rc = regen_prompts_check_shard(&g->prompts, st.first, st.cnt, g->cfg->regen_prompts)) < 0) break;
         st.base = regen_output_prompts_done(g);
         progress_update(&pg, st.base);
         st.at[0] = 0;
@@ -268,7 +269,7 @@ static int regen_run_shards(regen *g, const world *w) {
         }
     }
     if (rc == 0) {
-        pg.done = g->pi.n; // every shard is claimed (some may still be decoding on other ranks)
+        pg.done = g->prompts.n; // every shard is claimed (some may still be decoding on other ranks)
         progress_end(&pg);
         if (said != done) regen_progress_line(done, shards, st.tokens - tokens0, time_now() - t0); // (not twice)
         if (skipped) log_info("regenerate: %lld shard(s) of this rank were done by an earlier run", (long long)skipped);
@@ -292,16 +293,16 @@ static int regen_run_shards(regen *g, const world *w) {
 int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_link *links) {
     regen *g = xcalloc(1, sizeof *g);
     g->cfg = cfg;
-    g->m.be = be;
+    g->target.be = be;
     g->links = links;
     int rc = regen_setup(g, w);
     if (rc == 0 && !g->done_already && fs_mkdirs(g->parts) < 0) rc = error_prefix("regenerate.out");
     if (rc == 0 && w->rank == 0 && !g->done_already)
         log_info("regenerate: %lld prompts (longest %lld tokens) in %lld shard(s) over %d teacher(s) of %d rank(s); %d "
-                 "slots of %d positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->pi.n,
-                 (long long)g->pi.longest, (long long)g->n_shards, w->groups, g->G, g->max_seqs, g->max_len, g->max_new, g->stops.n,
-                 g->smp.temperature > 0 ? "sampling" : "greedy");
-    if (rc == 0 && w->rank == 0 && g->G > 1 && !g->done_already)
+                 "slots of %d positions; max_new_tokens %d; %d stop id(s); %s", (long long)g->prompts.n,
+                 (long long)g->prompts.longest, (long long)g->n_shards, w->groups, g->group_size, g->max_seqs, g->max_len, g->max_new, g->stops.n,
+                 g->sampling.temperature > 0 ? "sampling" : "greedy");
+    if (rc == 0 && w->rank == 0 && g->group_size > 1 && !g->done_already)
         log_info("regenerate: the stages pass their rows %s", g->link.on_link ? "over NCCL, GPU to GPU" : "over MPI from host memory");
     // Every rank set up, or none runs (a later stage waiting on a first stage that failed would hang).
     int all_set_up = rc == 0;
@@ -339,11 +340,28 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_l
         if (rc) log_error("%s", error_msg());
     }
     regen_link_free(&g->link);
-    target_decoder_free(&g->dec);
-    regen_prompts_free(&g->pi);
-    target_free(&g->m);
+    target_decoder_free(&g->decoder);
+    regen_prompts_free(&g->prompts);
+    target_free(&g->target);
     free(g);
     int any = rc ? 1 : 0;
     watchdog_allreduce(&any, 1, MPI_INT, MPI_MAX, "rank 0 to merge the parts");
     return any ? -1 : 0;
 }
+
+// Settings: the keys of --mode regenerate (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key regenerate_keys[] = {
+    {"regenerate.prompts", CFG_STRING, CONFIG_F(regen_prompts), "", "--mode regenerate: the prompts, JSONL with one {\"input_ids\": [...]} per line (already templated: tools/prepare_data.py --prompts-only makes it from chat messages)", NULL, CONFIG_NOLIM},
+    {"regenerate.out", CFG_STRING, CONFIG_F(regen_out), "", "--mode regenerate: the training set written (prompt loss_mask 0, the target's reply 1, /finish_reason, /heldout; written atomically); its parts while it runs are in OUT.parts/", NULL, CONFIG_NOLIM},
+    {"regenerate.max_new_tokens", CFG_INT, CONFIG_F(regen_max_new_tokens), "512", "--mode regenerate: most tokens generated per reply (a reply cut there has finish_reason length and no end token)", NULL, 1, 1073741824},
+    {"regenerate.stop_ids", CFG_INT_LIST, CONFIG_F(regen_stop_ids), "", "--mode regenerate: token ids that end a reply, besides eos_token_id of the target's generation_config.json (the stop token is the reply's last token, loss 1)", NULL, 0, 2147483647},
+    {"regenerate.temperature", CFG_FLOAT, CONFIG_F(regen_temperature), "0", "--mode regenerate: sampling temperature; 0 = greedy", NULL, 0, 100},
+    {"regenerate.top_p", CFG_FLOAT, CONFIG_F(regen_top_p), "1", "--mode regenerate: nucleus sampling share (with a temperature > 0); 1 = no cut", NULL, 1e-9, 1},
+    {"regenerate.top_k", CFG_INT, CONFIG_F(regen_top_k), "0", "--mode regenerate: sample among the k most probable tokens (with a temperature > 0); 0 = no cut", NULL, 0, 1e9},
+    {"regenerate.seed", CFG_INT, CONFIG_F(regen_seed), "0", "--mode regenerate: sampling seed; prompt i's draws are the Philox stream of (seed, i), whichever rank or slot decodes it", NULL, 0, 9.2e18},
+    {"regenerate.max_seqs", CFG_INT, CONFIG_F(regen_max_seqs), "0", "--mode regenerate: sequences decoded at once per teacher (continuous batching: a finished one is replaced by the next prompt); 0 = as many as teacher.mem_budget holds, up to 64 (8 without a budget)", NULL, 0, 4096},
+    {"regenerate.max_len", CFG_INT, CONFIG_F(regen_max_len), "0", "--mode regenerate: cached positions per sequence (prompt + reply - 1; a reply that fills it ends with finish_reason length, a longer prompt is an error); 0 = the longest prompt + max_new_tokens - 1, at most the target's max_position_embeddings (a value past it is refused)", NULL, 0, 1073741824},
+    {"regenerate.shard_prompts", CFG_INT, CONFIG_F(regen_shard_prompts), "64", "--mode regenerate: prompts per shard, the unit of work among teachers (a teacher that finishes one claims the next) and of resuming", NULL, 1, 1e12},
+    {"regenerate.heldout", CFG_FLOAT, CONFIG_F(regen_heldout), "16", "--mode regenerate: held-out samples recorded in the set's /heldout (>= 1: a count, below 1: a fraction of the prompts; drawn from regenerate.seed; a rule that takes every prompt is refused); 0 = none (training then holds out its last data.heldout_samples)", NULL, 0, 1e12},
+};
+const config_key_set regenerate_settings = CONFIG_KEY_SET(regenerate_keys, NULL);

@@ -13,6 +13,7 @@
 //   one. The type is "rope_type", or the legacy "type", default "default".
 // A JSON null counts as absent everywhere (transformers writes "sliding_window": null etc.).
 #include "teacher/target_config.h"
+#include "common/core/config.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -649,3 +650,11 @@ void target_names_resolve(target_config *c, const st_dir *d) {
     if (!safetensors_dir_find(d, "lm_head.weight") && safetensors_dir_find(d, "language_model.lm_head.weight"))
         snprintf(c->head_name, sizeof c->head_name, "language_model.lm_head.weight");
 }
+
+// Settings: the keys of the target and the layers that feed the drafter (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key target_keys[] = {
+    {"target.path", CFG_STRING, CONFIG_F(target_path), "", "Hugging Face model directory of the target (config.json + safetensors)", NULL, CONFIG_NOLIM},
+    {"target.layer_ids", CFG_INT_LIST, CONFIG_F(target_layer_ids), "", "target layers whose hidden states feed the drafter; empty = SPEC §2 default", NULL, 0, 1e6},
+    {"target.n_features", CFG_INT, CONFIG_F(n_features), "5", "number of target layers feeding the drafter when target.layer_ids is empty", NULL, 1, 64},
+};
+const config_key_set target_settings = CONFIG_KEY_SET(target_keys, NULL);

@@ -1,5 +1,6 @@
 // teacher_loop.c: serve batches to students (see teacher_loop.h).
 #include "teacher/teacher_loop.h"
+#include "common/core/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,3 +259,10 @@ int teacher_serve(const world *w, const config *cfg, backend *be, payload_link *
     target_free(&m);
     return 0;
 }
+
+// Settings: the keys of testing: a slow teacher (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key teacher_test_keys[] = {
+    {"test.slow_teacher", CFG_INT, CONFIG_F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch (--mode regenerate and dump-features: per shard); -1 = none, -2 = every rank", NULL, -2, 1e6},
+    {"test.slow_ms", CFG_INT, CONFIG_F(test_slow_ms), "0", "testing: the slow teacher's delay per batch (ms)", NULL, 0, 1e7},
+};
+const config_key_set teacher_test_settings = CONFIG_KEY_SET(teacher_test_keys, NULL);

@@ -1,5 +1,6 @@
 // teacher_plan.c: what a teacher computes and how much memory it takes (see teacher_plan.h).
 #include "teacher/teacher_plan.h"
+#include "common/core/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,3 +399,13 @@ int teacher_plan_print(const world *w, const config *cfg, backend *be) {
     }
     return budget_rc;
 }
+
+// Settings: the keys of a teacher's batches, memory and outputs (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key teacher_keys[] = {
+    {"teacher.topk", CFG_INT, CONFIG_F(teacher_topk), "32", "k of the top-k target logits each teacher sends per token", NULL, 1, 256},
+    {"teacher.max_tokens", CFG_INT, CONFIG_F(teacher_max_tokens), "8192", "tokens per packed teacher batch (a longer sample is an error); in train mode the teachers run the students' batches whole, so data.max_tokens_per_batch must not exceed it", NULL, 1, 1073741824},
+    {"teacher.mem_budget", CFG_BYTES, CONFIG_F(teacher_mem_budget), "0", "teacher memory budget (weights + work); 0 = no limit; the teacher's batches must fit in it: teacher.max_tokens in dump-features, data.max_tokens_per_batch in train mode (--plan shows the plan)", NULL, CONFIG_SIZES},
+    {"teacher.vocab_tile", CFG_INT, CONFIG_F(teacher_vocab_tile), "0", "vocabulary columns of the lm_head per tile; 0 = min(V, 8192)", NULL, 0, 1073741824},
+    {"teacher.quant_weights", CFG_STRING, CONFIG_F(teacher_quant_weights), "resident", "a quantised target (config.json's quantization_config: fp8 blocks, mxfp4): resident keeps its quantised weights on the device as stored (codes + scales) and de-quantises each layer's into one scratch, shared by the stage's layers, just before the layer runs (about half the device memory of bf16 weights for FP8, a quarter for MXFP4, plus the largest layer at compute size; --plan counts it so); dequantize de-quantises them at load into the compute dtype (every weight at compute size). The outputs are bit-identical either way (docs/teacher.md, Quantised checkpoints)", "resident|dequantize", CONFIG_NOLIM},
+};
+const config_key_set teacher_settings = CONFIG_KEY_SET(teacher_keys, NULL);

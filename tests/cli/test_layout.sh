@@ -32,7 +32,10 @@
 #   - the modes decide for themselves: no MODE_PF_ flag (preflight runs each mode's own checks) and
 #     no mode name compared as a string outside src/modes;
 #   - results read as results: no heading of bench/RESULTS.md or docs/ is a dated session, and
-#     docs/architecture.md (the one-page map) exists.
+#     docs/architecture.md (the one-page map) exists;
+#   - the MPI collectives are src/common/comm's (timed by the watchdog): none called elsewhere;
+#   - settings owned by their users: no key declared in src/common/core/config.c, every file's
+#     config_key_set listed in src/settings.c.
 source "$DFLASH_SRC/tests/cli/lib.sh"
 cd "$SRC" || exit 1
 
@@ -216,6 +219,18 @@ hits=$(grep -rnE 'strcmp\([^;]*mode[^;]*"(train|eval|regenerate|check|dump-featu
 hits=$(grep -nE '^#+ .*([Ss]ession|20[0-9]{2}-[0-9]{2}-[0-9]{2})' bench/RESULTS.md docs/*.md)
 [ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: a dated section (results by benchmark; the history is git's)"; done <<< "$hits"
 [ -f docs/architecture.md ] && ok || bad "docs/architecture.md is missing (the one-page map)"
+
+# collectives through src/common/comm (the watchdog's timed waits): none called elsewhere
+hits=$(grep -rnE 'MPI_(I|All|Iall)?(gather|Gather|bcast|Bcast|reduce|Reduce|barrier|Barrier)\(' src --include=*.c --include=*.cu | grep -v '^src/common/comm/')
+[ -z "$hits" ] && ok || while IFS= read -r h; do bad "$h: an MPI collective outside src/common/comm (watchdog.h has them, timed)"; done <<< "$hits"
+
+# settings owned by their users: the key rows live in the files that read them (a config_key_set
+# each), src/settings.c lists every set, and the config core declares none
+hits=$(grep -nE '^[[:space:]]*\{"[a-z_]+\.[a-z_]+", CFG_' src/common/core/config.c)
+[ -z "$hits" ] && ok || bad "src/common/core/config.c declares keys (a key belongs to the file that reads it): $(echo "$hits" | head -2)"
+sets=$(grep -rhoE '^const config_key_set [a-z_0-9]+' src | awk '{print $3}' | sort)
+[ -n "$sets" ] && ok || bad "no config_key_set found in src"
+for set in $sets; do grep -qE "&$set\b" src/settings.c && ok || bad "config_key_set $set is not listed in src/settings.c"; done
 
 # README's table: `src...` rows against the folders that hold sources
 table=$(sed -n '/^## Layout/,/^## /p' README.md | grep -o '^| `src[^`]*`' | sed 's/^| `//; s/`$//' | sort -u)

@@ -21,6 +21,7 @@
 #include "student/loss/loss.h"
 #include "student/loss/loss_config.h"
 #include "testing.h"
+#include "testing_device.h"
 
 static backend be;
 
@@ -565,9 +566,7 @@ static void test_edges(void) {
 
 static void test_terms_and_settings(void) {
     for (int t = 0; t < LOSS_TERMS; t++) {
-        int found = 0;
-        for (int i = 0; i < config_nkeys; i++) found |= strcmp(config_keys[i].key, loss_terms[t].key) == 0;
-        CHECK_MSG(found, "term %s: key %s is no configuration key", loss_terms[t].metric, loss_terms[t].key);
+        CHECK_MSG(config_key_find(loss_terms[t].key) != NULL, "term %s: key %s is no configuration key", loss_terms[t].metric, loss_terms[t].key);
         for (int u = 0; u < t; u++) CHECK(strcmp(loss_terms[t].metric, loss_terms[u].metric) != 0);
         CHECK(loss_terms[t].always || loss_terms[t].miss_metric);
     }
@@ -609,16 +608,8 @@ static void test_terms_and_settings(void) {
 }
 
 int main(void) {
-    test_rand_seed(20251130); // the stream this test always drew
-    if (backend_open(&be, "cpu", 0) != 0) {
-        fprintf(stderr, "backend_open: %s\n", error_msg());
-        return 1;
-    }
-    test_by_hand();
-    test_finite_differences();
-    test_vs_naive();
-    test_edges();
-    test_terms_and_settings();
-    backend_close(&be);
-    return test_finish("test_loss");
+    static void (*const tests[])(void) = {test_by_hand, test_finite_differences, test_vs_naive, test_edges,
+                                          test_terms_and_settings};
+    // seed 20251130: the stream this test always drew
+    return test_run_cpu("test_loss", 20251130, &be, tests, sizeof tests / sizeof tests[0]);
 }

@@ -13,6 +13,7 @@
 #include "common/kernels/ops.h"
 #include "common/kernels/vexp.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define U32 0x1p-24 // fp32 unit roundoff
 
@@ -403,21 +404,7 @@ static void test_vexpf(void) {
 }
 
 int main(void) {
-    test_rand_seed(424242);
-    if (backend_open(&be, "cpu", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
-    test_embed();
-    test_copy_2d();
-    test_to_f32();
-    test_rmsnorm();
-    test_rope();
-    test_attention();
-    test_swiglu();
-    test_add();
-    test_topk_lse();
-    test_vexpf();
-    backend_close(&be);
-    return test_finish("test_ops");
+    static void (*const tests[])(void) = {test_embed, test_copy_2d, test_to_f32, test_rmsnorm, test_rope,
+                                          test_attention, test_swiglu, test_add, test_topk_lse, test_vexpf};
+    return test_run_cpu("test_ops", 424242, &be, tests, sizeof tests / sizeof tests[0]);
 }

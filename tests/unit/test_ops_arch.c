@@ -37,6 +37,7 @@
 #include "common/decode/ops_decode.h"
 #include "common/kernels/ops.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define U32 0x1p-24 // fp32 unit roundoff
 
@@ -351,19 +352,7 @@ static void test_moe_bias_add(void) {
 }
 
 int main(void) {
-    test_rand_seed(4848);
-    if (backend_open(&be, "cpu", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
-    test_attention_ext();
-    test_decode_ext();
-    test_bias_add();
-    test_scale();
-    test_softcap();
-    test_geglu();
-    test_swiglu_clamped();
-    test_moe_bias_add();
-    backend_close(&be);
-    return test_finish("test_ops_arch");
+    static void (*const tests[])(void) = {test_attention_ext, test_decode_ext, test_bias_add, test_scale,
+                                          test_softcap, test_geglu, test_swiglu_clamped, test_moe_bias_add};
+    return test_run_cpu("test_ops_arch", 4848, &be, tests, sizeof tests / sizeof tests[0]);
 }

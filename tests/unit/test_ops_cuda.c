@@ -26,9 +26,6 @@
 #include "common/backend/backend.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/attn_tc.h"
-#endif
 #include "testing.h"
 #include "testing_device.h"
 
@@ -163,13 +160,7 @@ static void test_rope(void) {
 static const char *attn_path = "tiled";
 
 static void attention_case(const int *lens, int n_seq, int nq, int nkv, int hd) {
-#ifdef DFLASH_HAVE_CUDA
-    if (!attn_tc_path_fits(attn_path, hd, 0)) { // a forced shape this card cannot hold (sm_120: 99 KiB)
-        printf("attention hd=%d %s: skipped, more shared memory than the device's\n", hd, attn_path);
-        return;
-    }
-#endif
-    setenv("DFLASH_CUDA_ATTN", attn_path, 1);
+    if (!test_attn_path("attention", attn_path, hd, 0)) return;
     int32_t cu[16];
     cu[0] = 0;
     for (int s = 0; s < n_seq; s++) cu[s + 1] = cu[s] + lens[s];

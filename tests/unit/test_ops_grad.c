@@ -18,6 +18,7 @@
 #include "common/backend/backend.h"
 #include "common/kernels/ops.h"
 #include "testing.h"
+#include "testing_device.h"
 
 #define FD_STEP 1e-2f
 #define FD_TOL 1e-3
@@ -196,6 +197,7 @@ typedef struct {
 typedef struct {
     const attn_case *cs;
     int S, rows; // packed length, C * B
+    size_t nqe, nbe, nce; // elements of q (and dq, out, G), of a block's k/v, of the context's k/v
     int32_t anchors[8], seq_start[8];
     float scale;
     float *q, *kb, *vb, *kc, *vc;    // inputs
@@ -214,8 +216,8 @@ static void attn_setup(attn_bufs *t, const attn_case *cs) {
         t->anchors[ci] = a;
         t->seq_start[ci] = cs->bounds[s];
     }
-    size_t nqe = (size_t)t->rows * cs->nq * cs->hd, nbe = (size_t)t->rows * cs->nkv * cs->hd;
-    size_t nce = (size_t)t->S * cs->nkv * cs->hd;
+    size_t nqe = t->nqe = (size_t)t->rows * cs->nq * cs->hd, nbe = t->nbe = (size_t)t->rows * cs->nkv * cs->hd;
+    size_t nce = t->nce = (size_t)t->S * cs->nkv * cs->hd;
     // amplitude 1.5: scores of a few units, so some softmax rows are peaked and some flat
     t->q = test_rand_vec(nqe, 1.5f);
     t->kb = test_rand_vec(nbe, 1.5f);
@@ -241,7 +243,7 @@ static void attn_forward(attn_bufs *t) {
 static double attn_objective(void *p) {
     attn_bufs *t = p;
     attn_forward(t);
-    return dot_d(t->out, t->G, (size_t)t->rows * t->cs->nq * t->cs->hd);
+    return dot_d(t->out, t->G, t->nqe);
 }
 
 // The sequence a packed position belongs to.
@@ -286,7 +288,7 @@ typedef struct {
 static naive_result naive_attention(const attn_bufs *t, const float *dout) {
     const attn_case *cs = t->cs;
     int S = t->S, B = cs->B, nq = cs->nq, hd = cs->hd, group = nq / cs->nkv, ncol = S + B;
-    size_t nqe = (size_t)t->rows * nq * hd, nbe = (size_t)t->rows * cs->nkv * hd, nce = (size_t)S * cs->nkv * hd;
+    size_t nqe = t->nqe, nbe = t->nbe, nce = t->nce;
     naive_result r = {calloc(nqe, 8), calloc((size_t)t->rows * nq, 8), calloc(nqe, 8), calloc(nbe, 8),
                       calloc(nbe, 8), calloc(nce, 8), calloc(nce, 8)};
     unsigned char *mask = naive_mask(t);
@@ -347,10 +349,9 @@ typedef struct {
 
 static attn_grads attn_backward(attn_bufs *t) {
     const attn_case *cs = t->cs;
-    size_t nqe = (size_t)t->rows * cs->nq * cs->hd, nbe = (size_t)t->rows * cs->nkv * cs->hd;
-    size_t nce = (size_t)t->S * cs->nkv * cs->hd;
     // dq/dkb/dvb start as garbage: the op must overwrite them
-    attn_grads g = {test_rand_vec(nqe, 100), test_rand_vec(nbe, 100), test_rand_vec(nbe, 100), calloc(nce, 4), calloc(nce, 4)};
+    attn_grads g = {test_rand_vec(t->nqe, 100), test_rand_vec(t->nbe, 100), test_rand_vec(t->nbe, 100),
+                    calloc(t->nce, 4), calloc(t->nce, 4)};
     attn_forward(t);
     ops_dflash_attn_backward(&be, g.dq, g.dkb, g.dvb, g.dkc, g.dvc, t->G, t->out, t->lse, t->q, t->kb, t->vb, t->kc,
                              t->vc, t->anchors, t->seq_start, cs->C, cs->B, cs->nq, cs->nkv, cs->hd, t->scale,
@@ -360,21 +361,29 @@ static attn_grads attn_backward(attn_bufs *t) {
 
 static void grads_free(attn_grads *g) { free(g->dq), free(g->dkb), free(g->dvb), free(g->dkc), free(g->dvc); }
 
-// Forward and backward against the naive double version. The op is fp32 with sums over at most
-// S + B terms: its relative error is a few 1e-7 here; 1e-5 leaves room and still catches any
-// masking or indexing error (O(1)).
-static void check_against_naive(const attn_case *cs) {
+// One case: its buffers and the op's gradients (attn_backward), handed to check, then freed.
+static void attn_check(const attn_case *cs, void (*check)(attn_bufs *t, attn_grads *g)) {
     attn_bufs t;
     attn_setup(&t, cs);
     attn_grads g = attn_backward(&t);
-    naive_result r = naive_attention(&t, t.G);
-    size_t nqe = (size_t)t.rows * cs->nq * cs->hd, nbe = (size_t)t.rows * cs->nkv * cs->hd;
-    size_t nce = (size_t)t.S * cs->nkv * cs->hd;
-    double e_out = test_rel_err_d(t.out, r.out, nqe), e_lse = 0;
-    for (size_t i = 0; i < (size_t)t.rows * cs->nq; i++)
-        e_lse = fabs(t.lse[i] - r.lse[i]) > e_lse ? fabs(t.lse[i] - r.lse[i]) : e_lse;
-    double e[5] = {test_rel_err_d(g.dq, r.dq, nqe), test_rel_err_d(g.dkb, r.dkb, nbe), test_rel_err_d(g.dvb, r.dvb, nbe),
-                   test_rel_err_d(g.dkc, r.dkc, nce), test_rel_err_d(g.dvc, r.dvc, nce)};
+    check(&t, &g);
+    grads_free(&g);
+    attn_free(&t);
+}
+
+// Forward and backward against the naive double version. The op is fp32 with sums over at most
+// S + B terms: its relative error is a few 1e-7 here; 1e-5 leaves room and still catches any
+// masking or indexing error (O(1)).
+static void check_against_naive(attn_bufs *t, attn_grads *g) {
+    const attn_case *cs = t->cs;
+    naive_result r = naive_attention(t, t->G);
+    size_t nqe = t->nqe, nbe = t->nbe, nce = t->nce;
+    double e_out = test_rel_err_d(t->out, r.out, nqe), e_lse = 0;
+    for (size_t i = 0; i < (size_t)t->rows * cs->nq; i++)
+        e_lse = fabs(t->lse[i] - r.lse[i]) > e_lse ? fabs(t->lse[i] - r.lse[i]) : e_lse;
+    double e[5] = {test_rel_err_d(g->dq, r.dq, nqe), test_rel_err_d(g->dkb, r.dkb, nbe),
+                   test_rel_err_d(g->dvb, r.dvb, nbe), test_rel_err_d(g->dkc, r.dkc, nce),
+                   test_rel_err_d(g->dvc, r.dvc, nce)};
     printf("  naive %-26s out %.1e lse %.1e dq %.1e dkb %.1e dvb %.1e dkc %.1e dvc %.1e\n", cs->name, e_out, e_lse,
            e[0], e[1], e[2], e[3], e[4]);
     CHECK_MSG(e_out <= 1e-5, "%s: forward out differs from the naive one by %.3g", cs->name, e_out);
@@ -382,56 +391,44 @@ static void check_against_naive(const attn_case *cs) {
     const char *names[5] = {"dq", "dkb", "dvb", "dkc", "dvc"};
     for (int i = 0; i < 5; i++) CHECK_MSG(e[i] <= 1e-5, "%s: %s differs from the naive one by %.3g", cs->name, names[i], e[i]);
     naive_free(&r);
-    grads_free(&g);
-    attn_free(&t);
 }
 
 // Every gradient of one case against finite differences.
-static void check_fd(const attn_case *cs) {
-    attn_bufs t;
-    attn_setup(&t, cs);
-    attn_grads g = attn_backward(&t);
-    size_t nqe = (size_t)t.rows * cs->nq * cs->hd, nbe = (size_t)t.rows * cs->nkv * cs->hd;
-    size_t nce = (size_t)t.S * cs->nkv * cs->hd;
+static void check_fd(attn_bufs *t, attn_grads *g) {
+    const attn_case *cs = t->cs;
     printf(" %s\n", cs->name);
-    fd_check("attn dq", t.q, nqe, g.dq, attn_objective, &t);
-    fd_check("attn dkb", t.kb, nbe, g.dkb, attn_objective, &t);
-    fd_check("attn dvb", t.vb, nbe, g.dvb, attn_objective, &t);
-    fd_check("attn dkc", t.kc, nce, g.dkc, attn_objective, &t);
-    fd_check("attn dvc", t.vc, nce, g.dvc, attn_objective, &t);
-    grads_free(&g);
-    attn_free(&t);
+    fd_check("attn dq", t->q, t->nqe, g->dq, attn_objective, t);
+    fd_check("attn dkb", t->kb, t->nbe, g->dkb, attn_objective, t);
+    fd_check("attn dvb", t->vb, t->nbe, g->dvb, attn_objective, t);
+    fd_check("attn dkc", t->kc, t->nce, g->dkc, attn_objective, t);
+    fd_check("attn dvc", t->vc, t->nce, g->dvc, attn_objective, t);
 }
 
 // Calling the backward twice: dkc/dvc are accumulators (twice the gradient), dq/dkb/dvb are written
 // (the same values again, whatever the buffers held).
-static void check_accumulation(const attn_case *cs) {
-    attn_bufs t;
-    attn_setup(&t, cs);
-    attn_grads g = attn_backward(&t);
-    size_t nqe = (size_t)t.rows * cs->nq * cs->hd, nbe = (size_t)t.rows * cs->nkv * cs->hd;
-    size_t nce = (size_t)t.S * cs->nkv * cs->hd;
-    float *dq1 = test_copy_floats(g.dq, nqe), *dkb1 = test_copy_floats(g.dkb, nbe), *dvb1 = test_copy_floats(g.dvb, nbe);
-    float *dkc1 = test_copy_floats(g.dkc, nce), *dvc1 = test_copy_floats(g.dvc, nce);
-    for (size_t i = 0; i < nqe; i++) g.dq[i] = 1e4f;
-    for (size_t i = 0; i < nbe; i++) g.dkb[i] = g.dvb[i] = -1e4f;
-    ops_dflash_attn_backward(&be, g.dq, g.dkb, g.dvb, g.dkc, g.dvc, t.G, t.out, t.lse, t.q, t.kb, t.vb, t.kc, t.vc,
-                             t.anchors, t.seq_start, cs->C, cs->B, cs->nq, cs->nkv, cs->hd, t.scale, cs->window,
-                             cs->causal);
-    CHECK(memcmp(g.dq, dq1, nqe * sizeof(float)) == 0);
-    CHECK(memcmp(g.dkb, dkb1, nbe * sizeof(float)) == 0);
-    CHECK(memcmp(g.dvb, dvb1, nbe * sizeof(float)) == 0);
+static void check_accumulation(attn_bufs *t, attn_grads *g) {
+    const attn_case *cs = t->cs;
+    size_t nqe = t->nqe, nbe = t->nbe, nce = t->nce;
+    float *dq1 = test_copy_floats(g->dq, nqe), *dkb1 = test_copy_floats(g->dkb, nbe);
+    float *dvb1 = test_copy_floats(g->dvb, nbe);
+    float *dkc1 = test_copy_floats(g->dkc, nce), *dvc1 = test_copy_floats(g->dvc, nce);
+    for (size_t i = 0; i < nqe; i++) g->dq[i] = 1e4f;
+    for (size_t i = 0; i < nbe; i++) g->dkb[i] = g->dvb[i] = -1e4f;
+    ops_dflash_attn_backward(&be, g->dq, g->dkb, g->dvb, g->dkc, g->dvc, t->G, t->out, t->lse, t->q, t->kb, t->vb,
+                             t->kc, t->vc, t->anchors, t->seq_start, cs->C, cs->B, cs->nq, cs->nkv, cs->hd, t->scale,
+                             cs->window, cs->causal);
+    CHECK(memcmp(g->dq, dq1, nqe * sizeof(float)) == 0);
+    CHECK(memcmp(g->dkb, dkb1, nbe * sizeof(float)) == 0);
+    CHECK(memcmp(g->dvb, dvb1, nbe * sizeof(float)) == 0);
     double mk = max_abs(dkc1, nce), mv = max_abs(dvc1, nce);
     int bad = 0;
     for (size_t i = 0; i < nce; i++) {
-        bad += fabs(g.dkc[i] - 2.0 * dkc1[i]) > 1e-6 * mk;
-        bad += fabs(g.dvc[i] - 2.0 * dvc1[i]) > 1e-6 * mv;
+        bad += fabs(g->dkc[i] - 2.0 * dkc1[i]) > 1e-6 * mk;
+        bad += fabs(g->dvc[i] - 2.0 * dvc1[i]) > 1e-6 * mv;
     }
     CHECK_MSG(mk > 0 && mv > 0, "%s: the context gradients are zero", cs->name);
     CHECK_MSG(bad == 0, "%s: %d context gradient elements are not doubled by a second backward", cs->name, bad);
     free(dq1), free(dkb1), free(dvb1), free(dkc1), free(dvc1);
-    grads_free(&g);
-    attn_free(&t);
 }
 
 // Tiny cases for the finite differences. Sequences are [bounds[s], bounds[s+1]); every case has an
@@ -463,12 +460,12 @@ static const attn_case big_cases[] = {
 
 static void test_dflash_attention(void) {
     for (size_t i = 0; i < sizeof fd_cases / sizeof fd_cases[0]; i++) {
-        check_against_naive(&fd_cases[i]);
-        check_fd(&fd_cases[i]);
+        attn_check(&fd_cases[i], check_against_naive);
+        attn_check(&fd_cases[i], check_fd);
     }
-    for (size_t i = 0; i < sizeof big_cases / sizeof big_cases[0]; i++) check_against_naive(&big_cases[i]);
-    check_accumulation(&fd_cases[0]);
-    check_accumulation(&big_cases[1]);
+    for (size_t i = 0; i < sizeof big_cases / sizeof big_cases[0]; i++) attn_check(&big_cases[i], check_against_naive);
+    attn_check(&fd_cases[0], check_accumulation);
+    attn_check(&big_cases[1], check_accumulation);
 }
 
 // ----------------------------------------------------------------------------- DFlash2 dynamic conv
@@ -543,16 +540,7 @@ static void test_dynconv(void) {
 }
 
 int main(void) {
-    test_rand_seed(20240611);
-    if (backend_open(&be, "cpu", 0) != 0) {
-        fprintf(stderr, "%s\n", error_msg());
-        return 1;
-    }
-    test_rmsnorm_backward();
-    test_rope_backward();
-    test_swiglu_backward();
-    test_dflash_attention();
-    test_dynconv();
-    backend_close(&be);
-    return test_finish("test_ops_grad");
+    static void (*const tests[])(void) = {test_rmsnorm_backward, test_rope_backward, test_swiglu_backward,
+                                          test_dflash_attention, test_dynconv};
+    return test_run_cpu("test_ops_grad", 20240611, &be, tests, sizeof tests / sizeof tests[0]);
 }

@@ -25,9 +25,6 @@
 #include "common/backend/backend.h"
 #include "common/core/half.h"
 #include "common/kernels/ops.h"
-#ifdef DFLASH_HAVE_CUDA
-#include "common/kernels/attn_tc.h"
-#endif
 #include "student/train/optim.h"
 #include "testing.h"
 #include "testing_device.h"
@@ -133,13 +130,7 @@ static void test_swiglu_bwd_conv(void) {
 static const char *attn_path = "tiled";
 
 static void dflash_case(int S, int n_seq, int C, int B, int nq, int nkv, int hd, int window, int causal) {
-#ifdef DFLASH_HAVE_CUDA
-    if (!attn_tc_path_fits(attn_path, hd, 1)) { // a forced shape this card cannot hold (sm_120: 99 KiB)
-        printf("dflash attention hd=%d %s: skipped, more shared memory than the device's\n", hd, attn_path);
-        return;
-    }
-#endif
-    setenv("DFLASH_CUDA_ATTN", attn_path, 1);
+    if (!test_attn_path("dflash attention", attn_path, hd, 1)) return;
     double tol_ctx = strcmp(attn_path, "scalar") == 0 ? TOL_F32 : TOL_ACT;
     int32_t cu[9];
     for (int s = 0; s <= n_seq; s++) cu[s] = (int32_t)((int64_t)S * s / n_seq);

@@ -1,8 +1,8 @@
-// testing_device.h: the CUDA op tests' devices (opening the CPU reference and the GPU) and moving
-// test data to and from a backend's device: allocation that stops the test on failure, bf16, act
-// (bf16 or f32) and raw uploads, bf16/f32/act/raw downloads (host copies the caller frees); count_off,
-// the values off by more than a tolerance of the reference's scale. The error measure and the report
-// line: testing.h.
+// testing_device.h: the op tests' devices (a CPU test's main: test_run_cpu; the CUDA tests: opening
+// the CPU reference and the GPU, the attention path they force) and moving test data to and from a
+// backend's device: allocation that stops the test on failure, bf16, act (bf16 or f32) and raw
+// uploads, bf16/f32/act/raw downloads (host copies the caller frees); count_off, the values off by
+// more than a tolerance of the reference's scale. The error measure and the report line: testing.h.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -13,6 +13,10 @@
 #include "common/core/check.h"
 #include "common/core/error.h"
 #include "common/core/half.h"
+#ifdef DFLASH_HAVE_CUDA
+#include "common/kernels/attn_tc.h"
+#endif
+#include "testing.h"
 
 // count_off: the values of got off ref by more than tol * max |ref|
 static inline size_t count_off(const float *got, const float *ref, size_t n, double tol) {
@@ -36,6 +40,37 @@ static inline int test_open_devices(backend *cpu, backend *gpu) {
         return 1;
     }
     return 0;
+}
+
+// test_run_cpu: the main of a test on the CPU backend: starts the test's random stream at seed, opens
+// the CPU backend into be (1, the reason printed, when it fails), runs the n tests in order, closes
+// be and returns test_finish(name).
+static inline int test_run_cpu(const char *name, uint64_t seed, backend *be, void (*const *tests)(void), size_t n) {
+    test_rand_seed(seed);
+    if (backend_open(be, "cpu", 0) != 0) {
+        fprintf(stderr, "%s\n", error_msg());
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) tests[i]();
+    backend_close(be);
+    return test_finish(name);
+}
+
+// test_attn_path: the CUDA attention path of the cases that follow (DFLASH_CUDA_ATTN = path: "tiled",
+// "tiled-BQxBK" to force a tile shape, or "scalar"). 0, and a line naming what and hd, when a forced
+// shape needs more shared memory at head_dim hd than this card gives (sm_120: 99 KiB; backward: its
+// tiles too): the case is skipped. 1 when set.
+static inline int test_attn_path(const char *what, const char *path, int hd, int backward) {
+#ifdef DFLASH_HAVE_CUDA
+    if (!attn_tc_path_fits(path, hd, backward)) {
+        printf("%s hd=%d %s: skipped, more shared memory than the device's\n", what, hd, path);
+        return 0;
+    }
+#else
+    (void)what, (void)hd, (void)backward;
+#endif
+    setenv("DFLASH_CUDA_ATTN", path, 1);
+    return 1;
 }
 
 static inline void *dev_alloc(backend *be, size_t bytes) {

@@ -5,6 +5,7 @@
 // others compile backend_nocuda.c, which has no device). Argument checks that do not depend on the
 // device are done here, once.
 #include "common/backend/backend.h"
+#include "common/core/config.h"
 
 #include <omp.h>
 #include <stdint.h>
@@ -183,3 +184,9 @@ int backend_event_done(backend *be, void *ev) { return be->ops->event_done(be, e
 void backend_event_sync(backend *be, void *ev) { be->ops->event_sync(be, ev); }
 
 void backend_stream_wait(backend *be, void *ev) { be->ops->stream_wait(be, ev); }
+
+// Settings: the keys of the backend chosen (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key backend_keys[] = {
+    {"run.device", CFG_STRING, CONFIG_F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", CONFIG_NOLIM},
+};
+const config_key_set backend_settings = CONFIG_KEY_SET(backend_keys, NULL);

@@ -82,9 +82,12 @@ void cpu_gemm(backend *be, int trans_a, int trans_b, int m, int n, int k, float 
 // the rest of backend.h on the CPU: plain memory, copies at the call, events that are always
 // complete (a byte each, so that every event is a distinct pointer to free)
 
-static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
+static void cpu_copy_to_device(backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     if (bytes) memcpy(dst, src, bytes);
+}
+static void cpu_copy_to_host(backend *be, void *dst, const void *src, size_t bytes) {
+    cpu_copy_to_device(be, dst, src, bytes); // host to host either way
 }
 static void cpu_memset_zero(backend *be, void *p, size_t bytes) {
     (void)be;
@@ -96,64 +99,21 @@ static void *cpu_host_alloc(backend *be, size_t bytes, int fallback) {
     return cpu_alloc(be, bytes);
 }
 static int cpu_host_pinned(backend *be, const void *p) { return (void)be, (void)p, 0; }
+static void cpu_host_free(backend *be, void *p) { cpu_free(be, p); } // cpu_host_alloc's blocks are cpu_alloc's
 static void cpu_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes) {
     (void)stream;
-    cpu_copy(be, dst, src, bytes);
+    cpu_copy_to_device(be, dst, src, bytes);
 }
 static void *cpu_event_new(backend *be) { return (void)be, xcalloc(1, 1); }
 static void cpu_event_free(backend *be, void *ev) { (void)be, free(ev); }
 static void cpu_event_record(backend *be, void *ev, int stream) { (void)be, (void)ev, (void)stream; }
 static int cpu_event_done(backend *be, void *ev) { return (void)be, (void)ev, 1; }
-static void cpu_event_wait(backend *be, void *ev) { (void)be, (void)ev; }
+static void cpu_event_sync(backend *be, void *ev) { (void)be, (void)ev; }
+static void cpu_stream_wait(backend *be, void *ev) { cpu_event_sync(be, ev); } // every event is complete
 
-// OP TABLES: each op family's CPU half (the helpers uncomment their family's lines)
-extern const struct norm_kernels norm_kernels_cpu;
-extern const struct rope_kernels rope_kernels_cpu;
-extern const struct attention_kernels attention_kernels_cpu;
-extern const struct activation_kernels activation_kernels_cpu;
-extern const struct elementwise_kernels elementwise_kernels_cpu;
-extern const struct topk_lse_kernels topk_lse_kernels_cpu;
-extern const struct dynconv_kernels dynconv_kernels_cpu;
-extern const struct deltanet_kernels deltanet_kernels_cpu;
-extern const struct decode_kernels decode_kernels_cpu;
-extern const struct moe_kernels moe_kernels_cpu;
-extern const struct quant_kernels quant_kernels_cpu;
-extern const struct optim_kernels optim_kernels_cpu;
-extern const struct loss_kernels loss_kernels_cpu;
+// each op family's CPU table (foo_cpu.c: foo_kernels_cpu)
+BACKEND_OP_FAMILIES(BACKEND_TABLE_DECLARE, cpu)
 
+// no timers: the CPU's work is synchronous, the host clock times it
 const backend_ops backend_cpu_ops = {
-    .name = "cpu",
-    .close = cpu_close,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy_to_device = cpu_copy,
-    .copy_to_host = cpu_copy,
-    .memset_zero = cpu_memset_zero,
-    .sync = cpu_sync,
-    .mem_info = cpu_mem_info,
-    .gemm = cpu_gemm,
-    .host_alloc = cpu_host_alloc,
-    .host_pinned = cpu_host_pinned,
-    .host_free = cpu_free,
-    .copy_async = cpu_copy_async,
-    .event_new = cpu_event_new,
-    .event_free = cpu_event_free,
-    .event_record = cpu_event_record,
-    .event_done = cpu_event_done,
-    .event_sync = cpu_event_wait,
-    .stream_wait = cpu_event_wait,
-    // OP TABLES (pointers)
-    .norm = &norm_kernels_cpu,
-    .rope = &rope_kernels_cpu,
-    .attention = &attention_kernels_cpu,
-    .activation = &activation_kernels_cpu,
-    .elementwise = &elementwise_kernels_cpu,
-    .topk_lse = &topk_lse_kernels_cpu,
-    .dynconv = &dynconv_kernels_cpu,
-    .deltanet = &deltanet_kernels_cpu,
-    .decode = &decode_kernels_cpu,
-    .moe = &moe_kernels_cpu,
-    .quant = &quant_kernels_cpu,
-    .optim = &optim_kernels_cpu,
-    .loss = &loss_kernels_cpu,
-};
+    .name = "cpu", BACKEND_OPS(OP_FILL, cpu_) BACKEND_OP_FAMILIES(BACKEND_TABLE_FILL, cpu)};

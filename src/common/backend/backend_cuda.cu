@@ -223,7 +223,9 @@ extern "C" void *cuda_host_alloc(backend *be, size_t bytes, int fallback) {
     return (char *)p + HOST_HDR;
 }
 
-extern "C" int cuda_host_pinned(const void *p) { return *(const uint32_t *)((const char *)p - HOST_HDR) == HOST_PINNED; }
+extern "C" int cuda_host_pinned(backend *be, const void *p) {
+    return (void)be, p && *(const uint32_t *)((const char *)p - HOST_HDR) == HOST_PINNED;
+}
 
 extern "C" void cuda_host_free(backend *be, void *p) {
     (void)be;
@@ -313,25 +315,12 @@ extern "C" void cuda_gemm(backend *be, int trans_a, int trans_b, int m, int n, i
                                   c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// OP TABLES: each op family's CUDA half (the helpers uncomment their family's lines)
+// each op family's CUDA table (foo_cuda.cu: foo_kernels_cuda)
 extern "C" {
-extern const struct norm_kernels norm_kernels_cuda;
-extern const struct rope_kernels rope_kernels_cuda;
-extern const struct attention_kernels attention_kernels_cuda;
-extern const struct activation_kernels activation_kernels_cuda;
-extern const struct elementwise_kernels elementwise_kernels_cuda;
-extern const struct topk_lse_kernels topk_lse_kernels_cuda;
-extern const struct dynconv_kernels dynconv_kernels_cuda;
-extern const struct deltanet_kernels deltanet_kernels_cuda;
-extern const struct decode_kernels decode_kernels_cuda;
-extern const struct moe_kernels moe_kernels_cuda;
-extern const struct quant_kernels quant_kernels_cuda;
-extern const struct optim_kernels optim_kernels_cuda;
-extern const struct loss_kernels loss_kernels_cuda;
+BACKEND_OP_FAMILIES(BACKEND_TABLE_DECLARE, cuda)
 }
 
 
-static int cuda_host_pinned_be(backend *be, const void *p) { return (void)be, p && cuda_host_pinned(p); }
 
 // the timing events behind profile.c: recorded on the backend's stream, read once complete
 static void *cuda_timer_new(void) {
@@ -353,42 +342,5 @@ static double cuda_timer_seconds(void *start, void *stop) {
 }
 
 extern "C" const backend_ops backend_cuda_ops = {
-    .name = "cuda",
-    .close = cuda_close,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy_to_device = cuda_copy_to_device,
-    .copy_to_host = cuda_copy_to_host,
-    .memset_zero = cuda_memset_zero,
-    .sync = cuda_sync,
-    .mem_info = cuda_mem_info,
-    .gemm = cuda_gemm,
-    .host_alloc = cuda_host_alloc,
-    .host_pinned = cuda_host_pinned_be,
-    .host_free = cuda_host_free,
-    .copy_async = cuda_copy_async,
-    .event_new = cuda_event_new,
-    .event_free = cuda_event_free,
-    .event_record = cuda_event_record,
-    .event_done = cuda_event_done,
-    .event_sync = cuda_event_sync,
-    .stream_wait = cuda_stream_wait,
-    .timer_new = cuda_timer_new,
-    .timer_record = cuda_timer_record,
-    .timer_seconds = cuda_timer_seconds,
-    .timer_free = cuda_timer_free,
-    // OP TABLES (pointers)
-    .norm = &norm_kernels_cuda,
-    .rope = &rope_kernels_cuda,
-    .attention = &attention_kernels_cuda,
-    .activation = &activation_kernels_cuda,
-    .elementwise = &elementwise_kernels_cuda,
-    .topk_lse = &topk_lse_kernels_cuda,
-    .dynconv = &dynconv_kernels_cuda,
-    .deltanet = &deltanet_kernels_cuda,
-    .decode = &decode_kernels_cuda,
-    .moe = &moe_kernels_cuda,
-    .quant = &quant_kernels_cuda,
-    .optim = &optim_kernels_cuda,
-    .loss = &loss_kernels_cuda,
-};
+    .name = "cuda", BACKEND_OPS(OP_FILL, cuda_) BACKEND_TIMER_OPS(OP_FILL, cuda_)
+    BACKEND_OP_FAMILIES(BACKEND_TABLE_FILL, cuda)};

@@ -52,7 +52,7 @@ void cuda_op_state_set(backend *be, int slot, void *state, void (*free_state)(ba
 // buffers, cudaMemcpyAsync on the backend's stream or its copy stream (stream: BACKEND_STREAM_MAIN
 // BACKEND_STREAM_COPY or BACKEND_STREAM_TO_DEVICE), events (cudaEvent_t, timing off).
 void *cuda_host_alloc(backend *be, size_t bytes, int fallback); // fallback 0: NULL when refused
-int cuda_host_pinned(const void *p);
+int cuda_host_pinned(backend *be, const void *p); // 0 for NULL
 void cuda_host_free(backend *be, void *p);
 void cuda_copy_async(backend *be, int stream, void *dst, const void *src, size_t bytes);
 void *cuda_event_new(backend *be);

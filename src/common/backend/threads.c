@@ -3,6 +3,7 @@
 #define _GNU_SOURCE // sched_getaffinity, CPU_COUNT
 #endif
 #include "common/backend/threads.h"
+#include "common/core/config.h"
 
 #include "common/backend/blas_kernel.h"
 
@@ -93,3 +94,9 @@ int threads_setup(int requested, int local_ranks, char *why, int n) {
     openblas_set_num_threads(t);
     return t;
 }
+
+// Settings: the keys of the CPU threads of a rank (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key threads_keys[] = {
+    {"run.threads", CFG_INT, CONFIG_F(threads), "0", "CPU threads of each rank, for OpenMP and OpenBLAS alike; 0 = OMP_NUM_THREADS when set, else the cores of the rank's affinity mask shared among the ranks of its host. Never more than those cores. Also --threads N (docs/config.md, Threads)", NULL, 0, 4096},
+};
+const config_key_set threads_settings = CONFIG_KEY_SET(threads_keys, NULL);

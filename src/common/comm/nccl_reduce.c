@@ -1,6 +1,7 @@
 // nccl_reduce.c: nccl_reduce_open's decision and set-up over MPI, and the calls of
 // nccl_reduce_cuda.h (see nccl_reduce.h). Builds without CUDA decline (nccl_cuda_available).
 #include "common/comm/nccl_reduce.h"
+#include "common/core/config.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -132,3 +133,9 @@ void nccl_reduce_close(nccl_reduce *r, int abort) {
     nccl_reduce_cuda_destroy(&r->c, abort);
     free(r);
 }
+
+// Settings: the keys of how the students sum their gradients (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key grad_allreduce_keys[] = {
+    {"transport.grad_allreduce", CFG_STRING, CONFIG_F(grad_allreduce), "auto", "how data-parallel students sum their gradients: nccl (GPU to GPU, in buckets overlapping the backward; needs every student on its own GPU), mpi (through host memory), or auto (nccl when every student has its own GPU, else mpi; the first student's log says which and why)", "auto|mpi|nccl", CONFIG_NOLIM},
+};
+const config_key_set grad_allreduce_settings = CONFIG_KEY_SET(grad_allreduce_keys, NULL);

@@ -1,6 +1,7 @@
 // payload_link.c: the front of the payload links and the registry of their transports (see
 // payload_link.h; a transport's table: payload_link_ops.h).
 #include "common/comm/payload_link.h"
+#include "common/core/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,3 +164,11 @@ void payload_link_ticket_free(payload_ticket *t) {
     if (t->event && t->ops) t->ops->event_free(t->event);
     memset(t, 0, sizeof *t);
 }
+
+// Settings: the keys of how the features travel teacher -> student (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key payload_keys[] = {
+    {"transport.slots", CFG_INT, CONFIG_F(slots), "2", "batches in flight per teacher and student (credits)", NULL, 1, 64},
+    {"transport.payload", CFG_STRING, CONFIG_F(payload), "auto", "how the features travel teacher -> student: nccl (GPU to GPU; needs every rank on its own GPU), mpi (from host memory), or auto (nccl when every rank has its own GPU, else mpi; the job's first log lines say which and why)", "auto|mpi|nccl", CONFIG_NOLIM},
+    {"transport.check_payloads", CFG_BOOL, CONFIG_F(check_payloads), "false", "teachers seal every payload with a CRC-32C of its bytes and the students check it on arrival (a mismatch is an error naming the teacher and the batch): for a first run on new hardware or a transport suspected of damaging data; one pass over each payload on both sides", NULL, CONFIG_NOLIM},
+};
+const config_key_set payload_settings = CONFIG_KEY_SET(payload_keys, NULL);

@@ -1,5 +1,6 @@
 // transport_test.c: see transport_test.h.
 #include "common/comm/transport_test.h"
+#include "common/core/config.h"
 
 #include <mpi.h>
 #include <stdint.h>
@@ -183,3 +184,9 @@ long long transport_test_run(const world *w, backend *be, int iterations, long l
     }
     return wrong;
 }
+
+// Settings: the keys of --mode transport-test (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key transport_test_keys[] = {
+    {"transport.test_bytes", CFG_BYTES, CONFIG_F(transport_test_bytes), "64MiB", "--mode transport-test: the largest payload and all-reduce of its tables (sizes from 1 KiB by factors of 4, then this one); above 2 GiB it checks the messages that need 64-bit counts", NULL, 1024, 1e15},
+};
+const config_key_set transport_test_settings = CONFIG_KEY_SET(transport_test_keys, NULL);

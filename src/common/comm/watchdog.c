@@ -1,6 +1,7 @@
 // watchdog.c: a thread that ends the job when a peer dies or a wait outlasts the timeout (see
 // watchdog.h).
 #include "common/comm/watchdog.h"
+#include "common/core/config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -443,11 +444,13 @@ void watchdog_allreduce(void *buf, int n, MPI_Datatype type, MPI_Op op, const ch
     watchdog_wait_all(&req, what);
 }
 
-void watchdog_bcast(void *buf, int bytes, int root, const char *what) {
+void watchdog_bcast_on(void *buf, int bytes, int root, MPI_Comm comm, const char *what) {
     MPI_Request req;
-    mpi_check(MPI_Ibcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+    mpi_check(MPI_Ibcast(buf, bytes, MPI_BYTE, root, comm, &req));
     watchdog_wait_all(&req, what);
 }
+
+void watchdog_bcast(void *buf, int bytes, int root, const char *what) { watchdog_bcast_on(buf, bytes, root, MPI_COMM_WORLD, what); }
 
 void watchdog_barrier(const char *what) {
     MPI_Request req;
@@ -460,6 +463,14 @@ void watchdog_allgather(const void *mine, void *all, int n, MPI_Datatype type, M
     MPI_Request req;
     mpi_check(MPI_Iallgather(mine, n, type, all, n, type, comm, &req));
     watchdog_mpi_wait(&req, NULL, first, last, patience, what);
+}
+
+void watchdog_gather(const void *mine, void *all, int bytes, int root, double patience, const char *what) {
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Request req;
+    mpi_check(MPI_Igather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req));
+    watchdog_mpi_wait(&req, NULL, 0, size - 1, patience, what);
 }
 
 // After MPI_Finalize, before exiting: every same-host peer has left MPI as well (named
@@ -611,3 +622,9 @@ void watchdog_stop(void) {
     wd.check = NULL;
     check_set_ending_hook(NULL);
 }
+
+// Settings: the keys of how long a rank waits on a peer (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key watchdog_keys[] = {
+    {"run.rank_timeout", CFG_FLOAT, CONFIG_F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
+};
+const config_key_set watchdog_settings = CONFIG_KEY_SET(watchdog_keys, NULL);

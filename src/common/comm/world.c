@@ -1,5 +1,6 @@
 // world.c: MPI start-up, local rank and role assignment (see world.h).
 #include "common/comm/world.h"
+#include "common/core/config.h"
 
 #include <mpi.h>
 #include <stdlib.h>
@@ -113,3 +114,12 @@ int world_check_group_hosts(const world *w, int allow_cross_node) {
     free(all);
     return rc;
 }
+
+// Settings: the keys of the ranks' roles (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key world_keys[] = {
+    {"world.teachers", CFG_INT, CONFIG_F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
+    {"world.students", CFG_INT, CONFIG_F(students), "1", "student ranks (the last ranks of the world)", NULL, 1, 1e6},
+    {"world.teacher_group_size", CFG_INT, CONFIG_F(teacher_group_size), "1", "G: teacher ranks per teacher; each teacher is G consecutive ranks holding consecutive layer ranges of the target (pipeline stages, balanced by weight bytes), for a target that does not fit one device; the teacher ranks must be a multiple of G (docs/distributed.md)", NULL, 1, 1024},
+    {"world.teacher_group_cross_node", CFG_BOOL, CONFIG_F(teacher_group_cross_node), "false", "allow a teacher group to span hosts (by default a group whose ranks are not all on one host is an error: its activations would cross the network at every stage)", NULL, CONFIG_NOLIM},
+};
+const config_key_set world_settings = CONFIG_KEY_SET(world_keys, NULL);

@@ -13,100 +13,42 @@
 #include "common/core/error.h"
 #include "common/core/json_util.h"
 
-#define F(field) offsetof(config, field), sizeof(((config *)0)->field)
-#define NOLIM -1e18, 1e18
-#define SIZES 0, 1e18                  // sizes in bytes: at most 1 EB
-#define STEPS_MAX 1e9                  // train.steps and the keys counted in steps
+// The keys of every set (config_key_sets, src/settings.c), gathered once: in the sets' order (for
+// the suggestions of config_unknown) and sorted by name (for printing). A name declared twice is a
+// programming error, stopped here before any key is read.
+typedef struct {
+    int n;
+    const config_key **in_order, **by_name;
+    const config_key_set **set_of; // by_name[i]'s set
+} config_table;
 
-// The table. Adding a key: a field in config.h, a row here, a row in docs/config.md.
-const config_key config_keys[] = {
-    {"eval.drafter", CFG_STRING, F(eval_drafter), "", "--mode eval: the drafter to evaluate: an exported drafter directory (config.json + model.safetensors, the dflash package's format, e.g. run.dir/drafter or a published one) or a checkpoint directory (run.dir/checkpoints/step-N)", NULL, NOLIM},
-    {"run.dir", CFG_STRING, F(run_dir), "runs/dflash", "run directory: metrics.jsonl, checkpoints, the effective config", NULL, NOLIM},
-    {"run.seed", CFG_INT, F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
-    {"run.device", CFG_STRING, F(device), "auto", "backend: auto (CUDA when a GPU is visible, else CPU), cpu or cuda", "auto|cpu|cuda", NOLIM},
-    {"run.threads", CFG_INT, F(threads), "0", "CPU threads of each rank, for OpenMP and OpenBLAS alike; 0 = OMP_NUM_THREADS when set, else the cores of the rank's affinity mask shared among the ranks of its host. Never more than those cores. Also --threads N (docs/config.md, Threads)", NULL, 0, 4096},
-    {"run.log_level", CFG_STRING, F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", NOLIM},
-    {"run.mode", CFG_STRING, F(mode), "train", "what the job does: train (teachers feed students, the drafter is trained), check (every rank takes its role and backend, opens its inputs, reports, exits) dump-features (every rank is a teacher and writes the offline feature file of data.path into features.dir), regenerate (every rank is a teacher; the target answers regenerate.prompts, written as the training set regenerate.out), eval (a drafter, eval.drafter, evaluated on every sample of the data: run.dir/eval.json) or transport-test (payloads teacher -> student checked element by element, bandwidth printed)", "check|dump-features|eval|regenerate|train|transport-test", NOLIM},
-    {"world.teachers", CFG_INT, F(teachers), "-1", "teacher ranks; -1 = world size - students", NULL, -1, 1e6},
-    {"world.students", CFG_INT, F(students), "1", "student ranks (the last ranks of the world)", NULL, 1, 1e6},
-    {"world.teacher_group_size", CFG_INT, F(teacher_group_size), "1", "G: teacher ranks per teacher; each teacher is G consecutive ranks holding consecutive layer ranges of the target (pipeline stages, balanced by weight bytes), for a target that does not fit one device; the teacher ranks must be a multiple of G (docs/distributed.md)", NULL, 1, 1024},
-    {"world.teacher_group_cross_node", CFG_BOOL, F(teacher_group_cross_node), "false", "allow a teacher group to span hosts (by default a group whose ranks are not all on one host is an error: its activations would cross the network at every stage)", NULL, NOLIM},
-    {"target.path", CFG_STRING, F(target_path), "", "Hugging Face model directory of the target (config.json + safetensors)", NULL, NOLIM},
-    {"target.layer_ids", CFG_INT_LIST, F(target_layer_ids), "", "target layers whose hidden states feed the drafter; empty = SPEC §2 default", NULL, 0, 1e6},
-    {"target.n_features", CFG_INT, F(n_features), "5", "number of target layers feeding the drafter when target.layer_ids is empty", NULL, 1, 64},
-    {"teacher.topk", CFG_INT, F(teacher_topk), "32", "k of the top-k target logits each teacher sends per token", NULL, 1, 256},
-    {"teacher.max_tokens", CFG_INT, F(teacher_max_tokens), "8192", "tokens per packed teacher batch (a longer sample is an error); in train mode the teachers run the students' batches whole, so data.max_tokens_per_batch must not exceed it", NULL, 1, 1073741824},
-    {"teacher.mem_budget", CFG_BYTES, F(teacher_mem_budget), "0", "teacher memory budget (weights + work); 0 = no limit; the teacher's batches must fit in it: teacher.max_tokens in dump-features, data.max_tokens_per_batch in train mode (--plan shows the plan)", NULL, SIZES},
-    {"teacher.vocab_tile", CFG_INT, F(teacher_vocab_tile), "0", "vocabulary columns of the lm_head per tile; 0 = min(V, 8192)", NULL, 0, 1073741824},
-    {"teacher.quant_weights", CFG_STRING, F(teacher_quant_weights), "resident", "a quantised target (config.json's quantization_config: fp8 blocks, mxfp4): resident keeps its quantised weights on the device as stored (codes + scales) and de-quantises each layer's into one scratch, shared by the stage's layers, just before the layer runs (about half the device memory of bf16 weights for FP8, a quarter for MXFP4, plus the largest layer at compute size; --plan counts it so); dequantize de-quantises them at load into the compute dtype (every weight at compute size). The outputs are bit-identical either way (docs/teacher.md, Quantised checkpoints)", "resident|dequantize", NOLIM},
-    {"features.dir", CFG_STRING, F(features_dir), "", "directory of the offline feature files (written by dump-features)", NULL, NOLIM},
-    {"features.shard_samples", CFG_INT, F(features_shard_samples), "1024", "at most this many samples per feature shard (the unit of work and of resuming); the shard count is rounded up to a multiple of the teachers so each does the same work (a resume with another teacher count makes other shards)", NULL, 1, 1e12},
-    {"drafter.kind", CFG_STRING, F(drafter_kind), "dflash", "the kind of drafter trained: dflash or dflash2 (DFlash2DraftModel: grouped dynamic causal convolutions; with its candidate selector; src/student/model/drafter_kind.c lists them); a drafter.config file must be of this kind (--mode eval takes the kind of eval.drafter)", NULL, NOLIM},
-    {"regenerate.prompts", CFG_STRING, F(regen_prompts), "", "--mode regenerate: the prompts, JSONL with one {\"input_ids\": [...]} per line (already templated: tools/prepare_data.py --prompts-only makes it from chat messages)", NULL, NOLIM},
-    {"regenerate.out", CFG_STRING, F(regen_out), "", "--mode regenerate: the training set written (prompt loss_mask 0, the target's reply 1, /finish_reason, /heldout; written atomically); its parts while it runs are in OUT.parts/", NULL, NOLIM},
-    {"regenerate.max_new_tokens", CFG_INT, F(regen_max_new_tokens), "512", "--mode regenerate: most tokens generated per reply (a reply cut there has finish_reason length and no end token)", NULL, 1, 1073741824},
-    {"regenerate.stop_ids", CFG_INT_LIST, F(regen_stop_ids), "", "--mode regenerate: token ids that end a reply, besides eos_token_id of the target's generation_config.json (the stop token is the reply's last token, loss 1)", NULL, 0, 2147483647},
-    {"regenerate.temperature", CFG_FLOAT, F(regen_temperature), "0", "--mode regenerate: sampling temperature; 0 = greedy", NULL, 0, 100},
-    {"regenerate.top_p", CFG_FLOAT, F(regen_top_p), "1", "--mode regenerate: nucleus sampling share (with a temperature > 0); 1 = no cut", NULL, 1e-9, 1},
-    {"regenerate.top_k", CFG_INT, F(regen_top_k), "0", "--mode regenerate: sample among the k most probable tokens (with a temperature > 0); 0 = no cut", NULL, 0, 1e9},
-    {"regenerate.seed", CFG_INT, F(regen_seed), "0", "--mode regenerate: sampling seed; prompt i's draws are the Philox stream of (seed, i), whichever rank or slot decodes it", NULL, 0, 9.2e18},
-    {"regenerate.max_seqs", CFG_INT, F(regen_max_seqs), "0", "--mode regenerate: sequences decoded at once per teacher (continuous batching: a finished one is replaced by the next prompt); 0 = as many as teacher.mem_budget holds, up to 64 (8 without a budget)", NULL, 0, 4096},
-    {"regenerate.max_len", CFG_INT, F(regen_max_len), "0", "--mode regenerate: cached positions per sequence (prompt + reply - 1; a reply that fills it ends with finish_reason length, a longer prompt is an error); 0 = the longest prompt + max_new_tokens - 1, at most the target's max_position_embeddings (a value past it is refused)", NULL, 0, 1073741824},
-    {"regenerate.shard_prompts", CFG_INT, F(regen_shard_prompts), "64", "--mode regenerate: prompts per shard, the unit of work among teachers (a teacher that finishes one claims the next) and of resuming", NULL, 1, 1e12},
-    {"regenerate.heldout", CFG_FLOAT, F(regen_heldout), "16", "--mode regenerate: held-out samples recorded in the set's /heldout (>= 1: a count, below 1: a fraction of the prompts; drawn from regenerate.seed; a rule that takes every prompt is refused); 0 = none (training then holds out its last data.heldout_samples)", NULL, 0, 1e12},
-    {"drafter.block_size", CFG_INT, F(block_size), "16", "block size B: slots per anchor (16 or 32 in the public drafters)", NULL, 2, 1024},
-    {"drafter.layers", CFG_INT, F(drafter_layers), "1", "drafter decoder layers (the public drafters use 5)", NULL, 1, 64},
-    {"drafter.intermediate", CFG_INT, F(drafter_intermediate), "0", "drafter MLP size; 0 = the target's", NULL, 0, 1e7},
-    {"drafter.heads", CFG_INT, F(drafter_heads), "0", "drafter query heads; 0 = the target's", NULL, 0, 4096},
-    {"drafter.kv_heads", CFG_INT, F(drafter_kv_heads), "0", "drafter key/value heads; 0 = the target's", NULL, 0, 4096},
-    {"drafter.head_dim", CFG_INT, F(drafter_head_dim), "0", "drafter head dimension; 0 = the target's", NULL, 0, 1024},
-    {"drafter.mask_token_id", CFG_INT, F(mask_token_id), "-1", "MASK token: an unused row of the target vocabulary; -1 = vocab_size - 1 (Qwen3: 151669)", NULL, -1, 1e9},
-    {"drafter.sliding_window", CFG_INT, F(sliding_window), "0", "> 0: every layer but the last is a sliding-window layer with this window (the 27B drafter layout)", NULL, 0, 1e9},
-    {"drafter.config", CFG_STRING, F(drafter_config_path), "", "a DFlash drafter config.json, or a directory holding one (a published drafter's, or run.dir/drafter of an earlier run): the drafter's shape (layers, heads, sizes, block size, MASK token, sliding window, target layer ids) comes from it instead of the drafter.* keys; its hidden size, vocabulary and num_target_layers must match the target's", NULL, NOLIM},
-    {"train.steps", CFG_INT, F(steps), "100", "optimizer steps", NULL, 1, STEPS_MAX},
-    {"train.batches_per_step", CFG_INT, F(batches_per_step), "1", "packed batches per optimizer step over all students (a multiple of world.students); the loss is normalised over all of them", NULL, 1, 1e6},
-    {"train.max_anchors", CFG_INT, F(max_anchors), "64", "anchors drawn per batch (fewer when the batch has fewer valid positions)", NULL, 1, 1e7},
-    {"train.lr", CFG_FLOAT, F(lr), "0.0006", "peak learning rate (AdamW)", NULL, 0, 10},
-    {"train.warmup_frac", CFG_FLOAT, F(warmup_frac), "0.04", "share of the steps with linear warmup, then cosine to 0", NULL, 0, 1},
-    {"train.weight_decay", CFG_FLOAT, F(weight_decay), "0", "AdamW decoupled weight decay", NULL, 0, 10},
-    {"train.grad_clip", CFG_FLOAT, F(grad_clip), "1", "global gradient-norm clip; 0 = none", NULL, 0, 1e9},
-    {"train.divergence_factor", CFG_FLOAT, F(divergence_factor), "100", "a training step whose loss or gradient norm exceeds this many times max(1, its running mean over the earlier steps; 100 for the first step of a fresh run) stops the run like a NaN does (before the update); 0 = off", NULL, 0, 1e30},
-    {"train.optimizer", CFG_STRING, F(optimizer), "adamw", "adamw (every tensor), or muon: Muon (momentum, then Newton-Schulz orthogonalisation, scaled to AdamW's update size so train.lr serves both) on the drafter's 2-D projection matrices and AdamW on the rest (docs/student.md, Optimizers)", "adamw|muon", NOLIM},
-    {"train.muon_momentum", CFG_FLOAT, F(muon_momentum), "0.95", "train.optimizer muon: the momentum of Muon's matrices (Nesterov)", NULL, 0, 0.999},
-    {"train.ema", CFG_FLOAT, F(ema_decay), "0", "EMA decay of the weights (e.g. 0.999; below 1); 0 = no EMA", NULL, 0, 1},
-    {"train.mem_budget", CFG_BYTES, F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, SIZES},
-    {"train.log_interval", CFG_INT, F(log_interval), "10", "steps between metrics lines", NULL, 1, 1e9},
-    {"train.eval_interval", CFG_INT, F(eval_interval), "50", "steps between held-out evaluations (also at the start and the end)", NULL, 1, 1e9},
-    {"train.eval_batches", CFG_INT, F(eval_batches), "0", "held-out batches per evaluation: 0 = the whole held-out split (every anchor of every batch, forward only); N = the first N", NULL, 0, 1e9},
-    {"loss.alpha", CFG_FLOAT, F(loss_alpha), "0.15", "share of the top-k/tail KL in the slot loss", NULL, 0, 1},
-    {"loss.lambda", CFG_FLOAT, F(loss_lambda), "0.1", "weight of the confidence-aware penalty (CAP)", NULL, 0, 100},
-    {"loss.gamma", CFG_FLOAT, F(loss_gamma), "0", "slot-weight decay constant; 0 = 7 for B <= 16, 10 above", NULL, 0, 1e6},
-    {"loss.selector_weight", CFG_FLOAT, F(loss_selector_weight), "1", "DFlash2 (drafter.kind dflash2): weight of the candidate selector's k-way cross-entropy in the slot loss (the slot's weight applies)", NULL, 0, 100},
-    {"loss.weighting", CFG_STRING, F(loss_weighting), "decay", "slot weights: exponential decay or D-PACE", "decay|dpace", NOLIM},
-    {"loss.label", CFG_STRING, F(loss_label), "data", "CE label: the data token or the teacher's argmax", "data|teacher", NOLIM},
-    {"transport.slots", CFG_INT, F(slots), "2", "batches in flight per teacher and student (credits)", NULL, 1, 64},
-    {"transport.grad_allreduce", CFG_STRING, F(grad_allreduce), "auto", "how data-parallel students sum their gradients: nccl (GPU to GPU, in buckets overlapping the backward; needs every student on its own GPU), mpi (through host memory), or auto (nccl when every student has its own GPU, else mpi; the first student's log says which and why)", "auto|mpi|nccl", NOLIM},
-    {"transport.test_bytes", CFG_BYTES, F(transport_test_bytes), "64MiB", "--mode transport-test: the largest payload and all-reduce of its tables (sizes from 1 KiB by factors of 4, then this one); above 2 GiB it checks the messages that need 64-bit counts", NULL, 1024, 1e15},
-    {"transport.check_payloads", CFG_BOOL, F(check_payloads), "false", "teachers seal every payload with a CRC-32C of its bytes and the students check it on arrival (a mismatch is an error naming the teacher and the batch): for a first run on new hardware or a transport suspected of damaging data; one pass over each payload on both sides", NULL, NOLIM},
-    {"transport.payload", CFG_STRING, F(payload), "auto", "how the features travel teacher -> student: nccl (GPU to GPU; needs every rank on its own GPU), mpi (from host memory), or auto (nccl when every rank has its own GPU, else mpi; the job's first log lines say which and why)", "auto|mpi|nccl", NOLIM},
-    {"checkpoint.every", CFG_INT, F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, STEPS_MAX},
-    {"checkpoint.every_minutes", CFG_FLOAT, F(ckpt_every_minutes), "0", "also a checkpoint after the step at which this many minutes (wall time, the first student's clock) passed since the last one, and one at the end, so a killed job loses minutes, not hours; fractions allowed; 0 = none", NULL, 0, 1e9},
-    {"checkpoint.keep", CFG_INT, F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
-    {"run.resume", CFG_BOOL, F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, NOLIM},
-    {"run.overwrite", CFG_BOOL, F(overwrite), "false", "start a new run in a run.dir that holds an earlier one (its metrics.jsonl, config.json, checkpoints, drafter, eval.json): those files are removed first (only those: nothing else in run.dir is touched); without it such a start is refused. Likewise for the other modes' outputs (docs/faults.md, Modes): dump-features starts over in a features.dir (its own files removed), regenerate replaces a regenerate.out that is a training set (made with other settings, or by another tool) and removes its OUT.parts; a file this project did not write is never removed or replaced", NULL, NOLIM},
-    {"run.rank_timeout", CFG_FLOAT, F(rank_timeout), "600", "seconds a rank waits on a peer (a batch, a request, an all-reduce) before it ends the job naming that rank; a peer process on the same host that dies is noticed at once. Must exceed the longest step, evaluation or checkpoint; 0 = wait forever. Also --rank-timeout S", NULL, 0, 1e9},
-    {"test.stop_at_step", CFG_INT, F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, STEPS_MAX},
-    {"test.slow_teacher", CFG_INT, F(test_slow_teacher), "-1", "testing: this teacher rank sleeps test.slow_ms per batch (--mode regenerate and dump-features: per shard); -1 = none, -2 = every rank", NULL, -2, 1e6},
-    {"test.slow_ms", CFG_INT, F(test_slow_ms), "0", "testing: the slow teacher's delay per batch (ms)", NULL, 0, 1e7},
-    {"data.path", CFG_STRING, F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, NOLIM},
-    {"data.sets", CFG_DATA_SETS, F(data_sets), "", "several training sets mixed by weight, instead of data.path: [{\"path\": \"a.h5\", \"weight\": 2}, ...] in a file, a.h5:2,b.h5:0.5 on the command line (weight 1 when left out; > 0); each epoch draws round(weight x its training samples) samples of each set", NULL, NOLIM},
-    {"data.features", CFG_STRING, F(data_features), "", "offline feature directory (dump-features); set: students train from it with no teacher ranks", NULL, NOLIM},
-    {"data.max_tokens_per_batch", CFG_INT, F(max_tokens_per_batch), "2048", "tokens per packed batch", NULL, 1, 1073741824},
-    {"data.min_loss_tokens", CFG_INT, F(min_loss_tokens), "2", "a sample is used when it has a valid anchor (two consecutive loss tokens) and at least this many loss tokens (2: every reply with an anchor; before 2026-12 the rule was 2 x drafter.block_size)", NULL, 2, 1e12},
-    {"data.heldout_samples", CFG_INT, F(heldout_samples), "16", "samples held out for evaluation (the last usable ones) from the sets that record no split of their own (/heldout: then exactly those)", NULL, 0, 1e12},
-    {"data.bucket_size", CFG_INT, F(bucket_size), "256", "samples per length bucket when packing", NULL, 1, 1e12},
-};
-const int config_nkeys = (int)(sizeof config_keys / sizeof config_keys[0]);
+static int config_key_cmp(const void *a, const void *b) {
+    return strcmp((*(const config_key *const *)a)->key, (*(const config_key *const *)b)->key);
+}
+
+static const config_table *config_table_get(void) {
+    static config_table t;
+    if (t.in_order) return &t;
+    int n = 0;
+    for (int s = 0; s < config_n_key_sets; s++) n += config_key_sets[s]->n;
+    t.in_order = xmalloc(sizeof *t.in_order * (size_t)n);
+    t.by_name = xmalloc(sizeof *t.by_name * (size_t)n);
+    t.set_of = xmalloc(sizeof *t.set_of * (size_t)n);
+    for (int s = 0, i = 0; s < config_n_key_sets; s++)
+        for (int j = 0; j < config_key_sets[s]->n; j++, i++) t.in_order[i] = t.by_name[i] = &config_key_sets[s]->keys[j];
+    qsort(t.by_name, (size_t)n, sizeof *t.by_name, config_key_cmp);
+    for (int i = 0; i < n; i++) {
+        if (i && strcmp(t.by_name[i - 1]->key, t.by_name[i]->key) == 0)
+            fatal("config: key '%s' is declared twice (src/settings.c lists the sets)", t.by_name[i]->key);
+        for (int s = 0; s < config_n_key_sets; s++) {
+            const config_key_set *set = config_key_sets[s];
+            if (t.by_name[i] >= set->keys && t.by_name[i] < set->keys + set->n) t.set_of[i] = set;
+        }
+    }
+    t.n = n;
+    return &t;
+}
+
 
 static const char *config_type_name(config_type t) {
     switch (t) {
@@ -121,9 +63,16 @@ static const char *config_type_name(config_type t) {
     return "?";
 }
 
-static const config_key *config_find(const char *key) {
-    for (int i = 0; i < config_nkeys; i++)
-        if (strcmp(config_keys[i].key, key) == 0) return &config_keys[i];
+const config_key *config_key_find(const char *key) {
+    const config_table *t = config_table_get();
+    size_t lo = 0, hi = (size_t)t->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(t->by_name[mid]->key, key);
+        if (c == 0) return t->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 
@@ -132,10 +81,11 @@ static const config_key *config_find(const char *key) {
 static int config_unknown(const char *key, const char *source) {
     const char *leaf = strrchr(key, '.');
     leaf = leaf ? leaf + 1 : key;
-    for (int i = 0; i < config_nkeys; i++) {
-        const char *l = strrchr(config_keys[i].key, '.');
+    const config_table *t = config_table_get();
+    for (int i = 0; i < t->n; i++) {
+        const char *l = strrchr(t->in_order[i]->key, '.');
         if (l && strcmp(l + 1, leaf) == 0)
-            return error_set("%s: unknown key '%s' (did you mean '%s'?)", source, key, config_keys[i].key);
+            return error_set("%s: unknown key '%s' (did you mean '%s'?)", source, key, t->in_order[i]->key);
     }
     return error_set("%s: unknown key '%s' (dflash_rank --config-keys lists them)", source, key);
 }
@@ -333,8 +283,9 @@ static int config_set_text(config *c, const config_key *k, const char *val, cons
 
 void config_defaults(config *c) {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < config_nkeys; i++)
-        if (config_set_text(c, &config_keys[i], config_keys[i].def, "defaults"))
+    const config_table *t = config_table_get();
+    for (int i = 0; i < t->n; i++)
+        if (config_set_text(c, t->by_name[i], t->by_name[i]->def, "defaults"))
             fatal("bad default in the config table: %s", error_msg()); // a programming error
 }
 
@@ -429,7 +380,7 @@ static int config_walk(config *c, const cJSON *obj, const char *prefix, const ch
     cJSON_ArrayForEach(v, obj) {
         char key[256];
         snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", v->string);
-        const config_key *k = config_find(key);
+        const config_key *k = config_key_find(key);
         if (k) {
             if (config_set_json(c, k, v, source)) return -1;
         } else if (cJSON_IsObject(v)) {
@@ -485,7 +436,7 @@ int config_set(config *c, const char *assignment) {
     if (n >= sizeof key) n = sizeof key - 1;
     memcpy(key, assignment, n);
     key[n] = '\0';
-    const config_key *k = config_find(key);
+    const config_key *k = config_key_find(key);
     if (!k) return config_unknown(key, "command line"), config_fail();
     return config_set_text(c, k, eq + 1, "command line") ? config_fail() : 0;
 }
@@ -508,8 +459,9 @@ static cJSON *config_section(cJSON *root, const char *key, const char **leaf) {
 
 char *config_to_json(const config *c) {
     cJSON *root = cJSON_CreateObject();
-    for (int i = 0; i < config_nkeys; i++) {
-        const config_key *k = &config_keys[i];
+    const config_table *t = config_table_get();
+    for (int i = 0; i < t->n; i++) {
+        const config_key *k = t->by_name[i];
         const char *leaf;
         cJSON *sec = config_section(root, k->key, &leaf);
         const char *field = (const char *)c + k->offset;
@@ -543,29 +495,30 @@ char *config_to_json(const config *c) {
     return s;
 }
 
+// A declaring file as the repository names it: __FILE__ from its last "/src/" on.
+static const char *config_file_shown(const char *file) {
+    const char *shown = file;
+    for (const char *p = strstr(file, "/src/"); p; p = strstr(p + 1, "/src/")) shown = p + 1;
+    return shown;
+}
+
 void config_print_keys(FILE *f) {
-    for (int i = 0; i < config_nkeys; i++) {
-        const config_key *k = &config_keys[i];
+    const config_table *t = config_table_get();
+    for (int i = 0; i < t->n; i++) {
+        const config_key *k = t->by_name[i];
         fprintf(f, "| `%s` | %s | `%s` | %s", k->key, config_type_name(k->type), k->def[0] ? k->def : "\"\"", k->doc);
         if (k->choices) { // "a|b" would split a markdown cell: escape the bars
             fputs("; one of ", f);
             for (const char *c = k->choices; *c; c++) fputs(*c == '|' ? "\\|" : (char[]){*c, 0}, f);
         }
-        fputs(" |\n", f);
+        fprintf(f, " | %s |\n", config_file_shown(t->set_of[i]->file));
     }
 }
 
 int config_check(const config *c) {
-    if (config_data_count(c) < 0) return config_fail();
     // (what a mode asks of the keys besides is its prepare hook's: src/modes, e.g. mode_train_prepare)
-    if (c->ema_decay >= 1)
-        return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
-                         "0 = no EMA", c->ema_decay);
-    // every block position of a batch is counted in int (rows of the loss, the planner's chunks)
-    if (c->max_anchors * c->block_size > (1ll << 24))
-        return error_set("train.max_anchors %lld x drafter.block_size %lld = %lld block positions per batch: at most 2^24 "
-                         "(16777216)", (long long)c->max_anchors, (long long)c->block_size,
-                         (long long)(c->max_anchors * c->block_size));
+    for (int s = 0; s < config_n_key_sets; s++)
+        if (config_key_sets[s]->check && config_key_sets[s]->check(c)) return config_fail();
     return 0;
 }
 
@@ -601,8 +554,9 @@ void config_test_slow(const config *c, int rank) {
 
 void config_copy_keys(config *to, const config *from, const char *prefix) {
     size_t n = strlen(prefix);
-    for (int i = 0; i < config_nkeys; i++) {
-        const config_key *k = &config_keys[i];
+    const config_table *t = config_table_get();
+    for (int i = 0; i < t->n; i++) {
+        const config_key *k = t->by_name[i];
         if (strncmp(k->key, prefix, n) == 0) memcpy((char *)to + k->offset, (const char *)from + k->offset, k->size);
     }
 }

@@ -1,7 +1,11 @@
-// config.h: the run configuration: JSON file + command-line overrides, checked against one table.
+// config.h: the run configuration: JSON file + command-line overrides, checked against the keys the
+// code declares.
 //
-// Every key has a type, a default and a line of documentation in config_keys (config.c); the same
-// table is printed by `dflash_rank --config-keys` and must match docs/config.md (a test checks).
+// Every key is declared by the file that reads it, with a type, a default, bounds and a line of
+// documentation (a config_key_set: the data set's keys in src/common/data/dataset.c, the loss's in
+// src/student/loss/loss_config.c, ...); src/settings.c lists the sets. This core parses, checks and
+// prints them: `dflash_rank --config-keys` prints every key with the file declaring it, and
+// docs/config.md must match it (a test checks).
 // In the JSON file keys nest by section ({"train": {"lr": 3e-4}}); on the command line they are
 // dotted (--train.lr=3e-4). An unknown key, a key given twice in one object, a NUL in a string, or
 // a value of the wrong type or outside its bounds is a one-line error that names the key, the
@@ -126,9 +130,29 @@ typedef struct {
     double min, max;        // bounds for numbers (inclusive)
 } config_key;
 
-extern const config_key config_keys[];
-extern const int config_nkeys;
+// config_key_set: the keys one file declares, and the checks across them (run by config_check once
+// everything is applied; NULL = none). Declared as
+//   static const config_key loss_keys[] = {{"loss.alpha", CFG_FLOAT, CONFIG_F(loss_alpha), ...}, ...};
+//   const config_key_set loss_settings = CONFIG_KEY_SET(loss_keys, loss_check);
+// and listed in src/settings.c. A key name is declared once (config_defaults fails otherwise).
+typedef struct config_key_set {
+    const char *file; // __FILE__ of the declaring file (printed from its src/ on)
+    const config_key *keys;
+    int n;
+    int (*check)(const config *c);
+} config_key_set;
+#define CONFIG_KEY_SET(keys, check) {__FILE__, keys, (int)(sizeof keys / sizeof keys[0]), check}
+#define CONFIG_F(field) offsetof(config, field), sizeof(((config *)0)->field) // a key's place in config
+#define CONFIG_NOLIM -1e18, 1e18   // bounds of a key with none
+#define CONFIG_SIZES 0, 1e18       // sizes in bytes: at most 1 EB
+#define CONFIG_STEPS_MAX 1e9       // train.steps and the keys counted in steps
 
+// config_key_sets: every set, in the order of config_unknown's suggestions (src/settings.c).
+extern const config_key_set *const config_key_sets[];
+extern const int config_n_key_sets;
+
+// config_key_find: the key of that dotted name, or NULL.
+const config_key *config_key_find(const char *key);
 // config_defaults: every key at its default.
 void config_defaults(config *c);
 // config_load_file: apply a JSON file (nested sections) on top of c. -1 with error_set naming the
@@ -141,11 +165,13 @@ int config_load_json(config *c, const char *json, const char *source);
 int config_set(config *c, const char *assignment);
 // config_to_json: the effective configuration as nested JSON (for the run directory and logs).
 char *config_to_json(const config *c); // caller frees
-// config_print_keys: the key table as markdown rows ("| key | type | default | meaning |").
+// config_print_keys: every key, sorted by name, as markdown rows
+// ("| key | type | default | meaning | declared in |").
 void config_print_keys(FILE *f);
 // config_check: the checks across keys, once everything is applied (the file, then the overrides):
-// data.path and data.sets both set; train.ema = 1; the block positions of a batch. What a mode asks
-// besides (a training job's run.dir, eval's eval.drafter) its prepare hook checks (src/modes).
+// each set's check (data.path and data.sets both set, train.ema = 1, the block positions of a
+// batch, ...). What a mode asks besides (a training job's run.dir, eval's eval.drafter) its prepare
+// hook checks (src/modes).
 // -1 with error_set naming the keys.
 int config_check(const config *c);
 // config_data_count: the training sets the configuration names: the entries of data.sets, or 1 for

@@ -1,5 +1,6 @@
 // run_dir.c: see run_dir.h.
 #include "common/core/run_dir.h"
+#include "common/core/config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -252,3 +253,14 @@ int run_dir_remove_leftovers(const char *dir, const char *stem, const char *cons
     closedir(d);
     return removed;
 }
+
+// Settings: the keys of the job's frame: its run directory, seed, mode and log level (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key run_keys[] = {
+    {"run.dir", CFG_STRING, CONFIG_F(run_dir), "runs/dflash", "run directory: metrics.jsonl, checkpoints, the effective config", NULL, CONFIG_NOLIM},
+    {"run.seed", CFG_INT, CONFIG_F(seed), "1234", "seed of every random stream (data order, anchors, init)", NULL, 0, 9.2e18},
+    {"run.log_level", CFG_STRING, CONFIG_F(log_level), "info", "lowest level of log lines printed", "debug|info|warn|error", CONFIG_NOLIM},
+    {"run.mode", CFG_STRING, CONFIG_F(mode), "train", "what the job does: one of the modes dflash_rank --help lists with what each does (train, check, dump-features, regenerate, eval, transport-test; src/modes/modes.c is their table, and an unknown name is an error listing them)", NULL, CONFIG_NOLIM},
+    {"run.resume", CFG_BOOL, CONFIG_F(resume), "false", "continue from the newest complete checkpoint in run.dir (from the start when there is none)", NULL, CONFIG_NOLIM},
+    {"run.overwrite", CFG_BOOL, CONFIG_F(overwrite), "false", "start a new run in a run.dir that holds an earlier one (its metrics.jsonl, config.json, checkpoints, drafter, eval.json): those files are removed first (only those: nothing else in run.dir is touched); without it such a start is refused. Likewise for the other modes' outputs (docs/faults.md, Modes): dump-features starts over in a features.dir (its own files removed), regenerate replaces a regenerate.out that is a training set (made with other settings, or by another tool) and removes its OUT.parts; a file this project did not write is never removed or replaced", NULL, CONFIG_NOLIM},
+};
+const config_key_set run_settings = CONFIG_KEY_SET(run_keys, NULL);

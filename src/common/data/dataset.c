@@ -1,5 +1,6 @@
 // dataset.c: the training data, one or several training sets as one sample space (see dataset.h).
 #include "common/data/dataset.h"
+#include "common/core/config.h"
 
 #include <errno.h>
 #include <math.h>
@@ -197,3 +198,18 @@ int dataset_preflight(const config *cfg) {
     }
     return 0;
 }
+
+// data.path and data.sets are one or the other.
+static int data_config_check(const config *c) { return config_data_count(c) < 0 ? -1 : 0; }
+
+// Settings: the keys of the training sets and their batches (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key data_keys[] = {
+    {"data.path", CFG_STRING, CONFIG_F(data_path), "", "HDF5 training set (dflash_tool convert-jsonl makes one)", NULL, CONFIG_NOLIM},
+    {"data.sets", CFG_DATA_SETS, CONFIG_F(data_sets), "", "several training sets mixed by weight, instead of data.path: [{\"path\": \"a.h5\", \"weight\": 2}, ...] in a file, a.h5:2,b.h5:0.5 on the command line (weight 1 when left out; > 0); each epoch draws round(weight x its training samples) samples of each set", NULL, CONFIG_NOLIM},
+    {"data.features", CFG_STRING, CONFIG_F(data_features), "", "offline feature directory (dump-features); set: students train from it with no teacher ranks", NULL, CONFIG_NOLIM},
+    {"data.max_tokens_per_batch", CFG_INT, CONFIG_F(max_tokens_per_batch), "2048", "tokens per packed batch", NULL, 1, 1073741824},
+    {"data.min_loss_tokens", CFG_INT, CONFIG_F(min_loss_tokens), "2", "a sample is used when it has a valid anchor (two consecutive loss tokens) and at least this many loss tokens (2: every reply with an anchor; before 2026-12 the rule was 2 x drafter.block_size)", NULL, 2, 1e12},
+    {"data.heldout_samples", CFG_INT, CONFIG_F(heldout_samples), "16", "samples held out for evaluation (the last usable ones) from the sets that record no split of their own (/heldout: then exactly those)", NULL, 0, 1e12},
+    {"data.bucket_size", CFG_INT, CONFIG_F(bucket_size), "256", "samples per length bucket when packing", NULL, 1, 1e12},
+};
+const config_key_set data_settings = CONFIG_KEY_SET(data_keys, data_config_check);

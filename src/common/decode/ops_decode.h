@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,10 +81,17 @@ struct decode_kernels {
                              const int32_t *pos, int n, int nq, int nkv, int hd, int max_len, float scale, int window,
                              const float *sinks, void *work);
     size_t (*sample_work_bytes)(const backend *be, int n, int V);
-    int attention_head_dim_max; // the largest head_dim attention_decode takes (0: any)
     void (*sample)(backend *be, int32_t *ids, const float *logits, int ld, int n, int V, float temperature, int top_k,
                    float top_p, const double *u, void *work);
+    // not an op: the largest head_dim attention_decode takes (0: any; last, after DECODE_OPS' members)
+    int attention_head_dim_max;
 };
+
+// DECODE_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h); then attention_head_dim_max, by hand.
+#define DECODE_OPS(X, p) X(p, kv_append) X(p, attention_decode_work_bytes) X(p, attention_decode) \
+    X(p, sample_work_bytes) X(p, sample)
+OPS_LISTED(struct decode_kernels, DECODE_OPS, 1);
 
 #ifdef __cplusplus
 }

@@ -110,10 +110,4 @@ static void cpu_sample(backend *be, int32_t *ids, const float *logits, int ld, i
         ids[s] = cpu_sample_row(logits + (size_t)s * ld, V, temperature, top_k, top_p, u[s], work);
 }
 
-const struct decode_kernels decode_kernels_cpu = {
-    .kv_append = cpu_kv_append,
-    .attention_decode_work_bytes = cpu_attention_decode_work_bytes,
-    .attention_decode = cpu_attention_decode,
-    .sample_work_bytes = cpu_sample_work_bytes,
-    .sample = cpu_sample,
-};
+const struct decode_kernels decode_kernels_cpu = {DECODE_OPS(OP_FILL, cpu_)};

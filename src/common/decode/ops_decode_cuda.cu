@@ -256,10 +256,4 @@ static void cuda_sample(backend *be, int32_t *ids, const float *logits, int ld, 
 }
 
 extern "C" const struct decode_kernels decode_kernels_cuda = {
-    .kv_append = cuda_kv_append,
-    .attention_decode_work_bytes = cuda_attention_decode_work_bytes,
-    .attention_decode = cuda_attention_decode,
-    .sample_work_bytes = cuda_sample_work_bytes,
-    .attention_head_dim_max = OPS_DECODE_HD_MAX,
-    .sample = cuda_sample,
-};
+    DECODE_OPS(OP_FILL, cuda_).attention_head_dim_max = OPS_DECODE_HD_MAX};

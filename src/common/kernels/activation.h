@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,12 @@ struct activation_kernels {
     void (*sigmoid_mul)(backend *be, void *x, const void *g, int64_t n);
     void (*softcap_f32)(backend *be, float *x, int64_t ld, int64_t R, int64_t C, float cap);
 };
+
+// ACTIVATION_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define ACTIVATION_OPS(X, p) X(p, swiglu) X(p, swiglu_backward) X(p, geglu_tanh) X(p, swiglu_clamped) \
+    X(p, sigmoid_mul) X(p, softcap_f32)
+OPS_LISTED(struct activation_kernels, ACTIVATION_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -103,11 +103,4 @@ static void cpu_softcap_f32(backend *be, float *x, int64_t ld, int64_t R, int64_
     }
 }
 
-const struct activation_kernels activation_kernels_cpu = {
-    .swiglu = cpu_swiglu,
-    .swiglu_backward = cpu_swiglu_backward,
-    .geglu_tanh = cpu_geglu_tanh,
-    .swiglu_clamped = cpu_swiglu_clamped,
-    .sigmoid_mul = cpu_sigmoid_mul,
-    .softcap_f32 = cpu_softcap_f32,
-};
+const struct activation_kernels activation_kernels_cpu = {ACTIVATION_OPS(OP_FILL, cpu_)};

@@ -117,11 +117,4 @@ static void cuda_softcap_f32(backend *be, float *x, int64_t ld, int64_t R, int64
     cuda_check_launch();
 }
 
-extern "C" const struct activation_kernels activation_kernels_cuda = {
-    .swiglu = cuda_swiglu,
-    .swiglu_backward = cuda_swiglu_backward,
-    .geglu_tanh = cuda_geglu_tanh,
-    .swiglu_clamped = cuda_swiglu_clamped,
-    .sigmoid_mul = cuda_sigmoid_mul,
-    .softcap_f32 = cuda_softcap_f32,
-};
+extern "C" const struct activation_kernels activation_kernels_cuda = {ACTIVATION_OPS(OP_FILL, cuda_)};

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +66,11 @@ struct attention_kernels {
                             const void *kc, const void *vc, const int32_t *anchors, const int32_t *seq_start, int C,
                             int B, int nq, int nkv, int hd, float scale, int window, int block_causal);
 };
+
+// ATTENTION_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define ATTENTION_OPS(X, p) X(p, causal) X(p, dflash_forward) X(p, dflash_backward)
+OPS_LISTED(struct attention_kernels, ATTENTION_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -244,10 +244,10 @@ static int longest_ctx(const int32_t *anchors, const int32_t *seq_start, int C) 
 // Per (anchor, kv head), in parallel: scores by GEMM, an exact fp32 softmax on each row's visible
 // range in place (its log-sum-exp kept for the backward), then O = P [Vc | Vb] by GEMM. Scratch per
 // thread: one tile, M x (longest context + B) floats (never [C*B, S]).
-static void cpu_dflash_attn_forward(backend *be, void *out_v, float *lse, const void *q_v, const void *kb_v,
-                                    const void *vb_v, const void *kc_v, const void *vc_v, const int32_t *anchors,
-                                    const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
-                                    int window, int block_causal) {
+static void cpu_attention_dflash_forward(backend *be, void *out_v, float *lse, const void *q_v, const void *kb_v,
+                                         const void *vb_v, const void *kc_v, const void *vc_v, const int32_t *anchors,
+                                         const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
+                                         int window, int block_causal) {
     float *out = out_v;
     const float *q = q_v, *kb = kb_v, *vb = vb_v, *kc = kc_v, *vc = vc_v;
     (void)be;
@@ -307,11 +307,11 @@ VEXP_CLONES static void dscores_row(float *dp, const float *p, int n, float D) {
 //    Context rows are shared by all anchors of a sequence, which is why this pass is organised by
 //    key; it computes the context scores a second time (as FlashAttention's separate dK/dV loop
 //    does): the price of a race-free += whose result does not depend on the thread count.
-static void cpu_dflash_attn_backward(backend *be, void *dq_v, void *dkb_v, void *dvb_v, float *dkc, float *dvc,
-                                     const void *dout_v, const void *out_v, const float *lse, const void *q_v,
-                                     const void *kb_v, const void *vb_v, const void *kc_v, const void *vc_v,
-                                     const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq, int nkv,
-                                     int hd, float scale, int window, int block_causal) {
+static void cpu_attention_dflash_backward(backend *be, void *dq_v, void *dkb_v, void *dvb_v, float *dkc, float *dvc,
+                                          const void *dout_v, const void *out_v, const float *lse, const void *q_v,
+                                          const void *kb_v, const void *vb_v, const void *kc_v, const void *vc_v,
+                                          const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq,
+                                          int nkv, int hd, float scale, int window, int block_causal) {
     float *dq = dq_v, *dkb = dkb_v, *dvb = dvb_v;
     const float *dout = dout_v, *out = out_v, *q = q_v, *kb = kb_v, *vb = vb_v, *kc = kc_v, *vc = vc_v;
     (void)be;
@@ -426,8 +426,4 @@ static void cpu_dflash_attn_backward(backend *be, void *dq_v, void *dkb_v, void 
     free(Lg);
 }
 
-const struct attention_kernels attention_kernels_cpu = {
-    .causal = cpu_attention_causal,
-    .dflash_forward = cpu_dflash_attn_forward,
-    .dflash_backward = cpu_dflash_attn_backward,
-};
+const struct attention_kernels attention_kernels_cpu = {ATTENTION_OPS(OP_FILL, cpu_attention_)};

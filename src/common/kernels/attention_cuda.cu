@@ -365,6 +365,23 @@ static __global__ void dflash_bwd_dq_kernel(bf16 *dq, const bf16 *dout, const bf
     }
 }
 
+// One key row (kr, vr: a kv head's k and v in registers) against slot row r (= anchor * B + slot) of
+// the query heads of its group: dk += scale dS q and dv += P dout, head by head (the dkb/dvb and
+// dkc/dvc kernels' inner loop).
+static __device__ __forceinline__ void dflash_bwd_kv_slot(float *dk, float *dv, const float *kr, const float *vr,
+                                                          const bf16 *q, const bf16 *dout, const bf16 *out,
+                                                          const float *lse, int64_t r, int nq, int kh, int group,
+                                                          int hd, float scale, int lane) {
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+        int64_t rh = r * nq + h;
+        const bf16 *qv = q + rh * hd, *dov = dout + rh * hd;
+        float p = expf(dot_row(kr, qv, hd, lane) * scale - lse[rh]);
+        float ds = p * (dot_row(vr, dov, hd, lane) - dot_mem(dov, out + rh * hd, hd, lane));
+        axpy_row(dk, scale * ds, qv, hd, lane);
+        axpy_row(dv, p, dov, hd, lane);
+    }
+}
+
 // dkb/dvb: one warp per (block key row, kv head), summing over the slots of its anchor that see it
 // (all of them, or slots k >= j for a causal block) and the query heads of its group (written).
 static __global__ void dflash_bwd_dkvb_kernel(bf16 *dkb, bf16 *dvb, const bf16 *dout, const bf16 *out,
@@ -378,16 +395,9 @@ static __global__ void dflash_bwd_dkvb_kernel(bf16 *dkb, bf16 *dvb, const bf16 *
         load_row(vr, vb + u * hd, hd, lane);
 #pragma unroll
         for (int i = 0; i < AT_PER_LANE; i++) dk[i] = dv[i] = 0.0f;
-        for (int k = block_causal ? j : 0; k < B; k++) {
-            for (int h = kh * group; h < (kh + 1) * group; h++) {
-                int64_t rh = (int64_t)(ci * B + k) * nq + h;
-                const bf16 *qv = q + rh * hd, *dov = dout + rh * hd;
-                float p = expf(dot_row(kr, qv, hd, lane) * scale - lse[rh]);
-                float ds = p * (dot_row(vr, dov, hd, lane) - dot_mem(dov, out + rh * hd, hd, lane));
-                axpy_row(dk, scale * ds, qv, hd, lane);
-                axpy_row(dv, p, dov, hd, lane);
-            }
-        }
+        for (int k = block_causal ? j : 0; k < B; k++)
+            dflash_bwd_kv_slot(dk, dv, kr, vr, q, dout, out, lse, (int64_t)(ci * B + k), nq, kh, group, hd, scale,
+                               lane);
         store_row(dkb + u * hd, dk, 1.0f, hd, lane);
         store_row(dvb + u * hd, dv, 1.0f, hd, lane);
     }
@@ -417,16 +427,9 @@ static __global__ void dflash_bwd_dkvc_kernel(float *dkc, float *dvc, const bf16
             if (c < seq_start[ci] || c >= a) continue;
             int kmax = B - 1; // slots k with c >= a + k - (W - 1)
             if (window > 0) kmax = min(kmax, c - a + window - 1);
-            for (int k = 0; k <= kmax; k++) {
-                for (int h = kh * group; h < (kh + 1) * group; h++) {
-                    int64_t rh = (int64_t)(ci * B + k) * nq + h;
-                    const bf16 *qv = q + rh * hd, *dov = dout + rh * hd;
-                    float p = expf(dot_row(kr, qv, hd, lane) * scale - lse[rh]);
-                    float ds = p * (dot_row(vr, dov, hd, lane) - dot_mem(dov, out + rh * hd, hd, lane));
-                    axpy_row(dk, scale * ds, qv, hd, lane);
-                    axpy_row(dv, p, dov, hd, lane);
-                }
-            }
+            for (int k = 0; k <= kmax; k++)
+                dflash_bwd_kv_slot(dk, dv, kr, vr, q, dout, out, lse, (int64_t)(ci * B + k), nq, kh, group, hd,
+                                   scale, lane);
         }
 #pragma unroll
         for (int v = 0; v < AT_PER_LANE; v++) {
@@ -451,10 +454,10 @@ static unsigned warp_blocks(int64_t warps) {
     return (unsigned)(blocks < 1 ? 1 : blocks < AT_MAX_BLOCKS ? blocks : AT_MAX_BLOCKS);
 }
 
-static void cuda_dflash_attn_forward(backend *be, void *out, float *lse, const void *q, const void *kb,
-                                     const void *vb, const void *kc, const void *vc, const int32_t *anchors,
-                                     const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
-                                     int window, int block_causal) {
+static void cuda_attention_dflash_forward(backend *be, void *out, float *lse, const void *q, const void *kb,
+                                          const void *vb, const void *kc, const void *vc, const int32_t *anchors,
+                                          const int32_t *seq_start, int C, int B, int nq, int nkv, int hd, float scale,
+                                          int window, int block_causal) {
     if (C <= 0) return;
     if (dflash_tc_forward(be, out, lse, q, kb, vb, kc, vc, anchors, seq_start, C, B, nq, nkv, hd, scale, window,
                           block_causal))
@@ -466,11 +469,11 @@ static void cuda_dflash_attn_forward(backend *be, void *out, float *lse, const v
     cuda_check_launch();
 }
 
-static void cuda_dflash_attn_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, float *dvc,
-                                      const void *dout, const void *out, const float *lse, const void *q,
-                                      const void *kb, const void *vb, const void *kc, const void *vc,
-                                      const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq,
-                                      int nkv, int hd, float scale, int window, int block_causal) {
+static void cuda_attention_dflash_backward(backend *be, void *dq, void *dkb, void *dvb, float *dkc, float *dvc,
+                                           const void *dout, const void *out, const float *lse, const void *q,
+                                           const void *kb, const void *vb, const void *kc, const void *vc,
+                                           const int32_t *anchors, const int32_t *seq_start, int C, int B, int nq,
+                                           int nkv, int hd, float scale, int window, int block_causal) {
     if (C <= 0) return;
     if (dflash_tc_backward(be, dq, dkb, dvb, dkc, dvc, dout, out, lse, q, kb, vb, kc, vc, anchors, seq_start, C, B, nq,
                            nkv, hd, scale, window, block_causal))
@@ -493,8 +496,4 @@ static void cuda_dflash_attn_backward(backend *be, void *dq, void *dkb, void *dv
     cuda_check_launch();
 }
 
-extern "C" const struct attention_kernels attention_kernels_cuda = {
-    .causal = cuda_attention_causal,
-    .dflash_forward = cuda_dflash_attn_forward,
-    .dflash_backward = cuda_dflash_attn_backward,
-};
+extern "C" const struct attention_kernels attention_kernels_cuda = {ATTENTION_OPS(OP_FILL, cuda_attention_)};

@@ -1,7 +1,7 @@
 // attn_tc.h: attention on tensor cores (attn_tc.cu): the DFlash attention (SPEC §3) and the
 // target's causal attention, for attention_cuda.cu.
 //
-// Same arguments and results as cuda_dflash_attn_forward / _backward (attention_cuda.cu). Each call
+// Same arguments and results as cuda_attention_dflash_forward / _backward (attention_cuda.cu). Each call
 // returns 1 when it ran (queued on the backend's stream) and 0 when this path does not apply: it was
 // switched off (environment DFLASH_CUDA_ATTN=scalar) or no tile configuration fits the device's
 // shared memory for this head_dim. The caller then runs the scalar kernels, which stay the

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,12 @@ struct deltanet_kernels {
                              const int32_t *cu_seqlens, const int32_t *cu_host, int n_seq, int T, int Hk, int Hv,
                              int dk, int dv, float *state, void *work);
 };
+
+// DELTANET_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define DELTANET_OPS(X, p) X(p, conv1d_silu) X(p, gdn_gates) X(p, gated_delta_rule_work_bytes) \
+    X(p, gated_delta_rule)
+OPS_LISTED(struct deltanet_kernels, DELTANET_OPS, 0);
 
 #ifdef __cplusplus
 }

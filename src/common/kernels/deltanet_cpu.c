@@ -195,9 +195,4 @@ static void cpu_gated_delta_rule(backend *be, void *out_v, const void *qkv_v, co
     }
 }
 
-const struct deltanet_kernels deltanet_kernels_cpu = {
-    .conv1d_silu = cpu_conv1d_silu,
-    .gdn_gates = cpu_gdn_gates,
-    .gated_delta_rule_work_bytes = cpu_gated_delta_rule_work_bytes,
-    .gated_delta_rule = cpu_gated_delta_rule,
-};
+const struct deltanet_kernels deltanet_kernels_cpu = {DELTANET_OPS(OP_FILL, cpu_)};

@@ -744,9 +744,4 @@ static void cuda_gated_delta_rule(backend *be, void *out, const void *qkv, const
     cuda_check_launch();
 }
 
-extern "C" const struct deltanet_kernels deltanet_kernels_cuda = {
-    .conv1d_silu = cuda_conv1d_silu,
-    .gdn_gates = cuda_gdn_gates,
-    .gated_delta_rule_work_bytes = cuda_gated_delta_rule_work_bytes,
-    .gated_delta_rule = cuda_gated_delta_rule,
-};
+extern "C" const struct deltanet_kernels deltanet_kernels_cuda = {DELTANET_OPS(OP_FILL, cuda_)};

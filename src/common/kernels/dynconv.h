@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +39,11 @@ struct dynconv_kernels {
     void (*backward)(backend *be, void *dx, void *ddyn, float *dbase, const void *dout, const void *x,
                      const void *dyn, int ld, const void *base, int T, int B, int H, int K, int G);
 };
+
+// DYNCONV_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define DYNCONV_OPS(X, p) X(p, forward) X(p, backward)
+OPS_LISTED(struct dynconv_kernels, DYNCONV_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -5,21 +5,29 @@
 
 #include "common/kernels/dynconv.h"
 
+// row[h] = sum over the taps o < n, in order, of (base[o, h] + dyn_o[o * (H / G) + h / G]) * v_o[h], with
+// v_o = v + o * v_step and dyn_o = dyn + o * dyn_step: one row of the convolution (forward: x back, the
+// weights of the row itself) or of its transpose (dx: dout ahead, the weights of the rows ahead).
+static void taps_row(float *row, const float *v, int64_t v_step, const float *dyn, int64_t dyn_step, const float *base,
+                     int n, int H, int G) {
+    int ng = H / G;
+    for (int h = 0; h < H; h++) row[h] = 0.0f;
+    for (int o = 0; o < n; o++) {
+        const float *vr = v + o * v_step, *br = base + (int64_t)o * H, *dr = dyn + o * dyn_step + o * ng;
+        for (int h = 0; h < H; h++) row[h] += (br[h] + dr[h / G]) * vr[h];
+    }
+}
+
 static void cpu_dynconv_forward(backend *be, void *out_v, const void *x_v, const void *dyn_v, int ld, const void *base_v,
                                 int T, int B, int H, int K, int G) {
     float *out = out_v;
     const float *x = x_v, *dyn = dyn_v, *base = base_v;
     (void)be;
-    int ng = H / G;
 #pragma omp parallel for if ((int64_t)T * H * K > (1 << 16))
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < T; t++) { // taps o <= k: x[t - o], the weights of row t
         int k = t % B;
-        float *o_row = out + (int64_t)t * H;
-        for (int h = 0; h < H; h++) o_row[h] = 0.0f;
-        for (int o = 0; o < K && o <= k; o++) {
-            const float *xr = x + (int64_t)(t - o) * H, *br = base + (int64_t)o * H, *dr = dyn + (int64_t)t * ld + o * ng;
-            for (int h = 0; h < H; h++) o_row[h] += (br[h] + dr[h / G]) * xr[h];
-        }
+        taps_row(out + (int64_t)t * H, x + (int64_t)t * H, -(int64_t)H, dyn + (int64_t)t * ld, 0, base,
+                 K < k + 1 ? K : k + 1, H, G);
     }
 }
 
@@ -33,13 +41,9 @@ static void cpu_dynconv_backward(backend *be, void *dx_v, void *ddyn_v, float *d
 #pragma omp parallel for if ((int64_t)T * H * K > (1 << 16))
     for (int t = 0; t < T; t++) {
         int k = t % B;
-        float *dxr = dx + (int64_t)t * H;
-        for (int h = 0; h < H; h++) dxr[h] = 0.0f;
-        for (int o = 0; o < K && k + o < B; o++) { // out[t+o] read x[t] at offset o
-            const float *dor = dout + (int64_t)(t + o) * H, *br = base + (int64_t)o * H;
-            const float *dr = dyn + (int64_t)(t + o) * ld + o * ng;
-            for (int h = 0; h < H; h++) dxr[h] += (br[h] + dr[h / G]) * dor[h];
-        }
+        // dx: taps o with k + o < B (out[t + o] read x[t] at offset o): dout[t + o], the weights of row t + o
+        taps_row(dx + (int64_t)t * H, dout + (int64_t)t * H, H, dyn + (int64_t)t * ld, ld, base,
+                 K < B - k ? K : B - k, H, G);
         const float *dor = dout + (int64_t)t * H;
         for (int o = 0; o < K; o++)
             for (int g = 0; g < ng; g++) {
@@ -60,7 +64,4 @@ static void cpu_dynconv_backward(backend *be, void *dx_v, void *ddyn_v, float *d
         }
 }
 
-const struct dynconv_kernels dynconv_kernels_cpu = {
-    .forward = cpu_dynconv_forward,
-    .backward = cpu_dynconv_backward,
-};
+const struct dynconv_kernels dynconv_kernels_cpu = {DYNCONV_OPS(OP_FILL, cpu_dynconv_)};

@@ -88,7 +88,4 @@ static void cuda_dynconv_backward(backend *be, void *dx, void *ddyn, float *dbas
     cuda_check_launch();
 }
 
-extern "C" const struct dynconv_kernels dynconv_kernels_cuda = {
-    .forward = cuda_dynconv_forward,
-    .backward = cuda_dynconv_backward,
-};
+extern "C" const struct dynconv_kernels dynconv_kernels_cuda = {DYNCONV_OPS(OP_FILL, cuda_dynconv_)};

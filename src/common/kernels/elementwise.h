@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,6 +58,12 @@ struct elementwise_kernels {
     void (*copy_2d)(backend *be, void *dst, int64_t dst_ld, const void *src, int64_t src_ld, int64_t rows,
                     int64_t cols);
 };
+
+// ELEMENTWISE_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define ELEMENTWISE_OPS(X, p) X(p, embed) X(p, add) X(p, add_to_f32) X(p, scale) X(p, bias_add) \
+    X(p, moe_bias_add) X(p, to_f32) X(p, f32_to_act) X(p, copy_2d)
+OPS_LISTED(struct elementwise_kernels, ELEMENTWISE_OPS, 0);
 
 #ifdef __cplusplus
 }

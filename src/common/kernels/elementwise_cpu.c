@@ -82,14 +82,4 @@ static void cpu_copy_2d(backend *be, void *dst_v, int64_t dst_ld, const void *sr
     for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, (size_t)cols * sizeof(float));
 }
 
-const struct elementwise_kernels elementwise_kernels_cpu = {
-    .embed = cpu_embed,
-    .add = cpu_add,
-    .add_to_f32 = cpu_add_to_f32,
-    .scale = cpu_scale,
-    .bias_add = cpu_bias_add,
-    .moe_bias_add = cpu_moe_bias_add,
-    .to_f32 = cpu_to_f32,
-    .f32_to_act = cpu_f32_to_act,
-    .copy_2d = cpu_copy_2d,
-};
+const struct elementwise_kernels elementwise_kernels_cpu = {ELEMENTWISE_OPS(OP_FILL, cpu_)};

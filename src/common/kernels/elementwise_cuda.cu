@@ -151,14 +151,4 @@ static void cuda_copy_2d(backend *be, void *dst, int64_t dst_ld, const void *src
                                    cudaMemcpyDeviceToDevice, stream_of(be)));
 }
 
-extern "C" const struct elementwise_kernels elementwise_kernels_cuda = {
-    .embed = cuda_embed,
-    .add = cuda_add,
-    .add_to_f32 = cuda_add_to_f32,
-    .scale = cuda_scale,
-    .bias_add = cuda_bias_add,
-    .moe_bias_add = cuda_moe_bias_add,
-    .to_f32 = cuda_to_f32,
-    .f32_to_act = cuda_f32_to_act,
-    .copy_2d = cuda_copy_2d,
-};
+extern "C" const struct elementwise_kernels elementwise_kernels_cuda = {ELEMENTWISE_OPS(OP_FILL, cuda_)};

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +42,11 @@ struct norm_kernels {
     void (*gated_rmsnorm)(backend *be, void *out, const void *x, const void *z, const void *w, int R, int D,
                           float eps);
 };
+
+// NORM_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define NORM_OPS(X, p) X(p, rmsnorm) X(p, rmsnorm_backward) X(p, rmsnorm_zc) X(p, gated_rmsnorm)
+OPS_LISTED(struct norm_kernels, NORM_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -112,9 +112,4 @@ static void cpu_gated_rmsnorm(backend *be, void *out, const void *x, const void 
     norm_rows(out, x, w, z, R, D, eps, 0);
 }
 
-const struct norm_kernels norm_kernels_cpu = {
-    .rmsnorm = cpu_rmsnorm,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .rmsnorm_zc = cpu_rmsnorm_zc,
-    .gated_rmsnorm = cpu_gated_rmsnorm,
-};
+const struct norm_kernels norm_kernels_cpu = {NORM_OPS(OP_FILL, cpu_)};

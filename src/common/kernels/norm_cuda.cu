@@ -151,9 +151,4 @@ static void cuda_gated_rmsnorm(backend *be, void *out, const void *x, const void
     norm_launch(be, out, x, w, z, R, D, eps, 0);
 }
 
-extern "C" const struct norm_kernels norm_kernels_cuda = {
-    .rmsnorm = cuda_rmsnorm,
-    .rmsnorm_backward = cuda_rmsnorm_backward,
-    .rmsnorm_zc = cuda_rmsnorm_zc,
-    .gated_rmsnorm = cuda_gated_rmsnorm,
-};
+extern "C" const struct norm_kernels norm_kernels_cuda = {NORM_OPS(OP_FILL, cuda_)};

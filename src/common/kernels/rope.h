@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,11 @@ struct rope_kernels {
                          int rot);
     void (*rope_backward)(backend *be, void *dx, const int32_t *pos, const float *inv_freq, int T, int nh, int hd);
 };
+
+// ROPE_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define ROPE_OPS(X, p) X(p, rope) X(p, rope_partial) X(p, rope_backward)
+OPS_LISTED(struct rope_kernels, ROPE_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -44,8 +44,4 @@ static void cpu_rope_backward(backend *be, void *dx, const int32_t *pos, const f
     rope_turn(dx, pos, inv_freq, T, nh, hd, hd, -1.0f);
 }
 
-const struct rope_kernels rope_kernels_cpu = {
-    .rope = cpu_rope,
-    .rope_partial = cpu_rope_partial,
-    .rope_backward = cpu_rope_backward,
-};
+const struct rope_kernels rope_kernels_cpu = {ROPE_OPS(OP_FILL, cpu_)};

@@ -78,8 +78,4 @@ static void cuda_rope_backward(backend *be, void *dx, const int32_t *pos, const 
     cuda_check_launch();
 }
 
-extern "C" const struct rope_kernels rope_kernels_cuda = {
-    .rope = cuda_rope,
-    .rope_partial = cuda_rope_partial,
-    .rope_backward = cuda_rope_backward,
-};
+extern "C" const struct rope_kernels rope_kernels_cuda = {ROPE_OPS(OP_FILL, cuda_)};

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,11 @@ struct topk_lse_kernels {
                    float *m, float *s);
     void (*finish)(backend *be, float *lse, const float *m, const float *s, int R);
 };
+
+// TOPK_LSE_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define TOPK_LSE_OPS(X, p) X(p, init) X(p, update) X(p, finish)
+OPS_LISTED(struct topk_lse_kernels, TOPK_LSE_OPS, 0);
 
 #ifdef __cplusplus
 }

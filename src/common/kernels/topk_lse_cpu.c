@@ -87,8 +87,4 @@ static void cpu_topk_lse_finish(backend *be, float *lse, const float *m, const f
     for (int r = 0; r < R; r++) lse[r] = m[r] + logf(s[r]);
 }
 
-const struct topk_lse_kernels topk_lse_kernels_cpu = {
-    .init = cpu_topk_lse_init,
-    .update = cpu_topk_lse_update,
-    .finish = cpu_topk_lse_finish,
-};
+const struct topk_lse_kernels topk_lse_kernels_cpu = {TOPK_LSE_OPS(OP_FILL, cpu_topk_lse_)};

@@ -212,8 +212,4 @@ extern "C" void cuda_topk_lse_finish(backend *be, float *lse, const float *m, co
     cuda_check_launch();
 }
 
-extern "C" const struct topk_lse_kernels topk_lse_kernels_cuda = {
-    .init = cuda_topk_lse_init,
-    .update = cuda_topk_lse_update,
-    .finish = cuda_topk_lse_finish,
-};
+extern "C" const struct topk_lse_kernels topk_lse_kernels_cuda = {TOPK_LSE_OPS(OP_FILL, cuda_topk_lse_)};

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -82,6 +83,12 @@ struct moe_kernels {
                     const float *topk_w, int T, int k, int H);
     void (*sigmoid_gate_add)(backend *be, void *y, const void *s, const void *g, int T, int H);
 };
+
+// MOE_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define MOE_OPS(X, p) X(p, route_work_bytes) X(p, route) X(p, sigmoid_route) X(p, gather) X(p, gemm) \
+    X(p, swiglu_packed) X(p, combine) X(p, sigmoid_gate_add)
+OPS_LISTED(struct moe_kernels, MOE_OPS, 0);
 
 #ifdef __cplusplus
 }

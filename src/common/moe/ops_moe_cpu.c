@@ -126,7 +126,7 @@ static void cpu_moe_gemm(backend *be, void *y_, const void *x_, const void *W_, 
 // ----------------------------------------------------------------------------- elementwise
 
 // n_i: I (complex.h, via cblas.h, defines I)
-static void cpu_swiglu_packed(backend *be, void *out_, const void *gu_, int R, int n_i) {
+static void cpu_moe_swiglu_packed(backend *be, void *out_, const void *gu_, int R, int n_i) {
     (void)be;
     float *out = out_;
     const float *gu = gu_;
@@ -169,7 +169,7 @@ static void cpu_moe_combine(backend *be, void *y_, const void *ys_, const int32_
     }
 }
 
-static void cpu_sigmoid_gate_add(backend *be, void *y_, const void *s_, const void *g_, int T, int H) {
+static void cpu_moe_sigmoid_gate_add(backend *be, void *y_, const void *s_, const void *g_, int T, int H) {
     (void)be;
     float *y = y_;
     const float *s = s_, *g = g_;
@@ -183,13 +183,4 @@ static void cpu_sigmoid_gate_add(backend *be, void *y_, const void *s_, const vo
     }
 }
 
-const struct moe_kernels moe_kernels_cpu = {
-    .route_work_bytes = cpu_moe_route_work_bytes,
-    .route = cpu_moe_route,
-    .sigmoid_route = cpu_moe_sigmoid_route,
-    .gather = cpu_moe_gather,
-    .gemm = cpu_moe_gemm,
-    .swiglu_packed = cpu_swiglu_packed,
-    .combine = cpu_moe_combine,
-    .sigmoid_gate_add = cpu_sigmoid_gate_add,
-};
+const struct moe_kernels moe_kernels_cpu = {MOE_OPS(OP_FILL, cpu_moe_)};

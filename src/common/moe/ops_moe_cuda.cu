@@ -381,7 +381,7 @@ static __global__ void swiglu_packed_kernel(bf16 *out, const bf16 *gu, int R, in
     }
 }
 
-static void cuda_swiglu_packed(backend *be, void *out, const void *gu, int R, int I) {
+static void cuda_moe_swiglu_packed(backend *be, void *out, const void *gu, int R, int I) {
     if (R <= 0 || I <= 0) return;
     swiglu_packed_kernel<<<grid_for_threads((int64_t)R * I, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>((bf16 *)out,
                                                                                         (const bf16 *)gu, R, I);
@@ -424,20 +424,11 @@ static __global__ void sigmoid_gate_add_kernel(bf16 *y, const bf16 *s, const bf1
     }
 }
 
-static void cuda_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H) {
+static void cuda_moe_sigmoid_gate_add(backend *be, void *y, const void *s, const void *g, int T, int H) {
     if (T <= 0 || H <= 0) return;
     sigmoid_gate_add_kernel<<<grid_for_threads((int64_t)T * H, MOE_THREADS), MOE_THREADS, 0, stream_of(be)>>>(
         (bf16 *)y, (const bf16 *)s, (const bf16 *)g, T, H);
     cuda_check_launch();
 }
 
-extern "C" const struct moe_kernels moe_kernels_cuda = {
-    .route_work_bytes = cuda_moe_route_work_bytes,
-    .route = cuda_moe_route,
-    .sigmoid_route = cuda_moe_sigmoid_route,
-    .gather = cuda_moe_gather,
-    .gemm = cuda_moe_gemm,
-    .swiglu_packed = cuda_swiglu_packed,
-    .combine = cuda_moe_combine,
-    .sigmoid_gate_add = cuda_sigmoid_gate_add,
-};
+extern "C" const struct moe_kernels moe_kernels_cuda = {MOE_OPS(OP_FILL, cuda_moe_)};

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,11 @@ struct quant_kernels {
                         int64_t I, int64_t bo, int64_t bi);
     void (*dequant_mxfp4)(backend *be, void *dst, const uint8_t *blocks, const uint8_t *scales, int64_t N, int64_t G);
 };
+
+// QUANT_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define QUANT_OPS(X, p) X(p, dequant_fp8) X(p, dequant_mxfp4)
+OPS_LISTED(struct quant_kernels, QUANT_OPS, 0);
 
 #ifdef __cplusplus
 }

@@ -77,7 +77,4 @@ static void cpu_dequant_mxfp4(backend *be, void *dst_, const uint8_t *blocks, co
     for (int64_t r = 0; r < N; r++) cpu_dequant_mxfp4_row(dst + r * G * 32, blocks + r * G * 16, scales + r * G, G);
 }
 
-const struct quant_kernels quant_kernels_cpu = {
-    .dequant_fp8 = cpu_dequant_fp8,
-    .dequant_mxfp4 = cpu_dequant_mxfp4,
-};
+const struct quant_kernels quant_kernels_cpu = {QUANT_OPS(OP_FILL, cpu_)};

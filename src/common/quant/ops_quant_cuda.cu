@@ -90,7 +90,4 @@ static void cuda_dequant_mxfp4(backend *be, void *dst, const uint8_t *blocks, co
     cuda_check_launch();
 }
 
-extern "C" const struct quant_kernels quant_kernels_cuda = {
-    .dequant_fp8 = cuda_dequant_fp8,
-    .dequant_mxfp4 = cuda_dequant_mxfp4,
-};
+extern "C" const struct quant_kernels quant_kernels_cuda = {QUANT_OPS(OP_FILL, cuda_)};

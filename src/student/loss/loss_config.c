@@ -1,5 +1,6 @@
 // loss_config.c: the loss settings from the configuration's loss.* keys (see loss_config.h).
 #include "student/loss/loss_config.h"
+#include "common/core/config.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -39,3 +40,13 @@ int loss_config_parse_json(config *cfg, const void *json_object, const char *sou
     cJSON_free(text);
     return rc;
 }
+
+// Settings: the keys of the slot loss (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key loss_keys[] = {
+    {"loss.alpha", CFG_FLOAT, CONFIG_F(loss_alpha), "0.15", "share of the top-k/tail KL in the slot loss", NULL, 0, 1},
+    {"loss.lambda", CFG_FLOAT, CONFIG_F(loss_lambda), "0.1", "weight of the confidence-aware penalty (CAP)", NULL, 0, 100},
+    {"loss.gamma", CFG_FLOAT, CONFIG_F(loss_gamma), "0", "slot-weight decay constant; 0 = 7 for B <= 16, 10 above", NULL, 0, 1e6},
+    {"loss.weighting", CFG_STRING, CONFIG_F(loss_weighting), "decay", "slot weights: exponential decay or D-PACE", "decay|dpace", CONFIG_NOLIM},
+    {"loss.label", CFG_STRING, CONFIG_F(loss_label), "data", "CE label: the data token or the teacher's argmax", "data|teacher", CONFIG_NOLIM},
+};
+const config_key_set loss_settings = CONFIG_KEY_SET(loss_keys, NULL);

@@ -2,6 +2,7 @@
 // rely on, the dispatch through the backend's loss table (loss.h), and the CPU reference, its CPU
 // entry loss_selector_cpu (row by row through selector.c, fp32 with double sums).
 #include "student/loss/loss_selector.h"
+#include "common/core/config.h"
 
 #include "common/backend/backend_ops.h"
 #include "common/backend/profile.h"
@@ -57,3 +58,9 @@ void loss_selector_forward_backward(backend *be, const selector_batch *b, double
     if (b->anchors == 0) return;
     BACKEND_OP(be, loss, selector_forward_backward, b, scale, workspace, out, g);
 }
+
+// Settings: the keys of DFlash2's selector term (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key loss_selector_keys[] = {
+    {"loss.selector_weight", CFG_FLOAT, CONFIG_F(loss_selector_weight), "1", "DFlash2 (drafter.kind dflash2): weight of the candidate selector's k-way cross-entropy in the slot loss (the slot's weight applies)", NULL, 0, 100},
+};
+const config_key_set loss_selector_settings = CONFIG_KEY_SET(loss_selector_keys, NULL);

@@ -33,6 +33,7 @@
 // factor, dflash_config.input_embedding_scale / output_multiplier != 1, final_logit_softcapping > 0.
 // A JSON null counts as absent everywhere except num_key_value_heads (see above).
 #include "student/model/drafter_config.h"
+#include "common/core/config.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -439,3 +440,18 @@ char *drafter_config_to_json(const drafter_config *c) {
     if (!text) fatal("drafter_config_to_json: out of memory");
     return text; // cJSON allocates with plain malloc: the caller's free() is right
 }
+
+// Settings: the keys of the drafter's kind and shape (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key drafter_keys[] = {
+    {"drafter.kind", CFG_STRING, CONFIG_F(drafter_kind), "dflash", "the kind of drafter trained: dflash or dflash2 (DFlash2DraftModel: grouped dynamic causal convolutions; with its candidate selector; src/student/model/drafter_kind.c lists them); a drafter.config file must be of this kind (--mode eval takes the kind of eval.drafter)", NULL, CONFIG_NOLIM},
+    {"drafter.block_size", CFG_INT, CONFIG_F(block_size), "16", "block size B: slots per anchor (16 or 32 in the public drafters)", NULL, 2, 1024},
+    {"drafter.layers", CFG_INT, CONFIG_F(drafter_layers), "1", "drafter decoder layers (the public drafters use 5)", NULL, 1, 64},
+    {"drafter.intermediate", CFG_INT, CONFIG_F(drafter_intermediate), "0", "drafter MLP size; 0 = the target's", NULL, 0, 1e7},
+    {"drafter.heads", CFG_INT, CONFIG_F(drafter_heads), "0", "drafter query heads; 0 = the target's", NULL, 0, 4096},
+    {"drafter.kv_heads", CFG_INT, CONFIG_F(drafter_kv_heads), "0", "drafter key/value heads; 0 = the target's", NULL, 0, 4096},
+    {"drafter.head_dim", CFG_INT, CONFIG_F(drafter_head_dim), "0", "drafter head dimension; 0 = the target's", NULL, 0, 1024},
+    {"drafter.mask_token_id", CFG_INT, CONFIG_F(mask_token_id), "-1", "MASK token: an unused row of the target vocabulary; -1 = vocab_size - 1 (Qwen3: 151669)", NULL, -1, 1e9},
+    {"drafter.sliding_window", CFG_INT, CONFIG_F(sliding_window), "0", "> 0: every layer but the last is a sliding-window layer with this window (the 27B drafter layout)", NULL, 0, 1e9},
+    {"drafter.config", CFG_STRING, CONFIG_F(drafter_config_path), "", "a DFlash drafter config.json, or a directory holding one (a published drafter's, or run.dir/drafter of an earlier run): the drafter's shape (layers, heads, sizes, block size, MASK token, sliding window, target layer ids) comes from it instead of the drafter.* keys; its hidden size, vocabulary and num_target_layers must match the target's", NULL, CONFIG_NOLIM},
+};
+const config_key_set drafter_settings = CONFIG_KEY_SET(drafter_keys, NULL);

@@ -1,5 +1,6 @@
 // checkpoint.c: see checkpoint.h.
 #include "student/train/checkpoint.h"
+#include "common/core/config.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -563,3 +564,11 @@ int checkpoint_check_resume(const char *run_dir, int64_t step, const config *cfg
     if (nc) log_info("run.resume: the schedule changed since the checkpoint: %s", changed);
     return 0;
 }
+
+// Settings: the keys of checkpoints (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key checkpoint_keys[] = {
+    {"checkpoint.every", CFG_INT, CONFIG_F(ckpt_every), "0", "steps between checkpoints in run.dir/checkpoints (also one at the end); 0 = none", NULL, 0, CONFIG_STEPS_MAX},
+    {"checkpoint.every_minutes", CFG_FLOAT, CONFIG_F(ckpt_every_minutes), "0", "also a checkpoint after the step at which this many minutes (wall time, the first student's clock) passed since the last one, and one at the end, so a killed job loses minutes, not hours; fractions allowed; 0 = none", NULL, 0, 1e9},
+    {"checkpoint.keep", CFG_INT, CONFIG_F(ckpt_keep), "3", "newest checkpoints kept", NULL, 1, 1e6},
+};
+const config_key_set checkpoint_settings = CONFIG_KEY_SET(checkpoint_keys, NULL);

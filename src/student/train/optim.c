@@ -3,6 +3,8 @@
 // in optim_cuda.cu; Muon's Newton-Schulz products are backend_gemm's (OpenBLAS sgemm on the CPU,
 // cuBLAS fp32 on a GPU).
 #include "student/train/optim.h"
+#include "common/core/config.h"
+#include "common/core/error.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -287,12 +289,23 @@ static void cpu_muon_apply(backend *be, float *w, const float *o, int64_t n, flo
     for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - lr_scaled * o[i];
 }
 
-const struct optim_kernels optim_kernels_cpu = {
-    .sum_squares = cpu_sum_squares,
-    .adamw = cpu_adamw,
-    .ema_update = cpu_ema_update,
-    .muon_momentum = cpu_muon_momentum,
-    .muon_normalise = cpu_muon_normalise,
-    .axpby = cpu_axpby,
-    .muon_apply = cpu_muon_apply,
+const struct optim_kernels optim_kernels_cpu = {OPTIM_OPS(OP_FILL, cpu_)};
+
+static int optim_config_check(const config *c) {
+    if (c->ema_decay >= 1)
+        return error_set("train.ema = %g never moves the averaged weights from their start; a decay is below 1 (e.g. 0.999), "
+                         "0 = no EMA", c->ema_decay);
+    return 0;
+}
+
+// Settings: the keys of the optimizer and its schedule (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key optim_keys[] = {
+    {"train.lr", CFG_FLOAT, CONFIG_F(lr), "0.0006", "peak learning rate (AdamW)", NULL, 0, 10},
+    {"train.warmup_frac", CFG_FLOAT, CONFIG_F(warmup_frac), "0.04", "share of the steps with linear warmup, then cosine to 0", NULL, 0, 1},
+    {"train.weight_decay", CFG_FLOAT, CONFIG_F(weight_decay), "0", "AdamW decoupled weight decay", NULL, 0, 10},
+    {"train.grad_clip", CFG_FLOAT, CONFIG_F(grad_clip), "1", "global gradient-norm clip; 0 = none", NULL, 0, 1e9},
+    {"train.optimizer", CFG_STRING, CONFIG_F(optimizer), "adamw", "adamw (every tensor), or muon: Muon (momentum, then Newton-Schulz orthogonalisation, scaled to AdamW's update size so train.lr serves both) on the drafter's 2-D projection matrices and AdamW on the rest (docs/student.md, Optimizers)", "adamw|muon", CONFIG_NOLIM},
+    {"train.muon_momentum", CFG_FLOAT, CONFIG_F(muon_momentum), "0.95", "train.optimizer muon: the momentum of Muon's matrices (Nesterov)", NULL, 0, 0.999},
+    {"train.ema", CFG_FLOAT, CONFIG_F(ema_decay), "0", "EMA decay of the weights (e.g. 0.999; below 1); 0 = no EMA", NULL, 0, 1},
 };
+const config_key_set optim_settings = CONFIG_KEY_SET(optim_keys, optim_config_check);

@@ -18,6 +18,7 @@
 
 #include "common/backend/arena.h"
 #include "common/backend/backend.h"
+#include "common/backend/backend_ops.h"
 #include "student/model/drafter.h"
 
 typedef struct {
@@ -117,3 +118,9 @@ struct optim_kernels {
     void (*axpby)(backend *be, float *y, const float *x, int64_t n, float alpha, float beta);
     void (*muon_apply)(backend *be, float *w, const float *o, int64_t n, float decay, float lr_scaled);
 };
+
+// OPTIM_OPS: the members above, once, in order; each backend fills its table from it in one
+// line (OP_FILL, backend_ops.h).
+#define OPTIM_OPS(X, p) X(p, sum_squares) X(p, adamw) X(p, ema_update) X(p, muon_momentum) \
+    X(p, muon_normalise) X(p, axpby) X(p, muon_apply)
+OPS_LISTED(struct optim_kernels, OPTIM_OPS, 0);

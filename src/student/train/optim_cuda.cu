@@ -140,12 +140,4 @@ static void cuda_optim_muon_apply(backend *be, float *w, const float *o, int64_t
     cuda_check_launch();
 }
 
-extern "C" const struct optim_kernels optim_kernels_cuda = {
-    .sum_squares = cuda_optim_sum_squares,
-    .adamw = cuda_optim_adamw,
-    .ema_update = cuda_optim_ema_update,
-    .muon_momentum = cuda_optim_muon_momentum,
-    .muon_normalise = cuda_optim_muon_normalise,
-    .axpby = cuda_optim_axpby,
-    .muon_apply = cuda_optim_muon_apply,
-};
+extern "C" const struct optim_kernels optim_kernels_cuda = {OPTIM_OPS(OP_FILL, cuda_optim_)};

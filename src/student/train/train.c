@@ -1,5 +1,6 @@
 // train.c: the student's training loop (see train.h).
 #include "student/train/train.h"
+#include "common/core/config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -609,3 +610,26 @@ int student_train(const world *w, const config *cfg, backend *be, MPI_Comm comm,
     free(j);
     return rc;
 }
+
+// Every block position of a batch is counted in int (rows of the loss, the planner's chunks).
+static int train_config_check(const config *c) {
+    if (c->max_anchors * c->block_size > (1ll << 24))
+        return error_set("train.max_anchors %lld x drafter.block_size %lld = %lld block positions per batch: at most 2^24 "
+                         "(16777216)", (long long)c->max_anchors, (long long)c->block_size,
+                         (long long)(c->max_anchors * c->block_size));
+    return 0;
+}
+
+// Settings: the keys of the training loop (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key train_keys[] = {
+    {"train.steps", CFG_INT, CONFIG_F(steps), "100", "optimizer steps", NULL, 1, CONFIG_STEPS_MAX},
+    {"train.batches_per_step", CFG_INT, CONFIG_F(batches_per_step), "1", "packed batches per optimizer step over all students (a multiple of world.students); the loss is normalised over all of them", NULL, 1, 1e6},
+    {"train.max_anchors", CFG_INT, CONFIG_F(max_anchors), "64", "anchors drawn per batch (fewer when the batch has fewer valid positions)", NULL, 1, 1e7},
+    {"train.divergence_factor", CFG_FLOAT, CONFIG_F(divergence_factor), "100", "a training step whose loss or gradient norm exceeds this many times max(1, its running mean over the earlier steps; 100 for the first step of a fresh run) stops the run like a NaN does (before the update); 0 = off", NULL, 0, 1e30},
+    {"train.mem_budget", CFG_BYTES, CONFIG_F(train_mem_budget), "0", "student memory budget (device bytes); 0 = no limit", NULL, CONFIG_SIZES},
+    {"train.log_interval", CFG_INT, CONFIG_F(log_interval), "10", "steps between metrics lines", NULL, 1, 1e9},
+    {"train.eval_interval", CFG_INT, CONFIG_F(eval_interval), "50", "steps between held-out evaluations (also at the start and the end)", NULL, 1, 1e9},
+    {"train.eval_batches", CFG_INT, CONFIG_F(eval_batches), "0", "held-out batches per evaluation: 0 = the whole held-out split (every anchor of every batch, forward only); N = the first N", NULL, 0, 1e9},
+    {"test.stop_at_step", CFG_INT, CONFIG_F(test_stop_at_step), "0", "testing: stop after this step's checkpoint, as a preempted job would; 0 = never", NULL, 0, CONFIG_STEPS_MAX},
+};
+const config_key_set train_settings = CONFIG_KEY_SET(train_keys, train_config_check);

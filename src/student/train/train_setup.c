@@ -1,6 +1,7 @@
 // train_setup.c: what a training job reads before its first step: the target's shape and
 // embedding, the drafter's shape, and the batch plan over the data (see train_setup.h).
 #include "student/train/train_setup.h"
+#include "common/core/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,3 +333,9 @@ int eval_config_prepare(config *cfg) {
     cfg->eval_only = 1; // what the job's lower floors ask (train_check_roles, student_train), not the mode's name
     return 0;
 }
+
+// Settings: the keys of --mode eval's drafter (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key eval_keys[] = {
+    {"eval.drafter", CFG_STRING, CONFIG_F(eval_drafter), "", "--mode eval: the drafter to evaluate: an exported drafter directory (config.json + model.safetensors, the dflash package's format, e.g. run.dir/drafter or a published one) or a checkpoint directory (run.dir/checkpoints/step-N)", NULL, CONFIG_NOLIM},
+};
+const config_key_set eval_settings = CONFIG_KEY_SET(eval_keys, NULL);
