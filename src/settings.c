@@ -18,7 +18,11 @@ extern const config_key_set run_settings,   // common/core/run_dir.c: run.dir, s
     teacher_settings,                      // teacher/teacher_plan.c: teacher.*
     teacher_test_settings,                 // teacher/teacher_loop.c: test.slow_teacher, test.slow_ms
     features_settings,                     // teacher/dump_features.c: features.*
-    regenerate_settings,                   // teacher/regenerate.c: regenerate.*
+    regen_prompts_settings,                // teacher/regen_prompts.c: regenerate.prompts, stop_ids
+    regen_shards_settings,                 // teacher/regen_shards.c: regenerate.shard_prompts
+    regen_output_settings,                 // teacher/regen_output.c: regenerate.out, heldout
+    regen_sampling_settings,               // teacher/regen_identity.c: regenerate.temperature, top_p, top_k, seed
+    regenerate_settings,                   // teacher/regenerate.c: regenerate.max_new_tokens, max_seqs, max_len
     drafter_settings,                      // student/model/drafter_config.c: drafter.*
     train_settings,                        // student/train/train.c: train.steps ... eval_batches, test.stop_at_step
     optim_settings,                        // student/train/optim.c: train.lr, schedule, optimizer, ema
@@ -31,7 +35,8 @@ extern const config_key_set run_settings,   // common/core/run_dir.c: run.dir, s
 const config_key_set *const config_key_sets[] = {
     &run_settings,       &backend_settings,  &threads_settings,    &watchdog_settings,
     &world_settings,     &payload_settings,  &grad_allreduce_settings, &transport_test_settings, &data_settings,
-    &target_settings,    &teacher_settings,  &teacher_test_settings, &features_settings,  &regenerate_settings,
+    &target_settings,    &teacher_settings,  &teacher_test_settings, &features_settings,
+    &regen_prompts_settings, &regen_shards_settings, &regen_output_settings, &regen_sampling_settings, &regenerate_settings,
     &drafter_settings,   &train_settings,    &optim_settings,      &checkpoint_settings,  &eval_settings,
     &loss_settings,      &loss_selector_settings,
 };

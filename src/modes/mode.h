@@ -12,7 +12,7 @@
 //
 // A new mode: one file mode_NAME.c defining `const mode_def mode_NAME` with its --preflight entry
 // (a mode_preflight: its checks, its own or preflight_job.c's), one X(mode_NAME) in modes.c's
-// MODE_LIST, and its name among run.mode's choices (config.c; test_modes.sh compares).
+// MODE_LIST; run.mode takes its name from the table (mode_find; test_modes.sh compares --help's list).
 #pragma once
 
 #include <stddef.h>

@@ -1,6 +1,7 @@
 // regen_identity.c: the settings text that names regenerate's inputs, the tokenizer attribute, and
 // the comparison of a recorded settings text with this run's (see regen_identity.h).
 #include "teacher/regen_identity.h"
+#include "common/core/config.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -100,3 +101,12 @@ int regen_identity_check_out(const regen *g) {
     return error_set("regenerate.out %s exists and is not a set regenerate made (%s); set run.overwrite=true to replace it",
                      cfg->regen_out, rc < 0 ? error_msg() : "no settings attribute");
 }
+
+// Settings: the keys of --mode regenerate's sampling (the set's identity records them) (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key regen_sampling_keys[] = {
+    {"regenerate.temperature", CFG_FLOAT, CONFIG_F(regen_temperature), "0", "--mode regenerate: sampling temperature; 0 = greedy", NULL, 0, 100},
+    {"regenerate.top_p", CFG_FLOAT, CONFIG_F(regen_top_p), "1", "--mode regenerate: nucleus sampling share (with a temperature > 0); 1 = no cut", NULL, 1e-9, 1},
+    {"regenerate.top_k", CFG_INT, CONFIG_F(regen_top_k), "0", "--mode regenerate: sample among the k most probable tokens (with a temperature > 0); 0 = no cut", NULL, 0, 1e9},
+    {"regenerate.seed", CFG_INT, CONFIG_F(regen_seed), "0", "--mode regenerate: sampling seed; prompt i's draws are the Philox stream of (seed, i), whichever rank or slot decodes it", NULL, 0, 9.2e18},
+};
+const config_key_set regen_sampling_settings = CONFIG_KEY_SET(regen_sampling_keys, NULL);

@@ -1,6 +1,7 @@
 // regen_output.c: what regenerate writes: its parts, their merge into regenerate.out, the output's
 // claim and its tidy-up after a successful end (see regen_output.h).
 #include "teacher/regen_output.h"
+#include "common/core/config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -247,3 +248,10 @@ int regen_output_merge(regen *g) {
     free(finish);
     return rc;
 }
+
+// Settings: the keys of --mode regenerate's output, the training set (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key regen_output_keys[] = {
+    {"regenerate.out", CFG_STRING, CONFIG_F(regen_out), "", "--mode regenerate: the training set written (prompt loss_mask 0, the target's reply 1, /finish_reason, /heldout; written atomically); its parts while it runs are in OUT.parts/", NULL, CONFIG_NOLIM},
+    {"regenerate.heldout", CFG_FLOAT, CONFIG_F(regen_heldout), "16", "--mode regenerate: held-out samples recorded in the set's /heldout (>= 1: a count, below 1: a fraction of the prompts; drawn from regenerate.seed; a rule that takes every prompt is refused); 0 = none (training then holds out its last data.heldout_samples)", NULL, 0, 1e12},
+};
+const config_key_set regen_output_settings = CONFIG_KEY_SET(regen_output_keys, NULL);

@@ -1,6 +1,7 @@
 // regen_prompts.c: regenerate's prompts file indexed and read back checked, and its stop ids (see
 // regen_prompts.h).
 #include "teacher/regen_prompts.h"
+#include "common/core/config.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -152,3 +153,10 @@ int regen_stops_has(const regen_stops *st, int32_t t) {
         if (st->id[i] == t) return 1;
     return 0;
 }
+
+// Settings: the keys of --mode regenerate's prompts and stop ids (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key regen_prompts_keys[] = {
+    {"regenerate.prompts", CFG_STRING, CONFIG_F(regen_prompts), "", "--mode regenerate: the prompts, JSONL with one {\"input_ids\": [...]} per line (already templated: tools/prepare_data.py --prompts-only makes it from chat messages)", NULL, CONFIG_NOLIM},
+    {"regenerate.stop_ids", CFG_INT_LIST, CONFIG_F(regen_stop_ids), "", "--mode regenerate: token ids that end a reply, besides eos_token_id of the target's generation_config.json (the stop token is the reply's last token, loss 1)", NULL, 0, 2147483647},
+};
+const config_key_set regen_prompts_settings = CONFIG_KEY_SET(regen_prompts_keys, NULL);

@@ -1,6 +1,7 @@
 // regen_shards.c: regenerate's shards: their size and reply buffer, and their claims (see
 // regen_shards.h).
 #include "teacher/regen_shards.h"
+#include "common/core/config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -87,3 +88,9 @@ int regen_shards_claim(const regen *g, int64_t s) {
     if (errno == EEXIST) return 0;
     return error_set("regenerate: cannot claim shard %lld (%s): %s", (long long)s, path, strerror(errno));
 }
+
+// Settings: the keys of --mode regenerate's shards (docs/config.md, Keys; src/settings.c lists every file's).
+static const config_key regen_shards_keys[] = {
+    {"regenerate.shard_prompts", CFG_INT, CONFIG_F(regen_shard_prompts), "64", "--mode regenerate: prompts per shard, the unit of work among teachers (a teacher that finishes one claims the next) and of resuming", NULL, 1, 1e12},
+};
+const config_key_set regen_shards_settings = CONFIG_KEY_SET(regen_shards_keys, NULL);

@@ -349,19 +349,10 @@ int teacher_regenerate(const world *w, const config *cfg, backend *be, payload_l
     return any ? -1 : 0;
 }
 
-// Settings: the keys of --mode regenerate (docs/config.md, Keys; src/settings.c lists every file's).
+// Settings: the keys of --mode regenerate's decode loop: its sequences and their lengths (docs/config.md, Keys; src/settings.c lists every file's).
 static const config_key regenerate_keys[] = {
-    {"regenerate.prompts", CFG_STRING, CONFIG_F(regen_prompts), "", "--mode regenerate: the prompts, JSONL with one {\"input_ids\": [...]} per line (already templated: tools/prepare_data.py --prompts-only makes it from chat messages)", NULL, CONFIG_NOLIM},
-    {"regenerate.out", CFG_STRING, CONFIG_F(regen_out), "", "--mode regenerate: the training set written (prompt loss_mask 0, the target's reply 1, /finish_reason, /heldout; written atomically); its parts while it runs are in OUT.parts/", NULL, CONFIG_NOLIM},
     {"regenerate.max_new_tokens", CFG_INT, CONFIG_F(regen_max_new_tokens), "512", "--mode regenerate: most tokens generated per reply (a reply cut there has finish_reason length and no end token)", NULL, 1, 1073741824},
-    {"regenerate.stop_ids", CFG_INT_LIST, CONFIG_F(regen_stop_ids), "", "--mode regenerate: token ids that end a reply, besides eos_token_id of the target's generation_config.json (the stop token is the reply's last token, loss 1)", NULL, 0, 2147483647},
-    {"regenerate.temperature", CFG_FLOAT, CONFIG_F(regen_temperature), "0", "--mode regenerate: sampling temperature; 0 = greedy", NULL, 0, 100},
-    {"regenerate.top_p", CFG_FLOAT, CONFIG_F(regen_top_p), "1", "--mode regenerate: nucleus sampling share (with a temperature > 0); 1 = no cut", NULL, 1e-9, 1},
-    {"regenerate.top_k", CFG_INT, CONFIG_F(regen_top_k), "0", "--mode regenerate: sample among the k most probable tokens (with a temperature > 0); 0 = no cut", NULL, 0, 1e9},
-    {"regenerate.seed", CFG_INT, CONFIG_F(regen_seed), "0", "--mode regenerate: sampling seed; prompt i's draws are the Philox stream of (seed, i), whichever rank or slot decodes it", NULL, 0, 9.2e18},
     {"regenerate.max_seqs", CFG_INT, CONFIG_F(regen_max_seqs), "0", "--mode regenerate: sequences decoded at once per teacher (continuous batching: a finished one is replaced by the next prompt); 0 = as many as teacher.mem_budget holds, up to 64 (8 without a budget)", NULL, 0, 4096},
     {"regenerate.max_len", CFG_INT, CONFIG_F(regen_max_len), "0", "--mode regenerate: cached positions per sequence (prompt + reply - 1; a reply that fills it ends with finish_reason length, a longer prompt is an error); 0 = the longest prompt + max_new_tokens - 1, at most the target's max_position_embeddings (a value past it is refused)", NULL, 0, 1073741824},
-    {"regenerate.shard_prompts", CFG_INT, CONFIG_F(regen_shard_prompts), "64", "--mode regenerate: prompts per shard, the unit of work among teachers (a teacher that finishes one claims the next) and of resuming", NULL, 1, 1e12},
-    {"regenerate.heldout", CFG_FLOAT, CONFIG_F(regen_heldout), "16", "--mode regenerate: held-out samples recorded in the set's /heldout (>= 1: a count, below 1: a fraction of the prompts; drawn from regenerate.seed; a rule that takes every prompt is refused); 0 = none (training then holds out its last data.heldout_samples)", NULL, 0, 1e12},
 };
 const config_key_set regenerate_settings = CONFIG_KEY_SET(regenerate_keys, NULL);

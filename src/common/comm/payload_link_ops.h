@@ -5,7 +5,7 @@
 // Adding a transport (say "pinned": device blocks staged through rings of pinned host buffers with
 // asynchronous copies, the host messages over MPI): payload_link_pinned.c fills a payload_link_ops
 // (its host messages may be payload_link_mpi.h's functions), payload_link.c's registry gets its
-// line, transport.payload its name (config.c, docs/config.md); transport-test then checks it
+// line, transport.payload its name (its row in payload_link.c, docs/config.md); transport-test then checks it
 // element by element like the others. docs/distributed.md, "The payload link".
 #pragma once
 #include <mpi.h>

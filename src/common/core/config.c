@@ -1,4 +1,4 @@
-// config.c: the key table, JSON loading, command-line overrides (see config.h).
+// config.c: the keys of every set gathered, JSON loading, command-line overrides, printing (see config.h).
 #include "common/core/config.h"
 
 #include <cjson/cJSON.h>

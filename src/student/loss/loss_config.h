@@ -1,7 +1,8 @@
 // loss_config.h: the loss settings (loss.h's loss_config) from the configuration's loss.* keys, the
 // one place they are read: training, --mode eval (the keys its checkpoint's configuration holds)
 // and step-dump (the "loss" object of its config.json) all go through loss_config_make. The keys
-// themselves, with their defaults and bounds, are rows of the key table (src/common/core/config.c).
+// themselves, with their defaults and bounds, are loss_config.c's key set (loss_settings; the
+// selector's weight is loss_selector.c's).
 #pragma once
 
 #include "common/core/config.h"

@@ -52,7 +52,7 @@ static inline LOSS_HD double loss_term_coef(int t, const loss_config *c) {
 // A term's entry: how it is named and reported.
 typedef struct {
     const char *metric;      // its name in metrics.jsonl, eval.json, the terminal lines, step-dump
-    const char *key;         // the configuration key of its weight (src/common/core/config.c)
+    const char *key;         // the configuration key of its weight (declared by loss_config.c or the term's own file)
     int always;              // 1: every drafter's (reported on every line); 0: a kind's (DFlash2's
                              // selector), reported where it scored rows
     const char *miss_metric; // always 0: the share of its scored rows whose label it missed
