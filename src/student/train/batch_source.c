@@ -23,18 +23,18 @@
 void batch_schedule_make(batch_schedule *sc, const config *cfg, int s, int S, int64_t n_heldout_batches) {
     int64_t G = cfg->batches_per_step;
     int64_t ev = cfg->eval_batches > 0 && cfg->eval_batches < n_heldout_batches ? cfg->eval_batches : n_heldout_batches;
-    *sc = (batch_schedule){.s = s, .S = S, .G = G, .steps = cfg->steps, .interval = cfg->eval_interval};
-    sc->tc = (G - s + S - 1) / S; // G is a multiple of S: G / S
+    *sc = (batch_schedule){.student = s, .students = S, .batches_per_step = G, .steps = cfg->steps, .interval = cfg->eval_interval};
+    sc->items_per_step = (G - s + S - 1) / S; // G is a multiple of S: G / S
     sc->evals = ev > 0;
-    sc->e = ev > s ? (ev - s + S - 1) / S : 0;
+    sc->items_per_eval = ev > s ? (ev - s + S - 1) / S : 0;
     int64_t after = sc->steps / sc->interval + (sc->steps % sc->interval != 0); // evaluations after a step
-    sc->n_items = sc->evals * sc->e * (1 + after) + sc->steps * sc->tc;
+    sc->n_items = sc->evals * sc->items_per_eval * (1 + after) + sc->steps * sc->items_per_step;
     sc->n_groups = sc->evals * (1 + after) + sc->steps;
 }
 
 void batch_schedule_eval_only(batch_schedule *sc) {
     sc->steps = 0;
-    sc->n_items = sc->evals * sc->e;
+    sc->n_items = sc->evals * sc->items_per_eval;
     sc->n_groups = sc->evals;
 }
 
@@ -42,16 +42,16 @@ void batch_schedule_free(batch_schedule *sc) { memset(sc, 0, sizeof *sc); }
 
 // The first item of training step t's group.
 static int64_t schedule_train_first(const batch_schedule *sc, int64_t t) {
-    return sc->evals * sc->e * (1 + t / sc->interval) + t * sc->tc;
+    return sc->evals * sc->items_per_eval * (1 + t / sc->interval) + t * sc->items_per_step;
 }
 
 batch_group batch_schedule_group(const batch_schedule *sc, int64_t gi) {
-    if (sc->evals && gi == 0) return (batch_group){WIRE_HELDOUT, 0, sc->e};
+    if (sc->evals && gi == 0) return (batch_group){WIRE_HELDOUT, 0, sc->items_per_eval};
     int64_t per = sc->interval + sc->evals, k = (gi - sc->evals) / per, r = (gi - sc->evals) % per;
     int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
-    if (r < in_period) return (batch_group){WIRE_TRAIN, schedule_train_first(sc, k * sc->interval + r), sc->tc};
+    if (r < in_period) return (batch_group){WIRE_TRAIN, schedule_train_first(sc, k * sc->interval + r), sc->items_per_step};
     // the evaluation after the period's last step
-    return (batch_group){WIRE_HELDOUT, schedule_train_first(sc, k * sc->interval + in_period - 1) + sc->tc, sc->e};
+    return (batch_group){WIRE_HELDOUT, schedule_train_first(sc, k * sc->interval + in_period - 1) + sc->items_per_step, sc->items_per_eval};
 }
 
 int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t) {
@@ -59,16 +59,16 @@ int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t) {
 }
 
 batch_item batch_schedule_item(const batch_schedule *sc, int64_t n) {
-    int64_t e = sc->evals * sc->e;
-    if (n < e) return (batch_item){WIRE_HELDOUT, sc->s + n * sc->S};
+    int64_t e = sc->evals * sc->items_per_eval;
+    if (n < e) return (batch_item){WIRE_HELDOUT, sc->student + n * sc->students};
     // periods of I steps of tc items, then e items of an evaluation
-    int64_t m = n - e, per = sc->interval * sc->tc + e, k = m / per, r = m % per;
+    int64_t m = n - e, per = sc->interval * sc->items_per_step + e, k = m / per, r = m % per;
     int64_t in_period = sc->steps - k * sc->interval < sc->interval ? sc->steps - k * sc->interval : sc->interval;
-    if (r < in_period * sc->tc) {
-        int64_t t = k * sc->interval + r / sc->tc, j = r % sc->tc;
-        return (batch_item){WIRE_TRAIN, t * sc->G + sc->s + j * sc->S};
+    if (r < in_period * sc->items_per_step) {
+        int64_t t = k * sc->interval + r / sc->items_per_step, j = r % sc->items_per_step;
+        return (batch_item){WIRE_TRAIN, t * sc->batches_per_step + sc->student + j * sc->students};
     }
-    return (batch_item){WIRE_HELDOUT, sc->s + (r - in_period * sc->tc) * sc->S};
+    return (batch_item){WIRE_HELDOUT, sc->student + (r - in_period * sc->items_per_step) * sc->students};
 }
 
 // ----------------------------------------------------------------------------- set-up
@@ -87,7 +87,7 @@ void batch_source_init_live(batch_source *s, const world *w, int credits, size_t
                             size_t feat_bytes, backend *be) {
     memset(s, 0, sizeof *s);
     int T = w->groups;
-    s->live = 1, s->T = T, s->G = w->group_size, s->slots = credits, s->my_rank = w->rank, s->max_bytes = max_bytes;
+    s->live = 1, s->teachers = T, s->group_size = w->group_size, s->slots = credits, s->my_rank = w->rank, s->max_bytes = max_bytes;
     s->outstanding = xcalloc((size_t)T, sizeof(int));
     s->served = xcalloc((size_t)T, sizeof(int64_t));
     s->n_buf = n_buf;
@@ -149,8 +149,8 @@ void batch_source_start_at(batch_source *s, int64_t n) { s->next_request = s->ne
 
 // Teacher t is the group of world ranks t*G .. t*G+G-1: requests go to its first stage, the payload
 // (and its features as a device block) comes from its last.
-static int source_request_rank(const batch_source *s, int t) { return t * s->G; }
-static int source_data_rank(const batch_source *s, int t) { return t * s->G + s->G - 1; }
+static int source_request_rank(const batch_source *s, int t) { return t * s->group_size; }
+static int source_data_rank(const batch_source *s, int t) { return t * s->group_size + s->group_size - 1; }
 
 static int source_free_buf(batch_source *s) {
     for (int i = 0; i < s->n_buf; i++)
@@ -167,7 +167,7 @@ static int source_free_buf(batch_source *s) {
 // teacher's sending order (a later batch of a teacher never enqueues before an earlier one: the
 // order of our requests to it), and the batch is ready once that transfer is done.
 static int source_progress(batch_source *s) {
-    for (int t = 0; t < s->T; t++) s->blocked[t] = 0;
+    for (int t = 0; t < s->teachers; t++) s->blocked[t] = 0;
     for (int64_t n = s->next_consume; n < s->next_request; n++) {
         int t = s->teacher_of[n % s->n_buf], b = s->buf_of[n % s->n_buf];
         if (!s->landed[n % s->n_buf]) {
@@ -212,7 +212,7 @@ static int source_pump(batch_source *s, const batch_schedule *sc) {
     if (source_progress(s)) return -1;
     while (s->next_request < sc->n_items) {
         int best = -1;
-        for (int t = 0; t < s->T; t++)
+        for (int t = 0; t < s->teachers; t++)
             if (s->outstanding[t] < s->slots && (best < 0 || s->outstanding[t] < s->outstanding[best])) best = t;
         if (best < 0) return 0;
         int b = source_free_buf(s);
@@ -298,7 +298,7 @@ int batch_source_get(batch_source *s, const batch_schedule *sc, int64_t n, wire_
 
 int batch_source_drain(batch_source *s) {
     if (!s->live) return 0;
-    watchdog_wait_begin(0, s->T * s->G - 1, 1, "the batches requested before the stop");
+    watchdog_wait_begin(0, s->teachers * s->group_size - 1, 1, "the batches requested before the stop");
     for (int64_t n = s->next_consume; n < s->next_request; n++)
         while (!s->arrived[n % s->n_buf]) {
             if (source_progress(s)) {
@@ -318,7 +318,7 @@ void batch_source_release(batch_source *s, int64_t n) {
 
 void batch_source_stop_teachers(batch_source *s) {
     if (!s->live) return;
-    for (int t = 0; t < s->T; t++) {
+    for (int t = 0; t < s->teachers; t++) {
         protocol_request_send(s->link, source_request_rank(s, t), &(protocol_request){.kind = WIRE_STOP, .student = s->my_rank});
         for (int r = source_request_rank(s, t); r <= source_data_rank(s, t); r++) watchdog_watch(r, 0); // it may exit now
     }

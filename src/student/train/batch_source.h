@@ -33,9 +33,9 @@ typedef struct {
 
 // The schedule is computed, not stored: any train.steps costs nothing up front.
 typedef struct {
-    int s, S;
-    int64_t G, steps, interval; // train.batches_per_step, train.steps, train.eval_interval
-    int64_t tc, e;              // this student's items per training step and per evaluation
+    int student, students;      // this student (s) of S
+    int64_t batches_per_step, steps, interval; // G = train.batches_per_step, train.steps, train.eval_interval
+    int64_t items_per_step, items_per_eval;     // this student's items per training step (Tc) and per evaluation (e)
     int64_t evals;              // 1 when there are evaluations (held-out batches), else 0
     int64_t n_items, n_groups;
 } batch_schedule;
@@ -55,7 +55,8 @@ int64_t batch_schedule_group_of_step(const batch_schedule *sc, int64_t t);
 
 typedef struct {
     int live;
-    int T, G, slots, my_rank;    // T teachers (groups of G ranks: requests to the first, payloads from the last)
+    int teachers, group_size;    // teachers, each a group of ranks: requests to the first, payloads from the last
+    int slots, my_rank;
     size_t max_bytes;            // one payload at the largest batch
     // live
     int *outstanding;            // [T]

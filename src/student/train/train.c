@@ -120,7 +120,7 @@ typedef struct {
 // train_claim_done: a resumed run with nothing to do: the teachers told, the lock let go; 1.
 static int train_claim_done(train_job *j) {
     if (j->student == 0) run_dir_remove_leftovers(j->cfg->run_dir, "drafter", run_dir_drafter_files); // killed exports'
-    batch_source done = {.live = j->live, .T = j->w->groups, .G = j->w->group_size, .my_rank = j->w->rank, .link = j->links};
+    batch_source done = {.live = j->live, .teachers = j->w->groups, .group_size = j->w->group_size, .my_rank = j->w->rank, .link = j->links};
     batch_source_stop_teachers(&done);
     fs_unlock_dir(j->lock_fd);
     return 1;
@@ -528,7 +528,7 @@ static int train_finish(train_job *j, int rc) {
     if (rc == 0 && j->live) {
         char served[256];
         int m = 0;
-        for (int t = 0; t < j->src.T && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)j->src.served[t]);
+        for (int t = 0; t < j->src.teachers && m < (int)sizeof served - 16; t++) m += snprintf(served + m, sizeof served - (size_t)m, "%s%lld", t ? ", " : "", (long long)j->src.served[t]);
         log_info("student %d: batches received per teacher: [%s]", s, served);
     }
     double wall = time_now() - j->t_run;
