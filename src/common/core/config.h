@@ -132,8 +132,9 @@ typedef struct {
 
 // config_key_set: the keys one file declares, and the checks across them (run by config_check once
 // everything is applied; NULL = none). Declared as
-//   static const config_key loss_keys[] = {{"loss.alpha", CFG_FLOAT, CONFIG_F(loss_alpha), ...}, ...};
-//   const config_key_set loss_settings = CONFIG_KEY_SET(loss_keys, loss_check);
+//   static const config_key data_keys[] = {{"data.path", CFG_STRING, CONFIG_F(data_path), ...}, ...};
+//   const config_key_set data_settings = CONFIG_KEY_SET(data_keys, data_config_check);
+// (src/common/data/dataset.c)
 // and listed in src/settings.c. A key name is declared once (config_defaults fails otherwise).
 typedef struct config_key_set {
     const char *file; // __FILE__ of the declaring file (printed from its src/ on)
