@@ -201,7 +201,7 @@ int preflight_run(world *w, const config *cfg, const mode_def *mode) {
     pf_mode_checks(x, host);
 
     pf_rows *gathered = w->rank == 0 ? xmalloc((size_t)w->size * sizeof *gathered) : NULL;
-    watchdog_gather(&x->rows, gathered, (int)sizeof x->rows, 0, 5, "the other ranks' preflight rows");
+    watchdog_gather(&x->rows, gathered, (int)sizeof x->rows, 0, "the other ranks' preflight rows");
     int fails = 0;
     if (w->rank == 0) {
         printf("preflight: dflash_rank %s, %d rank(s), mode %s\n", DFLASH_VERSION, w->size, cfg->mode);

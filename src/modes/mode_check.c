@@ -70,7 +70,7 @@ static int check_run(mode_job *j) {
     char line[1024] = {0};
     int status = check_line(w, j->cfg, j->be, line, sizeof line);
     char *all = w->rank == 0 ? xmalloc(sizeof line * (size_t)w->size) : NULL;
-    watchdog_gather(line, all, (int)sizeof line, 0, 5, "the other ranks' check lines");
+    watchdog_gather(line, all, (int)sizeof line, 0, "the other ranks' check lines");
     status = watchdog_agree(status, "the other ranks' check lines");
     if (w->rank == 0) {
         for (int r = 0; r < w->size; r++) printf("%s\n", all + (size_t)r * sizeof line);

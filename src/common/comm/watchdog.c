@@ -465,12 +465,10 @@ void watchdog_allgather(const void *mine, void *all, int n, MPI_Datatype type, M
     watchdog_mpi_wait(&req, NULL, first, last, patience, what);
 }
 
-void watchdog_gather(const void *mine, void *all, int bytes, int root, double patience, const char *what) {
-    int size;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+void watchdog_gather(const void *mine, void *all, int bytes, int root, const char *what) {
     MPI_Request req;
     mpi_check(MPI_Igather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req));
-    watchdog_mpi_wait(&req, NULL, 0, size - 1, patience, what);
+    watchdog_wait_all(&req, what);
 }
 
 // After MPI_Finalize, before exiting: every same-host peer has left MPI as well (named

@@ -61,8 +61,8 @@ void watchdog_wait_all(MPI_Request *req, const char *what);
 void watchdog_allgather(const void *mine, void *all, int n, MPI_Datatype type, MPI_Comm comm, int first, int last,
                         double patience, const char *what);
 // watchdog_gather: `bytes` bytes from every rank of MPI_COMM_WORLD (mine) into root's all (size x
-// bytes, in rank order; unused elsewhere), as a sleeping wait on every rank timed with patience.
-void watchdog_gather(const void *mine, void *all, int bytes, int root, double patience, const char *what);
+// bytes, in rank order; unused elsewhere), timed as watchdog_bcast.
+void watchdog_gather(const void *mine, void *all, int bytes, int root, const char *what);
 // watchdog_bcast_on: watchdog_bcast among the ranks of comm (root is comm's rank), timed the same.
 void watchdog_bcast_on(void *buf, int bytes, int root, MPI_Comm comm, const char *what);
 // watchdog_finalize: the finalize hook (watchdog_on_finalize), then MPI_Finalize (which waits for
